@@ -1,0 +1,167 @@
+//! Thin bindings to the `chrome.*` APIs used by the extension's wasm contexts, and the
+//! `[Gemma Gem]` logger. Each binding is a direct `wasm_bindgen` import; promises become futures.
+
+use gg_messages::{Body, Context, Envelope, LOG_PREFIX, RequestId, SenderInfo};
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen]
+extern "C" {
+    /// `chrome.runtime.id`
+    #[wasm_bindgen(js_namespace = ["chrome", "runtime"], js_name = id, thread_local_v2)]
+    static RUNTIME_ID: String;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "runtime"], js_name = sendMessage, catch)]
+    async fn runtime_send_message(message: JsValue) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "runtime"], js_name = getURL)]
+    pub fn runtime_get_url(path: &str) -> String;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "runtime"], js_name = getContexts, catch)]
+    async fn runtime_get_contexts(filter: JsValue) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "offscreen"], js_name = createDocument, catch)]
+    async fn offscreen_create_document(params: JsValue) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "storage", "session"], js_name = set, catch)]
+    async fn storage_session_set(items: JsValue) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "storage", "session"], js_name = get, catch)]
+    async fn storage_session_get(keys: JsValue) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "tabs"], js_name = sendMessage, catch)]
+    async fn tabs_send_message(tab_id: i32, message: JsValue) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "tabs"], js_name = query, catch)]
+    async fn tabs_query(query: JsValue) -> Result<JsValue, JsValue>;
+}
+
+/// This extension's id.
+pub fn extension_id() -> String {
+    RUNTIME_ID.with(Clone::clone)
+}
+
+/// Errors from the chrome bindings, with the API that failed.
+#[derive(Debug, Clone)]
+pub struct ChromeError {
+    pub api: &'static str,
+    pub message: String,
+}
+
+impl std::fmt::Display for ChromeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed: {}", self.api, self.message)
+    }
+}
+
+impl std::error::Error for ChromeError {}
+
+impl From<ChromeError> for JsValue {
+    fn from(e: ChromeError) -> Self {
+        js_sys::Error::new(&e.to_string()).into()
+    }
+}
+
+fn js_error_message(v: &JsValue) -> String {
+    v.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| v.as_string())
+        .unwrap_or_else(|| format!("{v:?}"))
+}
+
+fn err(api: &'static str) -> impl Fn(JsValue) -> ChromeError {
+    move |v| ChromeError { api, message: js_error_message(&v) }
+}
+
+fn to_js<T: serde::Serialize>(api: &'static str, value: &T) -> Result<JsValue, ChromeError> {
+    value
+        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(|e| ChromeError { api, message: e.to_string() })
+}
+
+/// Converts a JS value received from another context into JSON for typed parsing.
+pub fn from_js(value: &JsValue) -> Result<serde_json::Value, String> {
+    serde_wasm_bindgen::from_value(value.clone()).map_err(|e| e.to_string())
+}
+
+/// Converts a typed value into a JS value for answering a message.
+pub fn into_js<T: serde::Serialize>(value: &T) -> Result<JsValue, ChromeError> {
+    to_js("serialize", value)
+}
+
+/// Sends an envelope to the extension's other contexts and parses the typed answer.
+pub async fn send(from: Context, id: RequestId, body: Body) -> Result<Option<Envelope>, ChromeError> {
+    let msg = to_js("chrome.runtime.sendMessage", &Envelope::new(id, from, body))?;
+    let answer = runtime_send_message(msg).await.map_err(err("chrome.runtime.sendMessage"))?;
+    if answer.is_undefined() || answer.is_null() {
+        return Ok(None);
+    }
+    let json = from_js(&answer).map_err(|message| ChromeError { api: "chrome.runtime.sendMessage", message })?;
+    Envelope::from_json(json)
+        .map(Some)
+        .map_err(|e| ChromeError { api: "chrome.runtime.sendMessage", message: e.to_string() })
+}
+
+/// Parses the `sender` argument of a `chrome.runtime.onMessage` listener.
+pub fn sender_info(sender: &JsValue) -> SenderInfo {
+    from_js(sender).ok().and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default()
+}
+
+/// Whether an offscreen document of this extension exists.
+pub async fn offscreen_exists() -> Result<bool, ChromeError> {
+    let filter = to_js(
+        "chrome.runtime.getContexts",
+        &serde_json::json!({ "contextTypes": ["OFFSCREEN_DOCUMENT"] }),
+    )?;
+    let contexts = runtime_get_contexts(filter).await.map_err(err("chrome.runtime.getContexts"))?;
+    Ok(js_sys::Array::from(&contexts).length() > 0)
+}
+
+/// Creates the offscreen document at `path` (relative to the extension root).
+pub async fn create_offscreen(path: &str, justification: &str) -> Result<(), ChromeError> {
+    let params = to_js(
+        "chrome.offscreen.createDocument",
+        &serde_json::json!({ "url": path, "reasons": ["WORKERS"], "justification": justification }),
+    )?;
+    offscreen_create_document(params).await.map_err(err("chrome.offscreen.createDocument"))?;
+    Ok(())
+}
+
+/// Stores one JSON value in `chrome.storage.session`.
+pub async fn session_set(key: &str, value: &serde_json::Value) -> Result<(), ChromeError> {
+    let items = to_js("chrome.storage.session.set", &serde_json::json!({ key: value }))?;
+    storage_session_set(items).await.map_err(err("chrome.storage.session.set"))?;
+    Ok(())
+}
+
+/// Reads one JSON value from `chrome.storage.session` (`None` when absent).
+pub async fn session_get(key: &str) -> Result<Option<serde_json::Value>, ChromeError> {
+    let got = storage_session_get(JsValue::from_str(key)).await.map_err(err("chrome.storage.session.get"))?;
+    let json = from_js(&got).map_err(|message| ChromeError { api: "chrome.storage.session.get", message })?;
+    Ok(json.get(key).cloned().filter(|v| !v.is_null()))
+}
+
+/// Logging with the `[Gemma Gem]` prefix. Debug and info lines are compiled in only with the
+/// `dev-log` feature (development builds); errors and warnings are always logged.
+pub mod log {
+    use super::LOG_PREFIX;
+
+    pub fn error(msg: &str) {
+        web_sys::console::error_1(&format!("{LOG_PREFIX} {msg}").into());
+    }
+
+    pub fn warn(msg: &str) {
+        web_sys::console::warn_1(&format!("{LOG_PREFIX} {msg}").into());
+    }
+
+    pub fn info(msg: &str) {
+        if cfg!(feature = "dev-log") {
+            web_sys::console::info_1(&format!("{LOG_PREFIX} {msg}").into());
+        }
+    }
+
+    pub fn debug(msg: &str) {
+        if cfg!(feature = "dev-log") {
+            web_sys::console::debug_1(&format!("{LOG_PREFIX} {msg}").into());
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Typed messages shared by every extension context.
+//!
+//! Every message travels as an [`Envelope`]: a protocol tag, a request id, the context it comes
+//! from and a tagged [`Body`]. Receivers check the Chrome-supplied sender (see [`SenderInfo`])
+//! before trusting anything inside.
+
+use serde::{Deserialize, Serialize};
+
+/// Prefix of every log line the extension writes.
+pub const LOG_PREFIX: &str = "[Gemma Gem]";
+
+/// Protocol tag carried by every envelope, so foreign messages are told apart at once.
+pub const PROTOCOL: &str = "gemma-gem/1";
+
+/// Storage key (in `chrome.storage.session`) of the offscreen document's latest report.
+pub const OFFSCREEN_STATUS_KEY: &str = "offscreenStatus";
+
+/// Identifies one request and every item streamed in answer to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct RequestId(pub u64);
+
+/// The extension context a message comes from or goes to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Context {
+    ServiceWorker,
+    Offscreen,
+    Overlay,
+    Content,
+}
+
+/// What the offscreen document learned about WebGPU.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdapterReport {
+    /// `navigator.gpu` exists.
+    pub webgpu_available: bool,
+    /// Adapter description (vendor, architecture, device), when an adapter was found.
+    pub adapter: Option<AdapterSummary>,
+    /// What went wrong, phrased for the user, when no adapter could be used.
+    pub error: Option<String>,
+}
+
+/// The parts of a WebGPU adapter that matter to us.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AdapterSummary {
+    pub vendor: String,
+    pub architecture: String,
+    pub device: String,
+    pub description: String,
+    pub shader_f16: bool,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_buffer_size: u64,
+}
+
+/// Every message body, tagged by `type`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Body {
+    /// Offscreen -> service worker: the document has loaded its wasm and is ready.
+    OffscreenReady,
+    /// Offscreen -> service worker: result of probing WebGPU.
+    AdapterReport(AdapterReport),
+    /// Service worker -> offscreen: liveness check.
+    Ping,
+    /// Answer to [`Body::Ping`].
+    Pong,
+    /// Any context -> service worker: ask for the extension's status.
+    GetStatus,
+    /// Answer to [`Body::GetStatus`].
+    Status(StatusReport),
+    /// Generic acknowledgement.
+    Ack,
+    /// A request failed; `message` says why.
+    Error { message: String },
+}
+
+/// What the service worker knows about the extension as a whole.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    pub offscreen_alive: bool,
+    pub adapter: Option<AdapterReport>,
+}
+
+/// One message on the wire.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    pub protocol: String,
+    pub id: RequestId,
+    pub from: Context,
+    pub body: Body,
+}
+
+impl Envelope {
+    pub fn new(id: RequestId, from: Context, body: Body) -> Self {
+        Self { protocol: PROTOCOL.to_owned(), id, from, body }
+    }
+
+    /// Parses a message received from another context. Anything that is not one of ours
+    /// (wrong protocol tag, unknown body) is an error, never a panic.
+    pub fn from_json(value: serde_json::Value) -> Result<Self, MessageError> {
+        let env: Envelope =
+            serde_json::from_value(value).map_err(|e| MessageError::Malformed(e.to_string()))?;
+        if env.protocol != PROTOCOL {
+            return Err(MessageError::WrongProtocol(env.protocol));
+        }
+        Ok(env)
+    }
+}
+
+/// The sender of a `chrome.runtime` message, as Chrome reports it (`MessageSender`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SenderInfo {
+    pub id: Option<String>,
+    pub url: Option<String>,
+    pub origin: Option<String>,
+    #[serde(rename = "tab")]
+    pub tab: Option<SenderTab>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SenderTab {
+    pub id: Option<i64>,
+    pub url: Option<String>,
+}
+
+impl SenderInfo {
+    /// Checks that the message comes from this extension (`own_id`) and, for extension pages, from
+    /// one of its own URLs. Content scripts of this extension carry our id and the tab they run in.
+    pub fn check(&self, own_id: &str, claimed: Context) -> Result<(), MessageError> {
+        if self.id.as_deref() != Some(own_id) {
+            return Err(MessageError::ForeignSender(self.id.clone().unwrap_or_default()));
+        }
+        let own_origin = format!("chrome-extension://{own_id}/");
+        let from_extension_page = self.url.as_deref().is_some_and(|u| u.starts_with(&own_origin));
+        let ok = match claimed {
+            Context::Content => self.tab.is_some(),
+            Context::Offscreen | Context::Overlay | Context::ServiceWorker => from_extension_page,
+        };
+        if ok { Ok(()) } else { Err(MessageError::WrongContext(claimed, self.url.clone().unwrap_or_default())) }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum MessageError {
+    Malformed(String),
+    WrongProtocol(String),
+    ForeignSender(String),
+    WrongContext(Context, String),
+}
+
+impl std::fmt::Display for MessageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Malformed(e) => write!(f, "malformed message: {e}"),
+            Self::WrongProtocol(p) => write!(f, "message with unknown protocol tag {p:?}"),
+            Self::ForeignSender(id) => write!(f, "message from another extension or a page (sender id {id:?}) rejected"),
+            Self::WrongContext(c, url) => write!(f, "message claiming to come from {c:?} was sent from {url:?}; rejected"),
+        }
+    }
+}
+
+impl std::error::Error for MessageError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "abcdefghijklmnopabcdefghijklmnop";
+
+    #[test]
+    fn round_trip_is_tagged() {
+        let env = Envelope::new(RequestId(7), Context::Offscreen, Body::Ping);
+        let json = serde_json::to_value(&env).unwrap();
+        assert_eq!(json["body"]["type"], "ping");
+        assert_eq!(json["from"], "offscreen");
+        assert_eq!(Envelope::from_json(json).unwrap(), env);
+    }
+
+    #[test]
+    fn rejects_other_protocols_and_garbage() {
+        let mut json = serde_json::to_value(Envelope::new(RequestId(1), Context::Overlay, Body::Ack)).unwrap();
+        json["protocol"] = "other/1".into();
+        assert!(matches!(Envelope::from_json(json), Err(MessageError::WrongProtocol(_))));
+        assert!(matches!(Envelope::from_json(serde_json::json!({"type": "x"})), Err(MessageError::Malformed(_))));
+    }
+
+    #[test]
+    fn sender_checks() {
+        let page = SenderInfo { id: Some(ID.into()), url: Some(format!("chrome-extension://{ID}/offscreen.html")), ..Default::default() };
+        assert!(page.check(ID, Context::Offscreen).is_ok());
+        let foreign = SenderInfo { id: Some("zzzz".into()), ..page.clone() };
+        assert!(matches!(foreign.check(ID, Context::Offscreen), Err(MessageError::ForeignSender(_))));
+        let web = SenderInfo { id: Some(ID.into()), url: Some("https://evil.example/".into()), ..Default::default() };
+        assert!(matches!(web.check(ID, Context::Overlay), Err(MessageError::WrongContext(..))));
+        let content = SenderInfo { id: Some(ID.into()), url: Some("https://a.example/".into()), tab: Some(SenderTab { id: Some(3), url: None }), ..Default::default() };
+        assert!(content.check(ID, Context::Content).is_ok());
+        assert!(content.check(ID, Context::Overlay).is_err());
+    }
+}
