@@ -1,0 +1,255 @@
+//! Chat messages: the conversation the agent keeps and hands to the model.
+//!
+//! A conversation is a list of [`ChatMessage`]s. Each has a [`Role`] and a list of [`Part`]s (text
+//! and images). A model message may also carry the [`ToolCall`]s the model made, and a tool message
+//! carries the [`ToolResponse`] that answers one of them. This mirrors the Gemma chat format: the
+//! model calls a tool inside its turn, the tool response follows, and the model continues.
+//!
+//! ```
+//! use gg_agent::{ChatMessage, Role, ToolCall};
+//! use serde_json::json;
+//!
+//! let user = ChatMessage::user("What is this page about?");
+//! assert_eq!(user.role, Role::User);
+//! assert_eq!(user.text(), "What is this page about?");
+//!
+//! let call = ToolCall::new("get_page_title", serde_json::Map::new());
+//! let model = ChatMessage::model_with_calls("", vec![call]);
+//! let tool = ChatMessage::tool("get_page_title", json!({"title": "Example"}), Vec::new());
+//! assert_eq!(model.tool_calls.len(), 1);
+//! assert_eq!(tool.tool_response.as_ref().map(|r| r.name.as_str()), Some("get_page_title"));
+//! ```
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The system prompt (instructions for the model). At most one, first.
+    System,
+    /// The person using the extension.
+    User,
+    /// The model (Gemma's name for the assistant role).
+    Model,
+    /// The answer to a tool call, written by the agent loop.
+    Tool,
+}
+
+/// One piece of a message's content.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An encoded image (PNG, JPEG, ...).
+    Image(ImagePart),
+}
+
+/// An encoded image attached to a message (a pasted picture, a screenshot).
+///
+/// The bytes are serialized as standard base64, so the value travels through JSON messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImagePart {
+    /// The media type, e.g. `image/png`.
+    pub mime_type: String,
+    /// The encoded image file.
+    #[serde(with = "crate::base64")]
+    pub data: Vec<u8>,
+}
+
+impl ImagePart {
+    /// A PNG image from its encoded bytes.
+    pub fn png(data: Vec<u8>) -> Self {
+        Self {
+            mime_type: "image/png".to_owned(),
+            data,
+        }
+    }
+}
+
+/// A call of a tool by the model: the tool's name and its arguments (a JSON object).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The tool's name, as in its [`ToolDefinition`](crate::ToolDefinition).
+    pub name: String,
+    /// The arguments, keyed by parameter name.
+    #[serde(default)]
+    pub args: Map<String, Value>,
+}
+
+impl ToolCall {
+    /// A call of `name` with `args`.
+    pub fn new(name: impl Into<String>, args: Map<String, Value>) -> Self {
+        Self {
+            name: name.into(),
+            args,
+        }
+    }
+
+    /// A call from a JSON value; anything but an object gives empty arguments.
+    ///
+    /// Handy in tests and in backends that parsed the arguments as a JSON value:
+    /// `ToolCall::from_value("click_element", json!({"ref": "e3"}))`.
+    pub fn from_value(name: impl Into<String>, args: Value) -> Self {
+        let args = match args {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        Self::new(name, args)
+    }
+}
+
+/// The answer to one tool call, as the model will read it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResponse {
+    /// The name of the tool that was called.
+    pub name: String,
+    /// The result (or `{"error": ...}`), as JSON.
+    pub response: Value,
+}
+
+/// One message of the conversation.
+///
+/// Use the constructors ([`ChatMessage::user`], [`ChatMessage::model_with_calls`],
+/// [`ChatMessage::tool`], ...) rather than building the struct by hand: they keep the fields
+/// consistent with the role.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// Who wrote it.
+    pub role: Role,
+    /// Text and images, in order. For a tool message: images the tool returned (a screenshot).
+    #[serde(default)]
+    pub parts: Vec<Part>,
+    /// Calls the model made in this message ([`Role::Model`] only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// The tool's answer ([`Role::Tool`] only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_response: Option<ToolResponse>,
+}
+
+impl ChatMessage {
+    fn text_message(role: Role, text: impl Into<String>) -> Self {
+        let text = text.into();
+        let parts = if text.is_empty() {
+            Vec::new()
+        } else {
+            vec![Part::Text { text }]
+        };
+        Self {
+            role,
+            parts,
+            tool_calls: Vec::new(),
+            tool_response: None,
+        }
+    }
+
+    /// A system prompt.
+    pub fn system(text: impl Into<String>) -> Self {
+        Self::text_message(Role::System, text)
+    }
+
+    /// A user message with text only.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self::text_message(Role::User, text)
+    }
+
+    /// A user message with text and images.
+    pub fn user_with_images(text: impl Into<String>, images: Vec<ImagePart>) -> Self {
+        let mut message = Self::user(text);
+        message.parts.extend(images.into_iter().map(Part::Image));
+        message
+    }
+
+    /// A model message with text only.
+    pub fn model(text: impl Into<String>) -> Self {
+        Self::text_message(Role::Model, text)
+    }
+
+    /// A model message with (possibly empty) text followed by tool calls.
+    pub fn model_with_calls(text: impl Into<String>, tool_calls: Vec<ToolCall>) -> Self {
+        let mut message = Self::text_message(Role::Model, text);
+        message.tool_calls = tool_calls;
+        message
+    }
+
+    /// A tool response: the JSON the model reads plus images (e.g. a screenshot).
+    pub fn tool(name: impl Into<String>, response: Value, images: Vec<ImagePart>) -> Self {
+        Self {
+            role: Role::Tool,
+            parts: images.into_iter().map(Part::Image).collect(),
+            tool_calls: Vec::new(),
+            tool_response: Some(ToolResponse {
+                name: name.into(),
+                response,
+            }),
+        }
+    }
+
+    /// All text parts, concatenated.
+    pub fn text(&self) -> String {
+        self.parts
+            .iter()
+            .filter_map(|part| match part {
+                Part::Text { text } => Some(text.as_str()),
+                Part::Image(_) => None,
+            })
+            .collect()
+    }
+
+    /// The images in this message.
+    pub fn images(&self) -> impl Iterator<Item = &ImagePart> {
+        self.parts.iter().filter_map(|part| match part {
+            Part::Image(image) => Some(image),
+            Part::Text { .. } => None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_round_trip_through_json() {
+        let messages = vec![
+            ChatMessage::system("be brief"),
+            ChatMessage::user_with_images("look", vec![ImagePart::png(vec![137, 80, 78, 71])]),
+            ChatMessage::model_with_calls(
+                "checking",
+                vec![ToolCall::from_value("click_element", json!({"ref": "e3"}))],
+            ),
+            ChatMessage::tool("click_element", json!({"clicked": true}), Vec::new()),
+        ];
+        let text = serde_json::to_string(&messages).unwrap();
+        let back: Vec<ChatMessage> = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, messages);
+        let value: Value = serde_json::to_value(&messages[1]).unwrap();
+        assert_eq!(value["role"], "user");
+        assert_eq!(value["parts"][1]["type"], "image");
+        assert_eq!(value["parts"][1]["data"], "iVBORw==");
+    }
+
+    #[test]
+    fn text_and_images_accessors() {
+        let mut message = ChatMessage::user_with_images("a", vec![ImagePart::png(vec![1])]);
+        message.parts.push(Part::Text {
+            text: "b".to_owned(),
+        });
+        assert_eq!(message.text(), "ab");
+        assert_eq!(message.images().count(), 1);
+        assert!(ChatMessage::model("").parts.is_empty());
+    }
+
+    #[test]
+    fn from_value_keeps_objects_only() {
+        assert_eq!(ToolCall::from_value("x", json!({"a": 1})).args.len(), 1);
+        assert!(ToolCall::from_value("x", json!([1, 2])).args.is_empty());
+    }
+}
