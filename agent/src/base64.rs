@@ -39,7 +39,7 @@ fn value_of(c: u8) -> Option<u32> {
 /// Decodes standard base64 (padding required, no whitespace).
 pub(crate) fn decode(text: &str) -> Result<Vec<u8>, String> {
     let bytes = text.as_bytes();
-    if bytes.len() % 4 != 0 {
+    if !bytes.len().is_multiple_of(4) {
         return Err(format!(
             "base64 length {} is not a multiple of 4",
             bytes.len()
