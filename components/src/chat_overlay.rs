@@ -1,0 +1,129 @@
+//! The chat panel: header, model status, error banners, the conversation log and the input.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use yew::prelude::*;
+
+use crate::composer::Composer;
+use crate::error_banner::ErrorBanner;
+use crate::message::MessageView;
+use crate::model_status::ModelStatusView;
+use crate::types::{
+    ApprovalDecision, ChatMessage, ErrorAction, ErrorKind, MessageId, ModelStatus, UiError,
+};
+
+/// Distance from the bottom (px) within which the log keeps following new text.
+const STICK_TO_BOTTOM_PX: i32 = 48;
+
+#[derive(Properties, PartialEq)]
+pub struct ChatOverlayProps {
+    pub messages: Vec<Rc<ChatMessage>>,
+    /// An answer is being generated (Stop is shown).
+    #[prop_or_default]
+    pub generating: bool,
+    #[prop_or_default]
+    pub model: ModelStatus,
+    #[prop_or_default]
+    pub errors: Vec<UiError>,
+    /// The site the chat runs on, shown on "always allow" buttons.
+    #[prop_or_default]
+    pub site: Option<AttrValue>,
+    /// Fill the parent (the extension's overlay iframe) instead of floating as a card.
+    #[prop_or_default]
+    pub fill: bool,
+    pub on_send: Callback<String>,
+    #[prop_or_default]
+    pub on_stop: Callback<()>,
+    #[prop_or_default]
+    pub on_new_chat: Callback<()>,
+    #[prop_or_default]
+    pub on_approve: Callback<(String, ApprovalDecision)>,
+    #[prop_or_default]
+    pub on_error_action: Callback<(ErrorKind, ErrorAction)>,
+    #[prop_or_default]
+    pub on_open_settings: Callback<()>,
+    /// Shows a close button when set.
+    #[prop_or_default]
+    pub on_close: Option<Callback<()>>,
+    /// Diagnostics: called each time a message renders (see [`crate::MessageView`]).
+    #[prop_or_default]
+    pub on_message_render: Option<Callback<MessageId>>,
+}
+
+/// The chat panel.
+#[function_component(ChatOverlay)]
+pub fn chat_overlay(props: &ChatOverlayProps) -> Html {
+    let log_ref = use_node_ref();
+    let stick = use_mut_ref(|| true);
+
+    // Follow new text while the user is at the bottom; leave them alone when they scrolled up.
+    {
+        let log_ref = log_ref.clone();
+        let stick: Rc<RefCell<bool>> = stick.clone();
+        use_effect(move || {
+            if *stick.borrow()
+                && let Some(log) = log_ref.cast::<web_sys::Element>()
+            {
+                log.set_scroll_top(log.scroll_height());
+            }
+        });
+    }
+    let onscroll = {
+        let log_ref = log_ref.clone();
+        Callback::from(move |_: Event| {
+            if let Some(log) = log_ref.cast::<web_sys::Element>() {
+                *stick.borrow_mut() = log.scroll_height() - log.scroll_top() - log.client_height()
+                    <= STICK_TO_BOTTOM_PX;
+            }
+        })
+    };
+
+    let on_new_chat = props.on_new_chat.reform(|_: MouseEvent| ());
+    let on_open_settings = props.on_open_settings.reform(|_: MouseEvent| ());
+    let close = props.on_close.as_ref().map(|cb| {
+        let onclick = cb.reform(|_: MouseEvent| ());
+        html! {
+            <button type="button" class="gg-btn gg-btn-ghost gg-icon-btn" data-testid="gg-close" aria-label="Close Gemma Gem" {onclick}>
+                { "×" }
+            </button>
+        }
+    });
+
+    let empty = props.messages.is_empty();
+    html! {
+        <section class="gg-panel" data-testid="gg-panel" data-fill={props.fill.to_string()} aria-label="Gemma Gem chat">
+            <header class="gg-header">
+                <h2 class="gg-title"><span class="gg-title-gem" aria-hidden="true">{ "◆" }</span>{ "Gemma Gem" }</h2>
+                <button type="button" class="gg-btn gg-btn-ghost gg-btn-small" data-testid="gg-new-chat"
+                    disabled={empty} onclick={on_new_chat}>{ "New chat" }</button>
+                <button type="button" class="gg-btn gg-btn-ghost gg-icon-btn" data-testid="gg-settings-open"
+                    aria-label="Settings" onclick={on_open_settings}>{ "⚙" }</button>
+                { for close }
+            </header>
+            <ModelStatusView status={props.model.clone()} />
+            if !props.errors.is_empty() {
+                <div class="gg-errors">
+                    { for props.errors.iter().map(|error| html! {
+                        <ErrorBanner key={error.kind.as_str()} error={error.clone()} on_action={props.on_error_action.clone()} />
+                    }) }
+                </div>
+            }
+            <div class="gg-log" role="log" aria-live="polite" aria-label="Conversation"
+                aria-busy={props.generating.to_string()} tabindex="0" ref={log_ref} {onscroll}>
+                if empty {
+                    <div class="gg-empty">
+                        <span class="gg-empty-gem" aria-hidden="true">{ "◆" }</span>
+                        <p>{ "Ask about this page, or ask Gemma Gem to do something on it. Everything runs on your device." }</p>
+                    </div>
+                }
+                { for props.messages.iter().map(|message| html! {
+                    <MessageView key={message.id} message={Rc::clone(message)} on_approve={props.on_approve.clone()}
+                        site={props.site.clone()} on_render={props.on_message_render.clone()} />
+                }) }
+            </div>
+            <Composer disabled={props.model.is_loading()} generating={props.generating}
+                on_send={props.on_send.clone()} on_stop={props.on_stop.clone()} />
+        </section>
+    }
+}

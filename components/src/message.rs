@@ -1,0 +1,81 @@
+//! One message of the conversation.
+
+use std::rc::Rc;
+
+use yew::prelude::*;
+
+use crate::markdown::Markdown;
+use crate::tool_timeline::ToolTimeline;
+use crate::types::{ApprovalDecision, ChatMessage, MessageId, Role};
+
+#[derive(Properties)]
+pub struct MessageViewProps {
+    pub message: Rc<ChatMessage>,
+    #[prop_or_default]
+    pub on_approve: Callback<(String, ApprovalDecision)>,
+    #[prop_or_default]
+    pub site: Option<AttrValue>,
+    /// Diagnostics: called every time this message renders (tests use it to prove that streaming
+    /// into the last message does not re-render the others).
+    #[prop_or_default]
+    pub on_render: Option<Callback<MessageId>>,
+}
+
+impl PartialEq for MessageViewProps {
+    fn eq(&self, other: &Self) -> bool {
+        // Unchanged messages keep their `Rc` (see `ChatState`), so this is usually a pointer check.
+        (Rc::ptr_eq(&self.message, &other.message) || self.message == other.message)
+            && self.on_approve == other.on_approve
+            && self.site == other.site
+            && self.on_render == other.on_render
+    }
+}
+
+/// A user bubble, or an assistant answer with its thinking, tool calls and Markdown text.
+#[function_component(MessageView)]
+pub fn message_view(props: &MessageViewProps) -> Html {
+    let message = &props.message;
+    if let Some(on_render) = &props.on_render {
+        on_render.emit(message.id);
+    }
+    let role = message.role.as_str();
+    match message.role {
+        Role::User => html! {
+            <article class="gg-msg" data-testid="gg-message" data-role={role} aria-label="You said">
+                { message.text.clone() }
+            </article>
+        },
+        Role::Assistant => {
+            let thinking_active =
+                message.streaming && message.text.is_empty() && message.tools.is_empty();
+            let waiting = message.streaming
+                && message.text.is_empty()
+                && message.thinking.is_empty()
+                && message.tools.is_empty();
+            html! {
+                <article class="gg-msg" data-testid="gg-message" data-role={role}
+                    data-streaming={message.streaming.to_string()} aria-label="Gemma Gem said">
+                    if !message.thinking.is_empty() {
+                        <details class="gg-thinking" data-testid="gg-thinking" data-active={thinking_active.to_string()}>
+                            <summary>{ if thinking_active { "Thinking…" } else { "Thoughts" } }</summary>
+                            <div class="gg-thinking-body">{ message.thinking.clone() }</div>
+                        </details>
+                    }
+                    <ToolTimeline steps={message.tools.clone()} on_approve={props.on_approve.clone()} site={props.site.clone()} />
+                    if !message.text.is_empty() {
+                        <Markdown source={Rc::<str>::from(message.text.as_str())} />
+                    }
+                    if waiting {
+                        <p class="gg-msg-note">{ "Working on it…" }</p>
+                    }
+                    if message.streaming {
+                        <span class="gg-cursor" aria-hidden="true"></span>
+                    }
+                    if message.stopped {
+                        <p class="gg-msg-note">{ "Stopped." }</p>
+                    }
+                </article>
+            }
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! Mounting the kit inside a *closed* shadow root, with every stylist style inside that root.
+//!
+//! Two ways in:
+//! - [`ShadowHost`], a component: renders a host element, attaches the shadow root on first render
+//!   and portals its children into it (for Yew apps that already own the page, e.g. the playground);
+//! - [`mount_in_shadow`] (feature `csr`): creates a `<gemma-gem>` host element under a parent,
+//!   attaches the shadow root and starts a Yew app in it; the returned [`ShadowMount`] unmounts it
+//!   (call it when the extension context is invalidated).
+//!
+//! The host is kept above the page (`position: fixed`, maximum `z-index`, inline `!important` so
+//! page CSS cannot override it) and lets clicks through where the UI has nothing; inside the root
+//! `:host { all: initial }` stops inherited page styles.
+
+use stylist::manager::StyleManager;
+use stylist::yew::ManagerProvider;
+use wasm_bindgen::JsValue;
+use web_sys::{Element, ShadowRoot, ShadowRootInit, ShadowRootMode};
+use yew::prelude::*;
+
+use crate::style::ThemeRoot;
+use crate::types::Theme;
+
+/// How the host element sits in the page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HostLayer {
+    /// In the flow of the page (playground specimens).
+    #[default]
+    Inline,
+    /// Covers the viewport above everything, passing clicks through except on the UI itself.
+    Overlay,
+}
+
+impl HostLayer {
+    /// The host element's inline style.
+    pub fn host_style(self) -> &'static str {
+        match self {
+            Self::Inline => "display: block !important; position: relative !important;",
+            Self::Overlay => {
+                "display: block !important; position: fixed !important; inset: 0 !important; \
+                 width: auto !important; height: auto !important; margin: 0 !important; padding: 0 !important; \
+                 border: 0 !important; background: transparent !important; transform: none !important; \
+                 opacity: 1 !important; visibility: visible !important; pointer-events: none !important; \
+                 z-index: 2147483647 !important;"
+            }
+        }
+    }
+}
+
+/// A closed shadow root attached to a host, the element the UI renders into, and a style manager
+/// whose `<style>` elements go into the root.
+#[derive(Clone, Debug)]
+pub struct ShadowParts {
+    /// Keep it: a closed root cannot be looked up again from the host.
+    pub root: ShadowRoot,
+    pub mount_point: Element,
+    pub styles: StyleManager,
+}
+
+impl PartialEq for ShadowParts {
+    fn eq(&self, other: &Self) -> bool {
+        self.root == other.root
+            && self.mount_point == other.mount_point
+            && self.styles == other.styles
+    }
+}
+
+fn js_error(message: impl std::fmt::Display) -> JsValue {
+    JsValue::from_str(&message.to_string())
+}
+
+/// Attaches a closed shadow root to `host` and prepares it for the kit.
+pub fn attach_closed_shadow(host: &Element) -> Result<ShadowParts, JsValue> {
+    let root = host.attach_shadow(&ShadowRootInit::new(ShadowRootMode::Closed))?;
+    let document = host
+        .owner_document()
+        .ok_or_else(|| js_error("the host element has no document"))?;
+    let mount_point = document.create_element("div")?;
+    mount_point.set_attribute("data-gg-mount", "")?;
+    root.append_child(&mount_point)?;
+    let styles = StyleManager::builder()
+        .container(root.clone().into())
+        .prefix("gg".into())
+        .build()
+        .map_err(|e| js_error(format!("could not create the style manager: {e}")))?;
+    Ok(ShadowParts {
+        root,
+        mount_point,
+        styles,
+    })
+}
+
+#[derive(Properties, PartialEq)]
+pub struct ShadowHostProps {
+    #[prop_or_default]
+    pub theme: Theme,
+    #[prop_or_default]
+    pub layer: HostLayer,
+    #[prop_or_default]
+    pub children: Html,
+}
+
+/// Renders its children inside a closed shadow root (after the first render).
+#[function_component(ShadowHost)]
+pub fn shadow_host(props: &ShadowHostProps) -> Html {
+    let host_ref = use_node_ref();
+    let parts = use_state(|| None::<ShadowParts>);
+    {
+        let host_ref = host_ref.clone();
+        let parts = parts.clone();
+        use_effect_with((), move |_| {
+            if let Some(host) = host_ref.cast::<Element>() {
+                match attach_closed_shadow(&host) {
+                    Ok(p) => parts.set(Some(p)),
+                    Err(e) => {
+                        web_sys::console::error_2(&JsValue::from_str("gemma gem: shadow root:"), &e)
+                    }
+                }
+            }
+        });
+    }
+    let content = parts.as_ref().map(|p| {
+        create_portal(
+            html! {
+                <ManagerProvider manager={p.styles.clone()}>
+                    <ThemeRoot theme={props.theme}>{ props.children.clone() }</ThemeRoot>
+                </ManagerProvider>
+            },
+            p.mount_point.clone(),
+        )
+    });
+    html! {
+        <gemma-gem ref={host_ref} style={props.layer.host_style()}>{ for content }</gemma-gem>
+    }
+}
+
+#[cfg(feature = "csr")]
+pub use imperative::*;
+
+#[cfg(feature = "csr")]
+mod imperative {
+    use super::*;
+    use yew::AppHandle;
+    use yew::html::BaseComponent;
+
+    #[derive(Properties)]
+    pub struct ShadowAppProps<C: BaseComponent>
+    where
+        C::Properties: Clone + PartialEq,
+    {
+        pub styles: StyleManager,
+        pub theme: Theme,
+        pub inner: C::Properties,
+    }
+
+    impl<C: BaseComponent> PartialEq for ShadowAppProps<C>
+    where
+        C::Properties: Clone + PartialEq,
+    {
+        fn eq(&self, other: &Self) -> bool {
+            self.styles == other.styles && self.theme == other.theme && self.inner == other.inner
+        }
+    }
+
+    /// The root of an app started by [`mount_in_shadow`]: styles into the root, theme, component.
+    #[function_component(ShadowApp)]
+    pub fn shadow_app<C>(props: &ShadowAppProps<C>) -> Html
+    where
+        C: BaseComponent,
+        C::Properties: Clone + PartialEq,
+    {
+        html! {
+            <ManagerProvider manager={props.styles.clone()}>
+                <ThemeRoot theme={props.theme}>
+                    <C ..props.inner.clone() />
+                </ThemeRoot>
+            </ManagerProvider>
+        }
+    }
+
+    /// A Yew app running in a closed shadow root; [`ShadowMount::unmount`] removes it.
+    pub struct ShadowMount<C: BaseComponent>
+    where
+        C::Properties: Clone + PartialEq,
+    {
+        host: Element,
+        app: AppHandle<ShadowApp<C>>,
+    }
+
+    impl<C: BaseComponent> ShadowMount<C>
+    where
+        C::Properties: Clone + PartialEq,
+    {
+        /// The host element in the page (its shadow root is closed).
+        pub fn host(&self) -> &Element {
+            &self.host
+        }
+
+        /// Stops the app and removes the host element from the page.
+        pub fn unmount(self) {
+            self.app.destroy();
+            self.host.remove();
+        }
+    }
+
+    /// Creates a `<gemma-gem>` host under `parent`, attaches a closed shadow root and renders `C`
+    /// with `props` inside it.
+    pub fn mount_in_shadow<C>(
+        parent: &Element,
+        layer: HostLayer,
+        theme: Theme,
+        props: C::Properties,
+    ) -> Result<ShadowMount<C>, JsValue>
+    where
+        C: BaseComponent,
+        C::Properties: Clone + PartialEq,
+    {
+        let document = parent
+            .owner_document()
+            .ok_or_else(|| js_error("the parent element has no document"))?;
+        let host = document.create_element("gemma-gem")?;
+        host.set_attribute("style", layer.host_style())?;
+        parent.append_child(&host)?;
+        let parts = match attach_closed_shadow(&host) {
+            Ok(parts) => parts,
+            Err(e) => {
+                host.remove();
+                return Err(e);
+            }
+        };
+        let app = yew::Renderer::<ShadowApp<C>>::with_root_and_props(
+            parts.mount_point,
+            ShadowAppProps {
+                styles: parts.styles,
+                theme,
+                inner: props,
+            },
+        )
+        .render();
+        Ok(ShadowMount { host, app })
+    }
+}
