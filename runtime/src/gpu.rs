@@ -1,14 +1,557 @@
-//! GPU adapter and device acquisition.
+//! GPU context: adapter/device acquisition, WGSL kernels with typed parameters, the pipeline cache
+//! and the counters used by the benchmarks.
+
+use crate::error::{Error, Result};
+use crate::tensor::DType;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
 
 /// Human-readable descriptions of every adapter wgpu can see (native only).
 #[cfg(not(target_arch = "wasm32"))]
 pub fn list_adapters() -> Vec<String> {
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+    let instance =
+        wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
     pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()))
         .into_iter()
-        .map(|a| {
-            let i = a.get_info();
-            format!("{} ({:?}, {:?}, f16: {})", i.name, i.backend, i.device_type, a.features().contains(wgpu::Features::SHADER_F16))
-        })
+        .map(|a| describe(&a))
         .collect()
+}
+
+fn describe(a: &wgpu::Adapter) -> String {
+    let i = a.get_info();
+    format!(
+        "{} ({:?}, {:?}, f16: {})",
+        i.name,
+        i.backend,
+        i.device_type,
+        a.features().contains(wgpu::Features::SHADER_F16)
+    )
+}
+
+/// Work counters (monotonic; take differences around a run).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Compute dispatches encoded.
+    pub dispatches: Cell<u64>,
+    /// Queue submits.
+    pub submits: Cell<u64>,
+    /// Bytes copied back from the GPU to the host.
+    pub bytes_read_back: Cell<u64>,
+    /// Bytes written from the host to the GPU.
+    pub bytes_uploaded: Cell<u64>,
+    /// GPU buffers created (weights, pool growth, staging).
+    pub buffers_created: Cell<u64>,
+    /// Compute pipelines compiled (pipeline cache misses).
+    pub pipelines_compiled: Cell<u64>,
+}
+
+/// A snapshot of [`Counters`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct CounterSnapshot {
+    /// Compute dispatches encoded.
+    pub dispatches: u64,
+    /// Queue submits.
+    pub submits: u64,
+    /// Bytes read back to the host.
+    pub bytes_read_back: u64,
+    /// Bytes uploaded.
+    pub bytes_uploaded: u64,
+    /// GPU buffers created.
+    pub buffers_created: u64,
+    /// Pipelines compiled.
+    pub pipelines_compiled: u64,
+}
+
+impl Counters {
+    /// Current values.
+    pub fn snapshot(&self) -> CounterSnapshot {
+        CounterSnapshot {
+            dispatches: self.dispatches.get(),
+            submits: self.submits.get(),
+            bytes_read_back: self.bytes_read_back.get(),
+            bytes_uploaded: self.bytes_uploaded.get(),
+            buffers_created: self.buffers_created.get(),
+            pipelines_compiled: self.pipelines_compiled.get(),
+        }
+    }
+}
+
+fn bump(c: &Cell<u64>, by: u64) {
+    c.set(c.get() + by);
+}
+
+/// Device, queue, pipeline cache and counters.
+pub struct Gpu {
+    /// The device.
+    pub device: wgpu::Device,
+    /// Its queue.
+    pub queue: wgpu::Queue,
+    /// Adapter description.
+    pub adapter: String,
+    /// The limits the device was created with (the adapter's own).
+    pub limits: wgpu::Limits,
+    /// Whether the adapter offers `shader-f16` (not required: f16 is unpacked in f32).
+    pub has_shader_f16: bool,
+    /// Counters.
+    pub counters: Counters,
+    pipelines: RefCell<HashMap<String, Rc<Pipeline>>>,
+}
+
+/// A compiled kernel and its explicit bind group layout (unused bindings stay bindable).
+#[derive(Debug)]
+pub struct Pipeline {
+    /// The pipeline.
+    pub pipeline: wgpu::ComputePipeline,
+    /// Layout of group 0: the tensors in declaration order, then `meta`.
+    pub layout: wgpu::BindGroupLayout,
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("adapter", &self.adapter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gpu {
+    /// Opens a device on the first adapter whose description contains `adapter` (case-insensitive),
+    /// or the default adapter when `None`. Environment: `WGPU_BACKEND` etc. are honoured natively.
+    pub async fn new(adapter: Option<&str>) -> Result<Self> {
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let chosen = match adapter {
+            #[cfg(not(target_arch = "wasm32"))]
+            Some(want) => {
+                let all = instance.enumerate_adapters(wgpu::Backends::all()).await;
+                let names: Vec<String> = all.iter().map(describe).collect();
+                let want_l = want.to_lowercase();
+                let pos = names
+                    .iter()
+                    .position(|n| n.to_lowercase().contains(&want_l))
+                    .ok_or_else(|| {
+                        Error::Gpu(format!(
+                            "no adapter matches {want:?}; available: {}",
+                            names.join("; ")
+                        ))
+                    })?;
+                all.into_iter()
+                    .nth(pos)
+                    .ok_or_else(|| Error::Gpu("adapter vanished".into()))?
+            }
+            _ => instance
+                .request_adapter(&wgpu::RequestAdapterOptions {
+                    power_preference: wgpu::PowerPreference::HighPerformance,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|e| Error::Gpu(format!("no GPU adapter: {e}")))?,
+        };
+        Self::from_adapter(&chosen).await
+    }
+
+    /// Opens a device on a given adapter, requesting its real limits.
+    pub async fn from_adapter(adapter: &wgpu::Adapter) -> Result<Self> {
+        let limits = adapter.limits();
+        let has_shader_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("gg-runtime"),
+                required_features: wgpu::Features::empty(),
+                required_limits: limits.clone(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| Error::Gpu(format!("request_device: {e}")))?;
+        Ok(Self {
+            device,
+            queue,
+            adapter: describe(adapter),
+            limits,
+            has_shader_f16,
+            counters: Counters::default(),
+            pipelines: RefCell::new(HashMap::new()),
+        })
+    }
+
+    /// Creates a storage buffer (counted).
+    pub fn create_buffer(&self, size: u64, label: &str) -> wgpu::Buffer {
+        bump(&self.counters.buffers_created, 1);
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: size.max(4).next_multiple_of(4),
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_DST
+                | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        })
+    }
+
+    /// The compute pipeline for `kernel`, compiled once per distinct key.
+    pub fn pipeline(&self, kernel: &Kernel) -> Result<Rc<Pipeline>> {
+        let key = kernel.key();
+        if let Some(p) = self.pipelines.borrow().get(&key) {
+            return Ok(p.clone());
+        }
+        let src = kernel.source()?;
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(kernel.name),
+                source: wgpu::ShaderSource::Wgsl(src.into()),
+            });
+        let storage = |i: usize, read_only: bool| wgpu::BindGroupLayoutEntry {
+            binding: i as u32,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Storage { read_only },
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        };
+        let mut entries: Vec<_> = kernel
+            .bindings
+            .iter()
+            .enumerate()
+            .map(|(i, b)| storage(i, !b.write))
+            .collect();
+        entries.push(storage(kernel.bindings.len(), true));
+        let layout = self
+            .device
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some(kernel.name),
+                entries: &entries,
+            });
+        let pl = self
+            .device
+            .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(kernel.name),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(kernel.name),
+                layout: Some(&pl),
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        let p = Rc::new(Pipeline { pipeline, layout });
+        bump(&self.counters.pipelines_compiled, 1);
+        self.pipelines.borrow_mut().insert(key, p.clone());
+        Ok(p)
+    }
+
+    pub(crate) fn count_dispatch(&self) {
+        bump(&self.counters.dispatches, 1);
+    }
+    pub(crate) fn count_submit(&self) {
+        bump(&self.counters.submits, 1);
+    }
+    pub(crate) fn count_read_back(&self, n: u64) {
+        bump(&self.counters.bytes_read_back, n);
+    }
+    pub(crate) fn count_upload(&self, n: u64) {
+        bump(&self.counters.bytes_uploaded, n);
+    }
+
+    /// Waits for submitted work (native: blocks; wasm: no-op, map callbacks run on the event loop).
+    pub fn poll_wait(&self) {
+        #[cfg(not(target_arch = "wasm32"))]
+        {
+            let _ = self.device.poll(wgpu::PollType::wait_indefinitely());
+        }
+    }
+}
+
+/// How a tensor of a given dtype is laid out in a GPU buffer (always an `array<u32>` binding).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Storage {
+    /// One f32 per word.
+    F32,
+    /// Two f16 per word (low half first).
+    F16,
+    /// One i32 per word (int64 is narrowed on upload).
+    I32,
+    /// One bool per word (0/1).
+    Bool,
+    /// Four bytes per word.
+    U8,
+    /// Four signed bytes per word.
+    I8,
+}
+
+impl Storage {
+    /// GPU layout of a dtype (`None` for host-only types).
+    pub fn of(dtype: DType) -> Option<Self> {
+        Some(match dtype {
+            DType::F32 => Self::F32,
+            DType::F16 => Self::F16,
+            DType::I32 | DType::I64 => Self::I32,
+            DType::Bool => Self::Bool,
+            DType::U8 => Self::U8,
+            DType::I8 => Self::I8,
+            DType::F64 => return None,
+        })
+    }
+
+    /// Bytes a tensor of `n` elements occupies.
+    pub fn bytes(self, n: usize) -> u64 {
+        let b = match self {
+            Self::F32 | Self::I32 | Self::Bool => n * 4,
+            Self::F16 => n.div_ceil(2) * 4,
+            Self::U8 | Self::I8 => n.div_ceil(4) * 4,
+        };
+        b.max(4) as u64
+    }
+
+    /// Elements per 32-bit word.
+    pub fn per_word(self) -> u32 {
+        match self {
+            Self::F32 | Self::I32 | Self::Bool => 1,
+            Self::F16 => 2,
+            Self::U8 | Self::I8 => 4,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Binding {
+    name: String,
+    storage: Storage,
+    write: bool,
+}
+
+/// A WGSL kernel: a `.wgsl` body plus typed parameters. The generated header declares one
+/// `array<u32>` binding per tensor with typed accessors:
+/// - inputs `x`: `ld_x(i) -> f32` (any storage), `ldi_x(i) -> i32`, `ldw_x(w) -> u32` (raw word);
+/// - outputs `y`: `st_y(w, v0, v1)` stores word `w` (elements `w*EPW_y`, `+1`), `stw_y(w, u32)`,
+///   `stf_y(i, f32)` (only for one-element-per-word outputs) and the constant `EPW_y`;
+/// - `meta: array<u32>` (always the last binding) holds per-dispatch sizes/strides.
+///
+/// Parameters `{{KEY}}` in the body are replaced by typed values; the pipeline cache key is the
+/// kernel name plus every binding storage and parameter.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    name: &'static str,
+    body: &'static str,
+    bindings: Vec<Binding>,
+    params: Vec<(String, String)>,
+    workgroup: u32,
+    map_output: Option<String>,
+}
+
+/// Workgroup size of element-mapped kernels.
+pub const MAP_WG: u32 = 64;
+
+impl Kernel {
+    /// A kernel from a WGSL body (usually `include_str!("kernels/x.wgsl")`).
+    pub fn new(name: &'static str, body: &'static str) -> Self {
+        Self {
+            name,
+            body,
+            bindings: Vec::new(),
+            params: Vec::new(),
+            workgroup: MAP_WG,
+            map_output: None,
+        }
+    }
+
+    /// Declares an input tensor binding.
+    pub fn input(mut self, name: &str, storage: Storage) -> Self {
+        self.bindings.push(Binding {
+            name: name.into(),
+            storage,
+            write: false,
+        });
+        self
+    }
+
+    /// Declares an output tensor binding.
+    pub fn output(mut self, name: &str, storage: Storage) -> Self {
+        self.bindings.push(Binding {
+            name: name.into(),
+            storage,
+            write: true,
+        });
+        self
+    }
+
+    /// Adds the standard element-mapped `main`: the body defines `fn compute(i: u32) -> f32` and
+    /// each invocation writes one word of `output` (meta[0] = element count).
+    pub fn mapped(mut self, output: &str) -> Self {
+        self.map_output = Some(output.into());
+        self
+    }
+
+    /// A `u32` parameter (`{{KEY}}` becomes `123u`).
+    pub fn u32(mut self, key: &str, v: u32) -> Self {
+        self.params.push((key.into(), format!("{v}u")));
+        self
+    }
+
+    /// An `i32` parameter (`{{KEY}}` becomes `-3i`).
+    pub fn i32(mut self, key: &str, v: i32) -> Self {
+        self.params.push((key.into(), format!("{v}i")));
+        self
+    }
+
+    /// An `f32` parameter, written exactly (bit pattern through `bitcast`).
+    pub fn f32(mut self, key: &str, v: f32) -> Self {
+        self.params
+            .push((key.into(), format!("bitcast<f32>({}u)", v.to_bits())));
+        self
+    }
+
+    /// A `bool` parameter.
+    pub fn bool(mut self, key: &str, v: bool) -> Self {
+        self.params.push((key.into(), v.to_string()));
+        self
+    }
+
+    /// A WGSL code fragment (an expression or statement chosen from a fixed set by the op).
+    pub fn code(mut self, key: &str, wgsl: &str) -> Self {
+        self.params.push((key.into(), wgsl.into()));
+        self
+    }
+
+    /// Sets the workgroup size (`{{WG}}` in the body).
+    pub fn workgroup(mut self, wg: u32) -> Self {
+        self.workgroup = wg;
+        self
+    }
+
+    /// Number of tensor bindings (meta comes after them).
+    pub fn n_bindings(&self) -> usize {
+        self.bindings.len()
+    }
+
+    /// Workgroup size.
+    pub fn workgroup_size(&self) -> u32 {
+        self.workgroup
+    }
+
+    /// Kernel name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn key(&self) -> String {
+        let mut k = format!(
+            "{}|wg={}|map={:?}",
+            self.name, self.workgroup, self.map_output
+        );
+        for b in &self.bindings {
+            k.push_str(&format!("|{}:{:?}:{}", b.name, b.storage, b.write));
+        }
+        for (p, v) in &self.params {
+            k.push_str(&format!("|{p}={v}"));
+        }
+        k
+    }
+
+    fn source(&self) -> Result<String> {
+        let mut s = String::new();
+        for (i, b) in self.bindings.iter().enumerate() {
+            let n = &b.name;
+            let access = if b.write { "read_write" } else { "read" };
+            s.push_str(&format!(
+                "@group(0) @binding({i}) var<storage, {access}> {n}: array<u32>;\n"
+            ));
+            let (ld, ldi) = match b.storage {
+                Storage::F32 => (
+                    format!("bitcast<f32>({n}[i])"),
+                    format!("i32(bitcast<f32>({n}[i]))"),
+                ),
+                Storage::F16 => (
+                    format!("unpack2x16float({n}[i >> 1u])[i & 1u]"),
+                    format!("i32(unpack2x16float({n}[i >> 1u])[i & 1u])"),
+                ),
+                Storage::I32 => (
+                    format!("f32(bitcast<i32>({n}[i]))"),
+                    format!("bitcast<i32>({n}[i])"),
+                ),
+                Storage::Bool => (format!("f32({n}[i])"), format!("i32({n}[i])")),
+                Storage::U8 => (
+                    format!("f32(({n}[i >> 2u] >> ((i & 3u) * 8u)) & 0xffu)"),
+                    format!("i32(({n}[i >> 2u] >> ((i & 3u) * 8u)) & 0xffu)"),
+                ),
+                Storage::I8 => (
+                    format!("f32((bitcast<i32>({n}[i >> 2u]) << (24u - (i & 3u) * 8u)) >> 24u)"),
+                    format!("(bitcast<i32>({n}[i >> 2u]) << (24u - (i & 3u) * 8u)) >> 24u"),
+                ),
+            };
+            s.push_str(&format!("fn ld_{n}(i: u32) -> f32 {{ return {ld}; }}\n"));
+            s.push_str(&format!("fn ldi_{n}(i: u32) -> i32 {{ return {ldi}; }}\n"));
+            s.push_str(&format!("fn ldw_{n}(w: u32) -> u32 {{ return {n}[w]; }}\n"));
+            if b.write {
+                let epw = b.storage.per_word();
+                s.push_str(&format!("const EPW_{n}: u32 = {epw}u;\n"));
+                let st = match b.storage {
+                    Storage::F32 => format!("{n}[w] = bitcast<u32>(v0);"),
+                    Storage::F16 => format!("{n}[w] = pack2x16float(vec2<f32>(v0, v1));"),
+                    Storage::I32 => format!("{n}[w] = bitcast<u32>(i32(v0));"),
+                    Storage::Bool => format!("{n}[w] = select(0u, 1u, v0 != 0.0);"),
+                    Storage::U8 | Storage::I8 => {
+                        return Err(Error::Gpu(format!(
+                            "kernel {}: byte outputs are not supported",
+                            self.name
+                        )));
+                    }
+                };
+                s.push_str(&format!("fn st_{n}(w: u32, v0: f32, v1: f32) {{ {st} }}\n"));
+                s.push_str(&format!("fn stw_{n}(w: u32, v: u32) {{ {n}[w] = v; }}\n"));
+                if epw == 1 {
+                    s.push_str(&format!(
+                        "fn stf_{n}(i: u32, v: f32) {{ st_{n}(i, v, 0.0); }}\n"
+                    ));
+                }
+            }
+        }
+        s.push_str(&format!(
+            "@group(0) @binding({}) var<storage, read> meta: array<u32>;\nconst WG: u32 = {}u;\n",
+            self.bindings.len(),
+            self.workgroup
+        ));
+        let mut body = self.body.to_string();
+        for (k, v) in &self.params {
+            body = body.replace(&format!("{{{{{k}}}}}"), v);
+        }
+        body = body.replace("{{WG}}", &self.workgroup.to_string());
+        if let Some(start) = body.find("{{") {
+            let end = body[start..]
+                .find("}}")
+                .map_or(body.len(), |e| start + e + 2);
+            return Err(Error::Gpu(format!(
+                "kernel {}: parameter {} was not given",
+                self.name,
+                &body[start..end]
+            )));
+        }
+        s.push_str(&body);
+        if let Some(out) = &self.map_output {
+            s.push_str(&format!(
+                "
+@compute @workgroup_size({wg})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
+    let w = gid.x + gid.y * nwg.x * {wg}u;
+    let n = meta[0];
+    let i0 = w * EPW_{out};
+    if (i0 >= n) {{ return; }}
+    let v0 = compute(i0);
+    var v1 = 0.0;
+    if (EPW_{out} == 2u && i0 + 1u < n) {{ v1 = compute(i0 + 1u); }}
+    st_{out}(w, v0, v1);
+}}
+",
+                wg = self.workgroup
+            ));
+        }
+        Ok(s)
+    }
 }

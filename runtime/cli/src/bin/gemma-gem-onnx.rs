@@ -1,20 +1,208 @@
 //! `gemma-gem-onnx`: inspect and run ONNX graphs on the GPU.
-use clap::Parser;
+//!
+//! Exit codes: 0 success; 1 error (one-line message on stderr); 2 usage; 3 `inspect` found
+//! unsupported nodes.
+use clap::{Parser, Subcommand};
+use gg_runtime::model::{Graph, InitData};
+use gg_runtime::ops::Registry;
+use gg_runtime::{Gpu, HostTensor, Session, npy};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::rc::Rc;
 
 #[derive(Parser)]
-#[command(name = "gemma-gem-onnx", about = "Inspect and run ONNX graphs on the GPU", version)]
-enum Cli {
-    /// List the GPU adapters wgpu can see.
-    Adapters,
+#[command(
+    name = "gemma-gem-onnx",
+    about = "Inspect and run ONNX graphs on the GPU",
+    version
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
 }
 
-fn main() -> anyhow::Result<()> {
-    match Cli::parse() {
-        Cli::Adapters => {
+#[derive(Subcommand)]
+enum Cmd {
+    /// List the GPU adapters wgpu can see.
+    Adapters,
+    /// Inputs/outputs, op histogram, external data files and unsupported nodes (exit 3 if any).
+    Inspect {
+        /// The .onnx file.
+        model: PathBuf,
+    },
+    /// Run the model on the GPU and write one .npy per graph output.
+    Run {
+        /// The .onnx file (external data next to it).
+        model: PathBuf,
+        /// NAME=FILE.npy, once per graph input.
+        #[arg(long = "input", value_name = "NAME=FILE.npy")]
+        inputs: Vec<String>,
+        /// Output folder (created if needed).
+        #[arg(long)]
+        out: PathBuf,
+        /// Adapter to use: a case-insensitive substring of its description (see `adapters`).
+        #[arg(long)]
+        adapter: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let res = match cli.cmd {
+        Cmd::Adapters => {
             for info in gg_runtime::gpu::list_adapters() {
                 println!("{info}");
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Inspect { model } => inspect(&model),
+        Cmd::Run {
+            model,
+            inputs,
+            out,
+            adapter,
+        } => run(&model, &inputs, &out, adapter.as_deref()),
+    };
+    match res {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
         }
     }
-    Ok(())
+}
+
+fn dims(v: &gg_runtime::model::ValueInfo) -> String {
+    match &v.dims {
+        Some(d) => format!(
+            "[{}]",
+            d.iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        None => "(no shape)".into(),
+    }
+}
+
+fn dtype_name(t: i32) -> String {
+    gg_runtime::DType::from_onnx(t).map_or_else(|_| format!("type{t}"), |d| d.name().to_string())
+}
+
+fn read_graph(model: &Path) -> anyhow::Result<Graph> {
+    let bytes = std::fs::read(model).map_err(|e| anyhow::anyhow!("{}: {e}", model.display()))?;
+    Ok(Graph::decode(&bytes, &model.display().to_string())?)
+}
+
+fn inspect(model: &Path) -> anyhow::Result<ExitCode> {
+    let g = read_graph(model)?;
+    println!("model: {}", model.display());
+    let opsets: Vec<String> = g
+        .opsets
+        .iter()
+        .map(|(d, v)| format!("{} {v}", if d.is_empty() { "ai.onnx" } else { d }))
+        .collect();
+    println!("opsets: {}", opsets.join(", "));
+    println!("inputs:");
+    for i in &g.inputs {
+        println!("  {} {} {}", i.name, dtype_name(i.elem_type), dims(i));
+    }
+    println!("outputs:");
+    for o in &g.outputs {
+        println!("  {} {} {}", o.name, dtype_name(o.elem_type), dims(o));
+    }
+    let inline: usize = g
+        .initializers
+        .iter()
+        .filter(|i| matches!(i.data, InitData::Inline(_)))
+        .map(|i| i.byte_len())
+        .sum();
+    println!(
+        "initializers: {} ({} bytes inline)",
+        g.initializers.len(),
+        inline
+    );
+    println!("external data:");
+    for f in g.external_files() {
+        let (n, bytes) = g
+            .initializers
+            .iter()
+            .fold((0usize, 0u64), |(n, b), i| match &i.data {
+                InitData::External {
+                    location, length, ..
+                } if *location == f => (n + 1, b + length),
+                _ => (n, b),
+            });
+        println!("  {f} ({n} tensors, {bytes} bytes)");
+    }
+    println!("ops ({} nodes):", g.nodes.len());
+    for ((domain, op), n) in g.op_histogram() {
+        println!(
+            "  {n:6} {op} ({})",
+            if domain.is_empty() {
+                "ai.onnx"
+            } else {
+                &domain
+            }
+        );
+    }
+    let bad = Registry::default().check(&g);
+    for u in &bad {
+        println!("unsupported: {u}");
+    }
+    if bad.is_empty() {
+        println!("all {} nodes supported", g.nodes.len());
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for u in &bad {
+            eprintln!("  {u}: {}", u.reason);
+        }
+        Ok(ExitCode::from(3))
+    }
+}
+
+fn run(
+    model: &Path,
+    inputs: &[String],
+    out: &Path,
+    adapter: Option<&str>,
+) -> anyhow::Result<ExitCode> {
+    let mut feeds = Vec::new();
+    for spec in inputs {
+        let (name, file) = spec
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--input {spec}: expected NAME=FILE.npy"))?;
+        let bytes = std::fs::read(file).map_err(|e| anyhow::anyhow!("{file}: {e}"))?;
+        let t: HostTensor = npy::parse(file, &bytes)?;
+        feeds.push((name.to_string(), t));
+    }
+    if !model.exists() {
+        anyhow::bail!("{}: no such file", model.display());
+    }
+    let gpu = Rc::new(pollster::block_on(Gpu::new(adapter))?);
+    eprintln!("adapter: {}", gpu.adapter);
+    let session = pollster::block_on(Session::load_file(gpu.clone(), model))?;
+    let before = gpu.counters.snapshot();
+    let outs = pollster::block_on(session.run_host(feeds))?;
+    let after = gpu.counters.snapshot();
+    std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+    for (name, t) in outs {
+        let path = out.join(format!("{}.npy", name.replace('/', "_")));
+        std::fs::write(&path, npy::to_bytes(&t))
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        println!(
+            "{name} {} {:?} -> {}",
+            t.dtype.name(),
+            t.shape,
+            path.display()
+        );
+    }
+    eprintln!(
+        "run: {} dispatches, {} submits, {} bytes read back, {} buffers created",
+        after.dispatches - before.dispatches,
+        after.submits - before.submits,
+        after.bytes_read_back - before.bytes_read_back,
+        after.buffers_created - before.buffers_created
+    );
+    Ok(ExitCode::SUCCESS)
 }

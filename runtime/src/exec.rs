@@ -1,0 +1,527 @@
+//! Execution state shared by all ops during a run: values (host or GPU), the buffer pool, the
+//! per-dispatch parameter arena, command recording and read-back.
+
+use crate::error::{Error, Result};
+use crate::gpu::{Gpu, Kernel, Storage};
+use crate::tensor::{DType, HostTensor, numel};
+use half::f16;
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
+
+/// A tensor on the GPU. Cloning shares the buffer (reshapes are free).
+#[derive(Clone)]
+pub struct GpuTensor {
+    /// Element type (I64 tensors are held as i32 words).
+    pub dtype: DType,
+    /// Shape.
+    pub shape: Vec<usize>,
+    pub(crate) buf: Rc<PooledBuffer>,
+}
+
+impl std::fmt::Debug for GpuTensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuTensor({:?} {:?})", self.dtype, self.shape)
+    }
+}
+
+impl GpuTensor {
+    /// The underlying buffer.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buf.buffer
+    }
+    /// Storage layout.
+    pub fn storage(&self) -> Storage {
+        Storage::of(self.dtype).unwrap_or(Storage::F32)
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        numel(&self.shape)
+    }
+    /// Same buffer, new shape (element count must match).
+    pub fn reshaped(&self, shape: Vec<usize>) -> Self {
+        Self {
+            dtype: self.dtype,
+            shape,
+            buf: self.buf.clone(),
+        }
+    }
+}
+
+/// A buffer that returns to its pool when the last tensor using it is dropped.
+pub(crate) struct PooledBuffer {
+    pub(crate) buffer: wgpu::Buffer,
+    size: u64,
+    pool: Option<Weak<RefCell<PoolState>>>,
+}
+
+impl PooledBuffer {
+    /// A buffer owned by one tensor (weights), never returned to a pool.
+    pub(crate) fn unpooled(buffer: wgpu::Buffer) -> Rc<Self> {
+        let size = buffer.size();
+        Rc::new(Self {
+            buffer,
+            size,
+            pool: None,
+        })
+    }
+}
+
+impl Drop for PooledBuffer {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.as_ref().and_then(Weak::upgrade) {
+            pool.borrow_mut()
+                .dirty
+                .push((self.size, self.buffer.clone()));
+        }
+    }
+}
+
+/// Free buffers. `clean` ones are not referenced by commands recorded since the last submit and
+/// may be written with `queue.write_buffer`; `dirty` ones may only be used as kernel outputs.
+#[derive(Default)]
+pub(crate) struct PoolState {
+    clean: Vec<(u64, wgpu::Buffer)>,
+    dirty: Vec<(u64, wgpu::Buffer)>,
+    staging: Vec<(u64, wgpu::Buffer)>,
+}
+
+fn bucket(size: u64) -> u64 {
+    let size = size.max(256).next_multiple_of(256);
+    if size <= 4096 {
+        return size.next_power_of_two();
+    }
+    let p = 63 - size.leading_zeros();
+    let step = 1u64 << (p - 2);
+    size.next_multiple_of(step)
+}
+
+fn take(list: &mut Vec<(u64, wgpu::Buffer)>, size: u64) -> Option<(u64, wgpu::Buffer)> {
+    let pos = list
+        .iter()
+        .enumerate()
+        .filter(|(_, (s, _))| *s == size)
+        .map(|(i, _)| i)
+        .next()?;
+    Some(list.swap_remove(pos))
+}
+
+/// A value flowing through the graph.
+#[derive(Debug, Clone)]
+pub enum Value {
+    /// On the host (shape arithmetic, int64, small constants).
+    Host(HostTensor),
+    /// On the GPU.
+    Gpu(GpuTensor),
+}
+
+impl Value {
+    /// Element type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            Value::Host(t) => t.dtype,
+            Value::Gpu(t) => t.dtype,
+        }
+    }
+    /// Shape.
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Value::Host(t) => &t.shape,
+            Value::Gpu(t) => &t.shape,
+        }
+    }
+    /// Number of elements.
+    pub fn numel(&self) -> usize {
+        numel(self.shape())
+    }
+    /// The host tensor, if on the host.
+    pub fn host(&self) -> Option<&HostTensor> {
+        match self {
+            Value::Host(t) => Some(t),
+            Value::Gpu(_) => None,
+        }
+    }
+}
+
+enum Cmd {
+    Dispatch {
+        pipeline: Rc<crate::gpu::Pipeline>,
+        group: wgpu::BindGroup,
+        wg: (u32, u32),
+    },
+    Copy {
+        src: wgpu::Buffer,
+        dst: wgpu::Buffer,
+        size: u64,
+    },
+}
+
+/// Words reserved per dispatch in the parameter arena (256-byte aligned slots).
+const META_ALIGN_WORDS: usize = 64;
+
+/// Recording context handed to ops.
+pub struct Ctx<'a> {
+    /// The GPU.
+    pub gpu: &'a Gpu,
+    pool: Rc<RefCell<PoolState>>,
+    cmds: Vec<Cmd>,
+    meta: Vec<u32>,
+    meta_buf: &'a RefCell<wgpu::Buffer>,
+}
+
+impl<'a> Ctx<'a> {
+    pub(crate) fn new(
+        gpu: &'a Gpu,
+        pool: Rc<RefCell<PoolState>>,
+        meta_buf: &'a RefCell<wgpu::Buffer>,
+    ) -> Self {
+        Self {
+            gpu,
+            pool,
+            cmds: Vec::new(),
+            meta: Vec::new(),
+            meta_buf,
+        }
+    }
+
+    fn wrap(&self, size: u64, buffer: wgpu::Buffer) -> Rc<PooledBuffer> {
+        Rc::new(PooledBuffer {
+            buffer,
+            size,
+            pool: Some(Rc::downgrade(&self.pool)),
+        })
+    }
+
+    /// An uninitialised GPU tensor (from the pool when possible).
+    pub fn alloc(&mut self, dtype: DType, shape: Vec<usize>) -> Result<GpuTensor> {
+        let storage = Storage::of(dtype).ok_or_else(|| {
+            Error::Gpu(format!("{} tensors cannot live on the GPU", dtype.name()))
+        })?;
+        let size = bucket(storage.bytes(numel(&shape)));
+        self.check_size(size)?;
+        let found = {
+            let mut p = self.pool.borrow_mut();
+            take(&mut p.dirty, size).or_else(|| take(&mut p.clean, size))
+        };
+        let (size, buffer) = match found {
+            Some(b) => b,
+            None => (size, self.gpu.create_buffer(size, "pool")),
+        };
+        Ok(GpuTensor {
+            dtype,
+            shape,
+            buf: self.wrap(size, buffer),
+        })
+    }
+
+    fn check_size(&self, size: u64) -> Result<()> {
+        let max = u64::from(self.gpu.limits.max_storage_buffer_binding_size)
+            .min(self.gpu.limits.max_buffer_size);
+        if size > max {
+            return Err(Error::Gpu(format!(
+                "tensor of {size} bytes exceeds the adapter's binding limit of {max} bytes"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Uploads a host tensor (int64 narrowed to i32, bool widened to words, f16 packed).
+    pub fn upload(&mut self, t: &HostTensor) -> Result<GpuTensor> {
+        let bytes = to_gpu_bytes(t)?;
+        let storage = Storage::of(t.dtype).ok_or_else(|| {
+            Error::Gpu(format!("{} tensors cannot live on the GPU", t.dtype.name()))
+        })?;
+        let size = bucket(storage.bytes(t.numel()));
+        self.check_size(size)?;
+        let found = take(&mut self.pool.borrow_mut().clean, size);
+        let (size, buffer) = match found {
+            Some(b) => b,
+            None => (size, self.gpu.create_buffer(size, "upload")),
+        };
+        if !bytes.is_empty() {
+            self.gpu.queue.write_buffer(&buffer, 0, &bytes);
+            self.gpu.count_upload(bytes.len() as u64);
+        }
+        Ok(GpuTensor {
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            buf: self.wrap(size, buffer),
+        })
+    }
+
+    /// Moves a value to the GPU (host values are uploaded).
+    pub fn to_gpu(&mut self, v: &Value) -> Result<GpuTensor> {
+        match v {
+            Value::Gpu(t) => Ok(t.clone()),
+            Value::Host(h) => self.upload(h),
+        }
+    }
+
+    /// Records a dispatch of `kernel` over `invocations` invocations (2-D grid when needed).
+    /// `tensors` are bound in kernel declaration order; `meta` becomes the `meta` binding.
+    pub fn dispatch(
+        &mut self,
+        kernel: &Kernel,
+        tensors: &[&GpuTensor],
+        meta: &[u32],
+        invocations: u64,
+    ) -> Result<()> {
+        if tensors.len() != kernel.n_bindings() {
+            return Err(Error::Gpu(format!(
+                "kernel {}: {} tensors for {} bindings",
+                kernel.name(),
+                tensors.len(),
+                kernel.n_bindings()
+            )));
+        }
+        let wg_size = u64::from(kernel_wg(kernel));
+        let groups = invocations.div_ceil(wg_size);
+        if groups == 0 {
+            return Ok(());
+        }
+        let maxd = u64::from(self.gpu.limits.max_compute_workgroups_per_dimension);
+        let (x, y) = if groups <= maxd {
+            (groups, 1)
+        } else {
+            (maxd, groups.div_ceil(maxd))
+        };
+        if y > maxd {
+            return Err(Error::Gpu(format!(
+                "kernel {}: {invocations} invocations exceed the grid limits",
+                kernel.name()
+            )));
+        }
+        self.dispatch_groups(kernel, tensors, meta, (x as u32, y as u32))
+    }
+
+    /// Records a dispatch with an explicit workgroup grid.
+    pub fn dispatch_groups(
+        &mut self,
+        kernel: &Kernel,
+        tensors: &[&GpuTensor],
+        meta: &[u32],
+        wg: (u32, u32),
+    ) -> Result<()> {
+        if wg.0 == 0 || wg.1 == 0 {
+            return Ok(());
+        }
+        let pipeline = self.gpu.pipeline(kernel)?;
+        let meta_words = meta.len().max(1).next_multiple_of(META_ALIGN_WORDS);
+        let cap_words = (self.meta_buf.borrow().size() / 4) as usize;
+        if self.meta.len() + meta_words > cap_words {
+            self.flush();
+            if meta_words > cap_words {
+                let new = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("meta arena"),
+                    size: (meta_words * 4).next_power_of_two() as u64,
+                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                });
+                *self.meta_buf.borrow_mut() = new;
+            }
+        }
+        let off = self.meta.len();
+        self.meta.extend_from_slice(meta);
+        self.meta.resize(off + meta_words, 0);
+        let meta_buf = self.meta_buf.borrow();
+        let mut entries: Vec<wgpu::BindGroupEntry<'_>> = tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: t.buffer().as_entire_binding(),
+            })
+            .collect();
+        entries.push(wgpu::BindGroupEntry {
+            binding: tensors.len() as u32,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &meta_buf,
+                offset: (off * 4) as u64,
+                size: std::num::NonZeroU64::new((meta_words * 4) as u64),
+            }),
+        });
+        let group = self
+            .gpu
+            .device
+            .create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(kernel.name()),
+                layout: &pipeline.layout,
+                entries: &entries,
+            });
+        self.gpu.count_dispatch();
+        self.cmds.push(Cmd::Dispatch {
+            pipeline,
+            group,
+            wg,
+        });
+        Ok(())
+    }
+
+    /// Submits everything recorded so far (one submit).
+    pub fn flush(&mut self) {
+        if self.cmds.is_empty() {
+            return;
+        }
+        if !self.meta.is_empty() {
+            self.gpu.queue.write_buffer(
+                &self.meta_buf.borrow(),
+                0,
+                bytemuck::cast_slice(&self.meta),
+            );
+        }
+        let mut enc = self
+            .gpu
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("run") });
+        let cmds = std::mem::take(&mut self.cmds);
+        let mut i = 0;
+        while i < cmds.len() {
+            match &cmds[i] {
+                Cmd::Copy { src, dst, size } => {
+                    enc.copy_buffer_to_buffer(src, 0, dst, 0, *size);
+                    i += 1;
+                }
+                Cmd::Dispatch { .. } => {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: None,
+                    });
+                    while let Some(Cmd::Dispatch {
+                        pipeline,
+                        group,
+                        wg,
+                    }) = cmds.get(i)
+                    {
+                        pass.set_pipeline(&pipeline.pipeline);
+                        pass.set_bind_group(0, group, &[]);
+                        pass.dispatch_workgroups(wg.0, wg.1, 1);
+                        i += 1;
+                    }
+                }
+            }
+        }
+        self.gpu.queue.submit(Some(enc.finish()));
+        self.gpu.count_submit();
+        self.meta.clear();
+        let mut p = self.pool.borrow_mut();
+        let dirty = std::mem::take(&mut p.dirty);
+        p.clean.extend(dirty);
+    }
+
+    /// Copies a GPU tensor back to the host (submits pending work first).
+    pub async fn download(&mut self, t: &GpuTensor) -> Result<HostTensor> {
+        let n = t.numel();
+        let storage = t.storage();
+        let bytes = storage.bytes(n);
+        let size = bucket(bytes);
+        let found = take(&mut self.pool.borrow_mut().staging, size);
+        let staging = match found {
+            Some((_, b)) => b,
+            None => {
+                self.gpu
+                    .counters
+                    .buffers_created
+                    .set(self.gpu.counters.buffers_created.get() + 1);
+                self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("readback"),
+                    size,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            }
+        };
+        self.cmds.push(Cmd::Copy {
+            src: t.buffer().clone(),
+            dst: staging.clone(),
+            size: bytes,
+        });
+        self.flush();
+        let (tx, rx) = futures::channel::oneshot::channel();
+        staging
+            .slice(..bytes)
+            .map_async(wgpu::MapMode::Read, move |r| {
+                let _ = tx.send(r);
+            });
+        self.gpu.poll_wait();
+        rx.await
+            .map_err(|_| Error::Gpu("read-back was cancelled (device lost?)".into()))?
+            .map_err(|e| Error::Gpu(format!("read-back failed: {e}")))?;
+        let raw = staging
+            .slice(..bytes)
+            .get_mapped_range()
+            .map_err(|e| Error::Gpu(format!("read-back mapping failed: {e}")))?
+            .to_vec();
+        staging.unmap();
+        self.pool.borrow_mut().staging.push((size, staging));
+        self.gpu.count_read_back(bytes);
+        from_gpu_bytes(t.dtype, t.shape.clone(), &raw)
+    }
+
+    /// The value on the host (downloading GPU tensors).
+    pub async fn to_host(&mut self, v: &Value) -> Result<HostTensor> {
+        match v {
+            Value::Host(h) => Ok(h.clone()),
+            Value::Gpu(t) => self.download(t).await,
+        }
+    }
+}
+
+fn kernel_wg(k: &Kernel) -> u32 {
+    k.workgroup_size()
+}
+
+/// Host bytes as laid out on the GPU.
+pub fn to_gpu_bytes(t: &HostTensor) -> Result<Vec<u8>> {
+    Ok(match t.dtype {
+        DType::F32 | DType::I32 => t.data.clone(),
+        DType::F16 | DType::U8 | DType::I8 => {
+            let mut b = t.data.clone();
+            b.resize(b.len().next_multiple_of(4), 0);
+            b
+        }
+        DType::I64 => {
+            let v = t.to_i64();
+            let mut b = Vec::with_capacity(v.len() * 4);
+            for x in v {
+                let n =
+                    i32::try_from(x.clamp(i64::from(i32::MIN), i64::from(i32::MAX))).unwrap_or(0);
+                b.extend_from_slice(&n.to_le_bytes());
+            }
+            b
+        }
+        DType::Bool => t
+            .data
+            .iter()
+            .flat_map(|&x| u32::from(x != 0).to_le_bytes())
+            .collect(),
+        DType::F64 => return Err(Error::Gpu("float64 tensors cannot live on the GPU".into())),
+    })
+}
+
+/// Host tensor from GPU-layout bytes.
+pub fn from_gpu_bytes(dtype: DType, shape: Vec<usize>, raw: &[u8]) -> Result<HostTensor> {
+    let n = numel(&shape);
+    let word = |i: usize| -> [u8; 4] {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(&raw[i * 4..i * 4 + 4]);
+        a
+    };
+    let data = match dtype {
+        DType::F32 | DType::I32 => raw[..n * 4].to_vec(),
+        DType::F16 | DType::U8 | DType::I8 => raw[..n * dtype.size()].to_vec(),
+        DType::I64 => (0..n)
+            .flat_map(|i| i64::from(i32::from_le_bytes(word(i))).to_le_bytes())
+            .collect(),
+        DType::Bool => (0..n)
+            .map(|i| u8::from(u32::from_le_bytes(word(i)) != 0))
+            .collect(),
+        DType::F64 => return Err(Error::Gpu("float64 tensors cannot live on the GPU".into())),
+    };
+    HostTensor::new(dtype, shape, data)
+}
+
+/// Converts f32 values to packed f16 bytes.
+pub fn f16_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter()
+        .flat_map(|x| f16::from_f32(*x).to_le_bytes())
+        .collect()
+}

@@ -1,0 +1,59 @@
+// Elementwise map with broadcasting / strided views.
+// meta: [n, rank, base_a, base_b, base_c, shape[rank], strides_a[rank], strides_b[rank], strides_c[rank]]
+// Strides and bases are i32 (negative steps for Slice). With BCAST == false every input is read at i.
+
+fn off(i: u32, k: u32) -> u32 {
+    if ({{BCAST}}) {
+        let r = meta[1];
+        var rem = i;
+        var o = bitcast<i32>(meta[2u + k]);
+        for (var d = r; d > 0u; d = d - 1u) {
+            let dd = d - 1u;
+            let s = meta[5u + dd];
+            let c = rem % s;
+            rem = rem / s;
+            o = o + i32(c) * bitcast<i32>(meta[5u + r * (k + 1u) + dd]);
+        }
+        return u32(o);
+    }
+    return i;
+}
+
+fn erf_(x: f32) -> f32 {
+    // Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7)
+    let t = 1.0 / (1.0 + 0.3275911 * abs(x));
+    let y = 1.0 - (((((1.061405429 * t - 1.453152027) * t) + 1.421413741) * t - 0.284496736) * t + 0.254829592) * t * exp(-x * x);
+    return select(-y, y, x >= 0.0);
+}
+
+fn tanh_(x: f32) -> f32 {
+    return tanh(clamp(x, -15.0, 15.0));
+}
+
+fn gelu_erf(x: f32) -> f32 {
+    return 0.5 * x * (1.0 + erf_(x * 0.7071067811865476));
+}
+
+fn gelu_tanh(x: f32) -> f32 {
+    return 0.5 * x * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+fn pow_(a: f32, b: f32) -> f32 {
+    if (b == 0.0) { return 1.0; }
+    let r = pow(abs(a), b);
+    if (a < 0.0) {
+        if (fract(b) == 0.0) { return select(r, -r, (i32(b) & 1) != 0); }
+        return bitcast<f32>(0x7fc00000u);
+    }
+    if (a == 0.0) { return select(0.0, bitcast<f32>(0x7f800000u), b < 0.0); }
+    return r;
+}
+
+fn b2f(c: bool) -> f32 {
+    return select(0.0, 1.0, c);
+}
+
+fn compute(i: u32) -> f32 {
+    {{LOADS}}
+    return {{EXPR}};
+}

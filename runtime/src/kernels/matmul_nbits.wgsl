@@ -1,0 +1,58 @@
+// MatMulNBits: y[m, n] = sum_k a[m, k] * (q[n, k] - zp[n, k/BLOCK]) * scale[n, k/BLOCK] (+ bias[n]).
+// B packed as [N, n_blocks, BLOCK*BITS/8] bytes, low bits first. One workgroup per (n, m); threads
+// split the blocks; dequantisation happens in registers, accumulation in f32.
+// meta: [M, N, K, n_blocks, zp_row_bytes]
+var<workgroup> red: array<f32, {{WG}}>;
+
+const BITS: u32 = {{BITS}};
+const BLOCK: u32 = {{BLOCK}};
+const PER_WORD: u32 = 32u / BITS;
+const MASK: u32 = (1u << BITS) - 1u;
+const BLOB_WORDS: u32 = BLOCK * BITS / 32u;
+
+fn zero_point(n: u32, b: u32, nb: u32, zrow: u32) -> f32 {
+    {{ZP}}
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let M = meta[0];
+    let N = meta[1];
+    let K = meta[2];
+    let nb = meta[3];
+    let zrow = meta[4];
+    let flat = wid.x + wid.y * nwg.x;
+    if (flat >= M * N) { return; }
+    let n = flat % N;
+    let m = flat / N;
+    let t = lid.x;
+    let abase = m * K;
+    var acc = 0.0;
+    for (var b = t; b < nb; b = b + WG) {
+        let wbase = (n * nb + b) * BLOB_WORDS;
+        var s1 = 0.0;
+        var s2 = 0.0;
+        for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {
+            let word = ldw_w(wbase + w);
+            let k0 = b * BLOCK + w * PER_WORD;
+            for (var j = 0u; j < PER_WORD; j = j + 1u) {
+                let k = k0 + j;
+                if (k < K) {
+                    let av = ld_a(abase + k);
+                    s1 = s1 + av * f32((word >> (j * BITS)) & MASK);
+                    s2 = s2 + av;
+                }
+            }
+        }
+        acc = acc + ld_scales(n * nb + b) * (s1 - zero_point(n, b, nb, zrow) * s2);
+    }
+    red[t] = acc;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (t < s) { red[t] = red[t] + red[t + s]; }
+        workgroupBarrier();
+    }
+    if (t == 0u) {
+        stf_y(m * N + n, red[0] {{BIAS}});
+    }
+}

@@ -1,0 +1,51 @@
+// Layer / RMS normalisation over rows of length L, optionally with a residual (skip) and bias added
+// first. One workgroup per row. meta: [rows, L, gamma_len, beta_len]
+var<workgroup> red: array<f32, {{WG}}>;
+
+fn xin(i: u32, l: u32) -> f32 {
+    return {{LOAD_X}};
+}
+
+fn wg_sum(t: u32, v: f32) -> f32 {
+    red[t] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (t < s) { red[t] = red[t] + red[t + s]; }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = wid.x + wid.y * nwg.x;
+    if (row >= meta[0]) { return; }
+    let L = meta[1];
+    let gl = meta[2];
+    let bl = meta[3];
+    let base = row * L;
+    let t = lid.x;
+    var mean = 0.0;
+    if (!{{SIMPLE}}) {
+        var s = 0.0;
+        for (var l = t; l < L; l = l + WG) { s = s + xin(base + l, l); }
+        mean = wg_sum(t, s) / f32(L);
+    }
+    var s2 = 0.0;
+    for (var l = t; l < L; l = l + WG) {
+        let v = xin(base + l, l);
+        {{STORE_SUM}}
+        let d = v - mean;
+        s2 = s2 + d * d;
+    }
+    let inv = inverseSqrt(wg_sum(t, s2) / f32(L) + {{EPS}});
+    for (var l = t; l < L; l = l + WG) {
+        let v = (xin(base + l, l) - mean) * inv * ld_gamma(l % gl);
+        stf_y(base + l, v {{BETA}});
+    }
+    if (t == 0u) {
+        {{STORE_STATS}}
+    }
+}

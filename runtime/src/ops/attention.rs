@@ -1,0 +1,567 @@
+//! Attention: GroupQueryAttention (com.microsoft; rotary, sliding window, softcap, bias, KV cache
+//! append) and RotaryEmbedding (com.microsoft and ai.onnx opset 23).
+
+use super::elementwise::cast_gpu;
+use super::{Attrs, MS, Op, Registry, host_in, req};
+use crate::error::{Result, op_err};
+use crate::exec::{Ctx, GpuTensor, Value};
+use crate::gpu::{Kernel, Storage};
+use crate::tensor::DType;
+
+const ROPE: &str = include_str!("../kernels/rope.wgsl");
+const KV_APPEND: &str = include_str!("../kernels/kv_append.wgsl");
+const GQA: &str = include_str!("../kernels/gqa.wgsl");
+
+/// Where rotary positions come from.
+enum Pos<'a> {
+    /// `seqlens_k[b] + 1 - S + s` (GroupQueryAttention).
+    Seqlens(&'a GpuTensor),
+    /// `position_ids[b, s]`.
+    Ids(&'a GpuTensor),
+    /// `position_ids[0] + s`.
+    Offset(&'a GpuTensor),
+    /// cos/sin are already per token: row `b * S + s`.
+    PerToken,
+}
+
+/// Logical [B, S, H, D] view of `x`: strides (sb, ss, sh) and element offset.
+struct Layout {
+    b: usize,
+    s: usize,
+    h: usize,
+    d: usize,
+    strides: [usize; 3],
+    off: usize,
+}
+
+#[allow(clippy::too_many_arguments)] // reason: rotary = input view + caches + position source + flags
+fn rope(
+    cx: &mut Ctx<'_>,
+    x: &GpuTensor,
+    l: &Layout,
+    cs: Option<(&GpuTensor, &GpuTensor)>,
+    pos: Pos<'_>,
+    interleaved: bool,
+    rot_dim: usize,
+    hs_swap: bool,
+    out_dtype: DType,
+) -> Result<GpuTensor> {
+    let shape = if hs_swap {
+        vec![l.b, l.h, l.s, l.d]
+    } else {
+        vec![l.b, l.s, l.h, l.d]
+    };
+    let out = cx.alloc(out_dtype, shape)?;
+    let n = out.numel();
+    let (cos_row, pos_t) = match pos {
+        Pos::Seqlens(t) => ("u32(ldi_pos(b) + 1 - i32(S) + i32(s))", Some(t)),
+        Pos::Ids(t) => ("u32(ldi_pos(b * S + s))", Some(t)),
+        Pos::Offset(t) => ("u32(ldi_pos(0u)) + s", Some(t)),
+        Pos::PerToken => ("b * S + s", None),
+    };
+    let cos_row = if cs.is_some() { cos_row } else { "0u" };
+    let mut k = Kernel::new("rope", ROPE)
+        .bool("ROTARY", cs.is_some())
+        .bool("INTERLEAVED", interleaved)
+        .bool("HS_SWAP", hs_swap)
+        .code("COS_ROW", cos_row)
+        .input("x", x.storage());
+    let mut bind = vec![x];
+    let half = match cs {
+        Some((c, s)) => {
+            k = k.input("cos", c.storage()).input("sin", s.storage());
+            bind.push(c);
+            bind.push(s);
+            c.shape.last().copied().unwrap_or(1)
+        }
+        None => {
+            k = k.input("cos", x.storage()).input("sin", x.storage());
+            bind.push(x);
+            bind.push(x);
+            1
+        }
+    };
+    match pos_t {
+        Some(p) => {
+            k = k.input("pos", p.storage());
+            bind.push(p);
+        }
+        None => {
+            k = k.input("pos", x.storage());
+            bind.push(x);
+        }
+    }
+    let k = k.output("y", out.storage()).mapped("y");
+    bind.push(&out);
+    let meta = [
+        n as u32,
+        l.b as u32,
+        l.s as u32,
+        l.h as u32,
+        l.d as u32,
+        l.strides[0] as u32,
+        l.strides[1] as u32,
+        l.strides[2] as u32,
+        l.off as u32,
+        rot_dim as u32,
+        half as u32,
+    ];
+    cx.dispatch(
+        &k,
+        &bind,
+        &meta,
+        n.div_ceil(out.storage().per_word() as usize) as u64,
+    )?;
+    Ok(out)
+}
+
+struct Gqa {
+    heads: usize,
+    kv_heads: usize,
+    scale: Option<f32>,
+    softcap: f32,
+    window: i64,
+    rotary: bool,
+    interleaved: bool,
+}
+
+impl Op for Gqa {
+    fn host_inputs(&self) -> &[usize] {
+        &[6]
+    }
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let opt = |cx: &mut Ctx<'_>, i: usize| -> Result<Option<GpuTensor>> {
+            match inputs.get(i).copied().flatten() {
+                Some(v) if v.numel() > 0 || i == 3 || i == 4 => Ok(Some(cx.to_gpu(v)?)),
+                _ => Ok(None),
+            }
+        };
+        let q_in = cx.to_gpu(req(inputs, 0)?)?;
+        let key = opt(cx, 1)?;
+        let value = opt(cx, 2)?;
+        let past_k = opt(cx, 3)?;
+        let past_v = opt(cx, 4)?;
+        let seqlens = cx.to_gpu(req(inputs, 5)?)?;
+        let total = host_in(inputs, 6)?
+            .to_i64()
+            .first()
+            .copied()
+            .ok_or_else(|| op_err("total_sequence_length is empty"))?;
+        let cos = opt(cx, 7)?;
+        let sin = opt(cx, 8)?;
+        if inputs.get(9).copied().flatten().is_some() {
+            return Err(op_err(
+                "position_ids input is not supported (positions come from seqlens_k)",
+            ));
+        }
+        let bias = opt(cx, 10)?;
+        if q_in.shape.len() != 3 {
+            return Err(op_err(format!(
+                "query must be [B, S, hidden], got {:?}",
+                q_in.shape
+            )));
+        }
+        let (b, s, hidden) = (q_in.shape[0], q_in.shape[1], q_in.shape[2]);
+        let (h, kvh) = (self.heads, self.kv_heads);
+        let packed = key.is_none();
+        let d = if packed {
+            hidden / (h + 2 * kvh)
+        } else {
+            hidden / h
+        };
+        if d == 0 || (packed && hidden != (h + 2 * kvh) * d) || (!packed && hidden != h * d) {
+            return Err(op_err(format!(
+                "query hidden size {hidden} does not fit {h} heads (+{kvh} kv heads)"
+            )));
+        }
+        let p = past_k
+            .as_ref()
+            .map_or(0, |t| t.shape.get(2).copied().unwrap_or(0));
+        let t_len =
+            p.max(usize::try_from(total).map_err(|_| op_err("negative total_sequence_length"))?);
+        if seqlens.numel() != b {
+            return Err(op_err(format!(
+                "seqlens_k has {} entries for batch {b}",
+                seqlens.numel()
+            )));
+        }
+        let rot = if self.rotary {
+            let (c, sn) = (
+                cos.as_ref()
+                    .ok_or_else(|| op_err("do_rotary needs cos_cache"))?,
+                sin.as_ref()
+                    .ok_or_else(|| op_err("do_rotary needs sin_cache"))?,
+            );
+            Some((c, sn))
+        } else {
+            None
+        };
+        let rot_dim = rot.map_or(0, |(c, _)| c.shape.last().copied().unwrap_or(0) * 2);
+        if rot_dim > d {
+            return Err(op_err(format!(
+                "rotary dim {rot_dim} exceeds head size {d}"
+            )));
+        }
+        // Q (rotated) as f32 [B, S, H, D]; new K (rotated) and V as [B, S, kvH, D].
+        let row = if packed { hidden } else { h * d };
+        let ql = Layout {
+            b,
+            s,
+            h,
+            d,
+            strides: [s * row, row, d],
+            off: 0,
+        };
+        let q = rope(
+            cx,
+            &q_in,
+            &ql,
+            rot,
+            Pos::Seqlens(&seqlens),
+            self.interleaved,
+            rot_dim,
+            false,
+            DType::F32,
+        )?;
+        let (k_src, k_off, k_row) = match &key {
+            Some(k) => (k, 0, kvh * d),
+            None => (&q_in, h * d, hidden),
+        };
+        let (v_src, v_off, v_row) = match &value {
+            Some(v) => (v, 0, kvh * d),
+            None => (&q_in, (h + kvh) * d, hidden),
+        };
+        let kv_dtype = past_k.as_ref().map_or(q_in.dtype, |t| t.dtype);
+        let kl = Layout {
+            b,
+            s,
+            h: kvh,
+            d,
+            strides: [s * k_row, k_row, d],
+            off: k_off,
+        };
+        let k_new = rope(
+            cx,
+            k_src,
+            &kl,
+            rot,
+            Pos::Seqlens(&seqlens),
+            self.interleaved,
+            rot_dim,
+            false,
+            DType::F32,
+        )?;
+        let vl = Layout {
+            b,
+            s,
+            h: kvh,
+            d,
+            strides: [s * v_row, v_row, d],
+            off: v_off,
+        };
+        let v_new = rope(
+            cx,
+            v_src,
+            &vl,
+            None,
+            Pos::PerToken,
+            false,
+            0,
+            false,
+            DType::F32,
+        )?;
+        let present_k = self.append(
+            cx,
+            &k_new,
+            past_k.as_ref(),
+            &seqlens,
+            [b, kvh, t_len, d, s, p],
+            kv_dtype,
+        )?;
+        let present_v = self.append(
+            cx,
+            &v_new,
+            past_v.as_ref(),
+            &seqlens,
+            [b, kvh, t_len, d, s, p],
+            kv_dtype,
+        )?;
+
+        let scores = cx.alloc(DType::F32, vec![b * h * s * t_len.max(1)])?;
+        let y = cx.alloc(DType::F32, vec![b, s, h * d])?;
+        let scale = self.scale.unwrap_or(1.0 / (d as f32).sqrt());
+        let softcap = if self.softcap > 0.0 {
+            format!(
+                "sc = {0} * tanh(clamp(sc / {0}, -15.0, 15.0));",
+                lit(self.softcap)
+            )
+        } else {
+            String::new()
+        };
+        let mut kern = Kernel::new("gqa", GQA)
+            .workgroup(64)
+            .f32("SCALE", scale)
+            .code("SOFTCAP", &softcap)
+            .input("q", Storage::F32)
+            .input("k", present_k.storage())
+            .input("v", present_v.storage())
+            .input("seqlens", seqlens.storage());
+        let mut bind = vec![&q, &present_k, &present_v, &seqlens];
+        let mut bstr = [0u32; 4];
+        if let Some(bt) = &bias {
+            if bt.shape.len() != 4 || bt.shape[2] != s || bt.shape[3] < t_len.min(total as usize) {
+                return Err(op_err(format!(
+                    "attention_bias {:?} is not [B|1, H|1, {s}, {total}]",
+                    bt.shape
+                )));
+            }
+            let tb = bt.shape[3];
+            bstr = [
+                if bt.shape[0] == 1 {
+                    0
+                } else {
+                    (bt.shape[1] * s * tb) as u32
+                },
+                if bt.shape[1] == 1 { 0 } else { (s * tb) as u32 },
+                tb as u32,
+                1,
+            ];
+            kern = kern.input("bias", bt.storage()).code(
+                "BIAS",
+                "sc = sc + ld_bias(b * meta[7] + h * meta[8] + s * meta[9] + tt);",
+            );
+            bind.push(bt);
+        } else {
+            kern = kern.code("BIAS", "");
+        }
+        let kern = kern
+            .output("scores", Storage::F32)
+            .output("y", Storage::F32);
+        bind.push(&scores);
+        bind.push(&y);
+        let window = if self.window > 0 {
+            self.window as i32
+        } else {
+            -1
+        };
+        let meta = [
+            b as u32,
+            s as u32,
+            h as u32,
+            kvh as u32,
+            d as u32,
+            t_len as u32,
+            window as u32,
+            bstr[0],
+            bstr[1],
+            bstr[2],
+            bstr[3],
+        ];
+        cx.dispatch(&kern, &bind, &meta, (b * h * s) as u64 * 64)?;
+        let y = if q_in.dtype == DType::F32 {
+            y
+        } else {
+            cast_gpu(cx, &y, q_in.dtype)?
+        };
+        Ok(vec![
+            Value::Gpu(y),
+            Value::Gpu(present_k),
+            Value::Gpu(present_v),
+        ])
+    }
+}
+
+fn lit(v: f32) -> String {
+    format!("bitcast<f32>({}u)", v.to_bits())
+}
+
+impl Gqa {
+    fn append(
+        &self,
+        cx: &mut Ctx<'_>,
+        new: &GpuTensor,
+        past: Option<&GpuTensor>,
+        seqlens: &GpuTensor,
+        dims: [usize; 6],
+        dtype: DType,
+    ) -> Result<GpuTensor> {
+        let [b, kvh, t, d, s, p] = dims;
+        let out = cx.alloc(dtype, vec![b, kvh, t, d])?;
+        let n = out.numel();
+        let mut k = Kernel::new("kv_append", KV_APPEND)
+            .input("new", Storage::F32)
+            .input("seqlens", seqlens.storage());
+        let mut bind = vec![new, seqlens];
+        match past {
+            Some(pt) if p > 0 => {
+                if pt.shape != [b, kvh, p, d] {
+                    return Err(op_err(format!(
+                        "past KV {:?} is not [{b}, {kvh}, {p}, {d}]",
+                        pt.shape
+                    )));
+                }
+                k = k
+                    .input("past", pt.storage())
+                    .code("PAST", "ld_past(((b * H + h) * P + t) * D + d)");
+                bind.push(pt);
+            }
+            _ => k = k.code("PAST", "0.0"),
+        }
+        let k = k.output("y", out.storage()).mapped("y");
+        bind.push(&out);
+        cx.dispatch(
+            &k,
+            &bind,
+            &[n as u32, kvh as u32, t as u32, d as u32, s as u32, p as u32],
+            n.div_ceil(out.storage().per_word() as usize) as u64,
+        )?;
+        Ok(out)
+    }
+}
+
+fn gqa(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
+    let heads = a.i("num_heads").ok_or_else(|| a.err("missing num_heads"))?;
+    let kv_heads = a
+        .i("kv_num_heads")
+        .ok_or_else(|| a.err("missing kv_num_heads"))?;
+    if heads <= 0 || kv_heads <= 0 || heads % kv_heads != 0 {
+        return Err(a.err(format!(
+            "num_heads {heads} is not a multiple of kv_num_heads {kv_heads}"
+        )));
+    }
+    a.reject_nonzero(&["smooth_softmax", "qk_output"])?;
+    for (i, what) in [(9usize, "position_ids"), (11, "head_sink")] {
+        if a.node.inputs.get(i).is_some_and(|s| !s.is_empty()) {
+            return Err(a.err(format!("{what} input is not supported")));
+        }
+    }
+    let scale = a.f_or("scale", 0.0);
+    Ok(Box::new(Gqa {
+        heads: heads as usize,
+        kv_heads: kv_heads as usize,
+        scale: (scale != 0.0).then_some(scale),
+        softcap: a.f_or("softcap", 0.0),
+        window: a.i_or("local_window_size", -1),
+        rotary: a.i_or("do_rotary", 0) != 0,
+        interleaved: a.i_or("rotary_interleaved", 0) != 0,
+    }))
+}
+
+struct Rotary {
+    ms: bool,
+    interleaved: bool,
+    heads: usize,
+    rot_dim: usize,
+}
+
+impl Op for Rotary {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let x = cx.to_gpu(req(inputs, 0)?)?;
+        // com.microsoft: (input, position_ids, cos, sin); ai.onnx: (X, cos, sin, position_ids?)
+        let (pos_v, cos, sin) = if self.ms {
+            (
+                inputs.get(1).copied().flatten(),
+                cx.to_gpu(req(inputs, 2)?)?,
+                cx.to_gpu(req(inputs, 3)?)?,
+            )
+        } else {
+            (
+                inputs.get(3).copied().flatten(),
+                cx.to_gpu(req(inputs, 1)?)?,
+                cx.to_gpu(req(inputs, 2)?)?,
+            )
+        };
+        let half = *cos
+            .shape
+            .last()
+            .ok_or_else(|| op_err("cos_cache must not be a scalar"))?;
+        let (b, s, h, d, hs_swap, strides) = match x.shape.len() {
+            4 if self.ms => {
+                let (b, h, s, d) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+                (b, s, h, d, true, [h * s * d, d, s * d])
+            }
+            4 => {
+                let (b, h, s, d) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
+                (b, s, h, d, true, [h * s * d, d, s * d])
+            }
+            3 => {
+                let (b, s, hidden) = (x.shape[0], x.shape[1], x.shape[2]);
+                let h = if self.heads > 0 {
+                    self.heads
+                } else if self.rot_dim > 0 {
+                    hidden / self.rot_dim
+                } else {
+                    hidden / (2 * half)
+                };
+                if h == 0 || hidden % h != 0 {
+                    return Err(op_err(format!(
+                        "hidden {hidden} is not divisible into heads"
+                    )));
+                }
+                (b, s, h, hidden / h, false, [s * hidden, hidden, hidden / h])
+            }
+            _ => {
+                return Err(op_err(format!(
+                    "input must be 3-D or 4-D, got {:?}",
+                    x.shape
+                )));
+            }
+        };
+        let rot_dim = if self.rot_dim > 0 {
+            self.rot_dim
+        } else {
+            (2 * half).min(d)
+        };
+        let pos_t = match pos_v {
+            Some(v) => Some(cx.to_gpu(v)?),
+            None => None,
+        };
+        let pos = match &pos_t {
+            Some(p) if p.numel() == 1 && b * s != 1 => Pos::Offset(p),
+            Some(p) => Pos::Ids(p),
+            None => Pos::PerToken,
+        };
+        let l = Layout {
+            b,
+            s,
+            h,
+            d,
+            strides,
+            off: 0,
+        };
+        let y = rope(
+            cx,
+            &x,
+            &l,
+            Some((&cos, &sin)),
+            pos,
+            self.interleaved,
+            rot_dim,
+            hs_swap,
+            x.dtype,
+        )?;
+        Ok(vec![Value::Gpu(y.reshaped(x.shape.clone()))])
+    }
+}
+
+fn rotary(a: &Attrs<'_>, ms: bool) -> Result<Box<dyn Op>> {
+    if ms {
+        a.reject_nonzero(&["is_packed_batching"])?;
+        if (a.f_or("scale", 1.0) - 1.0).abs() > f32::EPSILON {
+            return Err(a.err("scale != 1 is not supported"));
+        }
+    }
+    Ok(Box::new(Rotary {
+        ms,
+        interleaved: a.i_or("interleaved", 0) != 0,
+        heads: a.i_or("num_heads", 0).max(0) as usize,
+        rot_dim: a.i_or("rotary_embedding_dim", 0).max(0) as usize,
+    }))
+}
+
+/// Registers the family.
+pub fn register(r: &mut Registry) {
+    r.register(MS, "GroupQueryAttention", gqa);
+    r.register(MS, "RotaryEmbedding", |a| rotary(a, true));
+    r.register("", "RotaryEmbedding", |a| rotary(a, false));
+}

@@ -1,0 +1,249 @@
+//! MatMul and Gemm (f32 accumulation; f16 inputs unpacked in the shader).
+
+use super::host;
+use super::{Attrs, Op, Registry, req};
+use crate::error::{Result, op_err};
+use crate::exec::{Ctx, GpuTensor, Value};
+use crate::gpu::Kernel;
+
+const GEMM: &str = include_str!("../kernels/gemm.wgsl");
+
+/// Strided operand: element (m, k) at `off + m*rs + k*cs`.
+struct Operand<'a> {
+    t: &'a GpuTensor,
+    rs: usize,
+    cs: usize,
+    bstrides: Vec<usize>,
+}
+
+#[allow(clippy::too_many_arguments)] // reason: a GEMM is described by this many independent parameters
+fn gemm(
+    cx: &mut Ctx<'_>,
+    a: Operand<'_>,
+    b: Operand<'_>,
+    c: Option<(&GpuTensor, usize, usize)>,
+    batch: &[usize],
+    m: usize,
+    n: usize,
+    k: usize,
+    alpha: f32,
+    beta: f32,
+    out_shape: Vec<usize>,
+) -> Result<GpuTensor> {
+    let out = cx.alloc(a.t.dtype, out_shape)?;
+    let total = out.numel();
+    if total == 0 {
+        return Ok(out);
+    }
+    let mut kern = Kernel::new("gemm", GEMM)
+        .f32("ALPHA", alpha)
+        .input("a", a.t.storage())
+        .input("b", b.t.storage());
+    let mut bind = vec![a.t, b.t];
+    let (crs, ccs) = match c {
+        Some((ct, crs, ccs)) => {
+            kern = kern.input("c", ct.storage()).code(
+                "ADD_C",
+                &format!(
+                    "r = r + bitcast<f32>({}u) * ld_c(row * meta[9] + col * meta[10]);",
+                    beta.to_bits()
+                ),
+            );
+            bind.push(ct);
+            (crs, ccs)
+        }
+        None => {
+            kern = kern.code("ADD_C", "");
+            (0, 0)
+        }
+    };
+    let kern = kern.output("y", out.storage()).mapped("y");
+    bind.push(&out);
+    let mut meta = vec![
+        total as u32,
+        m as u32,
+        n as u32,
+        k as u32,
+        batch.len() as u32,
+        a.rs as u32,
+        a.cs as u32,
+        b.rs as u32,
+        b.cs as u32,
+        crs as u32,
+        ccs as u32,
+    ];
+    meta.extend(batch.iter().map(|&d| d as u32));
+    meta.extend(a.bstrides.iter().map(|&d| d as u32));
+    meta.extend(b.bstrides.iter().map(|&d| d as u32));
+    cx.dispatch(
+        &kern,
+        &bind,
+        &meta,
+        total.div_ceil(out.storage().per_word() as usize) as u64,
+    )?;
+    Ok(out)
+}
+
+/// `a @ b` with numpy MatMul semantics (1-D promotion, broadcast batch dims).
+pub fn matmul_gpu(cx: &mut Ctx<'_>, a: &GpuTensor, b: &GpuTensor) -> Result<GpuTensor> {
+    let a_shape = if a.shape.len() == 1 {
+        vec![1, a.shape[0]]
+    } else {
+        a.shape.clone()
+    };
+    let b_shape = if b.shape.len() == 1 {
+        vec![b.shape[0], 1]
+    } else {
+        b.shape.clone()
+    };
+    let (ar, brk) = (a_shape.len(), b_shape.len());
+    let (m, k) = (a_shape[ar - 2], a_shape[ar - 1]);
+    let (k2, n) = (b_shape[brk - 2], b_shape[brk - 1]);
+    if k != k2 {
+        return Err(op_err(format!(
+            "MatMul inner dimensions differ: {:?} x {:?}",
+            a.shape, b.shape
+        )));
+    }
+    let batch = host::broadcast(&[&a_shape[..ar - 2], &b_shape[..brk - 2]])?;
+    let a_b: Vec<usize> = host::bcast_strides(&a_shape[..ar - 2], &batch)
+        .iter()
+        .map(|&s| s as usize * m * k)
+        .collect();
+    let b_b: Vec<usize> = host::bcast_strides(&b_shape[..brk - 2], &batch)
+        .iter()
+        .map(|&s| s as usize * k * n)
+        .collect();
+    let mut out_shape = batch.clone();
+    if a.shape.len() > 1 {
+        out_shape.push(m);
+    }
+    if b.shape.len() > 1 {
+        out_shape.push(n);
+    }
+    let ao = Operand {
+        t: a,
+        rs: k,
+        cs: 1,
+        bstrides: a_b,
+    };
+    let bo = Operand {
+        t: b,
+        rs: n,
+        cs: 1,
+        bstrides: b_b,
+    };
+    gemm(cx, ao, bo, None, &batch, m, n, k, 1.0, 0.0, out_shape)
+}
+
+struct MatMul;
+impl Op for MatMul {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let a = cx.to_gpu(req(inputs, 0)?)?;
+        let b = cx.to_gpu(req(inputs, 1)?)?;
+        Ok(vec![Value::Gpu(matmul_gpu(cx, &a, &b)?)])
+    }
+}
+
+struct Gemm {
+    alpha: f32,
+    beta: f32,
+    ta: bool,
+    tb: bool,
+}
+
+impl Op for Gemm {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let a = cx.to_gpu(req(inputs, 0)?)?;
+        let b = cx.to_gpu(req(inputs, 1)?)?;
+        if a.shape.len() != 2 || b.shape.len() != 2 {
+            return Err(op_err("Gemm inputs must be 2-D"));
+        }
+        let (m, k) = if self.ta {
+            (a.shape[1], a.shape[0])
+        } else {
+            (a.shape[0], a.shape[1])
+        };
+        let (k2, n) = if self.tb {
+            (b.shape[1], b.shape[0])
+        } else {
+            (b.shape[0], b.shape[1])
+        };
+        if k != k2 {
+            return Err(op_err(format!(
+                "Gemm inner dimensions differ: {:?} x {:?}",
+                a.shape, b.shape
+            )));
+        }
+        let ao = if self.ta {
+            Operand {
+                t: &a,
+                rs: 1,
+                cs: m,
+                bstrides: vec![],
+            }
+        } else {
+            Operand {
+                t: &a,
+                rs: k,
+                cs: 1,
+                bstrides: vec![],
+            }
+        };
+        let bo = if self.tb {
+            Operand {
+                t: &b,
+                rs: 1,
+                cs: k,
+                bstrides: vec![],
+            }
+        } else {
+            Operand {
+                t: &b,
+                rs: n,
+                cs: 1,
+                bstrides: vec![],
+            }
+        };
+        let c = match inputs.get(2).copied().flatten() {
+            Some(v) => Some(cx.to_gpu(v)?),
+            None => None,
+        };
+        let c_desc = match &c {
+            Some(ct) => {
+                let st = host::bcast_strides(&ct.shape, &[m, n]);
+                let _ = host::broadcast(&[&ct.shape, &[m, n]])?;
+                Some((ct, st[0] as usize, st[1] as usize))
+            }
+            None => None,
+        };
+        Ok(vec![Value::Gpu(gemm(
+            cx,
+            ao,
+            bo,
+            c_desc,
+            &[],
+            m,
+            n,
+            k,
+            self.alpha,
+            self.beta,
+            vec![m, n],
+        )?)])
+    }
+}
+
+fn gemm_b(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
+    Ok(Box::new(Gemm {
+        alpha: a.f_or("alpha", 1.0),
+        beta: a.f_or("beta", 1.0),
+        ta: a.i_or("transA", 0) != 0,
+        tb: a.i_or("transB", 0) != 0,
+    }))
+}
+
+/// Registers the family.
+pub fn register(r: &mut Registry) {
+    r.register("", "MatMul", |_| Ok(Box::new(MatMul)));
+    r.register("", "Gemm", gemm_b);
+}

@@ -1,0 +1,367 @@
+//! Data movement: Transpose, Slice, Expand, Concat, Split, Gather, Tile. Views (transpose, slice,
+//! expand, split) are one strided copy each through the elementwise kernel.
+
+use super::elementwise::{View, copy_view};
+use super::{Attrs, Op, Registry, all_host, axis, host_in, opt_host, req};
+use crate::error::{Result, op_err};
+use crate::exec::{Ctx, GpuTensor, Value};
+use crate::gpu::Kernel;
+use crate::ops::host;
+use crate::tensor::{HostTensor, numel, strides};
+
+const GATHER: &str = include_str!("../kernels/gather.wgsl");
+const CONCAT: &str = include_str!("../kernels/concat.wgsl");
+
+/// A strided view of a value, materialised on its side (host or GPU).
+fn view_value(
+    cx: &mut Ctx<'_>,
+    x: &Value,
+    out_shape: Vec<usize>,
+    st: Vec<i64>,
+    base: i64,
+) -> Result<Value> {
+    Ok(match x {
+        Value::Host(h) => Value::Host(host::gather_view(h, out_shape, &st, base)),
+        Value::Gpu(g) => Value::Gpu(copy_view(
+            cx,
+            View {
+                t: g,
+                base,
+                strides: st,
+            },
+            &out_shape,
+        )?),
+    })
+}
+
+struct Transpose {
+    perm: Option<Vec<i64>>,
+}
+
+impl Op for Transpose {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let x = req(inputs, 0)?;
+        let r = x.shape().len();
+        let perm: Vec<usize> = match &self.perm {
+            Some(p) => p.iter().map(|&a| axis(a, r)).collect::<Result<_>>()?,
+            None => (0..r).rev().collect(),
+        };
+        if perm.len() != r {
+            return Err(op_err(format!("perm {perm:?} does not match rank {r}")));
+        }
+        let st = strides(x.shape());
+        let shape = perm.iter().map(|&p| x.shape()[p]).collect();
+        let pst = perm.iter().map(|&p| st[p] as i64).collect();
+        Ok(vec![view_value(cx, x, shape, pst, 0)?])
+    }
+}
+
+struct Slice {
+    attrs: Option<(Vec<i64>, Vec<i64>, Option<Vec<i64>>)>,
+}
+
+impl Op for Slice {
+    fn host_inputs(&self) -> &[usize] {
+        &[1, 2, 3, 4]
+    }
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let x = req(inputs, 0)?;
+        let r = x.shape().len();
+        let (starts, ends, axes, steps) = match &self.attrs {
+            Some((s, e, a)) => (s.clone(), e.clone(), a.clone(), None),
+            None => (
+                host_in(inputs, 1)?.to_i64(),
+                host_in(inputs, 2)?.to_i64(),
+                opt_host(inputs, 3)?.map(HostTensor::to_i64),
+                opt_host(inputs, 4)?.map(HostTensor::to_i64),
+            ),
+        };
+        let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+        let steps = steps.unwrap_or_else(|| vec![1; starts.len()]);
+        if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
+            return Err(op_err("starts/ends/axes/steps lengths differ"));
+        }
+        let st = strides(x.shape());
+        let mut shape = x.shape().to_vec();
+        let mut vst: Vec<i64> = st.iter().map(|&s| s as i64).collect();
+        let mut base = 0i64;
+        for k in 0..starts.len() {
+            let a = axis(axes[k], r)?;
+            let dim = x.shape()[a] as i64;
+            let step = steps[k];
+            if step == 0 {
+                return Err(op_err("slice step 0"));
+            }
+            let norm = |v: i64| if v < 0 { v + dim } else { v };
+            let (s, e) = if step > 0 {
+                (norm(starts[k]).clamp(0, dim), norm(ends[k]).clamp(0, dim))
+            } else {
+                (
+                    norm(starts[k]).clamp(-1, dim - 1),
+                    norm(ends[k]).clamp(-1, dim - 1),
+                )
+            };
+            let len = if step > 0 {
+                (e - s + step - 1).div_euclid(step).max(0)
+            } else {
+                (s - e + (-step) - 1).div_euclid(-step).max(0)
+            };
+            shape[a] = len as usize;
+            if len > 0 {
+                base += s * st[a] as i64;
+            }
+            vst[a] = st[a] as i64 * step;
+        }
+        Ok(vec![view_value(cx, x, shape, vst, base)?])
+    }
+}
+
+struct Expand;
+impl Op for Expand {
+    fn host_inputs(&self) -> &[usize] {
+        &[1]
+    }
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let x = req(inputs, 0)?;
+        let want: Vec<usize> = host_in(inputs, 1)?
+            .to_i64()
+            .iter()
+            .map(|&d| d.max(0) as usize)
+            .collect();
+        let out = host::broadcast(&[x.shape(), &want])?;
+        let st = host::bcast_strides(x.shape(), &out);
+        Ok(vec![view_value(cx, x, out, st, 0)?])
+    }
+}
+
+struct Concat {
+    axis: i64,
+}
+
+/// Concatenates GPU tensors along `axis` (at most 6 per dispatch; more are chained).
+pub fn concat_gpu(cx: &mut Ctx<'_>, ts: &[GpuTensor], ax: usize) -> Result<GpuTensor> {
+    let first = ts.first().ok_or_else(|| op_err("Concat of nothing"))?;
+    let mut out_shape = first.shape.clone();
+    out_shape[ax] = ts.iter().map(|t| t.shape[ax]).sum();
+    let parts: Vec<&GpuTensor> = ts.iter().filter(|t| t.numel() > 0).collect();
+    if parts.len() > 6 {
+        let head = concat_gpu(
+            cx,
+            &parts[..6].iter().map(|t| (*t).clone()).collect::<Vec<_>>(),
+            ax,
+        )?;
+        let mut rest = vec![head];
+        rest.extend(parts[6..].iter().map(|t| (*t).clone()));
+        return concat_gpu(cx, &rest, ax);
+    }
+    let out = cx.alloc(first.dtype, out_shape.clone())?;
+    let n = numel(&out_shape);
+    if n == 0 {
+        return Ok(out);
+    }
+    let inner = numel(&out_shape[ax + 1..]);
+    let mut meta = vec![n as u32, inner as u32, out_shape[ax] as u32];
+    let mut k = Kernel::new("concat", CONCAT);
+    let mut sel = String::new();
+    let mut off = 0usize;
+    for (i, t) in parts.iter().enumerate() {
+        k = k.input(&format!("x{i}"), t.storage());
+        meta.push(off as u32);
+        meta.push(t.shape[ax] as u32);
+        let (mo, mc) = (3 + 2 * i, 4 + 2 * i);
+        sel.push_str(&format!("if (c < meta[{mo}] + meta[{mc}]) {{ return ld_x{i}((o * meta[{mc}] + c - meta[{mo}]) * inner + j); }}\n    "));
+        off += t.shape[ax];
+    }
+    let k = k
+        .code("SELECT", &sel)
+        .output("y", out.storage())
+        .mapped("y");
+    let mut bind: Vec<&GpuTensor> = parts.clone();
+    bind.push(&out);
+    cx.dispatch(
+        &k,
+        &bind,
+        &meta,
+        n.div_ceil(out.storage().per_word() as usize) as u64,
+    )?;
+    Ok(out)
+}
+
+impl Op for Concat {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let ins: Vec<&Value> = inputs.iter().flatten().copied().collect();
+        let first = ins.first().ok_or_else(|| op_err("Concat without inputs"))?;
+        let r = first.shape().len();
+        let ax = axis(self.axis, r)?;
+        for v in &ins {
+            if v.shape().len() != r || (0..r).any(|d| d != ax && v.shape()[d] != first.shape()[d]) {
+                return Err(op_err(format!(
+                    "cannot concat {:?} with {:?} on axis {ax}",
+                    first.shape(),
+                    v.shape()
+                )));
+            }
+        }
+        if all_host(inputs) {
+            let es = first.dtype().size();
+            let mut shape = first.shape().to_vec();
+            shape[ax] = ins.iter().map(|v| v.shape()[ax]).sum();
+            let outer = numel(&shape[..ax]);
+            let mut data = Vec::with_capacity(numel(&shape) * es);
+            for o in 0..outer {
+                for v in &ins {
+                    let h = v.host().ok_or_else(|| op_err("host input expected"))?;
+                    let blk = numel(&h.shape[ax..]) * es;
+                    data.extend_from_slice(&h.data[o * blk..(o + 1) * blk]);
+                }
+            }
+            return Ok(vec![Value::Host(HostTensor::new(
+                first.dtype(),
+                shape,
+                data,
+            )?)]);
+        }
+        let ts: Vec<GpuTensor> = ins.iter().map(|v| cx.to_gpu(v)).collect::<Result<_>>()?;
+        Ok(vec![Value::Gpu(concat_gpu(cx, &ts, ax)?)])
+    }
+}
+
+struct Split {
+    axis: i64,
+    split: Option<Vec<i64>>,
+    num_outputs: Option<usize>,
+}
+
+impl Op for Split {
+    fn host_inputs(&self) -> &[usize] {
+        &[1]
+    }
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let x = req(inputs, 0)?;
+        let ax = axis(self.axis, x.shape().len())?;
+        let dim = x.shape()[ax];
+        let sizes: Vec<usize> = match (&self.split, opt_host(inputs, 1)?) {
+            (Some(s), _) => s.iter().map(|&v| v.max(0) as usize).collect(),
+            (None, Some(t)) => t.to_i64().iter().map(|&v| v.max(0) as usize).collect(),
+            (None, None) => {
+                let n = self
+                    .num_outputs
+                    .ok_or_else(|| op_err("Split needs split sizes or num_outputs"))?;
+                let chunk = dim.div_ceil(n);
+                (0..n)
+                    .map(|i| chunk.min(dim.saturating_sub(i * chunk)))
+                    .collect()
+            }
+        };
+        if sizes.iter().sum::<usize>() != dim {
+            return Err(op_err(format!("split sizes {sizes:?} do not sum to {dim}")));
+        }
+        let st: Vec<i64> = strides(x.shape()).iter().map(|&s| s as i64).collect();
+        let mut outs = Vec::new();
+        let mut off = 0;
+        for s in sizes {
+            let mut shape = x.shape().to_vec();
+            shape[ax] = s;
+            outs.push(view_value(cx, x, shape, st.clone(), off as i64 * st[ax])?);
+            off += s;
+        }
+        Ok(outs)
+    }
+}
+
+struct Gather {
+    axis: i64,
+}
+
+impl Op for Gather {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let data = req(inputs, 0)?;
+        let idx = req(inputs, 1)?;
+        let ax = axis(self.axis, data.shape().len())?;
+        let dim = data.shape()[ax];
+        let mut shape = data.shape()[..ax].to_vec();
+        shape.extend_from_slice(idx.shape());
+        shape.extend_from_slice(&data.shape()[ax + 1..]);
+        let inner = numel(&data.shape()[ax + 1..]);
+        if let (Value::Host(d), Value::Host(i)) = (data, idx) {
+            let es = d.dtype.size();
+            let ids = i.to_i64();
+            let outer = numel(&d.shape[..ax]);
+            let mut out = Vec::with_capacity(numel(&shape) * es);
+            for o in 0..outer {
+                for &q in &ids {
+                    let q = if q < 0 { q + dim as i64 } else { q };
+                    if q < 0 || q as usize >= dim {
+                        return Err(op_err(format!(
+                            "index {q} out of range for dimension {dim}"
+                        )));
+                    }
+                    let s = ((o * dim + q as usize) * inner) * es;
+                    out.extend_from_slice(&d.data[s..s + inner * es]);
+                }
+            }
+            return Ok(vec![Value::Host(HostTensor::new(d.dtype, shape, out)?)]);
+        }
+        let d = cx.to_gpu(data)?;
+        let i = cx.to_gpu(idx)?;
+        let out = cx.alloc(d.dtype, shape)?;
+        let n = out.numel();
+        let k = Kernel::new("gather", GATHER)
+            .input("data", d.storage())
+            .input("idx", i.storage())
+            .output("y", out.storage())
+            .mapped("y");
+        let meta = [n as u32, inner as u32, i.numel() as u32, dim as u32];
+        cx.dispatch(
+            &k,
+            &[&d, &i, &out],
+            &meta,
+            n.div_ceil(out.storage().per_word() as usize) as u64,
+        )?;
+        Ok(vec![Value::Gpu(out)])
+    }
+}
+
+fn slice(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
+    let attrs = if a.opset < 10 {
+        Some((
+            a.ints("starts").ok_or_else(|| a.err("missing starts"))?,
+            a.ints("ends").ok_or_else(|| a.err("missing ends"))?,
+            a.ints("axes"),
+        ))
+    } else {
+        None
+    };
+    Ok(Box::new(Slice { attrs }))
+}
+
+/// Registers the family.
+pub fn register(r: &mut Registry) {
+    r.register("", "Transpose", |a| {
+        Ok(Box::new(Transpose {
+            perm: a.ints("perm"),
+        }))
+    });
+    r.register("", "Slice", slice);
+    r.register("", "Expand", |_| Ok(Box::new(Expand)));
+    r.register("", "Concat", |a| {
+        Ok(Box::new(Concat {
+            axis: a.i("axis").ok_or_else(|| a.err("missing axis"))?,
+        }))
+    });
+    r.register("", "Split", |a| {
+        Ok(Box::new(Split {
+            axis: a.i_or("axis", 0),
+            split: if a.opset < 13 { a.ints("split") } else { None },
+            num_outputs: Some(
+                a.i("num_outputs")
+                    .map_or(a.node.outputs.len(), |v| v.max(1) as usize),
+            ),
+        }))
+    });
+    r.register("", "Gather", |a| {
+        Ok(Box::new(Gather {
+            axis: a.i_or("axis", 0),
+        }))
+    });
+}

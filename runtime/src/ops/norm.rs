@@ -1,0 +1,219 @@
+//! Normalisations: LayerNormalization, SimplifiedLayerNormalization (RMS), and the contrib
+//! SkipSimplifiedLayerNormalization / SkipLayerNormalization (residual add fused in).
+
+use super::elementwise::cast_gpu;
+use super::{Attrs, MS, Op, Registry, axis, req};
+use crate::error::{Result, op_err};
+use crate::exec::{Ctx, GpuTensor, Value};
+use crate::gpu::{Kernel, Storage};
+use crate::tensor::{DType, numel};
+
+const NORM: &str = include_str!("../kernels/norm.wgsl");
+
+struct Norm {
+    simple: bool,
+    skip: bool,
+    axis: i64,
+    eps: f32,
+    /// Output positions: (y, mean, inv_std, sum).
+    outs: [Option<usize>; 4],
+    /// Input positions: (x, skip, gamma, beta, bias).
+    ins: [Option<usize>; 5],
+}
+
+fn opt_gpu(
+    cx: &mut Ctx<'_>,
+    inputs: &[Option<&Value>],
+    i: Option<usize>,
+) -> Result<Option<GpuTensor>> {
+    match i.and_then(|i| inputs.get(i).copied().flatten()) {
+        Some(v) => Ok(Some(cx.to_gpu(v)?)),
+        None => Ok(None),
+    }
+}
+
+impl Op for Norm {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let x = cx.to_gpu(req(inputs, 0)?)?;
+        let shape = x.shape.clone();
+        let ax = axis(self.axis, shape.len())?;
+        let rows = numel(&shape[..ax]);
+        let l = numel(&shape[ax..]);
+        let skip = if self.skip {
+            opt_gpu(cx, inputs, self.ins[1])?
+        } else {
+            None
+        };
+        let gamma =
+            opt_gpu(cx, inputs, self.ins[2])?.ok_or_else(|| op_err("scale/gamma is required"))?;
+        let beta = opt_gpu(cx, inputs, self.ins[3])?;
+        let bias = opt_gpu(cx, inputs, self.ins[4])?;
+        if let Some(s) = &skip
+            && s.numel() != x.numel()
+            && s.numel() != l
+        {
+            return Err(op_err(format!(
+                "skip shape {:?} does not match input {:?}",
+                s.shape, shape
+            )));
+        }
+        let y = cx.alloc(DType::F32, shape.clone())?;
+        let mut stat_shape = shape[..ax].to_vec();
+        stat_shape.extend(std::iter::repeat_n(1, shape.len() - ax));
+        let mean = self.outs[1]
+            .map(|_| cx.alloc(DType::F32, stat_shape.clone()))
+            .transpose()?;
+        let inv = self.outs[2]
+            .map(|_| cx.alloc(DType::F32, stat_shape.clone()))
+            .transpose()?;
+        let sum = self.outs[3]
+            .map(|_| cx.alloc(DType::F32, shape.clone()))
+            .transpose()?;
+
+        let mut k = Kernel::new("norm", NORM)
+            .workgroup(64)
+            .bool("SIMPLE", self.simple)
+            .f32("EPS", self.eps);
+        let mut bind: Vec<&GpuTensor> = vec![&x];
+        k = k.input("x", x.storage());
+        let mut load = "ld_x(i)".to_string();
+        if let Some(s) = &skip {
+            k = k.input("skip", s.storage());
+            bind.push(s);
+            load.push_str(if s.numel() == l {
+                " + ld_skip(l)"
+            } else {
+                " + ld_skip(i)"
+            });
+        }
+        if let Some(b) = &bias {
+            k = k.input("bias", b.storage());
+            bind.push(b);
+            load.push_str(" + ld_bias(l)");
+        }
+        k = k.input("gamma", gamma.storage());
+        bind.push(&gamma);
+        if let Some(b) = &beta {
+            k = k.input("beta", b.storage());
+            bind.push(b);
+        }
+        k = k.output("y", Storage::F32);
+        bind.push(&y);
+        let mut stats = String::new();
+        if let Some(m) = &mean {
+            k = k.output("mean", Storage::F32);
+            bind.push(m);
+            stats.push_str("stf_mean(row, mean); ");
+        }
+        if let Some(m) = &inv {
+            k = k.output("inv", Storage::F32);
+            bind.push(m);
+            stats.push_str("stf_inv(row, inv); ");
+        }
+        if let Some(m) = &sum {
+            k = k.output("sum", Storage::F32);
+            bind.push(m);
+        }
+        let k = k
+            .code("LOAD_X", &load)
+            .code(
+                "BETA",
+                if beta.is_some() {
+                    "+ ld_beta(l % bl)"
+                } else {
+                    ""
+                },
+            )
+            .code(
+                "STORE_SUM",
+                if sum.is_some() {
+                    "stf_sum(base + l, v);"
+                } else {
+                    ""
+                },
+            )
+            .code("STORE_STATS", &stats);
+        let meta = [
+            rows as u32,
+            l as u32,
+            gamma.numel().max(1) as u32,
+            beta.as_ref().map_or(1, |b| b.numel().max(1)) as u32,
+        ];
+        if rows > 0 && l > 0 {
+            cx.dispatch(&k, &bind, &meta, rows as u64 * 64)?;
+        }
+        let out_dtype = x.dtype;
+        let conv = |cx: &mut Ctx<'_>, t: GpuTensor| -> Result<Value> {
+            Ok(Value::Gpu(if out_dtype == DType::F32 {
+                t
+            } else {
+                cast_gpu(cx, &t, out_dtype)?
+            }))
+        };
+        let n_out = self.outs.iter().flatten().max().map_or(1, |m| m + 1);
+        let mut outs: Vec<Option<Value>> = vec![None; n_out];
+        if let Some(i) = self.outs[0] {
+            outs[i] = Some(conv(cx, y)?);
+        }
+        if let (Some(i), Some(m)) = (self.outs[1], mean) {
+            outs[i] = Some(Value::Gpu(m));
+        }
+        if let (Some(i), Some(m)) = (self.outs[2], inv) {
+            outs[i] = Some(Value::Gpu(m));
+        }
+        if let (Some(i), Some(m)) = (self.outs[3], sum) {
+            outs[i] = Some(conv(cx, m)?);
+        }
+        outs.into_iter()
+            .map(|o| o.ok_or_else(|| op_err("internal: output not produced")))
+            .collect()
+    }
+}
+
+fn present(a: &Attrs<'_>, i: usize) -> Option<usize> {
+    a.node.outputs.get(i).filter(|n| !n.is_empty()).map(|_| i)
+}
+
+/// Registers the family.
+pub fn register(r: &mut Registry) {
+    r.register("", "LayerNormalization", |a| {
+        Ok(Box::new(Norm {
+            simple: false,
+            skip: false,
+            axis: a.i_or("axis", -1),
+            eps: a.f_or("epsilon", 1e-5),
+            outs: [Some(0), present(a, 1), present(a, 2), None],
+            ins: [Some(0), None, Some(1), Some(2), None],
+        }))
+    });
+    r.register("", "SimplifiedLayerNormalization", |a| {
+        Ok(Box::new(Norm {
+            simple: true,
+            skip: false,
+            axis: a.i_or("axis", -1),
+            eps: a.f_or("epsilon", 1e-5),
+            outs: [Some(0), None, present(a, 1), None],
+            ins: [Some(0), None, Some(1), None, None],
+        }))
+    });
+    r.register(MS, "SkipSimplifiedLayerNormalization", |a| {
+        Ok(Box::new(Norm {
+            simple: true,
+            skip: true,
+            axis: -1,
+            eps: a.f_or("epsilon", 1e-5),
+            outs: [Some(0), present(a, 1), present(a, 2), present(a, 3)],
+            ins: [Some(0), Some(1), Some(2), None, Some(3)],
+        }))
+    });
+    r.register(MS, "SkipLayerNormalization", |a| {
+        Ok(Box::new(Norm {
+            simple: false,
+            skip: true,
+            axis: -1,
+            eps: a.f_or("epsilon", 1e-5),
+            outs: [Some(0), present(a, 1), present(a, 2), present(a, 3)],
+            ins: [Some(0), Some(1), Some(2), Some(3), Some(4)],
+        }))
+    });
+}

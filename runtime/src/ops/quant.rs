@@ -1,0 +1,234 @@
+//! Block-quantised weights: MatMulNBits (GEMV/GEMM with dequantisation in registers) and
+//! GatherBlockQuantized (embedding rows), both com.microsoft.
+
+use super::elementwise::cast_gpu;
+use super::{Attrs, MS, Op, Registry, req};
+use crate::error::{Result, op_err};
+use crate::exec::{Ctx, GpuTensor, Value};
+use crate::gpu::{Kernel, Storage};
+use crate::tensor::{DType, numel};
+
+const MNB: &str = include_str!("../kernels/matmul_nbits.wgsl");
+const GBQ: &str = include_str!("../kernels/gather_block_quantized.wgsl");
+
+/// WGSL for the zero point of block `b` of row `n` (packed uint8, float, or the default).
+fn zp_code(zp: Option<&GpuTensor>, bits: u32) -> String {
+    match zp {
+        None => format!("return {}.0;", 1u32 << (bits - 1)),
+        Some(z) if z.dtype == DType::U8 && bits == 4 => "let byte = u32(ldi_zp(n * zrow + b / 2u)); return f32((byte >> ((b & 1u) * 4u)) & 15u);".into(),
+        Some(z) if z.dtype == DType::U8 => "return f32(ldi_zp(n * zrow + b));".into(),
+        Some(_) => "return ld_zp(n * nb + b);".into(),
+    }
+}
+
+struct MatMulNBits {
+    k: usize,
+    n: usize,
+    bits: u32,
+    block: usize,
+}
+
+impl Op for MatMulNBits {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let a = cx.to_gpu(req(inputs, 0)?)?;
+        let b = cx.to_gpu(req(inputs, 1)?)?;
+        let scales = cx.to_gpu(req(inputs, 2)?)?;
+        let zp = match inputs.get(3).copied().flatten() {
+            Some(v) => Some(cx.to_gpu(v)?),
+            None => None,
+        };
+        if inputs.get(4).copied().flatten().is_some() {
+            return Err(op_err("g_idx is not supported"));
+        }
+        let bias = match inputs.get(5).copied().flatten() {
+            Some(v) => Some(cx.to_gpu(v)?),
+            None => None,
+        };
+        let (k, n) = (self.k, self.n);
+        if a.shape.last() != Some(&k) {
+            return Err(op_err(format!(
+                "A shape {:?} does not end with K={k}",
+                a.shape
+            )));
+        }
+        let nb = k.div_ceil(self.block);
+        let blob = self.block * self.bits as usize / 8;
+        if b.dtype != DType::U8 || numel(&b.shape) != n * nb * blob {
+            return Err(op_err(format!(
+                "B {:?} {} is not [N={n}, {nb}, {blob}] uint8",
+                b.shape,
+                b.dtype.name()
+            )));
+        }
+        if scales.numel() != n * nb {
+            return Err(op_err(format!(
+                "scales has {} elements, expected {}",
+                scales.numel(),
+                n * nb
+            )));
+        }
+        let m = a.numel() / k;
+        let mut out_shape = a.shape.clone();
+        if let Some(last) = out_shape.last_mut() {
+            *last = n;
+        }
+        let y = cx.alloc(DType::F32, out_shape)?;
+        let zrow = (nb * self.bits as usize).div_ceil(8);
+        let mut kern = Kernel::new("matmul_nbits", MNB)
+            .workgroup(64)
+            .u32("BITS", self.bits)
+            .u32("BLOCK", self.block as u32)
+            .code("ZP", &zp_code(zp.as_ref(), self.bits))
+            .input("a", a.storage())
+            .input("w", Storage::U8)
+            .input("scales", scales.storage());
+        let mut bind = vec![&a, &b, &scales];
+        if let Some(z) = &zp {
+            kern = kern.input("zp", z.storage());
+            bind.push(z);
+        }
+        if let Some(bs) = &bias {
+            kern = kern
+                .input("bias", bs.storage())
+                .code("BIAS", "+ ld_bias(n)");
+            bind.push(bs);
+        } else {
+            kern = kern.code("BIAS", "");
+        }
+        let kern = kern.output("y", Storage::F32);
+        bind.push(&y);
+        let meta = [m as u32, n as u32, k as u32, nb as u32, zrow as u32];
+        cx.dispatch(&kern, &bind, &meta, (m * n) as u64 * 64)?;
+        let out = if a.dtype == DType::F32 {
+            y
+        } else {
+            cast_gpu(cx, &y, a.dtype)?
+        };
+        Ok(vec![Value::Gpu(out)])
+    }
+}
+
+fn matmul_nbits(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
+    let k = a.i("K").ok_or_else(|| a.err("missing K"))?;
+    let n = a.i("N").ok_or_else(|| a.err("missing N"))?;
+    let bits = a.i_or("bits", 4);
+    let block = a
+        .i("block_size")
+        .ok_or_else(|| a.err("missing block_size"))?;
+    if bits != 4 && bits != 8 {
+        return Err(a.err(format!("bits={bits} is not supported (4 or 8)")));
+    }
+    if !(16..=256).contains(&block) || !(block as u64).is_power_of_two() {
+        return Err(a.err(format!(
+            "block_size={block} is not supported (power of two, 16..256)"
+        )));
+    }
+    if k <= 0 || n <= 0 {
+        return Err(a.err("K and N must be positive"));
+    }
+    if a.node.inputs.get(4).is_some_and(|s| !s.is_empty()) {
+        return Err(a.err("g_idx input is not supported"));
+    }
+    Ok(Box::new(MatMulNBits {
+        k: k as usize,
+        n: n as usize,
+        bits: bits as u32,
+        block: block as usize,
+    }))
+}
+
+struct GatherBlockQuantized {
+    bits: u32,
+    block: usize,
+}
+
+impl Op for GatherBlockQuantized {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let data = cx.to_gpu(req(inputs, 0)?)?;
+        let idx = cx.to_gpu(req(inputs, 1)?)?;
+        let scales = cx.to_gpu(req(inputs, 2)?)?;
+        let zp = match inputs.get(3).copied().flatten() {
+            Some(v) => Some(cx.to_gpu(v)?),
+            None => None,
+        };
+        if data.shape.len() != 2 || data.dtype != DType::U8 {
+            return Err(op_err(format!(
+                "data must be a 2-D uint8 matrix, got {:?} {}",
+                data.shape,
+                data.dtype.name()
+            )));
+        }
+        let rows = data.shape[0];
+        let k = data.shape[1] * 8 / self.bits as usize;
+        let nb = k.div_ceil(self.block);
+        if scales.numel() != rows * nb {
+            return Err(op_err(format!(
+                "scales {:?} is not [{rows}, {nb}]",
+                scales.shape
+            )));
+        }
+        let mut shape = idx.shape.clone();
+        shape.push(k);
+        let y = cx.alloc(scales.dtype, shape)?;
+        let zrow = (nb * self.bits as usize).div_ceil(8);
+        let zp_code = zp_code(zp.as_ref(), self.bits).replace("n * ", "row * ");
+        let mut kern = Kernel::new("gather_block_quantized", GBQ)
+            .u32("BITS", self.bits)
+            .u32("BLOCK", self.block as u32)
+            .code("ZP", &zp_code)
+            .input("data", Storage::U8)
+            .input("idx", idx.storage())
+            .input("scales", scales.storage());
+        let mut bind = vec![&data, &idx, &scales];
+        if let Some(z) = &zp {
+            kern = kern.input("zp", z.storage());
+            bind.push(z);
+        }
+        let kern = kern.output("y", y.storage()).mapped("y");
+        bind.push(&y);
+        let n = y.numel();
+        let meta = [
+            n as u32,
+            k as u32,
+            rows as u32,
+            nb as u32,
+            data.shape[1] as u32,
+            zrow as u32,
+        ];
+        cx.dispatch(
+            &kern,
+            &bind,
+            &meta,
+            n.div_ceil(y.storage().per_word() as usize) as u64,
+        )?;
+        Ok(vec![Value::Gpu(y)])
+    }
+}
+
+fn gather_block_quantized(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
+    let bits = a.i_or("bits", 4);
+    let block = a.i_or("block_size", 128);
+    if a.i_or("gather_axis", 0) != 0 {
+        return Err(a.err("only gather_axis=0 is supported"));
+    }
+    let qa = a.i_or("quantize_axis", 1);
+    if qa != 1 && qa != -1 {
+        return Err(a.err("only quantize_axis=1 (last) is supported"));
+    }
+    if bits != 4 && bits != 8 {
+        return Err(a.err(format!("bits={bits} is not supported")));
+    }
+    if block < 16 || !(block as u64).is_power_of_two() {
+        return Err(a.err(format!("block_size={block} is not supported")));
+    }
+    Ok(Box::new(GatherBlockQuantized {
+        bits: bits as u32,
+        block: block as usize,
+    }))
+}
+
+/// Registers the family.
+pub fn register(r: &mut Registry) {
+    r.register(MS, "MatMulNBits", matmul_nbits);
+    r.register(MS, "GatherBlockQuantized", gather_block_quantized);
+}

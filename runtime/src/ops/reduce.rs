@@ -1,0 +1,297 @@
+//! Reductions (ReduceSum/Mean/Max/Min/Prod/L2/SumSquare), Softmax/LogSoftmax and CumSum.
+
+use super::elementwise::cast_gpu;
+use super::{Op, Registry, axis, host_dtype, opt_host, req};
+use crate::error::{Result, op_err};
+use crate::exec::{Ctx, Value};
+use crate::gpu::{Kernel, Storage};
+use crate::tensor::{DType, HostTensor, numel, strides};
+
+const REDUCE: &str = include_str!("../kernels/reduce.wgsl");
+const SOFTMAX: &str = include_str!("../kernels/softmax.wgsl");
+const CUMSUM: &str = include_str!("../kernels/cumsum.wgsl");
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+    L2,
+    SumSquare,
+}
+
+impl Kind {
+    fn wgsl(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Kind::Sum => ("0.0", "acc + v", "acc"),
+            Kind::Mean => ("0.0", "acc + v", "acc / cnt"),
+            Kind::Max => ("-3.4028235e38", "max(acc, v)", "acc"),
+            Kind::Min => ("3.4028235e38", "min(acc, v)", "acc"),
+            Kind::Prod => ("1.0", "acc * v", "acc"),
+            Kind::L2 => ("0.0", "acc + v * v", "sqrt(acc)"),
+            Kind::SumSquare => ("0.0", "acc + v * v", "acc"),
+        }
+    }
+    fn host(self, vals: &[f64]) -> f64 {
+        match self {
+            Kind::Sum => vals.iter().sum(),
+            Kind::Mean => vals.iter().sum::<f64>() / vals.len().max(1) as f64,
+            Kind::Max => vals.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            Kind::Min => vals.iter().copied().fold(f64::INFINITY, f64::min),
+            Kind::Prod => vals.iter().product(),
+            Kind::L2 => vals.iter().map(|v| v * v).sum::<f64>().sqrt(),
+            Kind::SumSquare => vals.iter().map(|v| v * v).sum(),
+        }
+    }
+}
+
+struct Reduce {
+    kind: Kind,
+    keepdims: bool,
+    noop_empty: bool,
+    axes_attr: Option<Vec<i64>>,
+}
+
+impl Op for Reduce {
+    fn host_inputs(&self) -> &[usize] {
+        &[1]
+    }
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let x = req(inputs, 0)?;
+        let r = x.shape().len();
+        let axes = match &self.axes_attr {
+            Some(a) => a.clone(),
+            None => opt_host(inputs, 1)?
+                .map(HostTensor::to_i64)
+                .unwrap_or_default(),
+        };
+        if axes.is_empty() && self.noop_empty {
+            return Ok(vec![x.clone()]);
+        }
+        let red: Vec<usize> = if axes.is_empty() {
+            (0..r).collect()
+        } else {
+            axes.iter().map(|&a| axis(a, r)).collect::<Result<_>>()?
+        };
+        let in_shape = x.shape().to_vec();
+        let kept: Vec<usize> = (0..r)
+            .map(|d| if red.contains(&d) { 1 } else { in_shape[d] })
+            .collect();
+        let red_shape: Vec<usize> = (0..r)
+            .map(|d| if red.contains(&d) { in_shape[d] } else { 1 })
+            .collect();
+        let out_shape: Vec<usize> = if self.keepdims {
+            kept.clone()
+        } else {
+            (0..r)
+                .filter(|d| !red.contains(d))
+                .map(|d| in_shape[d])
+                .collect()
+        };
+        let count = numel(&red_shape);
+        let st = strides(&in_shape);
+        if let Value::Host(h) = x
+            && (host_dtype(h.dtype) || !h.dtype.is_float())
+        {
+            let v = h.to_f64();
+            let n = numel(&kept);
+            let kst = strides(&kept);
+            let rst = strides(&red_shape);
+            let out: Vec<f64> = (0..n)
+                .map(|i| {
+                    let base: usize = (0..r).map(|d| (i / kst[d]) % kept[d] * st[d]).sum();
+                    let vals: Vec<f64> = (0..count)
+                        .map(|k| {
+                            v[base
+                                + (0..r)
+                                    .map(|d| (k / rst[d]) % red_shape[d] * st[d])
+                                    .sum::<usize>()]
+                        })
+                        .collect();
+                    self.kind.host(&vals)
+                })
+                .collect();
+            let t = if h.dtype.is_float() {
+                HostTensor::from_f64_as(h.dtype, out_shape, &out)
+            } else {
+                HostTensor::from_i64_as(
+                    h.dtype,
+                    out_shape,
+                    &out.iter().map(|&f| f as i64).collect::<Vec<_>>(),
+                )
+            };
+            return Ok(vec![Value::Host(t)]);
+        }
+        let t = cx.to_gpu(x)?;
+        let out = cx.alloc(t.dtype, out_shape)?;
+        let n = out.numel();
+        let (init, acc, fin) = self.kind.wgsl();
+        let k = Kernel::new("reduce", REDUCE)
+            .code("INIT", init)
+            .code("ACC", acc)
+            .code("FIN", fin)
+            .input("x", t.storage())
+            .output("y", out.storage())
+            .mapped("y");
+        let mut meta = vec![n as u32, r as u32, count as u32];
+        meta.extend(kept.iter().map(|&d| d as u32));
+        meta.extend(st.iter().map(|&d| d as u32));
+        meta.extend(red_shape.iter().map(|&d| d as u32));
+        cx.dispatch(
+            &k,
+            &[&t, &out],
+            &meta,
+            n.div_ceil(out.storage().per_word() as usize) as u64,
+        )?;
+        Ok(vec![Value::Gpu(out)])
+    }
+}
+
+struct Softmax {
+    axis: i64,
+    legacy: bool,
+    log: bool,
+}
+
+impl Op for Softmax {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let x = cx.to_gpu(req(inputs, 0)?)?;
+        let shape = x.shape.clone();
+        let ax = axis(self.axis, shape.len())?;
+        let (outer, l, inner) = if self.legacy {
+            (numel(&shape[..ax]), numel(&shape[ax..]), 1)
+        } else {
+            (numel(&shape[..ax]), shape[ax], numel(&shape[ax + 1..]))
+        };
+        let out = cx.alloc(DType::F32, shape.clone())?;
+        let rows = outer * inner;
+        let out_expr = if self.log {
+            "v - log(sum)"
+        } else {
+            "exp(v) / sum"
+        };
+        let k = Kernel::new("softmax", SOFTMAX)
+            .workgroup(64)
+            .code("OUT", out_expr)
+            .input("x", x.storage())
+            .output("y", Storage::F32);
+        if numel(&shape) > 0 {
+            cx.dispatch(
+                &k,
+                &[&x, &out],
+                &[rows as u32, l as u32, inner as u32],
+                rows as u64 * 64,
+            )?;
+        }
+        let out = if x.dtype == DType::F32 {
+            out
+        } else {
+            cast_gpu(cx, &out, x.dtype)?
+        };
+        Ok(vec![Value::Gpu(out)])
+    }
+}
+
+struct CumSum {
+    exclusive: bool,
+    reverse: bool,
+}
+
+impl Op for CumSum {
+    fn host_inputs(&self) -> &[usize] {
+        &[1]
+    }
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let x = req(inputs, 0)?;
+        let a = opt_host(inputs, 1)?
+            .ok_or_else(|| op_err("axis input is required"))?
+            .to_i64();
+        let ax = axis(
+            *a.first().ok_or_else(|| op_err("empty axis"))?,
+            x.shape().len(),
+        )?;
+        let shape = x.shape().to_vec();
+        let (l, inner) = (shape[ax], numel(&shape[ax + 1..]));
+        if let Value::Host(h) = x
+            && (host_dtype(h.dtype) || !h.dtype.is_float())
+        {
+            let v = h.to_i64();
+            let n = v.len();
+            let out: Vec<i64> = (0..n)
+                .map(|i| {
+                    let (j, li, o) = (i % inner, (i / inner) % l, i / (inner * l));
+                    (0..l)
+                        .filter(|&k| if self.reverse { k >= li } else { k <= li })
+                        .filter(|&k| !(self.exclusive && k == li))
+                        .map(|k| v[(o * l + k) * inner + j])
+                        .sum()
+                })
+                .collect();
+            return Ok(vec![Value::Host(HostTensor::from_i64_as(
+                h.dtype, shape, &out,
+            ))]);
+        }
+        let t = cx.to_gpu(x)?;
+        let out = cx.alloc(t.dtype, shape)?;
+        let n = out.numel();
+        let k = Kernel::new("cumsum", CUMSUM)
+            .bool("REVERSE", self.reverse)
+            .bool("EXCLUSIVE", self.exclusive)
+            .input("x", t.storage())
+            .output("y", out.storage())
+            .mapped("y");
+        cx.dispatch(
+            &k,
+            &[&t, &out],
+            &[n as u32, l as u32, inner as u32],
+            n.div_ceil(out.storage().per_word() as usize) as u64,
+        )?;
+        Ok(vec![Value::Gpu(out)])
+    }
+}
+
+fn reduce(a: &super::Attrs<'_>, kind: Kind, axes_input_since: i64) -> Result<Box<dyn Op>> {
+    Ok(Box::new(Reduce {
+        kind,
+        keepdims: a.i_or("keepdims", 1) != 0,
+        noop_empty: a.i_or("noop_with_empty_axes", 0) != 0,
+        axes_attr: if a.opset < axes_input_since {
+            Some(a.ints("axes").unwrap_or_default())
+        } else {
+            None
+        },
+    }))
+}
+
+/// Registers the family.
+pub fn register(r: &mut Registry) {
+    r.register("", "ReduceSum", |a| reduce(a, Kind::Sum, 13));
+    r.register("", "ReduceMean", |a| reduce(a, Kind::Mean, 18));
+    r.register("", "ReduceMax", |a| reduce(a, Kind::Max, 18));
+    r.register("", "ReduceMin", |a| reduce(a, Kind::Min, 18));
+    r.register("", "ReduceProd", |a| reduce(a, Kind::Prod, 18));
+    r.register("", "ReduceL2", |a| reduce(a, Kind::L2, 18));
+    r.register("", "ReduceSumSquare", |a| reduce(a, Kind::SumSquare, 18));
+    r.register("", "Softmax", |a| {
+        Ok(Box::new(Softmax {
+            axis: a.i_or("axis", if a.opset < 13 { 1 } else { -1 }),
+            legacy: a.opset < 13,
+            log: false,
+        }))
+    });
+    r.register("", "LogSoftmax", |a| {
+        Ok(Box::new(Softmax {
+            axis: a.i_or("axis", if a.opset < 13 { 1 } else { -1 }),
+            legacy: a.opset < 13,
+            log: true,
+        }))
+    });
+    r.register("", "CumSum", |a| {
+        Ok(Box::new(CumSum {
+            exclusive: a.i_or("exclusive", 0) != 0,
+            reverse: a.i_or("reverse", 0) != 0,
+        }))
+    });
+}

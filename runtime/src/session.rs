@@ -1,0 +1,562 @@
+//! A loaded model: weights streamed onto the GPU, ops built, execution order and buffer lifetimes
+//! planned once; [`Session::run`] resolves dynamic shapes per call.
+
+use crate::error::{Error, Result};
+use crate::exec::{Ctx, GpuTensor, PoolState, Value, to_gpu_bytes};
+use crate::gpu::{Gpu, Storage};
+use crate::model::{Dim, Graph, InitData, Initializer};
+use crate::ops::{Op, Registry};
+use crate::source::DataSource;
+use crate::tensor::{DType, HostTensor};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// Initializers up to this size stay on the host (shape constants, scalars); they are uploaded
+/// when a GPU kernel needs them.
+const HOST_CONST_BYTES: usize = 4096;
+/// Submit queued weight uploads after this many bytes so staging memory stays bounded.
+const UPLOAD_FLUSH_BYTES: u64 = 64 << 20;
+
+/// A model ready to run.
+pub struct Session {
+    /// The GPU.
+    pub gpu: Rc<Gpu>,
+    /// The graph.
+    pub graph: Graph,
+    ops: Vec<Box<dyn Op>>,
+    order: Vec<usize>,
+    /// Value ids to drop after each step of `order`.
+    frees: Vec<Vec<usize>>,
+    ids: HashMap<String, usize>,
+    node_in: Vec<Vec<Option<usize>>>,
+    node_out: Vec<Vec<usize>>,
+    consts: Vec<Option<Value>>,
+    pool: Rc<RefCell<PoolState>>,
+    meta_buf: RefCell<wgpu::Buffer>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("nodes", &self.graph.nodes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+struct Streamed<'a> {
+    init: &'a Initializer,
+    offset: u64,
+    length: u64,
+}
+
+impl Session {
+    /// Loads `model` (e.g. `decoder_model_merged_q4.onnx`) and its external data from `source`.
+    pub async fn load(gpu: Rc<Gpu>, source: &dyn DataSource, model: &str) -> Result<Self> {
+        let bytes = crate::source::read_all(source, model).await?;
+        let graph = Graph::decode(&bytes, model)?;
+        drop(bytes);
+        Self::from_graph(gpu, graph, source).await
+    }
+
+    /// Loads a native model file (external data next to it).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub async fn load_file(gpu: Rc<Gpu>, path: &std::path::Path) -> Result<Self> {
+        let dir = path
+            .parent()
+            .map(std::path::Path::to_path_buf)
+            .unwrap_or_default();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| Error::Invalid(format!("bad model path {}", path.display())))?;
+        let src = crate::source::DirSource::new(dir);
+        Self::load(gpu, &src, name).await
+    }
+
+    /// Builds ops, plans execution and streams the weights.
+    pub async fn from_graph(gpu: Rc<Gpu>, graph: Graph, source: &dyn DataSource) -> Result<Self> {
+        let registry = Registry::default();
+        let ops = registry.build(&graph)?;
+        let mut ids: HashMap<String, usize> = HashMap::new();
+        let id = |name: &str, ids: &mut HashMap<String, usize>| -> usize {
+            let n = ids.len();
+            *ids.entry(name.to_string()).or_insert(n)
+        };
+        for i in &graph.inputs {
+            id(&i.name, &mut ids);
+        }
+        for i in &graph.initializers {
+            id(&i.name, &mut ids);
+        }
+        let node_in: Vec<Vec<Option<usize>>> = graph
+            .nodes
+            .iter()
+            .map(|n| {
+                n.inputs
+                    .iter()
+                    .map(|s| (!s.is_empty()).then(|| id(s, &mut ids)))
+                    .collect()
+            })
+            .collect();
+        let node_out: Vec<Vec<usize>> = graph
+            .nodes
+            .iter()
+            .map(|n| n.outputs.iter().map(|s| id(s, &mut ids)).collect())
+            .collect();
+        for o in &graph.outputs {
+            id(&o.name, &mut ids);
+        }
+        let order = topo_order(&graph, &node_in, &node_out, &ids)?;
+        // Buffer lifetimes: free each value after its last consumer (graph outputs never).
+        let mut last: HashMap<usize, usize> = HashMap::new();
+        for (step, &n) in order.iter().enumerate() {
+            for v in node_in[n].iter().flatten() {
+                last.insert(*v, step);
+            }
+            for v in &node_out[n] {
+                last.entry(*v).or_insert(step);
+            }
+        }
+        let keep: std::collections::HashSet<usize> = graph
+            .outputs
+            .iter()
+            .filter_map(|o| ids.get(&o.name).copied())
+            .chain(
+                graph
+                    .initializers
+                    .iter()
+                    .filter_map(|i| ids.get(&i.name).copied()),
+            )
+            .collect();
+        let mut frees = vec![Vec::new(); order.len()];
+        for (v, step) in last {
+            if !keep.contains(&v) {
+                frees[step].push(v);
+            }
+        }
+        let meta_buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("meta arena"),
+            size: 1 << 20,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut s = Self {
+            gpu,
+            ops,
+            order,
+            frees,
+            node_in,
+            node_out,
+            consts: vec![None; ids.len()],
+            ids,
+            pool: Rc::new(RefCell::new(PoolState::default())),
+            meta_buf: RefCell::new(meta_buf),
+            graph,
+        };
+        s.load_weights(source).await?;
+        Ok(s)
+    }
+
+    fn weight_buffer(&self, init: &Initializer) -> Result<(wgpu::Buffer, u64)> {
+        let storage = Storage::of(init.dtype).ok_or_else(|| {
+            Error::Invalid(format!(
+                "tensor {}: float64 weights are not supported",
+                init.name
+            ))
+        })?;
+        let size = storage.bytes(init.shape.iter().product());
+        let max = u64::from(self.gpu.limits.max_storage_buffer_binding_size)
+            .min(self.gpu.limits.max_buffer_size);
+        if size > max {
+            return Err(Error::Gpu(format!(
+                "tensor {} has {size} bytes, above the adapter's binding limit {max}",
+                init.name
+            )));
+        }
+        Ok((self.gpu.create_buffer(size, &init.name), size))
+    }
+
+    fn gpu_value(&self, init: &Initializer, buffer: wgpu::Buffer) -> Value {
+        Value::Gpu(GpuTensor {
+            dtype: init.dtype,
+            shape: init.shape.clone(),
+            buf: crate::exec::PooledBuffer::unpooled(buffer),
+        })
+    }
+
+    fn keep_on_host(init: &Initializer) -> bool {
+        init.byte_len() <= HOST_CONST_BYTES
+            || matches!(init.dtype, DType::I64 | DType::F64 | DType::Bool)
+    }
+
+    async fn load_weights(&mut self, source: &dyn DataSource) -> Result<()> {
+        let inits = std::mem::take(&mut self.graph.initializers);
+        let mut by_file: Vec<(String, Vec<Streamed<'_>>)> = Vec::new();
+        for init in &inits {
+            let vid = self.ids[&init.name];
+            match &init.data {
+                InitData::Inline(bytes) => {
+                    let host = HostTensor::new(init.dtype, init.shape.clone(), bytes.clone())?;
+                    let v = if Self::keep_on_host(init) {
+                        Value::Host(host)
+                    } else {
+                        let (buf, _) = self.weight_buffer(init)?;
+                        let data = to_gpu_bytes(&host)?;
+                        self.gpu.queue.write_buffer(&buf, 0, &data);
+                        self.gpu.count_upload(data.len() as u64);
+                        self.gpu_value(init, buf)
+                    };
+                    self.consts[vid] = Some(v);
+                }
+                InitData::External {
+                    location,
+                    offset,
+                    length,
+                } => {
+                    let s = Streamed {
+                        init,
+                        offset: *offset,
+                        length: *length,
+                    };
+                    match by_file.iter_mut().find(|(l, _)| l == location) {
+                        Some((_, v)) => v.push(s),
+                        None => by_file.push((location.clone(), vec![s])),
+                    }
+                }
+            }
+        }
+        for (location, mut list) in by_file {
+            list.sort_by_key(|s| s.offset);
+            self.stream_file(source, &location, &list).await?;
+        }
+        self.graph.initializers = inits;
+        self.gpu.queue.submit(std::iter::empty());
+        self.gpu.poll_wait();
+        Ok(())
+    }
+
+    /// Streams one external data file once, front to back, routing byte ranges to their tensors.
+    async fn stream_file(
+        &mut self,
+        source: &dyn DataSource,
+        location: &str,
+        list: &[Streamed<'_>],
+    ) -> Result<()> {
+        let mut stream = source.open(location).await?;
+        let mut pos = 0u64; // file offset of chunk[0]
+        let mut chunk: Vec<u8> = Vec::new();
+        let mut since_flush = 0u64;
+        for s in list {
+            let ext_err = |reason: String| Error::ExternalData {
+                tensor: s.init.name.clone(),
+                location: location.to_string(),
+                offset: s.offset,
+                length: s.length,
+                reason,
+            };
+            if s.offset < pos {
+                // Overlapping or repeated ranges: restart the stream.
+                stream = source.open(location).await?;
+                pos = 0;
+                chunk.clear();
+            }
+            let host = Self::keep_on_host(s.init);
+            let mut host_bytes = Vec::new();
+            let gpu = if host {
+                None
+            } else {
+                Some(self.weight_buffer(s.init)?)
+            };
+            let mut written = 0u64; // bytes of this tensor delivered
+            let mut carry: Vec<u8> = Vec::new(); // unaligned tail waiting for 4-byte alignment
+            while written < s.length {
+                let start = s.offset + written;
+                let end_of_chunk = pos + chunk.len() as u64;
+                if start >= end_of_chunk {
+                    pos = end_of_chunk;
+                    chunk = match stream.next_chunk().await? {
+                        Some(c) => c,
+                        None => {
+                            return Err(ext_err(format!(
+                                "goes past the end of the file ({pos} bytes)"
+                            )));
+                        }
+                    };
+                    continue;
+                }
+                let from = (start - pos) as usize;
+                let take = ((s.length - written) as usize).min(chunk.len() - from);
+                let piece = &chunk[from..from + take];
+                match &gpu {
+                    None => host_bytes.extend_from_slice(piece),
+                    Some((buf, _)) => {
+                        carry.extend_from_slice(piece);
+                        let aligned = carry.len() / 4 * 4;
+                        if aligned > 0 {
+                            let at = written + take as u64 - carry.len() as u64;
+                            self.gpu.queue.write_buffer(buf, at, &carry[..aligned]);
+                            self.gpu.count_upload(aligned as u64);
+                            since_flush += aligned as u64;
+                            carry.drain(..aligned);
+                        }
+                    }
+                }
+                written += take as u64;
+                if since_flush >= UPLOAD_FLUSH_BYTES {
+                    self.gpu.queue.submit(std::iter::empty());
+                    self.gpu.poll_wait();
+                    since_flush = 0;
+                }
+            }
+            let vid = self.ids[&s.init.name];
+            match gpu {
+                None => {
+                    self.consts[vid] = Some(Value::Host(HostTensor::new(
+                        s.init.dtype,
+                        s.init.shape.clone(),
+                        host_bytes,
+                    )?));
+                }
+                Some((buf, _)) => {
+                    if !carry.is_empty() {
+                        let at = s.length - carry.len() as u64;
+                        carry.resize(4, 0);
+                        self.gpu.queue.write_buffer(&buf, at, &carry);
+                    }
+                    let v = self.gpu_value(s.init, buf);
+                    self.consts[vid] = Some(v);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the graph. Inputs may be host tensors or GPU tensors (e.g. a KV cache kept on the GPU);
+    /// returns every graph output, left where it was produced (use [`Session::read`]).
+    pub async fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<(String, Value)>> {
+        let mut env: Vec<Option<Value>> = self.consts.clone();
+        let mut dims: HashMap<String, usize> = HashMap::new();
+        let mut given = std::collections::HashSet::new();
+        let mut cx = Ctx::new(&self.gpu, self.pool.clone(), &self.meta_buf);
+        for (name, v) in inputs {
+            let decl = self
+                .graph
+                .inputs
+                .iter()
+                .find(|i| i.name == name)
+                .ok_or_else(|| Error::Input {
+                    name: name.clone(),
+                    reason: format!(
+                        "not an input of the model (inputs: {})",
+                        self.graph
+                            .inputs
+                            .iter()
+                            .map(|i| i.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                })?;
+            let want = decl.dtype().map_err(|e| Error::Input {
+                name: name.clone(),
+                reason: e.to_string(),
+            })?;
+            if v.dtype() != want {
+                return Err(Error::Input {
+                    name,
+                    reason: format!(
+                        "dtype {} but the model expects {}",
+                        v.dtype().name(),
+                        want.name()
+                    ),
+                });
+            }
+            if let Some(decl_dims) = &decl.dims {
+                if decl_dims.len() != v.shape().len() {
+                    return Err(Error::Input {
+                        name,
+                        reason: format!(
+                            "shape {:?} but the model expects rank {} ({})",
+                            v.shape(),
+                            decl_dims.len(),
+                            fmt_dims(decl_dims)
+                        ),
+                    });
+                }
+                for (d, &got) in decl_dims.iter().zip(v.shape()) {
+                    match d {
+                        Dim::Fixed(f) if *f as usize != got => {
+                            return Err(Error::Input {
+                                name,
+                                reason: format!(
+                                    "shape {:?} does not match [{}]",
+                                    v.shape(),
+                                    fmt_dims(decl_dims)
+                                ),
+                            });
+                        }
+                        Dim::Param(p) => {
+                            if let Some(&prev) = dims.get(p)
+                                && prev != got
+                            {
+                                return Err(Error::Input {
+                                    name,
+                                    reason: format!(
+                                        "dimension {p} is {got} here but {prev} in another input"
+                                    ),
+                                });
+                            }
+                            dims.insert(p.clone(), got);
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            let v = match v {
+                Value::Host(h) if matches!(h.dtype, DType::F32 | DType::F16) => {
+                    Value::Gpu(cx.upload(&h)?)
+                }
+                other => other,
+            };
+            given.insert(name.clone());
+            env[self.ids[&name]] = Some(v);
+        }
+        if let Some(missing) = self.graph.inputs.iter().find(|i| !given.contains(&i.name)) {
+            return Err(Error::Input {
+                name: missing.name.clone(),
+                reason: "required input not given".into(),
+            });
+        }
+        for (step, &n) in self.order.iter().enumerate() {
+            let node = &self.graph.nodes[n];
+            let wrap = |e: Error| match e {
+                Error::Op {
+                    node: nn, reason, ..
+                } if nn.is_empty() => Error::Op {
+                    node: node.name.clone(),
+                    op: node.op_type.clone(),
+                    reason,
+                },
+                Error::Gpu(reason) => Error::Op {
+                    node: node.name.clone(),
+                    op: node.op_type.clone(),
+                    reason,
+                },
+                other => other,
+            };
+            let mut ins: Vec<Option<Value>> = Vec::with_capacity(self.node_in[n].len());
+            for (k, vid) in self.node_in[n].iter().enumerate() {
+                let v = match vid {
+                    None => None,
+                    Some(vid) => Some(env[*vid].clone().ok_or_else(|| Error::Op {
+                        node: node.name.clone(),
+                        op: node.op_type.clone(),
+                        reason: format!("input {} was never produced", node.inputs[k]),
+                    })?),
+                };
+                ins.push(v);
+            }
+            for &k in self.ops[n].host_inputs() {
+                if let Some(Some(Value::Gpu(t))) = ins.get(k) {
+                    let t = t.clone();
+                    ins[k] = Some(Value::Host(cx.download(&t).await.map_err(wrap)?));
+                }
+            }
+            let refs: Vec<Option<&Value>> = ins.iter().map(Option::as_ref).collect();
+            let outs = self.ops[n].run(&mut cx, &refs).map_err(wrap)?;
+            drop(ins);
+            for (vid, v) in self.node_out[n].iter().zip(outs) {
+                env[*vid] = Some(v);
+            }
+            for v in &self.frees[step] {
+                env[*v] = None;
+            }
+        }
+        cx.flush();
+        let mut out = Vec::new();
+        for o in &self.graph.outputs {
+            let v = env[self.ids[&o.name]]
+                .take()
+                .ok_or_else(|| Error::Invalid(format!("output {} was not produced", o.name)))?;
+            out.push((o.name.clone(), v));
+        }
+        Ok(out)
+    }
+
+    /// Reads a value back to the host (counted in `bytes_read_back`).
+    pub async fn read(&self, v: &Value) -> Result<HostTensor> {
+        let mut cx = Ctx::new(&self.gpu, self.pool.clone(), &self.meta_buf);
+        cx.to_host(v).await
+    }
+
+    /// Runs with host inputs and reads every output back.
+    pub async fn run_host(
+        &self,
+        inputs: Vec<(String, HostTensor)>,
+    ) -> Result<Vec<(String, HostTensor)>> {
+        let outs = self
+            .run(
+                inputs
+                    .into_iter()
+                    .map(|(n, t)| (n, Value::Host(t)))
+                    .collect(),
+            )
+            .await?;
+        let mut res = Vec::with_capacity(outs.len());
+        for (n, v) in outs {
+            let h = self.read(&v).await?;
+            res.push((n, h));
+        }
+        Ok(res)
+    }
+}
+
+fn fmt_dims(d: &[Dim]) -> String {
+    d.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn topo_order(
+    graph: &Graph,
+    node_in: &[Vec<Option<usize>>],
+    node_out: &[Vec<usize>],
+    ids: &HashMap<String, usize>,
+) -> Result<Vec<usize>> {
+    let mut producer: HashMap<usize, usize> = HashMap::new();
+    for (n, outs) in node_out.iter().enumerate() {
+        for &v in outs {
+            producer.insert(v, n);
+        }
+    }
+    let _ = ids;
+    let n = graph.nodes.len();
+    let mut indeg = vec![0usize; n];
+    let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, ins) in node_in.iter().enumerate() {
+        for v in ins.iter().flatten() {
+            if let Some(&p) = producer.get(v)
+                && p != i
+            {
+                indeg[i] += 1;
+                users[p].push(i);
+            }
+        }
+    }
+    let mut ready: std::collections::BTreeSet<usize> = (0..n).filter(|&i| indeg[i] == 0).collect();
+    let mut order = Vec::with_capacity(n);
+    while let Some(i) = ready.pop_first() {
+        order.push(i);
+        for &u in &users[i] {
+            indeg[u] -= 1;
+            if indeg[u] == 0 {
+                ready.insert(u);
+            }
+        }
+    }
+    if order.len() != n {
+        return Err(Error::Invalid("the graph has a cycle".into()));
+    }
+    Ok(order)
+}
