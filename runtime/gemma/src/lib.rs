@@ -1,0 +1,38 @@
+//! Gemma 4 text layer: everything between the model's text files and token ids that the Gemma
+//! session needs, with no GPU in sight.
+//!
+//! - [`GemmaTokenizer`]: the model's `tokenizer.json` (through the `tokenizers` crate, which also
+//!   builds for wasm32) and its [`SpecialTokens`], read from `tokenizer.json`,
+//!   `generation_config.json` and `tokenizer_config.json` — no id is hard-coded.
+//! - [`IncrementalDecoder`]: turns generated ids into text as they come, never emitting half of
+//!   a character split over byte-fallback pieces.
+//! - [`ChatTemplate`]: renders the model's own `chat_template.jinja` with minijinja, configured
+//!   to match transformers' `apply_chat_template` byte for byte (golden tests against Python).
+//! - [`OutputParser`]: splits the streamed model output into answer text, thinking
+//!   (`<|channel>thought\n...<channel|>`) and tool calls
+//!   (`<|tool_call>call:NAME{key:<|"|>text<|"|>,n:3}<tool_call|>`), reporting malformed calls as
+//!   structured [`ToolCallError`]s.
+//! - [`syntax`]: Gemma's argument syntax both ways (render a value as the template does, parse
+//!   what the model wrote into `serde_json::Value`).
+//!
+//! The chat format is described in `GEMMA4.md` section 5.
+
+mod chat;
+mod detok;
+mod error;
+mod output;
+mod special;
+pub mod syntax;
+mod template;
+mod tokenizer;
+
+pub use chat::{
+    ChatMessage, FunctionCall, FunctionDeclaration, Role, ToolCallRequest, ToolDeclaration,
+};
+pub use detok::IncrementalDecoder;
+pub use error::{Result, TextError};
+pub use output::{EndMarker, OutputEvent, OutputParser};
+pub use special::{SpecialToken, SpecialTokens, Vocabulary, text as markers};
+pub use syntax::{ParsedToolCall, ToolCallError, ToolCallErrorKind};
+pub use template::{ChatTemplate, PromptOptions, TemplateTokens};
+pub use tokenizer::GemmaTokenizer;
