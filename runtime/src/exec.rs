@@ -445,6 +445,7 @@ impl<'a> Ctx<'a> {
         rx.await
             .map_err(|_| Error::Gpu("read-back was cancelled (device lost?)".into()))?
             .map_err(|e| Error::Gpu(format!("read-back failed: {e}")))?;
+        self.gpu.take_error()?;
         let raw = staging
             .slice(..bytes)
             .get_mapped_range()

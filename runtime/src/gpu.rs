@@ -96,6 +96,7 @@ pub struct Gpu {
     /// Counters.
     pub counters: Counters,
     pipelines: RefCell<HashMap<String, Rc<Pipeline>>>,
+    errors: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 /// A compiled kernel and its explicit bind group layout (unused bindings stay bindable).
@@ -164,7 +165,15 @@ impl Gpu {
             })
             .await
             .map_err(|e| Error::Gpu(format!("request_device: {e}")))?;
+        let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = errors.clone();
+        device.on_uncaptured_error(std::sync::Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(e.to_string());
+            }
+        }));
         Ok(Self {
+            errors,
             device,
             queue,
             adapter: describe(adapter),
@@ -241,10 +250,26 @@ impl Gpu {
                 compilation_options: Default::default(),
                 cache: None,
             });
+        // Compilation errors are reported synchronously natively: never cache a broken pipeline.
+        self.take_error()
+            .map_err(|e| Error::Gpu(format!("kernel {}: {e}", kernel.name)))?;
         let p = Rc::new(Pipeline { pipeline, layout });
         bump(&self.counters.pipelines_compiled, 1);
         self.pipelines.borrow_mut().insert(key, p.clone());
         Ok(p)
+    }
+
+    /// Takes the GPU validation/device errors reported since the last call, as one error.
+    pub fn take_error(&self) -> Result<()> {
+        let mut v = self
+            .errors
+            .lock()
+            .map_err(|_| Error::Gpu("error log poisoned".into()))?;
+        if v.is_empty() {
+            return Ok(());
+        }
+        let all = std::mem::take(&mut *v);
+        Err(Error::Gpu(all.join("; ").replace('\n', " ")))
     }
 
     pub(crate) fn count_dispatch(&self) {
@@ -332,7 +357,7 @@ struct Binding {
 /// - inputs `x`: `ld_x(i) -> f32` (any storage), `ldi_x(i) -> i32`, `ldw_x(w) -> u32` (raw word);
 /// - outputs `y`: `st_y(w, v0, v1)` stores word `w` (elements `w*EPW_y`, `+1`), `stw_y(w, u32)`,
 ///   `stf_y(i, f32)` (only for one-element-per-word outputs) and the constant `EPW_y`;
-/// - `meta: array<u32>` (always the last binding) holds per-dispatch sizes/strides.
+/// - `prm: array<u32>` (always the last binding) holds per-dispatch sizes/strides.
 ///
 /// Parameters `{{KEY}}` in the body are replaced by typed values; the pipeline cache key is the
 /// kernel name plus every binding storage and parameter.
@@ -514,7 +539,7 @@ impl Kernel {
             }
         }
         s.push_str(&format!(
-            "@group(0) @binding({}) var<storage, read> meta: array<u32>;\nconst WG: u32 = {}u;\n",
+            "@group(0) @binding({}) var<storage, read> prm: array<u32>;\nconst WG: u32 = {}u;\n",
             self.bindings.len(),
             self.workgroup
         ));
@@ -540,7 +565,7 @@ impl Kernel {
 @compute @workgroup_size({wg})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
     let w = gid.x + gid.y * nwg.x * {wg}u;
-    let n = meta[0];
+    let n = prm[0];
     let i0 = w * EPW_{out};
     if (i0 >= n) {{ return; }}
     let v0 = compute(i0);

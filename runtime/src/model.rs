@@ -371,3 +371,12 @@ impl Graph {
         v
     }
 }
+
+/// Decodes a serialised `TensorProto` (e.g. an ONNX test `input_0.pb`) into a host tensor.
+pub fn decode_tensor(bytes: &[u8], what: &str) -> Result<HostTensor> {
+    let t = proto::TensorProto::decode(bytes).map_err(|source| Error::Decode {
+        what: what.to_string(),
+        source,
+    })?;
+    tensor_from_proto(&t)
+}

@@ -233,7 +233,7 @@ impl Session {
         self.graph.initializers = inits;
         self.gpu.queue.submit(std::iter::empty());
         self.gpu.poll_wait();
-        Ok(())
+        self.gpu.take_error()
     }
 
     /// Streams one external data file once, front to back, routing byte ranges to their tensors.
@@ -464,6 +464,7 @@ impl Session {
             }
             let refs: Vec<Option<&Value>> = ins.iter().map(Option::as_ref).collect();
             let outs = self.ops[n].run(&mut cx, &refs).map_err(wrap)?;
+            self.gpu.take_error().map_err(wrap)?;
             drop(ins);
             for (vid, v) in self.node_out[n].iter().zip(outs) {
                 env[*vid] = Some(v);
@@ -473,6 +474,7 @@ impl Session {
             }
         }
         cx.flush();
+        self.gpu.take_error()?;
         let mut out = Vec::new();
         for o in &self.graph.outputs {
             let v = env[self.ids[&o.name]]

@@ -1,7 +1,7 @@
-// Cumulative sum along an axis: x viewed as [outer, L, inner]. meta: [n, L, inner]
+// Cumulative sum along an axis: x viewed as [outer, L, inner]. prm: [n, L, inner]
 fn compute(i: u32) -> f32 {
-    let L = meta[1];
-    let inner = meta[2];
+    let L = prm[1];
+    let inner = prm[2];
     let j = i % inner;
     let l = (i / inner) % L;
     let o = i / (inner * L);

@@ -1,6 +1,6 @@
 // GatherBlockQuantized (gather_axis 0, quantize_axis last): rows of a block-quantised matrix
 // [rows, K] (uint8 data, BITS per value, low bits first) dequantised to y[idx..., K].
-// meta: [n, K, rows, n_blocks, data_row_bytes, zp_row_bytes]
+// prm: [n, K, rows, n_blocks, data_row_bytes, zp_row_bytes]
 const BITS: u32 = {{BITS}};
 const BLOCK: u32 = {{BLOCK}};
 
@@ -9,11 +9,11 @@ fn zero_point(row: u32, b: u32, nb: u32, zrow: u32) -> f32 {
 }
 
 fn compute(i: u32) -> f32 {
-    let K = meta[1];
-    let rows = meta[2];
-    let nb = meta[3];
-    let drow = meta[4];
-    let zrow = meta[5];
+    let K = prm[1];
+    let rows = prm[2];
+    let nb = prm[3];
+    let drow = prm[4];
+    let zrow = prm[5];
     let q = i / K;
     let c = i % K;
     var r = ldi_idx(q);

@@ -1,7 +1,7 @@
 // Grouped-query attention for one (b, h, s) query per workgroup. q: [B, S, H, D] (rotated);
 // k, v: [B, kvH, T, D] (present). Scores go to a scratch row, then softmax, then P·V.
 // Keys visible to query s: t in [start, past_b + s], start = past_b + s - window (window > 0).
-// meta: [B, S, H, kvH, D, T, window(i32), bias_sb, bias_sh, bias_ss, bias_st]
+// prm: [B, S, H, kvH, D, T, window(i32), bias_sb, bias_sh, bias_ss, bias_st]
 var<workgroup> red: array<f32, {{WG}}>;
 
 fn wg_reduce_max(t: u32, v: f32) -> f32 {
@@ -30,13 +30,13 @@ fn wg_reduce_sum(t: u32, v: f32) -> f32 {
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let B = meta[0];
-    let S = meta[1];
-    let H = meta[2];
-    let KVH = meta[3];
-    let D = meta[4];
-    let T = meta[5];
-    let window = bitcast<i32>(meta[6]);
+    let B = prm[0];
+    let S = prm[1];
+    let H = prm[2];
+    let KVH = prm[3];
+    let D = prm[4];
+    let T = prm[5];
+    let window = bitcast<i32>(prm[6]);
     let flat = wid.x + wid.y * nwg.x;
     if (flat >= B * H * S) { return; }
     let s = flat % S;

@@ -1,12 +1,12 @@
 // present[b, h, t, d] = past[b, h, t, d] for t < past_b; new (already rotated, [B, S, kvH, D]) for
 // past_b <= t < past_b + S; past (if within the past buffer) or 0 after that.
-// past_b = seqlens_k[b] + 1 - S. meta: [n, kvH, T, D, S, P]
+// past_b = seqlens_k[b] + 1 - S. prm: [n, kvH, T, D, S, P]
 fn compute(i: u32) -> f32 {
-    let H = meta[1];
-    let T = meta[2];
-    let D = meta[3];
-    let S = meta[4];
-    let P = meta[5];
+    let H = prm[1];
+    let T = prm[2];
+    let D = prm[3];
+    let S = prm[4];
+    let P = prm[5];
     let d = i % D;
     let t = (i / D) % T;
     let h = (i / (D * T)) % H;

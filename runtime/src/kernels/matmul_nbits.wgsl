@@ -1,7 +1,7 @@
 // MatMulNBits: y[m, n] = sum_k a[m, k] * (q[n, k] - zp[n, k/BLOCK]) * scale[n, k/BLOCK] (+ bias[n]).
 // B packed as [N, n_blocks, BLOCK*BITS/8] bytes, low bits first. One workgroup per (n, m); threads
 // split the blocks; dequantisation happens in registers, accumulation in f32.
-// meta: [M, N, K, n_blocks, zp_row_bytes]
+// prm: [M, N, K, n_blocks, zp_row_bytes]
 var<workgroup> red: array<f32, {{WG}}>;
 
 const BITS: u32 = {{BITS}};
@@ -16,11 +16,11 @@ fn zero_point(n: u32, b: u32, nb: u32, zrow: u32) -> f32 {
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let M = meta[0];
-    let N = meta[1];
-    let K = meta[2];
-    let nb = meta[3];
-    let zrow = meta[4];
+    let M = prm[0];
+    let N = prm[1];
+    let K = prm[2];
+    let nb = prm[3];
+    let zrow = prm[4];
     let flat = wid.x + wid.y * nwg.x;
     if (flat >= M * N) { return; }
     let n = flat % N;

@@ -1,5 +1,5 @@
 // Layer / RMS normalisation over rows of length L, optionally with a residual (skip) and bias added
-// first. One workgroup per row. meta: [rows, L, gamma_len, beta_len]
+// first. One workgroup per row. prm: [rows, L, gamma_len, beta_len]
 var<workgroup> red: array<f32, {{WG}}>;
 
 fn xin(i: u32, l: u32) -> f32 {
@@ -21,10 +21,10 @@ fn wg_sum(t: u32, v: f32) -> f32 {
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let row = wid.x + wid.y * nwg.x;
-    if (row >= meta[0]) { return; }
-    let L = meta[1];
-    let gl = meta[2];
-    let bl = meta[3];
+    if (row >= prm[0]) { return; }
+    let L = prm[1];
+    let gl = prm[2];
+    let bl = prm[3];
     let base = row * L;
     let t = lid.x;
     var mean = 0.0;

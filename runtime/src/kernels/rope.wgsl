@@ -1,15 +1,15 @@
 // Rotary embedding on x viewed as logical [B, S, H, D] with arbitrary strides (also extracts heads
 // from a packed QKV row). Output contiguous in [B, S, H, D] order, or [B, H, S, D] when HS_SWAP.
-// meta: [n, B, S, H, D, sb, ss, sh, off, rot_dim, half]
+// prm: [n, B, S, H, D, sb, ss, sh, off, rot_dim, half]
 fn rot_row(b: u32, s: u32) -> u32 {
-    let S = meta[2];
+    let S = prm[2];
     return {{COS_ROW}};
 }
 
 fn compute(i: u32) -> f32 {
-    let S = meta[2];
-    let H = meta[3];
-    let D = meta[4];
+    let S = prm[2];
+    let H = prm[3];
+    let D = prm[4];
     let d = i % D;
     var s = 0u;
     var h = 0u;
@@ -21,11 +21,11 @@ fn compute(i: u32) -> f32 {
         s = (i / (D * H)) % S;
     }
     let b = i / (D * H * S);
-    let base = meta[8] + b * meta[5] + s * meta[6] + h * meta[7];
+    let base = prm[8] + b * prm[5] + s * prm[6] + h * prm[7];
     let x = ld_x(base + d);
-    let rot = meta[9];
+    let rot = prm[9];
     if (!{{ROTARY}} || d >= rot) { return x; }
-    let half = meta[10];
+    let half = prm[10];
     let row = rot_row(b, s) * half;
     if ({{INTERLEAVED}}) {
         let j = d / 2u;

@@ -328,7 +328,7 @@ impl Op for Gqa {
             ];
             kern = kern.input("bias", bt.storage()).code(
                 "BIAS",
-                "sc = sc + ld_bias(b * meta[7] + h * meta[8] + s * meta[9] + tt);",
+                "sc = sc + ld_bias(b * prm[7] + h * prm[8] + s * prm[9] + tt);",
             );
             bind.push(bt);
         } else {

@@ -113,6 +113,14 @@ struct Ew {
 }
 
 impl Op for Ew {
+    fn host_inputs(&self) -> &[usize] {
+        // Results that only exist on the host (float64) need their inputs there.
+        if matches!(self.out, Out::To(DType::F64)) {
+            &[0]
+        } else {
+            &[]
+        }
+    }
     fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
         let ins: Vec<&Value> = inputs.iter().flatten().copied().collect();
         if !self.arity.contains(&ins.len()) || inputs.first().copied().flatten().is_none() {

@@ -45,7 +45,7 @@ fn gemm(
             kern = kern.input("c", ct.storage()).code(
                 "ADD_C",
                 &format!(
-                    "r = r + bitcast<f32>({}u) * ld_c(row * meta[9] + col * meta[10]);",
+                    "r = r + bitcast<f32>({}u) * ld_c(row * prm[9] + col * prm[10]);",
                     beta.to_bits()
                 ),
             );

@@ -169,7 +169,7 @@ pub fn concat_gpu(cx: &mut Ctx<'_>, ts: &[GpuTensor], ax: usize) -> Result<GpuTe
         meta.push(off as u32);
         meta.push(t.shape[ax] as u32);
         let (mo, mc) = (3 + 2 * i, 4 + 2 * i);
-        sel.push_str(&format!("if (c < meta[{mo}] + meta[{mc}]) {{ return ld_x{i}((o * meta[{mc}] + c - meta[{mo}]) * inner + j); }}\n    "));
+        sel.push_str(&format!("if (c < prm[{mo}] + prm[{mc}]) {{ return ld_x{i}((o * prm[{mc}] + c - prm[{mo}]) * inner + j); }}\n    "));
         off += t.shape[ax];
     }
     let k = k

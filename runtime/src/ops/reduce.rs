@@ -113,7 +113,16 @@ impl Op for Reduce {
                     self.kind.host(&vals)
                 })
                 .collect();
-            let t = if h.dtype.is_float() {
+            let t = if h.dtype == DType::Bool {
+                // Empty Max/Min of bools are false/true (the identities of or/and).
+                HostTensor::from_i64_as(
+                    h.dtype,
+                    out_shape,
+                    &out.iter()
+                        .map(|&f| i64::from(if f.is_infinite() { f > 0.0 } else { f != 0.0 }))
+                        .collect::<Vec<_>>(),
+                )
+            } else if h.dtype.is_float() {
                 HostTensor::from_f64_as(h.dtype, out_shape, &out)
             } else {
                 HostTensor::from_i64_as(
