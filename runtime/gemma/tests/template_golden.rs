@@ -23,7 +23,11 @@ fn templates() -> Vec<PathBuf> {
         .filter(|p| p.extension().is_some_and(|x| x == "jinja"))
         .collect();
     out.sort();
-    assert!(out.len() >= 2, "expected both Gemma 4 templates in {}", fixtures().display());
+    assert!(
+        out.len() >= 2,
+        "expected both Gemma 4 templates in {}",
+        fixtures().display()
+    );
     out
 }
 
@@ -47,7 +51,12 @@ fn tokens() -> TemplateTokens {
 
 fn golden(template: &Path, case: &str) -> String {
     let stem = template.file_stem().and_then(|s| s.to_str()).expect("stem");
-    read(&fixtures().join("golden").join(stem).join(format!("{case}.txt")))
+    read(
+        &fixtures()
+            .join("golden")
+            .join(stem)
+            .join(format!("{case}.txt")),
+    )
 }
 
 /// Byte-exact comparison with a readable first difference.
@@ -55,7 +64,11 @@ fn assert_same(got: &str, want: &str, what: &str) {
     if got == want {
         return;
     }
-    let at = got.bytes().zip(want.bytes()).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+    let at = got
+        .bytes()
+        .zip(want.bytes())
+        .position(|(a, b)| a != b)
+        .unwrap_or(got.len().min(want.len()));
     let ctx = |s: &str| {
         let lo = at.saturating_sub(40);
         let hi = (at + 40).min(s.len());
@@ -74,13 +87,23 @@ fn assert_same(got: &str, want: &str, what: &str) {
 fn raw_context(case: &Json) -> Value {
     let mut ctx = serde_json::Map::new();
     ctx.insert("messages".into(), case["messages"].clone());
-    ctx.insert("tools".into(), case.get("tools").cloned().unwrap_or(Json::Null));
+    ctx.insert(
+        "tools".into(),
+        case.get("tools").cloned().unwrap_or(Json::Null),
+    );
     ctx.insert("documents".into(), Json::Null);
     ctx.insert(
         "add_generation_prompt".into(),
-        case.get("add_generation_prompt").cloned().unwrap_or(Json::Bool(true)),
+        case.get("add_generation_prompt")
+            .cloned()
+            .unwrap_or(Json::Bool(true)),
     );
-    for (k, v) in [("bos_token", "<bos>"), ("eos_token", "<eos>"), ("pad_token", "<pad>"), ("unk_token", "<unk>")] {
+    for (k, v) in [
+        ("bos_token", "<bos>"),
+        ("eos_token", "<eos>"),
+        ("pad_token", "<pad>"),
+        ("unk_token", "<unk>"),
+    ] {
         ctx.insert(k.into(), Json::String(v.into()));
     }
     if let Some(thinking) = case.get("enable_thinking") {
@@ -99,7 +122,11 @@ fn raw_context_renders_byte_identical_to_jinja2() {
             let got = template
                 .render_context(raw_context(&case))
                 .unwrap_or_else(|e| panic!("{}/{name}: {e}", path.display()));
-            assert_same(&got, &golden(&path, name), &format!("{}/{name}", path.display()));
+            assert_same(
+                &got,
+                &golden(&path, name),
+                &format!("{}/{name}", path.display()),
+            );
             checked += 1;
         }
     }
@@ -124,13 +151,23 @@ fn typed_messages_render_byte_identical_to_jinja2() {
                 None => Vec::new(),
             };
             let options = PromptOptions {
-                add_generation_prompt: case.get("add_generation_prompt").and_then(Json::as_bool).unwrap_or(true),
-                enable_thinking: case.get("enable_thinking").and_then(Json::as_bool).unwrap_or(false),
+                add_generation_prompt: case
+                    .get("add_generation_prompt")
+                    .and_then(Json::as_bool)
+                    .unwrap_or(true),
+                enable_thinking: case
+                    .get("enable_thinking")
+                    .and_then(Json::as_bool)
+                    .unwrap_or(false),
             };
             let got = template
                 .render(&messages, &tools, options, &tokens())
                 .unwrap_or_else(|e| panic!("{}/{name}: {e}", path.display()));
-            assert_same(&got, &golden(&path, name), &format!("typed {}/{name}", path.display()));
+            assert_same(
+                &got,
+                &golden(&path, name),
+                &format!("typed {}/{name}", path.display()),
+            );
             checked += 1;
         }
     }
@@ -149,7 +186,9 @@ fn rust_call_and_response_renderers_match_template_output() {
         let golden = golden(&path, name);
         let messages = case["messages"].as_array().expect("messages");
         for (i, m) in messages.iter().enumerate() {
-            let Some(tool_calls) = m.get("tool_calls").and_then(Json::as_array) else { continue };
+            let Some(tool_calls) = m.get("tool_calls").and_then(Json::as_array) else {
+                continue;
+            };
             for tc in tool_calls {
                 let f = &tc["function"];
                 let args = f["arguments"].as_object().expect("arguments object");
@@ -159,7 +198,9 @@ fn rust_call_and_response_renderers_match_template_output() {
                 calls += 1;
                 // Tool messages that follow, resolved by id like the template does.
                 for follow in messages[i + 1..].iter().take_while(|x| x["role"] == "tool") {
-                    let Some(content) = follow.get("content").and_then(Json::as_str) else { continue };
+                    let Some(content) = follow.get("content").and_then(Json::as_str) else {
+                        continue;
+                    };
                     if follow.get("tool_call_id") != tc.get("id") {
                         continue;
                     }
@@ -170,20 +211,32 @@ fn rust_call_and_response_renderers_match_template_output() {
             }
             if let Some(trs) = m.get("tool_responses").and_then(Json::as_array) {
                 for tr in trs {
-                    let text = render_tool_response(tr["name"].as_str().expect("name"), &tr["response"]);
+                    let text =
+                        render_tool_response(tr["name"].as_str().expect("name"), &tr["response"]);
                     assert!(golden.contains(&text), "{name}: {text:?} not in golden");
                     responses += 1;
                 }
             }
         }
     }
-    assert!(calls >= 6 && responses >= 5, "calls {calls}, responses {responses}");
+    assert!(
+        calls >= 6 && responses >= 5,
+        "calls {calls}, responses {responses}"
+    );
 }
 
 #[test]
 fn template_errors_are_reported_not_panicked() {
-    assert!(ChatTemplate::new("{% for x in %}").is_err(), "syntax error must be an Err");
+    assert!(
+        ChatTemplate::new("{% for x in %}").is_err(),
+        "syntax error must be an Err"
+    );
     let t = ChatTemplate::new("{{ messages[0]['role'] + 1 }}").expect("compiles");
-    let err = t.render(&[ChatMessage::user("hi")], &[], PromptOptions::default(), &tokens());
+    let err = t.render(
+        &[ChatMessage::user("hi")],
+        &[],
+        PromptOptions::default(),
+        &tokens(),
+    );
     assert!(err.is_err(), "type error must be an Err: {err:?}");
 }
