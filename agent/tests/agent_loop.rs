@@ -528,9 +528,84 @@ fn cancel_mid_stream_stops_between_tokens() {
     );
 }
 
+/// Runs a step with two calls, cancelling when the `nth` tool result (1-based) arrives.
+fn cancel_on_result(nth: usize) -> (Vec<AgentEvent>, ScriptedModel, ScriptedPage, Agent) {
+    let model = ScriptedModel::new(vec![
+        vec![
+            call("get_page_title", json!({})),
+            call("snapshot_page", json!({})),
+            end_for_tools(),
+        ],
+        vec![tok("never"), end_turn()],
+    ]);
+    let page = ScriptedPage::new(SITE);
+    let user = ScriptedUser::default();
+    let counter = ApproxTokenCounter::default();
+    let cancel = CancellationToken::new();
+    let mut agent = agent();
+    let mut events = Vec::new();
+    {
+        let mut stream = run_agent_loop(
+            &mut agent,
+            ChatMessage::user("Look"),
+            env(&model, &page, &user, &counter, cancel.clone()),
+        );
+        futures::executor::block_on(async {
+            let mut results = 0;
+            while let Some(event) = stream.next().await {
+                if matches!(event, AgentEvent::ToolResult { .. }) {
+                    results += 1;
+                    if results == nth {
+                        cancel.cancel();
+                    }
+                }
+                events.push(event);
+            }
+        });
+    }
+    (events, model, page, agent)
+}
+
+#[test]
+fn cancel_after_a_tool_result_runs_no_further_call() {
+    let (events, model, page, agent) = cancel_on_result(1);
+    assert_eq!(kinds(&events), ["tool_start", "tool_result", "done"]);
+    assert_eq!(last_stop(&events), StopReason::Cancelled);
+    assert_eq!(page.executed_names(), ["get_page_title"]);
+    assert_eq!(model.calls(), 1);
+    let last = response(agent.messages().last().unwrap());
+    assert!(
+        last["error"].as_str().unwrap().contains("not run"),
+        "{last}"
+    );
+}
+
+#[test]
+fn cancel_after_the_last_tool_result_starts_no_model_step() {
+    let (events, model, page, _agent) = cancel_on_result(2);
+    assert_eq!(
+        kinds(&events),
+        [
+            "tool_start",
+            "tool_result",
+            "tool_start",
+            "tool_result",
+            "done"
+        ]
+    );
+    assert_eq!(last_stop(&events), StopReason::Cancelled);
+    assert_eq!(page.executed.borrow().len(), 2);
+    assert_eq!(model.calls(), 1, "no new generation after cancel");
+}
+
 #[test]
 fn cancel_wakes_a_busy_model_promptly() {
-    let model = ScriptedModel::new(vec![vec![tok("Thinking about it"), Scripted::Hang]]);
+    let model = ScriptedModel::new(vec![vec![
+        tok("Thinking about it"),
+        Scripted::Delay(Duration::from_secs(3)),
+        tok(" late"),
+        end_turn(),
+    ]]);
     let page = ScriptedPage::new(SITE);
     let user = ScriptedUser::default();
     let counter = ApproxTokenCounter::default();
@@ -553,7 +628,8 @@ fn cancel_wakes_a_busy_model_promptly() {
     canceller.join().unwrap();
     assert_eq!(kinds(&events), ["token", "done"]);
     assert_eq!(last_stop(&events), StopReason::Cancelled);
-    assert!(started.elapsed() < Duration::from_secs(5));
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(2), "cancel took {elapsed:?}");
 }
 
 #[test]

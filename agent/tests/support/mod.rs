@@ -4,6 +4,7 @@
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
 
 use futures::future::LocalBoxFuture;
 use futures::{StreamExt, stream};
@@ -15,8 +16,18 @@ use serde_json::{Value, json};
 pub enum Scripted {
     Chunk(StreamChunk),
     Fail(BackendError),
-    /// The stream never yields again (a model that is still busy).
-    Hang,
+    /// The stream is silent for this long (a model that is busy), then goes on.
+    Delay(Duration),
+}
+
+/// A future that completes after `duration`, woken by a timer thread.
+pub async fn sleep(duration: Duration) {
+    let (sender, receiver) = futures::channel::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        std::thread::sleep(duration);
+        let _ = sender.send(());
+    });
+    let _ = receiver.await;
 }
 
 pub fn tok(text: &str) -> Scripted {
@@ -105,17 +116,19 @@ impl ModelBackend for ScriptedModel {
             })])
             .boxed_local();
         };
-        let mut items = Vec::new();
-        for item in step {
-            match item {
-                Scripted::Chunk(chunk) => items.push(Ok(chunk)),
-                Scripted::Fail(error) => items.push(Err(error)),
-                Scripted::Hang => {
-                    return stream::iter(items).chain(stream::pending()).boxed_local();
+        stream::iter(step)
+            .then(|item| async move {
+                match item {
+                    Scripted::Chunk(chunk) => Some(Ok(chunk)),
+                    Scripted::Fail(error) => Some(Err(error)),
+                    Scripted::Delay(duration) => {
+                        sleep(duration).await;
+                        None
+                    }
                 }
-            }
-        }
-        stream::iter(items).boxed_local()
+            })
+            .filter_map(futures::future::ready)
+            .boxed_local()
     }
 }
 
