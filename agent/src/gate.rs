@@ -461,7 +461,9 @@ pub enum ApprovalDecision {
 ///
 /// The loop emits [`AgentEvent::AwaitingApproval`](crate::AgentEvent::AwaitingApproval) and then
 /// awaits [`Approver::decide`]; the future resolves when the user answers. A cancelled run stops
-/// awaiting it.
+/// awaiting it. `decide` is called only after the consumer of the event stream has taken the
+/// `AwaitingApproval` event and polled again, so an answer from the overlay can arrive before
+/// `decide` is called: keep answers keyed by [`ApprovalRequest::call_id`] until it is.
 pub trait Approver {
     /// The user's decision on `request`.
     fn decide<'a>(&'a self, request: &'a ApprovalRequest) -> LocalBoxFuture<'a, ApprovalDecision>;

@@ -197,6 +197,9 @@ pub trait ToolExecutor {
     /// Runs a call. The loop has already checked the tool is declared, normalized the arguments
     /// of built-in tools (see [`BuiltinCall`](crate::BuiltinCall)) and passed the safety gate.
     /// A stale ref or a bad selector is an `Err` the model can recover from, never a panic.
+    /// The gate judged the element described by [`ToolExecutor::element_facts`]: if the target
+    /// no longer is that element (the page replaced it in between), return
+    /// [`ToolErrorKind::StaleRef`] rather than act on something else.
     fn execute<'a>(
         &'a self,
         call: &'a ToolCall,
