@@ -447,6 +447,7 @@ enum Item {
 #[derive(Default)]
 struct ModelStep {
     text: String,
+    thinking: String,
     items: Vec<Item>,
     finish: Option<FinishReason>,
     cancelled: bool,
@@ -526,9 +527,11 @@ impl Run<'_, '_> {
                 })
                 .collect();
             if !step.text.is_empty() || !calls.is_empty() {
-                self.agent
-                    .messages
-                    .push(ChatMessage::model_with_calls(step.text, calls));
+                let mut message = ChatMessage::model_with_calls(step.text, calls);
+                if !step.thinking.is_empty() {
+                    message.thinking = Some(step.thinking);
+                }
+                self.agent.messages.push(message);
             }
             if let Some(error) = step.error {
                 return End::Failed(error.into());
@@ -593,6 +596,7 @@ impl Run<'_, '_> {
                     self.out.emit(AgentEvent::Token { text }).await;
                 }
                 Some(Ok(StreamChunk::Thinking { text })) => {
+                    step.thinking.push_str(&text);
                     self.out.emit(AgentEvent::Thinking { text }).await;
                 }
                 Some(Ok(StreamChunk::ToolCall { call })) => step.items.push(Item::Call(call)),

@@ -46,7 +46,8 @@ pub struct GenerateOptions {
     /// Most tokens to generate in one model step.
     pub max_new_tokens: u32,
     /// Let the model think first (Gemma's `<|think|>`); thoughts arrive as
-    /// [`StreamChunk::Thinking`] and are not kept in the history.
+    /// [`StreamChunk::Thinking`] and are kept apart from the answer
+    /// ([`ChatMessage::thinking`]).
     pub thinking: bool,
     /// Sampling temperature; `0.0` means greedy.
     pub temperature: f32,

@@ -81,6 +81,9 @@ impl TokenCounter for ApproxTokenCounter {
             tokens +=
                 self.chars(call.name.len() + Value::Object(call.args.clone()).to_string().len());
         }
+        if let Some(thinking) = &message.thinking {
+            tokens += self.chars(thinking.chars().count());
+        }
         if let Some(response) = &message.tool_response {
             tokens += self.chars(response.name.len() + response.response.to_string().len());
         }

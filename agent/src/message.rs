@@ -131,6 +131,11 @@ pub struct ChatMessage {
     /// The tool's answer ([`Role::Tool`] only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_response: Option<ToolResponse>,
+    /// The model's thinking before this message ([`Role::Model`] only, with thinking on). Kept
+    /// for the chat template to decide: Gemma renders it only for tool-calling model messages
+    /// of the current turn and strips it from earlier turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<String>,
 }
 
 impl ChatMessage {
@@ -146,6 +151,7 @@ impl ChatMessage {
             parts,
             tool_calls: Vec::new(),
             tool_response: None,
+            thinking: None,
         }
     }
 
@@ -188,7 +194,14 @@ impl ChatMessage {
                 name: name.into(),
                 response,
             }),
+            thinking: None,
         }
+    }
+
+    /// Sets the thinking that preceded this model message.
+    pub fn with_thinking(mut self, thinking: impl Into<String>) -> Self {
+        self.thinking = Some(thinking.into());
+        self
     }
 
     /// All text parts, concatenated.

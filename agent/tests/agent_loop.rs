@@ -51,16 +51,20 @@ fn plain_answer() {
 }
 
 #[test]
-fn thinking_is_streamed_but_not_kept() {
-    let model = ScriptedModel::new(vec![vec![think("Hmm."), tok("Yes."), end_turn()]]);
+fn thinking_is_streamed_and_kept_apart_from_the_answer() {
+    let model = ScriptedModel::new(vec![vec![
+        think("Hmm, "),
+        think("easy."),
+        tok("Yes."),
+        end_turn(),
+    ]]);
     let page = ScriptedPage::new(SITE);
     let mut agent = agent();
     let events = run_turn(&mut agent, "?", &model, &page, &ScriptedUser::default());
-    assert_eq!(kinds(&events), ["thinking", "token", "done"]);
-    assert_eq!(
-        agent.messages().last().map(ChatMessage::text).as_deref(),
-        Some("Yes.")
-    );
+    assert_eq!(kinds(&events), ["thinking", "thinking", "token", "done"]);
+    let answer = agent.messages().last().unwrap();
+    assert_eq!(answer.text(), "Yes.");
+    assert_eq!(answer.thinking.as_deref(), Some("Hmm, easy."));
 }
 
 #[test]
