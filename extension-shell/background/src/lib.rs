@@ -28,7 +28,10 @@ pub async fn on_startup() -> Result<(), JsValue> {
 /// Returns the answer envelope (or `undefined` for messages that are not ours).
 #[wasm_bindgen]
 pub async fn on_message(message: JsValue, sender: JsValue) -> Result<JsValue, JsValue> {
-    let env = match gg_chrome::from_js(&message).map_err(|e| e.to_string()).and_then(|j| Envelope::from_json(j).map_err(|e| e.to_string())) {
+    let env = match gg_chrome::from_js(&message)
+        .map_err(|e| e.to_string())
+        .and_then(|j| Envelope::from_json(j).map_err(|e| e.to_string()))
+    {
         Ok(env) => env,
         Err(e) => {
             log::warn(&format!("ignored message: {e}"));
@@ -38,7 +41,12 @@ pub async fn on_message(message: JsValue, sender: JsValue) -> Result<JsValue, Js
     let sender = gg_chrome::sender_info(&sender);
     if let Err(e) = sender.check(&gg_chrome::extension_id(), env.from) {
         log::warn(&e.to_string());
-        return reply(&env, Body::Error { message: e.to_string() });
+        return reply(
+            &env,
+            Body::Error {
+                message: e.to_string(),
+            },
+        );
     }
     let body = match handle(env.from, env.body.clone()).await {
         Ok(body) => body,
@@ -51,7 +59,11 @@ pub async fn on_message(message: JsValue, sender: JsValue) -> Result<JsValue, Js
 }
 
 fn reply(to: &Envelope, body: Body) -> Result<JsValue, JsValue> {
-    Ok(gg_chrome::into_js(&Envelope::new(to.id, Context::ServiceWorker, body))?)
+    Ok(gg_chrome::into_js(&Envelope::new(
+        to.id,
+        Context::ServiceWorker,
+        body,
+    ))?)
 }
 
 async fn handle(from: Context, body: Body) -> Result<Body, String> {
@@ -62,12 +74,17 @@ async fn handle(from: Context, body: Body) -> Result<Body, String> {
         }
         (Context::Offscreen, Body::AdapterReport(report)) => {
             match (&report.adapter, &report.error) {
-                (Some(a), _) => log::info(&format!("WebGPU adapter: {} {} {}", a.vendor, a.architecture, a.device)),
+                (Some(a), _) => log::info(&format!(
+                    "WebGPU adapter: {} {} {}",
+                    a.vendor, a.architecture, a.device
+                )),
                 (None, Some(e)) => log::error(&format!("WebGPU unavailable: {e}")),
                 (None, None) => log::error("WebGPU unavailable"),
             }
             let json = serde_json::to_value(&report).map_err(|e| e.to_string())?;
-            gg_chrome::session_set(OFFSCREEN_STATUS_KEY, &json).await.map_err(|e| e.to_string())?;
+            gg_chrome::session_set(OFFSCREEN_STATUS_KEY, &json)
+                .await
+                .map_err(|e| e.to_string())?;
             Ok(Body::Ack)
         }
         (_, Body::GetStatus) => {
@@ -76,8 +93,13 @@ async fn handle(from: Context, body: Body) -> Result<Body, String> {
                 .await
                 .map_err(|e| e.to_string())?
                 .and_then(|v| serde_json::from_value(v).ok());
-            let offscreen_alive = gg_chrome::offscreen_exists().await.map_err(|e| e.to_string())?;
-            Ok(Body::Status(StatusReport { offscreen_alive, adapter }))
+            let offscreen_alive = gg_chrome::offscreen_exists()
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Body::Status(StatusReport {
+                offscreen_alive,
+                adapter,
+            }))
         }
         (from, other) => Err(format!("unexpected message {other:?} from {from:?}")),
     }
@@ -89,7 +111,12 @@ async fn ensure_offscreen() -> Result<(), gg_chrome::ChromeError> {
     if gg_chrome::offscreen_exists().await? {
         return Ok(());
     }
-    match gg_chrome::create_offscreen(OFFSCREEN_PATH, "Runs the on-device language model on WebGPU.").await {
+    match gg_chrome::create_offscreen(
+        OFFSCREEN_PATH,
+        "Runs the on-device language model on WebGPU.",
+    )
+    .await
+    {
         Ok(()) => {
             log::info("offscreen document created");
             Ok(())

@@ -69,13 +69,19 @@ fn js_error_message(v: &JsValue) -> String {
 }
 
 fn err(api: &'static str) -> impl Fn(JsValue) -> ChromeError {
-    move |v| ChromeError { api, message: js_error_message(&v) }
+    move |v| ChromeError {
+        api,
+        message: js_error_message(&v),
+    }
 }
 
 fn to_js<T: serde::Serialize>(api: &'static str, value: &T) -> Result<JsValue, ChromeError> {
     value
         .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .map_err(|e| ChromeError { api, message: e.to_string() })
+        .map_err(|e| ChromeError {
+            api,
+            message: e.to_string(),
+        })
 }
 
 /// Converts a JS value received from another context into JSON for typed parsing.
@@ -89,21 +95,36 @@ pub fn into_js<T: serde::Serialize>(value: &T) -> Result<JsValue, ChromeError> {
 }
 
 /// Sends an envelope to the extension's other contexts and parses the typed answer.
-pub async fn send(from: Context, id: RequestId, body: Body) -> Result<Option<Envelope>, ChromeError> {
+pub async fn send(
+    from: Context,
+    id: RequestId,
+    body: Body,
+) -> Result<Option<Envelope>, ChromeError> {
     let msg = to_js("chrome.runtime.sendMessage", &Envelope::new(id, from, body))?;
-    let answer = runtime_send_message(msg).await.map_err(err("chrome.runtime.sendMessage"))?;
+    let answer = runtime_send_message(msg)
+        .await
+        .map_err(err("chrome.runtime.sendMessage"))?;
     if answer.is_undefined() || answer.is_null() {
         return Ok(None);
     }
-    let json = from_js(&answer).map_err(|message| ChromeError { api: "chrome.runtime.sendMessage", message })?;
+    let json = from_js(&answer).map_err(|message| ChromeError {
+        api: "chrome.runtime.sendMessage",
+        message,
+    })?;
     Envelope::from_json(json)
         .map(Some)
-        .map_err(|e| ChromeError { api: "chrome.runtime.sendMessage", message: e.to_string() })
+        .map_err(|e| ChromeError {
+            api: "chrome.runtime.sendMessage",
+            message: e.to_string(),
+        })
 }
 
 /// Parses the `sender` argument of a `chrome.runtime.onMessage` listener.
 pub fn sender_info(sender: &JsValue) -> SenderInfo {
-    from_js(sender).ok().and_then(|v| serde_json::from_value(v).ok()).unwrap_or_default()
+    from_js(sender)
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok())
+        .unwrap_or_default()
 }
 
 /// Whether an offscreen document of this extension exists.
@@ -112,7 +133,9 @@ pub async fn offscreen_exists() -> Result<bool, ChromeError> {
         "chrome.runtime.getContexts",
         &serde_json::json!({ "contextTypes": ["OFFSCREEN_DOCUMENT"] }),
     )?;
-    let contexts = runtime_get_contexts(filter).await.map_err(err("chrome.runtime.getContexts"))?;
+    let contexts = runtime_get_contexts(filter)
+        .await
+        .map_err(err("chrome.runtime.getContexts"))?;
     Ok(js_sys::Array::from(&contexts).length() > 0)
 }
 
@@ -122,21 +145,33 @@ pub async fn create_offscreen(path: &str, justification: &str) -> Result<(), Chr
         "chrome.offscreen.createDocument",
         &serde_json::json!({ "url": path, "reasons": ["WORKERS"], "justification": justification }),
     )?;
-    offscreen_create_document(params).await.map_err(err("chrome.offscreen.createDocument"))?;
+    offscreen_create_document(params)
+        .await
+        .map_err(err("chrome.offscreen.createDocument"))?;
     Ok(())
 }
 
 /// Stores one JSON value in `chrome.storage.session`.
 pub async fn session_set(key: &str, value: &serde_json::Value) -> Result<(), ChromeError> {
-    let items = to_js("chrome.storage.session.set", &serde_json::json!({ key: value }))?;
-    storage_session_set(items).await.map_err(err("chrome.storage.session.set"))?;
+    let items = to_js(
+        "chrome.storage.session.set",
+        &serde_json::json!({ key: value }),
+    )?;
+    storage_session_set(items)
+        .await
+        .map_err(err("chrome.storage.session.set"))?;
     Ok(())
 }
 
 /// Reads one JSON value from `chrome.storage.session` (`None` when absent).
 pub async fn session_get(key: &str) -> Result<Option<serde_json::Value>, ChromeError> {
-    let got = storage_session_get(JsValue::from_str(key)).await.map_err(err("chrome.storage.session.get"))?;
-    let json = from_js(&got).map_err(|message| ChromeError { api: "chrome.storage.session.get", message })?;
+    let got = storage_session_get(JsValue::from_str(key))
+        .await
+        .map_err(err("chrome.storage.session.get"))?;
+    let json = from_js(&got).map_err(|message| ChromeError {
+        api: "chrome.storage.session.get",
+        message,
+    })?;
     Ok(json.get(key).cloned().filter(|v| !v.is_null()))
 }
 

@@ -138,7 +138,12 @@ fn mount() -> Result<(), JsValue> {
 }
 
 /// Opens or closes the panel: the overlay page in an iframe, created on first use.
-fn toggle(document: &Document, host: &HtmlElement, root: &ShadowRoot, button: &Element) -> Result<(), JsValue> {
+fn toggle(
+    document: &Document,
+    host: &HtmlElement,
+    root: &ShadowRoot,
+    button: &Element,
+) -> Result<(), JsValue> {
     let frame = match root.query_selector("iframe.panel")? {
         Some(frame) => frame,
         None => {
@@ -161,6 +166,13 @@ fn toggle(document: &Document, host: &HtmlElement, root: &ShadowRoot, button: &E
         host.set_attribute("style", HOST_STYLE_COLLAPSED)?;
     }
     button.set_attribute("aria-expanded", if open { "true" } else { "false" })?;
-    button.set_attribute("aria-label", if open { "Close Gemma Gem" } else { "Open Gemma Gem" })?;
+    button.set_attribute(
+        "aria-label",
+        if open {
+            "Close Gemma Gem"
+        } else {
+            "Open Gemma Gem"
+        },
+    )?;
     Ok(())
 }

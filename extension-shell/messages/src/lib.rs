@@ -95,7 +95,12 @@ pub struct Envelope {
 
 impl Envelope {
     pub fn new(id: RequestId, from: Context, body: Body) -> Self {
-        Self { protocol: PROTOCOL.to_owned(), id, from, body }
+        Self {
+            protocol: PROTOCOL.to_owned(),
+            id,
+            from,
+            body,
+        }
     }
 
     /// Parses a message received from another context. Anything that is not one of ours
@@ -131,15 +136,27 @@ impl SenderInfo {
     /// one of its own URLs. Content scripts of this extension carry our id and the tab they run in.
     pub fn check(&self, own_id: &str, claimed: Context) -> Result<(), MessageError> {
         if self.id.as_deref() != Some(own_id) {
-            return Err(MessageError::ForeignSender(self.id.clone().unwrap_or_default()));
+            return Err(MessageError::ForeignSender(
+                self.id.clone().unwrap_or_default(),
+            ));
         }
         let own_origin = format!("chrome-extension://{own_id}/");
-        let from_extension_page = self.url.as_deref().is_some_and(|u| u.starts_with(&own_origin));
+        let from_extension_page = self
+            .url
+            .as_deref()
+            .is_some_and(|u| u.starts_with(&own_origin));
         let ok = match claimed {
             Context::Content => self.tab.is_some(),
             Context::Offscreen | Context::Overlay | Context::ServiceWorker => from_extension_page,
         };
-        if ok { Ok(()) } else { Err(MessageError::WrongContext(claimed, self.url.clone().unwrap_or_default())) }
+        if ok {
+            Ok(())
+        } else {
+            Err(MessageError::WrongContext(
+                claimed,
+                self.url.clone().unwrap_or_default(),
+            ))
+        }
     }
 }
 
@@ -156,8 +173,14 @@ impl std::fmt::Display for MessageError {
         match self {
             Self::Malformed(e) => write!(f, "malformed message: {e}"),
             Self::WrongProtocol(p) => write!(f, "message with unknown protocol tag {p:?}"),
-            Self::ForeignSender(id) => write!(f, "message from another extension or a page (sender id {id:?}) rejected"),
-            Self::WrongContext(c, url) => write!(f, "message claiming to come from {c:?} was sent from {url:?}; rejected"),
+            Self::ForeignSender(id) => write!(
+                f,
+                "message from another extension or a page (sender id {id:?}) rejected"
+            ),
+            Self::WrongContext(c, url) => write!(
+                f,
+                "message claiming to come from {c:?} was sent from {url:?}; rejected"
+            ),
         }
     }
 }
@@ -181,21 +204,53 @@ mod tests {
 
     #[test]
     fn rejects_other_protocols_and_garbage() {
-        let mut json = serde_json::to_value(Envelope::new(RequestId(1), Context::Overlay, Body::Ack)).unwrap();
+        let mut json =
+            serde_json::to_value(Envelope::new(RequestId(1), Context::Overlay, Body::Ack)).unwrap();
         json["protocol"] = "other/1".into();
-        assert!(matches!(Envelope::from_json(json), Err(MessageError::WrongProtocol(_))));
-        assert!(matches!(Envelope::from_json(serde_json::json!({"type": "x"})), Err(MessageError::Malformed(_))));
+        assert!(matches!(
+            Envelope::from_json(json),
+            Err(MessageError::WrongProtocol(_))
+        ));
+        assert!(matches!(
+            Envelope::from_json(serde_json::json!({"type": "x"})),
+            Err(MessageError::Malformed(_))
+        ));
     }
 
     #[test]
     fn sender_checks() {
-        let page = SenderInfo { id: Some(ID.into()), url: Some(format!("chrome-extension://{ID}/offscreen.html")), ..Default::default() };
+        let page = SenderInfo {
+            id: Some(ID.into()),
+            url: Some(format!("chrome-extension://{ID}/offscreen.html")),
+            ..Default::default()
+        };
         assert!(page.check(ID, Context::Offscreen).is_ok());
-        let foreign = SenderInfo { id: Some("zzzz".into()), ..page.clone() };
-        assert!(matches!(foreign.check(ID, Context::Offscreen), Err(MessageError::ForeignSender(_))));
-        let web = SenderInfo { id: Some(ID.into()), url: Some("https://evil.example/".into()), ..Default::default() };
-        assert!(matches!(web.check(ID, Context::Overlay), Err(MessageError::WrongContext(..))));
-        let content = SenderInfo { id: Some(ID.into()), url: Some("https://a.example/".into()), tab: Some(SenderTab { id: Some(3), url: None }), ..Default::default() };
+        let foreign = SenderInfo {
+            id: Some("zzzz".into()),
+            ..page.clone()
+        };
+        assert!(matches!(
+            foreign.check(ID, Context::Offscreen),
+            Err(MessageError::ForeignSender(_))
+        ));
+        let web = SenderInfo {
+            id: Some(ID.into()),
+            url: Some("https://evil.example/".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            web.check(ID, Context::Overlay),
+            Err(MessageError::WrongContext(..))
+        ));
+        let content = SenderInfo {
+            id: Some(ID.into()),
+            url: Some("https://a.example/".into()),
+            tab: Some(SenderTab {
+                id: Some(3),
+                url: None,
+            }),
+            ..Default::default()
+        };
         assert!(content.check(ID, Context::Content).is_ok());
         assert!(content.check(ID, Context::Overlay).is_err());
     }

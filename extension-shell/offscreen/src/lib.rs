@@ -13,7 +13,12 @@ pub async fn start() -> Result<(), JsValue> {
     log::info("offscreen document started");
     gg_chrome::send(Context::Offscreen, RequestId(0), Body::OffscreenReady).await?;
     let report = probe_webgpu().await;
-    gg_chrome::send(Context::Offscreen, RequestId(1), Body::AdapterReport(report)).await?;
+    gg_chrome::send(
+        Context::Offscreen,
+        RequestId(1),
+        Body::AdapterReport(report),
+    )
+    .await?;
     Ok(())
 }
 

@@ -1,0 +1,121 @@
+// Test harness: a local HTTP server for fixture pages and models, headless Chromium with the
+// built extension, and helpers that reach into the closed shadow root through the DevTools
+// protocol (DOM.getDocument with pierce) — never through a test-only open root.
+import http from 'node:http';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+export const repo = path.resolve(here, '..', '..');
+const pagesDir = path.join(repo, 'tests', 'pages');
+const modelsDir = path.join(repo, 'tests', 'fixtures', 'models');
+
+export const STRICT_CSP = "default-src 'self'; script-src 'self'";
+
+const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '.mjs': 'text/javascript', '.css': 'text/css',
+  '.json': 'application/json', '.png': 'image/png', '.wasm': 'application/wasm', '.jinja': 'text/plain' };
+
+/** Starts the fixture server on a free port. Pages under /strict-csp/ get a CSP that forbids wasm. */
+export async function startServer() {
+  const log = [];
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url, 'http://x');
+    log.push({ method: req.method, path: url.pathname, range: req.headers.range ?? null });
+    let rel = decodeURIComponent(url.pathname);
+    let base = pagesDir;
+    const headers = {};
+    if (rel.startsWith('/models/')) { base = modelsDir; rel = rel.slice('/models'.length); }
+    else if (rel.startsWith('/strict-csp/')) { rel = rel.slice('/strict-csp'.length); headers['Content-Security-Policy'] = STRICT_CSP; }
+    const file = path.join(base, path.normalize(rel));
+    if (!file.startsWith(base) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
+      res.writeHead(404); res.end('not found'); return;
+    }
+    headers['Content-Type'] = TYPES[path.extname(file)] ?? 'application/octet-stream';
+    res.writeHead(200, headers);
+    fs.createReadStream(file).pipe(res);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address();
+  return { url: `http://127.0.0.1:${port}`, log, close: () => new Promise((r) => server.close(r)) };
+}
+
+export const CHROMIUM = process.env.GG_CHROMIUM ?? '/usr/bin/chromium';
+
+/** Launches headless Chromium with the unpacked extension at `extDir`. */
+export async function launchExtension(extDir) {
+  if (!fs.existsSync(path.join(extDir, 'manifest.json'))) {
+    throw new Error(`${extDir} has no manifest.json: run \`cargo xtask build\` first`);
+  }
+  const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'gg-e2e-'));
+  const context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: { width: 1000, height: 760 },
+    args: [
+      '--no-sandbox', `--disable-extensions-except=${extDir}`, `--load-extension=${extDir}`,
+      '--disable-features=DisableLoadExtensionCommandLineSwitch', '--enable-unsafe-webgpu',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run',
+    ],
+  });
+  const sw = context.serviceWorkers()[0] ?? (await context.waitForEvent('serviceworker', { timeout: 30000 }));
+  const extensionId = new URL(sw.url()).host;
+  const close = async () => { await context.close(); fs.rmSync(userDataDir, { recursive: true, force: true }); };
+  return { context, sw, extensionId, close };
+}
+
+/** Polls `fn` until it returns a truthy value or `timeout` ms pass. */
+export async function until(fn, { timeout = 30000, interval = 200, what = 'condition' } = {}) {
+  const end = Date.now() + timeout;
+  let last;
+  while (Date.now() < end) {
+    try { last = await fn(); if (last) return last; } catch (e) { last = e; }
+    await new Promise((r) => setTimeout(r, interval));
+  }
+  throw new Error(`timed out waiting for ${what} (last: ${last instanceof Error ? last.message : JSON.stringify(last)})`);
+}
+
+/** A DevTools view of the page's DOM that pierces shadow roots (closed ones included). */
+export class Pierce {
+  static async open(page) {
+    const cdp = await page.context().newCDPSession(page);
+    await cdp.send('DOM.enable');
+    return new Pierce(cdp);
+  }
+  constructor(cdp) { this.cdp = cdp; }
+  async tree() { return (await this.cdp.send('DOM.getDocument', { depth: -1, pierce: true })).root; }
+  static attrs(node) {
+    const out = {};
+    for (let i = 0; i + 1 < (node.attributes ?? []).length; i += 2) out[node.attributes[i]] = node.attributes[i + 1];
+    return out;
+  }
+  static *walk(node) {
+    yield node;
+    for (const c of node.children ?? []) yield* Pierce.walk(c);
+    for (const s of node.shadowRoots ?? []) yield* Pierce.walk(s);
+    if (node.contentDocument) yield* Pierce.walk(node.contentDocument);
+  }
+  /** The first node whose attributes or name match. */
+  async find(pred) {
+    const root = await this.tree();
+    for (const n of Pierce.walk(root)) if (pred(n, Pierce.attrs(n))) return n;
+    return null;
+  }
+  async byTestId(id) { return this.find((_, a) => a['data-testid'] === id); }
+  async box(node) {
+    const { model } = await this.cdp.send('DOM.getBoxModel', { backendNodeId: node.backendNodeId });
+    const [x1, y1, x2, , , y3] = model.border;
+    return { x: x1, y: y1, width: x2 - x1, height: y3 - y1 };
+  }
+  /** Clicks the centre of a node with real input events. */
+  async click(node) {
+    await this.cdp.send('DOM.scrollIntoViewIfNeeded', { backendNodeId: node.backendNodeId });
+    const b = await this.box(node);
+    const x = b.x + b.width / 2, y = b.y + b.height / 2;
+    for (const type of ['mouseMoved', 'mousePressed', 'mouseReleased']) {
+      await this.cdp.send('Input.dispatchMouseEvent', { type, x, y, button: 'left', clickCount: 1 });
+    }
+  }
+}

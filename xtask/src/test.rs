@@ -1,0 +1,308 @@
+//! `cargo xtask test`: the whole suite, as `.ci/run` runs it.
+//!
+//! Installs what is missing, then: formatting, clippy (native, `wasm32-unknown-unknown`,
+//! `wasm32v1-none`), native tests (GPU tests on Mesa's software Vulkan), wasm tests in headless
+//! Chromium, dev and release builds, and the browser end-to-end tests in `tests/e2e/`.
+//! Prints the test counts of every stage and a summary.
+
+use crate::install::{self, Tools};
+use crate::util::{cargo, root, show};
+use anyhow::{Context, Result, bail};
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct TestArgs {
+    /// Also run the opt-in large tests (random weights for the real ~3 GB Gemma 3 graphs).
+    #[arg(long)]
+    pub large: bool,
+    /// Skip formatting and clippy (for quick local iterations; CI runs everything).
+    #[arg(long)]
+    pub no_lint: bool,
+}
+
+/// Crates with `wasm-bindgen-test` suites that run in headless Chromium: (package, features).
+const WASM_TEST_CRATES: &[(&str, &str)] = &[("gg-components", "csr")];
+
+#[derive(Default, Debug, Clone, Copy)]
+struct Counts {
+    passed: u64,
+    failed: u64,
+    ignored: u64,
+}
+
+impl Counts {
+    fn add(&mut self, o: Counts) {
+        self.passed += o.passed;
+        self.failed += o.failed;
+        self.ignored += o.ignored;
+    }
+}
+
+struct Stage {
+    name: String,
+    seconds: f64,
+    counts: Option<Counts>,
+}
+
+/// Parses `test result: ok. 12 passed; 0 failed; 1 ignored; ...` (Rust test harness and
+/// wasm-bindgen-test) and node's `ℹ pass 3` / `ℹ fail 0` / `ℹ skipped 0` summary lines.
+fn parse_counts(line: &str, c: &mut Counts) {
+    let number_before = |s: &str, word: &str| -> Option<u64> {
+        let i = s.find(word)?;
+        s[..i]
+            .trim_end()
+            .rsplit(|ch: char| !ch.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    };
+    if let Some(rest) = line.split("test result:").nth(1) {
+        c.passed += number_before(rest, " passed").unwrap_or(0);
+        c.failed += number_before(rest, " failed").unwrap_or(0);
+        c.ignored += number_before(rest, " ignored").unwrap_or(0);
+        return;
+    }
+    let l = line.trim_start_matches(|ch: char| !ch.is_ascii_alphanumeric());
+    for (word, slot) in [
+        ("pass ", &mut c.passed),
+        ("fail ", &mut c.failed),
+        ("skipped ", &mut c.ignored),
+    ] {
+        if let Some(n) = l
+            .strip_prefix(word)
+            .and_then(|n| n.trim().parse::<u64>().ok())
+        {
+            *slot += n;
+        }
+    }
+}
+
+/// Runs a command, echoing its output, and collects test counts from it.
+fn run_counting(cmd: &mut Command) -> Result<Counts> {
+    eprintln!("xtask: $ {}", show(cmd));
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("could not start `{}`", show(cmd)))?;
+    let stderr = child.stderr.take().context("no stderr pipe")?;
+    let err_thread = std::thread::spawn(move || {
+        let mut c = Counts::default();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            eprintln!("{line}");
+            parse_counts(&line, &mut c);
+        }
+        c
+    });
+    let mut counts = Counts::default();
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            println!("{line}");
+            parse_counts(&line, &mut counts);
+        }
+    }
+    let status = child.wait()?;
+    counts.add(err_thread.join().unwrap_or_default());
+    if !status.success() {
+        bail!(
+            "`{}` failed ({status}); {} passed, {} failed",
+            show(cmd),
+            counts.passed,
+            counts.failed
+        );
+    }
+    Ok(counts)
+}
+
+pub fn run(args: &TestArgs) -> Result<()> {
+    let started = Instant::now();
+    let mut stages: Vec<Stage> = Vec::new();
+    let mut stage = |name: &str, f: &mut dyn FnMut() -> Result<Option<Counts>>| -> Result<()> {
+        eprintln!("\nxtask: ==== {name} ====");
+        let t = Instant::now();
+        let counts = f().with_context(|| format!("stage `{name}` failed"))?;
+        stages.push(Stage {
+            name: name.to_owned(),
+            seconds: t.elapsed().as_secs_f64(),
+            counts,
+        });
+        Ok(())
+    };
+
+    let mut tools: Option<Tools> = None;
+    stage("install", &mut || {
+        tools = Some(install::install_all()?);
+        Ok(None)
+    })?;
+    let tools = tools.context("tools were not installed")?;
+
+    if !args.no_lint {
+        stage("rustfmt", &mut || {
+            crate::util::exec(cargo().args(["fmt", "--all", "--", "--check"]))
+                .context("formatting differs: run `cargo fmt --all`")?;
+            Ok(None)
+        })?;
+        stage("clippy (native)", &mut || {
+            crate::util::exec(cargo().args([
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
+            Ok(None)
+        })?;
+        stage("clippy (wasm32)", &mut || {
+            crate::util::exec(cargo().args([
+                "clippy",
+                "--workspace",
+                "--exclude",
+                "xtask",
+                "--exclude",
+                "gg-cli",
+                "--target",
+                "wasm32-unknown-unknown",
+                "--features",
+                "gg-components/csr",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
+            crate::util::exec(cargo().args([
+                "clippy",
+                "-p",
+                "gg-content",
+                "--target",
+                "wasm32v1-none",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
+            Ok(None)
+        })?;
+    }
+
+    stage("native tests (GPU on software Vulkan)", &mut || {
+        let mut cmd = cargo();
+        cmd.args(["test", "--workspace"])
+            .env("WGPU_BACKEND", "vulkan");
+        Ok(Some(run_counting(&mut cmd)?))
+    })?;
+
+    stage("wasm tests (headless Chromium)", &mut || {
+        let mut total = Counts::default();
+        for (pkg, features) in WASM_TEST_CRATES {
+            let mut cmd = cargo();
+            cmd.args([
+                "test",
+                "--target",
+                "wasm32-unknown-unknown",
+                "-p",
+                pkg,
+                "--features",
+                features,
+            ])
+            .env(
+                "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER",
+                tools.test_runner(),
+            )
+            .env("CHROMEDRIVER", "/usr/bin/chromedriver")
+            .env("WASM_BINDGEN_TEST_TIMEOUT", "300");
+            total.add(run_counting(&mut cmd)?);
+        }
+        Ok(Some(total))
+    })?;
+
+    stage("build (dev and release)", &mut || {
+        crate::build::build_with(&tools, false)?;
+        crate::build::build_with(&tools, true)?;
+        Ok(None)
+    })?;
+
+    stage(
+        "end-to-end tests (headless Chromium, the built extension)",
+        &mut || {
+            let mut cmd = Command::new("node");
+            cmd.current_dir(root().join("tests"))
+                .args(["--test", "--test-reporter=spec", "--test-concurrency=1"])
+                .arg("e2e/")
+                .env("GG_EXT_DEV", crate::build::extension_dir(false))
+                .env("GG_EXT_RELEASE", crate::build::extension_dir(true))
+                .env("GG_DEMO_SITE", root().join("dist/demo-site"));
+            Ok(Some(run_counting(&mut cmd)?))
+        },
+    )?;
+
+    if args.large {
+        stage("large tests (opt-in)", &mut || {
+            let mut cmd = cargo();
+            cmd.args([
+                "test",
+                "--release",
+                "--workspace",
+                "--",
+                "--ignored",
+                "large_",
+            ])
+            .env("WGPU_BACKEND", "vulkan");
+            Ok(Some(run_counting(&mut cmd)?))
+        })?;
+    }
+
+    let mut total = Counts::default();
+    println!("\nTest summary");
+    println!(
+        "{:<58} {:>8} {:>7} {:>7} {:>8}",
+        "stage", "passed", "failed", "skipped", "seconds"
+    );
+    for s in &stages {
+        match s.counts {
+            Some(c) => {
+                total.add(c);
+                println!(
+                    "{:<58} {:>8} {:>7} {:>7} {:>8.0}",
+                    s.name, c.passed, c.failed, c.ignored, s.seconds
+                );
+            }
+            None => println!(
+                "{:<58} {:>8} {:>7} {:>7} {:>8.0}",
+                s.name, "ok", "", "", s.seconds
+            ),
+        }
+    }
+    println!(
+        "{:<58} {:>8} {:>7} {:>7} {:>8.0}",
+        "total",
+        total.passed,
+        total.failed,
+        total.ignored,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_from_rust_and_node_output() {
+        let mut c = Counts::default();
+        parse_counts(
+            "test result: ok. 12 passed; 0 failed; 3 ignored; 0 measured; 0 filtered out; finished in 0.01s",
+            &mut c,
+        );
+        parse_counts(
+            "test result: FAILED. 1 passed; 2 failed; 0 ignored; 0 measured",
+            &mut c,
+        );
+        parse_counts("ℹ pass 4", &mut c);
+        parse_counts("ℹ fail 1", &mut c);
+        parse_counts("ℹ skipped 2", &mut c);
+        parse_counts("ℹ tests 7", &mut c);
+        assert_eq!((c.passed, c.failed, c.ignored), (17, 3, 5));
+    }
+}
