@@ -65,7 +65,7 @@ pub fn chat_overlay(props: &ChatOverlayProps) -> Html {
             if *stick.borrow()
                 && let Some(log) = log_ref.cast::<web_sys::Element>()
             {
-                log.set_scroll_top(log.scroll_height());
+                log.set_scroll_top(f64::from(log.scroll_height()));
             }
         });
     }
@@ -73,8 +73,10 @@ pub fn chat_overlay(props: &ChatOverlayProps) -> Html {
         let log_ref = log_ref.clone();
         Callback::from(move |_: Event| {
             if let Some(log) = log_ref.cast::<web_sys::Element>() {
-                *stick.borrow_mut() = log.scroll_height() - log.scroll_top() - log.client_height()
-                    <= STICK_TO_BOTTOM_PX;
+                *stick.borrow_mut() = f64::from(log.scroll_height())
+                    - log.scroll_top()
+                    - f64::from(log.client_height())
+                    <= f64::from(STICK_TO_BOTTOM_PX);
             }
         })
     };
