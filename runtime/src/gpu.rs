@@ -388,6 +388,7 @@ impl Kernel {
     }
 
     /// Declares an input tensor binding.
+    /// Binding names must not shadow the accessor parameters (`i`, `w`, `v`, `v0`, `v1`).
     pub fn input(mut self, name: &str, storage: Storage) -> Self {
         self.bindings.push(Binding {
             name: name.into(),

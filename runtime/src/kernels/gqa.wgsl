@@ -1,6 +1,6 @@
 // Grouped-query attention for one (b, h, s) query per workgroup. q: [B, S, H, D] (rotated);
 // k, v: [B, kvH, T, D] (present). Scores go to a scratch row, then softmax, then P·V.
-// Keys visible to query s: t in [start, past_b + s], start = past_b + s - window (window > 0).
+// Keys visible to query s: t in [start, past_b + s], start = past_b + s - window + 1 (window > 0).
 // prm: [B, S, H, kvH, D, T, window(i32), bias_sb, bias_sh, bias_ss, bias_st]
 var<workgroup> red: array<f32, {{WG}}>;
 
@@ -47,7 +47,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let pb = ldi_seqlens(b) + 1 - i32(S);
     let last = pb + i32(s);
     var first = 0;
-    if (window > 0) { first = max(0, last - window); }
+    if (window > 0) { first = max(0, last - window + 1); }
     let qbase = ((b * S + s) * H + h) * D;
     let kvbase = (b * KVH + kvh) * T * D;
     let srow = flat * T;

@@ -15,7 +15,7 @@ fn compute(i: u32) -> f32 {
     let ti = i32(t);
     if (ti >= pb && ti < pb + i32(S)) {
         let s = u32(ti - pb);
-        return ld_new(((b * S + s) * H + h) * D + d);
+        return ld_knew(((b * S + s) * H + h) * D + d);
     }
     if (t < P) {
         return {{PAST}};

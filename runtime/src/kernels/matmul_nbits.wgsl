@@ -33,7 +33,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         var s1 = 0.0;
         var s2 = 0.0;
         for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {
-            let word = ldw_w(wbase + w);
+            let word = ldw_qw(wbase + w);
             let k0 = b * BLOCK + w * PER_WORD;
             for (var j = 0u; j < PER_WORD; j = j + 1u) {
                 let k = k0 + j;

@@ -389,7 +389,7 @@ impl Gqa {
         let out = cx.alloc(dtype, vec![b, kvh, t, d])?;
         let n = out.numel();
         let mut k = Kernel::new("kv_append", KV_APPEND)
-            .input("new", Storage::F32)
+            .input("knew", Storage::F32)
             .input("seqlens", seqlens.storage());
         let mut bind = vec![new, seqlens];
         match past {

@@ -80,7 +80,7 @@ impl Op for MatMulNBits {
             .u32("BLOCK", self.block as u32)
             .code("ZP", &zp_code(zp.as_ref(), self.bits))
             .input("a", a.storage())
-            .input("w", Storage::U8)
+            .input("qw", Storage::U8)
             .input("scales", scales.storage());
         let mut bind = vec![&a, &b, &scales];
         if let Some(z) = &zp {

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Generates reference cases for the com.microsoft ops (and Gemma-relevant standard ops) with
+ONNX Runtime's CPU provider: one folder per case under tests/fixtures/ops/ holding model.onnx,
+test_data_set_0/input_J.pb + output_J.pb (TensorProto) and case.json (rtol/atol). Seeded, small.
+
+Usage (repository root):
+    .venv/bin/python tools/onnx/gen_contrib_refs.py [--out tests/fixtures/ops]
+Checked by: cargo test -p gg-runtime --test contrib_ops
+"""
+
+import argparse
+import json
+import os
+import shutil
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+RNG = np.random.default_rng(1234)
+MS = "com.microsoft"
+F32_TOL = {"rtol": 1e-4, "atol": 1e-4}
+F16_TOL = {"rtol": 5e-3, "atol": 5e-3}
+
+
+def tt(dtype):
+    return {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16, np.int64: TensorProto.INT64,
+            np.int32: TensorProto.INT32, np.uint8: TensorProto.UINT8}[dtype]
+
+
+def save(out, name, node, inputs, outputs_meta, tol, opset=21, inits=()):
+    """inputs: list of (name, array or None); outputs_meta: list of (name, np dtype)."""
+    g_inputs = [helper.make_tensor_value_info(n, tt(a.dtype.type), a.shape) for n, a in inputs if a is not None]
+    g_outputs = [helper.make_tensor_value_info(n, tt(d), None) for n, d in outputs_meta]
+    graph = helper.make_graph([node], name, g_inputs, g_outputs, initializer=list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
+    model.ir_version = 10
+    feeds = {n: a for n, a in inputs if a is not None}
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    results = sess.run([n for n, _ in outputs_meta], feeds)
+    d = os.path.join(out, name)
+    os.makedirs(os.path.join(d, "test_data_set_0"))
+    with open(os.path.join(d, "model.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+    j = 0
+    for n, a in inputs:
+        if a is None:
+            continue
+        with open(os.path.join(d, "test_data_set_0", f"input_{j}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(a, n).SerializeToString())
+        j += 1
+    for j, ((n, _), r) in enumerate(zip(outputs_meta, results)):
+        with open(os.path.join(d, "test_data_set_0", f"output_{j}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(r, n).SerializeToString())
+    with open(os.path.join(d, "case.json"), "w") as f:
+        json.dump(tol, f)
+
+
+def matmul_nbits(out):
+    for bits, block, k, n, m, zp, dt, bias in [
+        (4, 32, 64, 24, 1, True, np.float32, False),
+        (4, 32, 80, 24, 1, True, np.float32, False),   # K not a multiple of the block
+        (4, 16, 48, 16, 3, False, np.float32, True),
+        (4, 64, 128, 20, 1, True, np.float16, False),
+        (4, 128, 200, 12, 2, False, np.float16, True),
+        (8, 32, 96, 16, 1, True, np.float32, False),
+        (8, 16, 40, 8, 4, False, np.float32, False),
+        (8, 64, 64, 10, 1, True, np.float16, True),
+    ]:
+        nb = (k + block - 1) // block
+        blob = block * bits // 8
+        a = RNG.standard_normal((m, k)).astype(dt)
+        b = RNG.integers(0, 256, (n, nb, blob), dtype=np.uint8)
+        scales = (RNG.random((n * nb,)) * 0.1 + 0.01).astype(dt)
+        inputs = [("A", a), ("B", b), ("scales", scales)]
+        names = ["A", "B", "scales"]
+        if zp:
+            zb = (nb * bits + 7) // 8
+            inputs.append(("zero_points", RNG.integers(0, 256, (n * zb,), dtype=np.uint8)))
+            names.append("zero_points")
+        if bias:
+            if not zp:
+                names.append("")
+            names += ["", "bias"]
+            inputs.append(("bias", RNG.standard_normal((n,)).astype(dt)))
+        node = helper.make_node("MatMulNBits", names, ["Y"], domain=MS, K=k, N=n, bits=bits, block_size=block)
+        name = f"matmulnbits_b{bits}_blk{block}_k{k}_n{n}_m{m}_{'zp' if zp else 'nozp'}_{np.dtype(dt).name}{'_bias' if bias else ''}"
+        save(out, name, node, inputs, [("Y", dt)], F16_TOL if dt == np.float16 else F32_TOL)
+
+
+def gather_block_quantized(out):
+    for bits, block, rows, k, zp, dt in [(4, 32, 10, 64, True, np.float32), (4, 16, 7, 48, False, np.float16),
+                                          (4, 32, 9, 96, True, np.float16), (8, 32, 6, 64, True, np.float32)]:
+        nb = (k + block - 1) // block
+        data = RNG.integers(0, 256, (rows, k * bits // 8), dtype=np.uint8)
+        scales = (RNG.random((rows, nb)) * 0.1 + 0.01).astype(dt)
+        idx = RNG.integers(0, rows, (2, 3)).astype(np.int64)
+        inputs = [("data", data), ("indices", idx), ("scales", scales)]
+        names = ["data", "indices", "scales"]
+        if zp:
+            inputs.append(("zero_points", RNG.integers(0, 256, (rows, (nb * bits + 7) // 8), dtype=np.uint8)))
+            names.append("zero_points")
+        node = helper.make_node("GatherBlockQuantized", names, ["Y"], domain=MS, bits=bits, block_size=block, gather_axis=0, quantize_axis=1)
+        save(out, f"gatherblockquantized_b{bits}_blk{block}_{'zp' if zp else 'nozp'}_{np.dtype(dt).name}", node, inputs, [("Y", dt)],
+             F16_TOL if dt == np.float16 else F32_TOL)
+
+
+def norms(out):
+    for dt in (np.float32, np.float16):
+        tol = F16_TOL if dt == np.float16 else F32_TOL
+        x = RNG.standard_normal((2, 3, 64)).astype(dt)
+        g = RNG.standard_normal((64,)).astype(dt)
+        node = helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"], epsilon=1e-6, axis=-1, stash_type=1)
+        save(out, f"simplifiedlayernorm_{np.dtype(dt).name}", node, [("x", x), ("g", g)], [("y", dt)], tol)
+        skip = RNG.standard_normal((2, 3, 64)).astype(dt)
+        bias = RNG.standard_normal((64,)).astype(dt)
+        node = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "g", "bias"], ["y", "", "", "sum"], domain=MS, epsilon=1e-6)
+        save(out, f"skipsimplifiedlayernorm_bias_{np.dtype(dt).name}", node, [("x", x), ("skip", skip), ("g", g), ("bias", bias)],
+             [("y", dt), ("sum", dt)], tol)
+        node = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "g"], ["y"], domain=MS, epsilon=1e-5)
+        save(out, f"skipsimplifiedlayernorm_{np.dtype(dt).name}", node, [("x", x), ("skip", skip), ("g", g)], [("y", dt)], tol)
+
+
+def gelu(out):
+    for approx in ("none", "tanh"):
+        for dt in (np.float32, np.float16):
+            x = (RNG.standard_normal((3, 50)) * 3).astype(dt)
+            node = helper.make_node("Gelu", ["x"], ["y"], approximate=approx)
+            save(out, f"gelu_{approx}_{np.dtype(dt).name}", node, [("x", x)], [("y", dt)], F16_TOL if dt == np.float16 else F32_TOL, opset=21)
+    x = (RNG.standard_normal((3, 50)) * 3).astype(np.float32)
+    save(out, "gelu_ms_float32", helper.make_node("Gelu", ["x"], ["y"], domain=MS), [("x", x)], [("y", np.float32)], F32_TOL)
+
+
+def rope_cache(max_pos, half, theta=10000.0):
+    inv = 1.0 / theta ** (np.arange(half) / half)
+    f = np.outer(np.arange(max_pos), inv)
+    return np.cos(f), np.sin(f)
+
+
+def rotary(out):
+    for interleaved in (0, 1):
+        for dt in (np.float32, np.float16):
+            b, s, h, d = 2, 5, 3, 16
+            x = RNG.standard_normal((b, s, h * d)).astype(dt)
+            pos = np.array([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]], dtype=np.int64)
+            cos, sin = rope_cache(32, d // 2)
+            node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain=MS, interleaved=interleaved, num_heads=h)
+            save(out, f"rotaryembedding_ms_i{interleaved}_{np.dtype(dt).name}", node,
+                 [("x", x), ("pos", pos), ("cos", cos.astype(dt)), ("sin", sin.astype(dt))], [("y", dt)],
+                 F16_TOL if dt == np.float16 else F32_TOL)
+
+
+def gqa(out):
+    h, kvh, d = 4, 2, 16
+    configs = [
+        # name, S, past, rotary, interleaved, window, softcap, scale, bias, dtype
+        ("prompt", 5, 0, 0, 0, -1, 0.0, 0.0, False, np.float32),
+        ("prompt_rotary", 5, 0, 1, 0, -1, 0.0, 0.0, False, np.float32),
+        ("prompt_rotary_interleaved", 5, 0, 1, 1, -1, 0.0, 0.0, False, np.float32),
+        ("decode_rotary", 1, 7, 1, 0, -1, 0.0, 0.0, False, np.float32),
+        ("prefill_past_rotary", 3, 4, 1, 0, -1, 0.0, 0.0, False, np.float32),
+        ("window_prompt", 8, 0, 1, 0, 3, 0.0, 0.0, False, np.float32),
+        ("window_decode", 1, 9, 1, 0, 3, 0.0, 0.0, False, np.float32),
+        ("softcap_scale", 4, 2, 1, 0, -1, 5.0, 0.3, False, np.float32),
+        ("bias_prompt", 6, 0, 1, 0, -1, 0.0, 1.0, True, np.float32),
+        ("bias_decode_window", 1, 6, 1, 0, 4, 0.0, 0.0, True, np.float32),
+        ("f16_prompt_rotary", 5, 0, 1, 0, -1, 0.0, 0.0, True, np.float16),
+        ("f16_decode_rotary", 1, 5, 1, 0, 2, 0.0, 0.0, False, np.float16),
+    ]
+    for name, s, past, rot, inter, window, softcap, scale, bias, dt in configs:
+        b = 1
+        total = past + s
+        q = RNG.standard_normal((b, s, h * d)).astype(dt)
+        k = RNG.standard_normal((b, s, kvh * d)).astype(dt)
+        v = RNG.standard_normal((b, s, kvh * d)).astype(dt)
+        pk = RNG.standard_normal((b, kvh, past, d)).astype(dt)
+        pv = RNG.standard_normal((b, kvh, past, d)).astype(dt)
+        seqlens = np.array([total - 1], dtype=np.int32)
+        tot = np.array(total, dtype=np.int32)
+        cos, sin = rope_cache(64, d // 2)
+        names = ["q", "k", "v", "pk", "pv", "seqlens", "total", "cos" if rot else "", "sin" if rot else ""]
+        inputs = [("q", q), ("k", k), ("v", v), ("pk", pk), ("pv", pv), ("seqlens", seqlens), ("total", tot)]
+        if rot:
+            inputs += [("cos", cos.astype(dt)), ("sin", sin.astype(dt))]
+        if bias:
+            names += ["", "bias"]
+            mask = np.where(RNG.random((b, 1, s, total)) < 0.2, -10000.0, RNG.standard_normal((b, 1, s, total)) * 0.5)
+            inputs.append(("bias", mask.astype(dt)))
+        attrs = dict(num_heads=h, kv_num_heads=kvh, do_rotary=rot, rotary_interleaved=inter, local_window_size=window, softcap=softcap)
+        if scale:
+            attrs["scale"] = scale
+        node = helper.make_node("GroupQueryAttention", names, ["y", "present_k", "present_v"], domain=MS, **attrs)
+        save(out, f"gqa_{name}", node, inputs, [("y", dt), ("present_k", dt), ("present_v", dt)], F16_TOL if dt == np.float16 else F32_TOL)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="tests/fixtures/ops")
+    args = ap.parse_args()
+    if os.path.exists(args.out):
+        shutil.rmtree(args.out)
+    os.makedirs(args.out)
+    for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa):
+        gen(args.out)
+    print(f"wrote {len(os.listdir(args.out))} cases to {args.out}")
+
+
+if __name__ == "__main__":
+    main()
