@@ -113,3 +113,17 @@ test('the release build loads in Chromium without errors', async () => {
     await rel.close();
   }
 });
+
+test('on a page whose CSP forbids WebAssembly the launcher appears and the overlay opens', async () => {
+  const { page, pierce, launcher, errors } = await launcherPage(`${server.url}/strict-csp/basic.html`);
+  // The page really forbids wasm for its own scripts.
+  const pageWasm = await page.evaluate(async () => {
+    try { await WebAssembly.instantiate(new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0])); return 'allowed'; } catch (e) { return 'blocked'; }
+  });
+  assert.equal(pageWasm, 'blocked');
+  await pierce.click(launcher);
+  const frame = await until(() => page.frames().find((f) => f.url().endsWith('/overlay/overlay.html')), { what: 'overlay frame' });
+  await frame.waitForSelector('[data-testid="gg-panel"]', { timeout: 20000 });
+  assert.deepEqual(errors.filter((e) => e.includes('[Gemma Gem]')), []);
+  await page.close();
+});

@@ -70,6 +70,24 @@ pub enum Body {
     GetStatus,
     /// Answer to [`Body::GetStatus`].
     Status(StatusReport),
+    /// Service worker -> content script of one tab: run a page tool. The call has already been
+    /// validated and normalised by the agent (`gg_agent::BuiltinCall::to_call`).
+    ExecuteTool {
+        call_id: String,
+        call: gg_agent::ToolCall,
+    },
+    /// Content script -> service worker: the answer to [`Body::ExecuteTool`]. On the wire the result
+    /// is `{"Ok": {"value": ..., "images": [...]}}` or `{"Err": {"kind": "stale_ref", "message": ...}}`.
+    ToolOutcome {
+        call_id: String,
+        result: Result<gg_agent::ToolOutput, gg_agent::ToolError>,
+    },
+    /// Service worker -> content script: facts about an element for the safety gate (never a value).
+    GetElementFacts { target: gg_agent::ElementTarget },
+    /// Content script -> service worker: the answer to [`Body::GetElementFacts`].
+    ElementFacts {
+        result: Result<gg_agent::ElementFacts, gg_agent::ToolError>,
+    },
     /// Generic acknowledgement.
     Ack,
     /// A request failed; `message` says why.
@@ -214,6 +232,44 @@ mod tests {
         assert!(matches!(
             Envelope::from_json(serde_json::json!({"type": "x"})),
             Err(MessageError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn tool_messages_have_a_stable_wire_form() {
+        let call = gg_agent::ToolCall::new(
+            "click_element",
+            serde_json::json!({"ref": "e3"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        let env = Envelope::new(
+            RequestId(9),
+            Context::ServiceWorker,
+            Body::ExecuteTool {
+                call_id: "c1".into(),
+                call,
+            },
+        );
+        let json = serde_json::to_value(&env).unwrap();
+        assert_eq!(
+            json["body"],
+            serde_json::json!({"type": "execute_tool", "call_id": "c1", "call": {"name": "click_element", "args": {"ref": "e3"}}})
+        );
+        let answer = serde_json::json!({"protocol": PROTOCOL, "id": 9, "from": "content", "body": {
+            "type": "tool_outcome", "call_id": "c1", "result": {"Err": {"kind": "stale_ref", "message": "gone"}}}});
+        match Envelope::from_json(answer).unwrap().body {
+            Body::ToolOutcome { result: Err(e), .. } => {
+                assert_eq!(e.kind, gg_agent::ToolErrorKind::StaleRef)
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        let ok = serde_json::json!({"protocol": PROTOCOL, "id": 9, "from": "content", "body": {
+            "type": "tool_outcome", "call_id": "c1", "result": {"Ok": {"value": {"clicked": true}}}}});
+        assert!(matches!(
+            Envelope::from_json(ok).unwrap().body,
+            Body::ToolOutcome { result: Ok(_), .. }
         ));
     }
 
