@@ -17,7 +17,7 @@ use crate::types::{ErrorAction, UiIntent};
 /// Sends [`Action`]s into a running [`GemApp`] from outside its component tree.
 pub type ChatDispatcher = UseReducerDispatcher<ChatState>;
 
-#[derive(Properties, PartialEq)]
+#[derive(Clone, Properties, PartialEq)]
 pub struct GemAppProps {
     /// The starting state (settings, models, site, restored conversation...).
     #[prop_or_default]

@@ -16,7 +16,7 @@ use crate::types::{
 /// Distance from the bottom (px) within which the log keeps following new text.
 const STICK_TO_BOTTOM_PX: i32 = 48;
 
-#[derive(Properties, PartialEq)]
+#[derive(Clone, Properties, PartialEq)]
 pub struct ChatOverlayProps {
     pub messages: Vec<Rc<ChatMessage>>,
     /// An answer is being generated (Stop is shown).
@@ -51,9 +51,28 @@ pub struct ChatOverlayProps {
     pub on_message_render: Option<Callback<MessageId>>,
 }
 
+/// A callback with a stable identity that always calls the latest `callback`. Passing it down
+/// keeps memoized children (the messages) from re-rendering just because the host built a new
+/// closure, without them holding on to a stale one.
+#[hook]
+fn use_latest_callback<T: 'static>(callback: &Callback<T>) -> Callback<T> {
+    let latest = use_mut_ref(|| callback.clone());
+    *latest.borrow_mut() = callback.clone();
+    let stable = use_memo((), move |_| {
+        Callback::from(move |value: T| {
+            let current = latest.borrow().clone();
+            current.emit(value);
+        })
+    });
+    (*stable).clone()
+}
+
 /// The chat panel.
 #[function_component(ChatOverlay)]
 pub fn chat_overlay(props: &ChatOverlayProps) -> Html {
+    let on_approve = use_latest_callback(&props.on_approve);
+    let on_render = use_latest_callback(&props.on_message_render.clone().unwrap_or_default());
+    let on_render = props.on_message_render.as_ref().map(|_| on_render);
     let log_ref = use_node_ref();
     let stick = use_mut_ref(|| true);
 
@@ -65,7 +84,9 @@ pub fn chat_overlay(props: &ChatOverlayProps) -> Html {
             if *stick.borrow()
                 && let Some(log) = log_ref.cast::<web_sys::Element>()
             {
-                log.set_scroll_top(f64::from(log.scroll_height()));
+                // `scrollTop` is `i32` in stable web-sys and `f64` with `web_sys_unstable_apis`
+                // (set for wasm32 by the workspace); `.into()` fits both.
+                log.set_scroll_top(log.scroll_height().into());
             }
         });
     }
@@ -73,10 +94,10 @@ pub fn chat_overlay(props: &ChatOverlayProps) -> Html {
         let log_ref = log_ref.clone();
         Callback::from(move |_: Event| {
             if let Some(log) = log_ref.cast::<web_sys::Element>() {
-                *stick.borrow_mut() = f64::from(log.scroll_height())
-                    - log.scroll_top()
-                    - f64::from(log.client_height())
-                    <= f64::from(STICK_TO_BOTTOM_PX);
+                let top: f64 = log.scroll_top().into();
+                *stick.borrow_mut() =
+                    f64::from(log.scroll_height()) - top - f64::from(log.client_height())
+                        <= f64::from(STICK_TO_BOTTOM_PX);
             }
         })
     };
@@ -120,8 +141,8 @@ pub fn chat_overlay(props: &ChatOverlayProps) -> Html {
                     </div>
                 }
                 { for props.messages.iter().map(|message| html! {
-                    <MessageView key={message.id} message={Rc::clone(message)} on_approve={props.on_approve.clone()}
-                        site={props.site.clone()} on_render={props.on_message_render.clone()} />
+                    <MessageView key={message.id} message={Rc::clone(message)} on_approve={on_approve.clone()}
+                        site={props.site.clone()} on_render={on_render.clone()} />
                 }) }
             </div>
             <Composer disabled={props.model.is_loading()} generating={props.generating}

@@ -2,7 +2,7 @@
 
 use yew::prelude::*;
 
-#[derive(Properties, PartialEq)]
+#[derive(Clone, Properties, PartialEq)]
 pub struct CodeBlockProps {
     pub code: AttrValue,
     #[prop_or_default]

@@ -3,7 +3,7 @@
 use wasm_bindgen::JsCast;
 use yew::prelude::*;
 
-#[derive(Properties, PartialEq)]
+#[derive(Clone, Properties, PartialEq)]
 pub struct ComposerProps {
     /// The model is loading (or the UI cannot send): the input is disabled.
     #[prop_or_default]

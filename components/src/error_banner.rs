@@ -4,7 +4,7 @@ use yew::prelude::*;
 
 use crate::types::{ErrorAction, ErrorKind, UiError};
 
-#[derive(Properties, PartialEq)]
+#[derive(Clone, Properties, PartialEq)]
 pub struct ErrorBannerProps {
     pub error: UiError,
     /// `(kind, action)` for every button, Dismiss included.

@@ -50,7 +50,7 @@ impl LauncherStatus {
     }
 }
 
-#[derive(Properties, PartialEq)]
+#[derive(Clone, Properties, PartialEq)]
 pub struct LauncherProps {
     #[prop_or_default]
     pub status: LauncherStatus,

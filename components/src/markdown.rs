@@ -250,7 +250,7 @@ pub fn render(source: &str) -> Html {
     root.into_iter().collect()
 }
 
-#[derive(Properties, PartialEq)]
+#[derive(Clone, Properties, PartialEq)]
 pub struct MarkdownProps {
     pub source: Rc<str>,
 }

@@ -8,7 +8,7 @@ use crate::markdown::Markdown;
 use crate::tool_timeline::ToolTimeline;
 use crate::types::{ApprovalDecision, ChatMessage, MessageId, Role};
 
-#[derive(Properties)]
+#[derive(Clone, Properties)]
 pub struct MessageViewProps {
     pub message: Rc<ChatMessage>,
     #[prop_or_default]
@@ -61,10 +61,10 @@ pub fn message_view(props: &MessageViewProps) -> Html {
                             <div class="gg-thinking-body">{ message.thinking.clone() }</div>
                         </details>
                     }
+                    // Child components are always rendered (never inside an `if`), so their root
+                    // nodes stay put while the plain elements around them come and go.
                     <ToolTimeline steps={message.tools.clone()} on_approve={props.on_approve.clone()} site={props.site.clone()} />
-                    if !message.text.is_empty() {
-                        <Markdown source={Rc::<str>::from(message.text.as_str())} />
-                    }
+                    <Markdown source={Rc::<str>::from(message.text.as_str())} />
                     if waiting {
                         <p class="gg-msg-note">{ "Working on it…" }</p>
                     }

@@ -5,7 +5,7 @@ use yew::prelude::*;
 use crate::format;
 use crate::types::ModelStatus;
 
-#[derive(Properties, PartialEq)]
+#[derive(Clone, Properties, PartialEq)]
 pub struct ModelStatusViewProps {
     pub status: ModelStatus,
 }

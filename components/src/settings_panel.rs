@@ -9,7 +9,7 @@ use yew::prelude::*;
 use crate::format;
 use crate::types::{ModelChoice, ModelInfo, ModelSource, Settings};
 
-#[derive(Properties, PartialEq)]
+#[derive(Clone, Properties, PartialEq)]
 pub struct SettingsPanelProps {
     pub settings: Settings,
     /// Sizes and cache state of the models.

@@ -89,7 +89,7 @@ pub fn attach_closed_shadow(host: &Element) -> Result<ShadowParts, JsValue> {
     })
 }
 
-#[derive(Properties, PartialEq)]
+#[derive(Clone, Properties, PartialEq)]
 pub struct ShadowHostProps {
     #[prop_or_default]
     pub theme: Theme,
@@ -183,6 +183,7 @@ mod imperative {
         C::Properties: Clone + PartialEq,
     {
         host: Element,
+        root: ShadowRoot,
         app: AppHandle<ShadowApp<C>>,
     }
 
@@ -193,6 +194,11 @@ mod imperative {
         /// The host element in the page (its shadow root is closed).
         pub fn host(&self) -> &Element {
             &self.host
+        }
+
+        /// The closed shadow root (only this handle can reach it).
+        pub fn root(&self) -> &ShadowRoot {
+            &self.root
         }
 
         /// Stops the app and removes the host element from the page.
@@ -227,6 +233,7 @@ mod imperative {
                 return Err(e);
             }
         };
+        let root = parts.root.clone();
         let app = yew::Renderer::<ShadowApp<C>>::with_root_and_props(
             parts.mount_point,
             ShadowAppProps {
@@ -236,6 +243,6 @@ mod imperative {
             },
         )
         .render();
-        Ok(ShadowMount { host, app })
+        Ok(ShadowMount { host, root, app })
     }
 }

@@ -50,9 +50,9 @@ fn base() -> StyleSource {
         .gg-root *, .gg-root *::before, .gg-root *::after { box-sizing: border-box; }
         .gg-root :focus { outline: none; }
         .gg-root :focus-visible { outline: 2px solid var(--gg-focus); outline-offset: 2px; }
-        .gg-root button, .gg-root input, .gg-root textarea, .gg-root select { font: inherit; color: inherit; }
-        .gg-root p { margin: 0 0 8px; }
-        .gg-root p:last-child { margin-bottom: 0; }
+        :where(.gg-root) :where(button, input, textarea, select) { font: inherit; color: inherit; }
+        :where(.gg-root) :where(p) { margin: 0 0 8px; }
+        :where(.gg-root) :where(p:last-child) { margin-bottom: 0; }
         .gg-btn {
             display: inline-flex; align-items: center; justify-content: center; gap: 6px;
             min-height: 32px; padding: 5px 12px; border-radius: 8px; cursor: pointer;
@@ -140,7 +140,7 @@ fn panel() -> StyleSource {
         .gg-progress { height: 6px; margin-top: 5px; border-radius: 3px; background: var(--gg-surface-2); overflow: hidden; }
         .gg-progress-value { height: 100%; background: var(--gg-accent); border-radius: 3px; transition: width 200ms linear; }
         .gg-progress-indeterminate .gg-progress-value { width: 35%; animation: gg-pulse 1.2s ease-in-out infinite; }
-        .gg-errors { display: flex; flex-direction: column; gap: 6px; padding: 8px 10px 0; }
+        .gg-errors { display: flex; flex-direction: column; gap: 6px; padding: 8px 10px 0; flex-shrink: 0; max-height: 45%; overflow-y: auto; }
         .gg-error { padding: 10px 12px; border-radius: 10px; background: var(--gg-danger-bg); border: 1px solid var(--gg-danger); font-size: 13px; }
         .gg-error[data-kind="site_disabled"], .gg-error[data-kind="context_invalidated"] { background: var(--gg-warn-bg); border-color: var(--gg-warn); }
         .gg-error-title { display: block; margin-bottom: 2px; font-weight: 650; }
@@ -204,6 +204,7 @@ fn markdown() -> StyleSource {
 fn tools() -> StyleSource {
     css!(
         r#"
+        .gg-tools:empty { display: none; }
         .gg-tools { list-style: none; margin: 0 0 8px; padding: 0; display: flex; flex-direction: column; gap: 6px; }
         .gg-tool { padding: 8px 10px; border: 1px solid var(--gg-border); border-radius: 10px; background: var(--gg-surface); font-size: 13px; }
         .gg-tool[data-state="awaiting_approval"] { border-color: var(--gg-warn); background: var(--gg-warn-bg); }
@@ -286,7 +287,7 @@ pub fn gg_styles() -> Html {
     }
 }
 
-#[derive(Properties, PartialEq)]
+#[derive(Clone, Properties, PartialEq)]
 pub struct ThemeRootProps {
     /// Light, dark, or follow the system.
     #[prop_or_default]

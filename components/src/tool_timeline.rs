@@ -11,7 +11,7 @@ const ARGS_PREVIEW_CHARS: usize = 160;
 /// Characters of the result preview shown.
 const RESULT_PREVIEW_CHARS: usize = 600;
 
-#[derive(Properties, PartialEq)]
+#[derive(Clone, Properties, PartialEq)]
 pub struct ToolTimelineProps {
     pub steps: Vec<ToolStep>,
     /// `(call id, decision)` when the user answers an approval request.
@@ -32,7 +32,7 @@ fn state_icon(state: ToolState) -> &'static str {
     }
 }
 
-#[derive(Properties, PartialEq)]
+#[derive(Clone, Properties, PartialEq)]
 struct ToolRowProps {
     step: ToolStep,
     on_approve: Callback<(String, ApprovalDecision)>,
@@ -115,12 +115,10 @@ fn tool_row(props: &ToolRowProps) -> Html {
     }
 }
 
-/// The tool calls of one answer, in order.
+/// The tool calls of one answer, in order. The list element is always rendered (hidden while
+/// empty), so the component's root node never appears or disappears between renders.
 #[function_component(ToolTimeline)]
 pub fn tool_timeline(props: &ToolTimelineProps) -> Html {
-    if props.steps.is_empty() {
-        return Html::default();
-    }
     html! {
         <ol class="gg-tools" aria-label="Actions on the page">
             { for props.steps.iter().map(|step| html! {

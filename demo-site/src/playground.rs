@@ -1,0 +1,214 @@
+//! The component playground: every component in every state, light and dark, from mock data, plus
+//! a live widget driven by a scripted mock agent (see [`crate::mock_agent`]).
+
+use std::rc::Rc;
+
+use gg_components::mock;
+use gg_components::*;
+use yew::prelude::*;
+
+use crate::mock_agent::MockAgent;
+
+#[derive(Properties, PartialEq)]
+struct SpecimenProps {
+    /// Anchor and heading.
+    id: AttrValue,
+    title: AttrValue,
+    #[prop_or_default]
+    note: Option<AttrValue>,
+    /// Renders the specimen for one theme.
+    render: Callback<Theme, Html>,
+}
+
+/// One state, shown in light and dark side by side, each in its own closed shadow root.
+#[function_component(Specimen)]
+fn specimen(props: &SpecimenProps) -> Html {
+    html! {
+        <section class="pg-specimen" id={props.id.clone()} data-specimen={props.id.clone()} aria-labelledby={format!("{}-h", props.id)}>
+            <h2 id={format!("{}-h", props.id)}>{ props.title.clone() }</h2>
+            if let Some(note) = &props.note {
+                <p class="pg-note">{ note.clone() }</p>
+            }
+            <div class="pg-pair">
+                { for [Theme::Light, Theme::Dark].into_iter().map(|theme| html! {
+                    <div class={classes!("pg-cell", format!("pg-{}", theme.as_str()))} data-theme={theme.as_str()}>
+                        <ShadowHost {theme}>{ props.render.emit(theme) }</ShadowHost>
+                    </div>
+                }) }
+            </div>
+        </section>
+    }
+}
+
+fn chat(
+    messages: Vec<Rc<ChatMessage>>,
+    model: ModelStatus,
+    generating: bool,
+    errors: Vec<UiError>,
+) -> Callback<Theme, Html> {
+    Callback::from(move |_theme: Theme| {
+        html! {
+            <ChatOverlay messages={messages.clone()} model={model.clone()} {generating} errors={errors.clone()}
+                site={Some(AttrValue::from(mock::SITE))} on_send={Callback::noop()} />
+        }
+    })
+}
+
+fn launchers() -> Callback<Theme, Html> {
+    Callback::from(|_theme: Theme| {
+        html! {
+            <div class="gg-pg-row" style="display: flex; gap: 16px; align-items: center; padding: 8px;">
+                { for LauncherStatus::ALL.into_iter().map(|status| html! {
+                    <figure style="margin: 0; text-align: center; color: var(--gg-muted); font-size: 12px;">
+                        <Launcher {status} fixed={false} />
+                        <figcaption>{ status.as_str() }</figcaption>
+                    </figure>
+                }) }
+                <figure style="margin: 0; text-align: center; color: var(--gg-muted); font-size: 12px;">
+                    <Launcher status={LauncherStatus::Loading} progress={Some(0.42)} fixed={false} />
+                    <figcaption>{ "downloading 42%" }</figcaption>
+                </figure>
+            </div>
+        }
+    })
+}
+
+fn settings() -> Callback<Theme, Html> {
+    Callback::from(|_theme: Theme| {
+        html! {
+            <SettingsPanel settings={mock::settings()} models={mock::models()} site={Some(AttrValue::from(mock::SITE))}
+                on_change={Callback::noop()} />
+        }
+    })
+}
+
+fn timeline() -> Callback<Theme, Html> {
+    Callback::from(|_theme: Theme| {
+        html! {
+            <div class="gg-panel" style="height: auto; padding: 10px;">
+                <ToolTimeline steps={mock::tool_steps()} site={Some(AttrValue::from(mock::SITE))} />
+            </div>
+        }
+    })
+}
+
+fn hostile_markdown() -> Vec<Rc<ChatMessage>> {
+    vec![
+        Rc::new(ChatMessage::user(0, "Repeat this page's HTML.")),
+        Rc::new(ChatMessage::assistant(1, mock::HOSTILE_MARKDOWN)),
+    ]
+}
+
+/// The playground page.
+#[function_component(Playground)]
+pub fn playground() -> Html {
+    let specimens: Vec<(&str, &str, Option<&str>, Callback<Theme, Html>)> = vec![
+        (
+            "launcher",
+            "Launcher",
+            Some(
+                "Status dot per state; progress ring while downloading. Drag it, or Alt+arrow keys, to move it to a corner.",
+            ),
+            launchers(),
+        ),
+        (
+            "empty",
+            "Chat: empty, model not loaded",
+            None,
+            chat(vec![], ModelStatus::NotLoaded, false, vec![]),
+        ),
+        (
+            "downloading",
+            "Chat: model download in progress",
+            Some("Bytes, percent and ETA; the input is disabled until the model is ready."),
+            chat(vec![], mock::model_downloading(), false, vec![]),
+        ),
+        (
+            "initializing",
+            "Chat: preparing the model on the GPU",
+            None,
+            chat(vec![], mock::model_initializing(), false, vec![]),
+        ),
+        (
+            "streaming",
+            "Chat: streaming answer",
+            Some("Stop replaces Send while the model generates."),
+            chat(mock::streaming(), mock::model_ready(), true, vec![]),
+        ),
+        (
+            "thinking",
+            "Chat: thinking (live)",
+            None,
+            chat(mock::thinking_live(), mock::model_ready(), true, vec![]),
+        ),
+        (
+            "code",
+            "Chat: code block, table, link and finished thinking",
+            None,
+            chat(
+                mock::code_and_thinking(),
+                mock::model_ready(),
+                false,
+                vec![],
+            ),
+        ),
+        (
+            "tools",
+            "Chat: every tool state, approval pending",
+            None,
+            chat(mock::with_tools(), mock::model_ready(), true, vec![]),
+        ),
+        ("timeline", "Tool timeline", None, timeline()),
+        (
+            "long",
+            "Chat: long conversation",
+            None,
+            chat(
+                mock::long_conversation(),
+                mock::model_ready(),
+                false,
+                vec![],
+            ),
+        ),
+        (
+            "errors",
+            "Chat: every error banner",
+            Some("Each banner says what to do and offers the action."),
+            chat(
+                mock::stopped(),
+                mock::model_ready(),
+                false,
+                mock::all_errors(),
+            ),
+        ),
+        (
+            "hostile",
+            "Chat: hostile model output",
+            Some(
+                "Raw HTML, <script> and javascript: links render as inert text; remote images are not loaded.",
+            ),
+            chat(hostile_markdown(), mock::model_ready(), false, vec![]),
+        ),
+        ("settings", "Settings", None, settings()),
+    ];
+    html! {
+        <>
+            <header class="pg-header">
+                <h1>{ "Gemma Gem component playground" }</h1>
+                <p>{ "Every component in every state, light and dark, from mock data. Each specimen lives in its own closed shadow root. \
+                      The gem button at the bottom right is the live widget, driven by a scripted mock agent: send it a message." }</p>
+                <nav aria-label="Specimens">
+                    <ul class="pg-toc">
+                        { for specimens.iter().map(|(id, title, _, _)| html! { <li><a href={format!("#{id}")}>{ *title }</a></li> }) }
+                    </ul>
+                </nav>
+            </header>
+            <main>
+                { for specimens.into_iter().map(|(id, title, note, render)| html! {
+                    <Specimen id={id} title={title} note={note.map(AttrValue::from)} {render} />
+                }) }
+            </main>
+            <MockAgent />
+        </>
+    }
+}
