@@ -220,7 +220,6 @@ CASES = [
     },
     {
         "name": "tool_response_content_parts",
-        "typed": False,
         "messages": [
             {"role": "user", "content": "Title?"},
             {"role": "assistant", "content": "", "tool_calls": [tool_call("t1", "get_page_title", {})]},
@@ -230,7 +229,6 @@ CASES = [
     },
     {
         "name": "legacy_tool_responses",
-        "typed": False,
         "messages": [
             {"role": "user", "content": "Weather?"},
             {
@@ -277,6 +275,50 @@ CASES = [
         ],
     },
 ]
+
+
+CLICK_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "click_element",
+        "description": "Click an element of the page.",
+        "parameters": {
+            "type": "object",
+            "properties": {"ref": {"type": "string", "description": "Snapshot ref, e.g. e3"}},
+            "required": ["ref"],
+        },
+    },
+}
+
+# What gg_gemma::agent::messages_from_agent makes of an agent conversation (the Rust test builds
+# the same conversation with gg_agent types, converts it and compares both the messages and the
+# rendering): tool results folded into the calling model message as `tool_responses`.
+CASES.append(
+    {
+        "name": "agent_conversation",
+        "enable_thinking": True,
+        "tools": [WEATHER_TOOL, CLICK_TOOL],
+        "messages": [
+            {"role": "system", "content": "You are Gemma Gem."},
+            {"role": "user", "content": "What's the weather in Paris? Then click OK."},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+                "reasoning": "Need the weather first.",
+                "tool_responses": [{"name": "get_weather", "response": {"temperature": 18, "sky": "sunny", "Wind": None}}],
+            },
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": "click_element", "arguments": {"ref": "e3"}}}],
+                "tool_responses": [{"name": "click_element", "response": {"clicked": True}}],
+            },
+            {"role": "assistant", "content": "It is 18 C and sunny; I clicked OK."},
+            {"role": "user", "content": "Thanks!"},
+        ],
+    }
+)
 
 
 def transformers_render(template: str, case: dict) -> str:

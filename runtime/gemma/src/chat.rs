@@ -28,10 +28,10 @@ pub enum Role {
 pub struct ChatMessage {
     /// Author.
     pub role: Role,
-    /// Text. For assistant messages, thinking inside `<|channel>...<channel|>` is stripped by the
-    /// template when rendering history.
+    /// Text, or a list of parts (text and media placeholders). For assistant messages, thinking
+    /// inside `<|channel>...<channel|>` is stripped by the template when rendering history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
+    pub content: Option<Content>,
     /// Tool calls made by an assistant message.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tool_calls: Vec<ToolCallRequest>,
@@ -45,17 +45,88 @@ pub struct ChatMessage {
     /// For tool messages: the tool's name (used when the call id does not resolve it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    /// Gemma's native form of tool results: the responses to this assistant message's calls,
+    /// carried on the message itself (rendered `response:NAME{key:value,...}` for objects). The
+    /// alternative is one [`Role::Tool`] message per result after this message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_responses: Vec<ToolResponse>,
+}
+
+/// Message content: plain text or a list of parts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Content {
+    /// Plain text.
+    Text(String),
+    /// Text and media parts, in order.
+    Parts(Vec<ContentPart>),
+}
+
+impl Content {
+    /// The text parts concatenated.
+    pub fn text(&self) -> String {
+        match self {
+            Content::Text(t) => t.clone(),
+            Content::Parts(parts) => parts
+                .iter()
+                .filter_map(|p| match p {
+                    ContentPart::Text { text } => Some(text.as_str()),
+                    _ => None,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl From<String> for Content {
+    fn from(text: String) -> Self {
+        Content::Text(text)
+    }
+}
+
+impl From<&str> for Content {
+    fn from(text: &str) -> Self {
+        Content::Text(text.to_owned())
+    }
+}
+
+/// One part of a message's content. Media parts render as the model's placeholder tokens
+/// (`<|image|>`, ...); the media itself goes to the encoders, not through the template.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ContentPart {
+    /// Text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image placeholder.
+    Image,
+    /// An audio placeholder.
+    Audio,
+    /// A video placeholder.
+    Video,
+}
+
+/// A tool result in Gemma's native form (see [`ChatMessage::tool_responses`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResponse {
+    /// The tool that was called.
+    pub name: String,
+    /// What it returned.
+    pub response: Value,
 }
 
 impl ChatMessage {
     fn new(role: Role, content: Option<String>) -> Self {
         Self {
             role,
-            content,
+            content: content.map(Content::Text),
             tool_calls: Vec::new(),
             reasoning: None,
             tool_call_id: None,
             name: None,
+            tool_responses: Vec::new(),
         }
     }
 

@@ -15,8 +15,12 @@
 //! - [`syntax`]: Gemma's argument syntax both ways (render a value as the template does, parse
 //!   what the model wrote into `serde_json::Value`).
 //!
+//! - [`agent`]: the agent crate's conversation and tool definitions converted to template
+//!   messages and declarations.
+//!
 //! The chat format is described in `GEMMA4.md` section 5.
 
+pub mod agent;
 mod chat;
 mod detok;
 mod error;

@@ -139,9 +139,6 @@ fn typed_messages_render_byte_identical_to_jinja2() {
     for path in templates() {
         let template = ChatTemplate::new(read(&path)).expect("template compiles");
         for case in cases() {
-            if case.get("typed") == Some(&Json::Bool(false)) {
-                continue;
-            }
             let name = case["name"].as_str().expect("case name");
             let messages: Vec<ChatMessage> = serde_json::from_value(case["messages"].clone())
                 .unwrap_or_else(|e| panic!("{name}: messages do not fit ChatMessage: {e}"));
@@ -171,7 +168,7 @@ fn typed_messages_render_byte_identical_to_jinja2() {
             checked += 1;
         }
     }
-    assert!(checked >= 24, "only {checked} typed renders checked");
+    assert!(checked >= 36, "only {checked} typed renders checked");
 }
 
 /// The Rust renderers of calls and responses produce exactly the template's text, so a session
@@ -239,4 +236,79 @@ fn template_errors_are_reported_not_panicked() {
         &tokens(),
     );
     assert!(err.is_err(), "type error must be an Err: {err:?}");
+}
+
+/// The agent's conversation, converted by `gg_gemma::agent`, gives the messages and the prompt
+/// that Python renders for the same conversation (case `agent_conversation`).
+#[test]
+fn agent_conversation_converts_and_renders_like_python() {
+    use gg_agent::{ChatMessage as A, ToolCall, ToolDefinition};
+    use gg_gemma::agent::{messages_from_agent, tools_from_agent};
+    use serde_json::json;
+
+    let conversation = vec![
+        A::system("You are Gemma Gem."),
+        A::user("What's the weather in Paris? Then click OK."),
+        A::model_with_calls(
+            "",
+            vec![ToolCall::from_value(
+                "get_weather",
+                json!({"city": "Paris"}),
+            )],
+        )
+        .with_thinking("Need the weather first."),
+        A::tool(
+            "get_weather",
+            json!({"temperature": 18, "sky": "sunny", "Wind": null}),
+            Vec::new(),
+        ),
+        A::model_with_calls(
+            "",
+            vec![ToolCall::from_value("click_element", json!({"ref": "e3"}))],
+        ),
+        A::tool("click_element", json!({"clicked": true}), Vec::new()),
+        A::model("It is 18 C and sunny; I clicked OK."),
+        A::user("Thanks!"),
+    ];
+    let case = cases()
+        .into_iter()
+        .find(|c| c["name"] == "agent_conversation")
+        .expect("agent_conversation case");
+    let tool_defs: Vec<ToolDefinition> = case["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| ToolDefinition {
+            name: t["function"]["name"].as_str().expect("name").into(),
+            description: t["function"]["description"]
+                .as_str()
+                .expect("description")
+                .into(),
+            parameters: t["function"]["parameters"].clone(),
+        })
+        .collect();
+
+    let messages = messages_from_agent(&conversation, false);
+    let tools = tools_from_agent(&tool_defs);
+    assert_eq!(
+        serde_json::to_value(&messages).expect("json"),
+        case["messages"]
+    );
+    assert_eq!(serde_json::to_value(&tools).expect("json"), case["tools"]);
+
+    let options = PromptOptions {
+        add_generation_prompt: true,
+        enable_thinking: true,
+    };
+    for path in templates() {
+        let template = ChatTemplate::new(read(&path)).expect("template compiles");
+        let got = template
+            .render(&messages, &tools, options, &tokens())
+            .expect("renders");
+        assert_same(
+            &got,
+            &golden(&path, "agent_conversation"),
+            &format!("agent {}", path.display()),
+        );
+    }
 }

@@ -1,0 +1,166 @@
+//! Conversion from the agent crate's conversation to the chat-template messages.
+//!
+//! The agent keeps a conversation of [`gg_agent::ChatMessage`]s (roles system/user/model/tool,
+//! text and image parts, tool calls without ids, tool responses as JSON, the model's thinking).
+//! Gemma's template reads Hugging Face style messages; the mapping is:
+//!
+//! - system/user/model text -> `content` (model -> role `assistant`), the model's thinking ->
+//!   `reasoning` (the template shows it only for tool-calling messages of the current turn);
+//! - tool calls -> `tool_calls` (`{"type": "function", "function": {"name", "arguments"}}`);
+//! - each tool message -> an entry of the preceding model message's `tool_responses`
+//!   (`{"name", "response"}`), Gemma's native form: both Gemma 4 template revisions render it,
+//!   as `<|tool_response>response:NAME{key:value,...}<tool_response|>` for object results, and
+//!   the model's turn stays open after it, as it was when the model generated the calls;
+//! - images become `<|image|>` placeholders when `with_images` is set and are dropped otherwise
+//!   (a model without its vision encoder cannot use them); images returned by tools are dropped
+//!   (the tool-response syntax has no place for them).
+
+use gg_agent as agent;
+
+use crate::chat::{
+    ChatMessage, Content, ContentPart, Role, ToolCallRequest, ToolDeclaration, ToolResponse,
+};
+
+/// Converts the agent's conversation to template messages. See the module documentation.
+pub fn messages_from_agent(messages: &[agent::ChatMessage], with_images: bool) -> Vec<ChatMessage> {
+    let mut out: Vec<ChatMessage> = Vec::with_capacity(messages.len());
+    for m in messages {
+        match m.role {
+            agent::Role::System => out.push(with_content(ChatMessage::system(""), m, with_images)),
+            agent::Role::User => out.push(with_content(ChatMessage::user(""), m, with_images)),
+            agent::Role::Model => {
+                let mut msg = with_content(ChatMessage::assistant(""), m, with_images);
+                msg.tool_calls = m
+                    .tool_calls
+                    .iter()
+                    .map(|c| ToolCallRequest::new(None, c.name.clone(), c.args.clone()))
+                    .collect();
+                msg.reasoning = m.thinking.clone().filter(|t| !t.is_empty());
+                out.push(msg);
+            }
+            agent::Role::Tool => {
+                let Some(response) = &m.tool_response else {
+                    continue;
+                };
+                let entry = ToolResponse {
+                    name: response.name.clone(),
+                    response: response.response.clone(),
+                };
+                match out.last_mut() {
+                    Some(prev) if prev.role == Role::Assistant => prev.tool_responses.push(entry),
+                    _ => {
+                        let mut msg = ChatMessage::assistant("");
+                        msg.tool_responses.push(entry);
+                        out.push(msg);
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn with_content(mut msg: ChatMessage, m: &agent::ChatMessage, with_images: bool) -> ChatMessage {
+    let has_images = with_images && m.images().next().is_some();
+    msg.content = Some(if has_images {
+        Content::Parts(
+            m.parts
+                .iter()
+                .map(|p| match p {
+                    agent::Part::Text { text } => ContentPart::Text { text: text.clone() },
+                    agent::Part::Image(_) => ContentPart::Image,
+                })
+                .collect(),
+        )
+    } else {
+        Content::Text(m.text())
+    });
+    msg
+}
+
+impl From<&agent::ToolDefinition> for ToolDeclaration {
+    fn from(tool: &agent::ToolDefinition) -> Self {
+        let parameters = (!tool.parameters.is_null()).then(|| tool.parameters.clone());
+        ToolDeclaration::new(tool.name.clone(), tool.description.clone(), parameters)
+    }
+}
+
+/// Converts the agent's tool definitions to template declarations.
+pub fn tools_from_agent(tools: &[agent::ToolDefinition]) -> Vec<ToolDeclaration> {
+    tools.iter().map(ToolDeclaration::from).collect()
+}
+
+impl From<crate::syntax::ParsedToolCall> for agent::ToolCall {
+    fn from(call: crate::syntax::ParsedToolCall) -> Self {
+        agent::ToolCall::new(call.name, call.arguments)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tool_messages_fold_into_the_calling_model_message() {
+        let conv = vec![
+            agent::ChatMessage::user("hi"),
+            agent::ChatMessage::model_with_calls(
+                "",
+                vec![agent::ToolCall::from_value("f", json!({"a": 1}))],
+            )
+            .with_thinking("t"),
+            agent::ChatMessage::tool("f", json!({"ok": true}), Vec::new()),
+            agent::ChatMessage::tool("f", json!("second"), Vec::new()),
+            agent::ChatMessage::model("done"),
+        ];
+        let out = messages_from_agent(&conv, false);
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[1].role, Role::Assistant);
+        assert_eq!(out[1].reasoning.as_deref(), Some("t"));
+        assert_eq!(out[1].tool_calls[0].function.name, "f");
+        assert_eq!(
+            out[1].tool_responses,
+            vec![
+                ToolResponse {
+                    name: "f".into(),
+                    response: json!({"ok": true})
+                },
+                ToolResponse {
+                    name: "f".into(),
+                    response: json!("second")
+                },
+            ]
+        );
+        assert_eq!(out[2].content, Some(Content::Text("done".into())));
+
+        // A tool message with nothing to attach to gets its own model message.
+        let out = messages_from_agent(
+            &[agent::ChatMessage::tool("g", json!(1), Vec::new())],
+            false,
+        );
+        assert_eq!(
+            (out.len(), out[0].role, out[0].tool_responses.len()),
+            (1, Role::Assistant, 1)
+        );
+    }
+
+    #[test]
+    fn images_are_placeholders_or_dropped() {
+        let img = agent::ImagePart::png(vec![1, 2, 3]);
+        let conv = vec![agent::ChatMessage::user_with_images("look", vec![img])];
+        assert_eq!(
+            messages_from_agent(&conv, true)[0].content,
+            Some(Content::Parts(vec![
+                ContentPart::Text {
+                    text: "look".into()
+                },
+                ContentPart::Image
+            ]))
+        );
+        assert_eq!(
+            messages_from_agent(&conv, false)[0].content,
+            Some(Content::Text("look".into()))
+        );
+    }
+}
