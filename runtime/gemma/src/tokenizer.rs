@@ -14,6 +14,8 @@ pub struct GemmaTokenizer {
     inner: Tokenizer,
     special: SpecialTokens,
     dropped_merges: usize,
+    /// Whether `<0xHH>` pieces decode to their byte (the ByteFallback decoder is in use).
+    byte_fallback: bool,
 }
 
 impl GemmaTokenizer {
@@ -44,10 +46,16 @@ impl GemmaTokenizer {
             }
         };
         let special = SpecialTokens::load(&inner, generation_config, tokenizer_config)?;
+        // Byte pieces count as bytes only when the model's decoder turns them into bytes.
+        let byte_fallback = inner
+            .token_to_id("<0x41>")
+            .and_then(|id| inner.decode(&[id], false).ok())
+            .is_some_and(|text| text == "A");
         Ok(Self {
             inner,
             special,
             dropped_merges,
+            byte_fallback,
         })
     }
 
@@ -115,8 +123,12 @@ impl GemmaTokenizer {
         self.inner.token_to_id(piece)
     }
 
-    /// The byte of a byte-fallback piece `<0xHH>`, or `None` for any other id.
+    /// The byte of a byte-fallback piece `<0xHH>`, or `None` for any other id (and for every id
+    /// when the tokenizer's decoder does not decode byte pieces to bytes).
     pub fn fallback_byte(&self, id: u32) -> Option<u8> {
+        if !self.byte_fallback {
+            return None;
+        }
         byte_of_piece(&self.inner.id_to_token(id)?)
     }
 

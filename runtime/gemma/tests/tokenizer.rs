@@ -239,6 +239,13 @@ fn invalid_byte_sequences_are_not_held_forever() {
     assert!(dec.has_pending());
     let out = dec.push(id(&tok, "a")).expect("push");
     assert!(out.ends_with('a') && out.starts_with('\u{FFFD}'), "{out:?}");
+    // A complete character then a stray continuation byte: the character stays.
+    assert_eq!(dec.push(b("C3")).expect("push"), "");
+    assert_eq!(dec.push(b("A9")).expect("push"), "é");
+    assert_eq!(dec.push(b("80")).expect("push"), "\u{FFFD}");
+    // A lead byte followed by an ASCII byte piece: the ASCII character is kept.
+    assert_eq!(dec.push(b("E2")).expect("push"), "");
+    assert_eq!(dec.push(b("44")).expect("push"), "\u{FFFD}D");
     // An incomplete character at the end of generation is flushed by finish().
     assert_eq!(dec.push(b("F0")).expect("push"), "");
     assert_eq!(dec.push(b("9F")).expect("push"), "");
