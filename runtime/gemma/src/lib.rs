@@ -1,6 +1,8 @@
 //! Gemma 4 text layer: everything between the model's text files and token ids that the Gemma
 //! session needs, with no GPU in sight.
 //!
+//! - [`GemmaText`]: loads a model's text files (bytes or a directory) and turns a conversation
+//!   into a [`Prompt`] (rendered text and ids).
 //! - [`GemmaTokenizer`]: the model's `tokenizer.json` (through the `tokenizers` crate, which also
 //!   builds for wasm32) and its [`SpecialTokens`], read from `tokenizer.json`,
 //!   `generation_config.json` and `tokenizer_config.json` — no id is hard-coded.
@@ -24,6 +26,7 @@ pub mod agent;
 mod chat;
 mod detok;
 mod error;
+mod model;
 mod output;
 mod special;
 pub mod syntax;
@@ -35,6 +38,7 @@ pub use chat::{
 };
 pub use detok::IncrementalDecoder;
 pub use error::{Result, TextError};
+pub use model::{GemmaText, Prompt, TextFiles};
 pub use output::{EndMarker, OutputEvent, OutputParser};
 pub use special::{SpecialToken, SpecialTokens, Vocabulary, text as markers};
 pub use syntax::{ParsedToolCall, ToolCallError, ToolCallErrorKind};

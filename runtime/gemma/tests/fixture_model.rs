@@ -149,3 +149,52 @@ fn fixture_greedy_output_streams_like_a_lossy_utf8_reference() {
         "the fixture output should contain invalid byte runs"
     );
 }
+
+#[test]
+fn gemma_text_turns_a_conversation_into_the_reference_prompt() {
+    use gg_gemma::{GemmaText, TextFiles};
+    let text = GemmaText::from_dir(&model_dir()).expect("loads");
+    let reference = json(&model_dir().join("reference/q4.json"));
+    let prompt = reference["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .find(|p| p.get("messages").is_some())
+        .expect("a chat prompt");
+    let messages: Vec<ChatMessage> =
+        serde_json::from_value(prompt["messages"].clone()).expect("messages");
+    let got = text
+        .prompt(&messages, &[], PromptOptions::default())
+        .expect("prompt");
+    assert_eq!(got.text, prompt["text"].as_str().expect("text"));
+    assert_eq!(got.ids, ids(&prompt["input_ids"]));
+
+    // The template can also come from tokenizer_config.json (older layouts).
+    let dir = model_dir();
+    let tokenizer_json = std::fs::read(dir.join("tokenizer.json")).expect("tokenizer.json");
+    let template = std::fs::read_to_string(dir.join("chat_template.jinja")).expect("template");
+    let config = serde_json::to_vec(
+        &serde_json::json!({"chat_template": [{"name": "default", "template": template}]}),
+    )
+    .expect("json");
+    let from_config = GemmaText::from_files(TextFiles {
+        tokenizer_json: &tokenizer_json,
+        tokenizer_config: Some(&config),
+        ..TextFiles::default()
+    })
+    .expect("loads");
+    assert_eq!(
+        from_config
+            .prompt(&messages, &[], PromptOptions::default())
+            .expect("prompt"),
+        got
+    );
+
+    // No template anywhere: a clear error.
+    let err = GemmaText::from_files(TextFiles {
+        tokenizer_json: &tokenizer_json,
+        ..TextFiles::default()
+    })
+    .expect_err("no template");
+    assert!(err.to_string().contains("no chat template"), "{err}");
+}
