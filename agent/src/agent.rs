@@ -351,6 +351,17 @@ impl Agent {
         self.sync_system_prompt();
     }
 
+    /// Replaces the conversation with a saved one (for instance after the process hosting the
+    /// agent was restarted). Its system messages are dropped: the agent's own system prompt
+    /// (from the configuration) comes first, as always.
+    pub fn restore_messages(&mut self, messages: Vec<ChatMessage>) {
+        self.messages = messages
+            .into_iter()
+            .filter(|m| m.role != Role::System)
+            .collect();
+        self.sync_system_prompt();
+    }
+
     /// Same as [`run_agent_loop`].
     pub fn run<'a>(
         &'a mut self,

@@ -70,6 +70,15 @@ impl ImagePart {
             data,
         }
     }
+
+    /// The image as a `data:` URL (for showing it in the UI).
+    pub fn data_url(&self) -> String {
+        format!(
+            "data:{};base64,{}",
+            self.mime_type,
+            crate::base64::encode(&self.data)
+        )
+    }
 }
 
 /// A call of a tool by the model: the tool's name and its arguments (a JSON object).

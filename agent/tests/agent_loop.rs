@@ -1133,3 +1133,33 @@ fn custom_tools_are_sensitive_unless_classed_and_trusted_output_is_not_wrapped()
     assert!(user.asked.borrow().is_empty());
     assert_eq!(response(&model.last_message_of_step(1)), json!("cold"));
 }
+
+#[test]
+fn restored_conversation_continues_with_the_current_system_prompt() {
+    let model = ScriptedModel::new(vec![
+        vec![tok("First."), end_turn()],
+        vec![tok("Second."), end_turn()],
+    ]);
+    let page = ScriptedPage::new(SITE);
+    let mut first = agent();
+    run_turn(&mut first, "One", &model, &page, &ScriptedUser::default());
+    let saved = first.messages().to_vec();
+    assert_eq!(saved.len(), 3);
+
+    // A new host (say, a recreated offscreen document) restores the saved messages.
+    let mut second = agent();
+    second.restore_messages(saved.clone());
+    assert_eq!(
+        second.messages(),
+        &saved[..],
+        "one system prompt, then the old turn"
+    );
+    run_turn(&mut second, "Two", &model, &page, &ScriptedUser::default());
+    let seen = model.seen.borrow();
+    assert_eq!(
+        seen[1].len(),
+        4,
+        "the model sees the old turn before the new message"
+    );
+    assert_eq!(seen[1][1].text(), "One");
+}

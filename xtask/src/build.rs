@@ -32,7 +32,9 @@ const EXTENSION_WASM: &[(&str, &str, &str)] = &[
     ("gg-offscreen", "gg_offscreen", "offscreen"),
     ("gg-overlay", "gg_overlay", "overlay"),
 ];
-const DEV_LOG_FEATURES: &str = "gg-background/dev-log,gg-offscreen/dev-log,gg-overlay/dev-log";
+/// Development builds: debug logging, and the scripted model for tests.
+const DEV_FEATURES: &str =
+    "gg-background/dev-log,gg-offscreen/dev-log,gg-offscreen/scripted-model,gg-overlay/dev-log";
 
 pub fn extension_dir(release: bool) -> PathBuf {
     root().join("dist").join(if release {
@@ -77,7 +79,7 @@ pub fn build_with(tools: &Tools, release: bool) -> Result<Built> {
     }
     cmd.args(["-p", "gg-demo-site"]);
     if !release {
-        cmd.args(["--features", DEV_LOG_FEATURES]);
+        cmd.args(["--features", DEV_FEATURES]);
     }
     exec(&mut cmd)?;
     let wasm_dir = target_dir.join("wasm32-unknown-unknown").join(profile_dir);

@@ -1,12 +1,33 @@
 //! The extension's service worker (module worker). `background.js` registers the Chrome event
 //! listeners synchronously (as MV3 requires) and forwards each event to the exports below once the
 //! wasm module has loaded.
+//!
+//! Routing (see `docs/ARCHITECTURE.md`): overlays talk to the service worker; the service worker
+//! talks to the offscreen document (which runs the agent) and to the content scripts (which run
+//! the page tools). The service worker keeps each tab's conversation in `chrome.storage.session`
+//! so that nothing is lost when Chrome stops it.
 
 use gg_chrome::log;
-use gg_messages::{AdapterReport, Body, Context, Envelope, OFFSCREEN_STATUS_KEY, StatusReport};
+use gg_messages::{
+    AdapterReport, Body, Context, Envelope, OFFSCREEN_STATUS_KEY, RequestId, SETTINGS_KEY,
+    SenderInfo, Settings, StatusReport, conversation_key,
+};
+use std::cell::Cell;
 use wasm_bindgen::prelude::*;
 
 const OFFSCREEN_PATH: &str = "offscreen/offscreen.html";
+
+thread_local! {
+    static NEXT_ID: Cell<u64> = const { Cell::new(1) };
+}
+
+fn next_id() -> RequestId {
+    RequestId(NEXT_ID.with(|n| {
+        let id = n.get();
+        n.set(id + 1);
+        id
+    }))
+}
 
 /// Called once when the module has loaded.
 #[wasm_bindgen]
@@ -19,8 +40,8 @@ pub fn start() {
 #[wasm_bindgen]
 pub async fn on_startup() -> Result<(), JsValue> {
     ensure_offscreen().await.map_err(|e| {
-        log::error(&e.to_string());
-        JsValue::from(e)
+        log::error(&e);
+        JsValue::from_str(&e)
     })
 }
 
@@ -48,7 +69,7 @@ pub async fn on_message(message: JsValue, sender: JsValue) -> Result<JsValue, Js
             },
         );
     }
-    let body = match handle(env.from, env.body.clone()).await {
+    let body = match handle(&env, &sender).await {
         Ok(body) => body,
         Err(e) => {
             log::error(&e);
@@ -66,8 +87,48 @@ fn reply(to: &Envelope, body: Body) -> Result<JsValue, JsValue> {
     ))?)
 }
 
-async fn handle(from: Context, body: Body) -> Result<Body, String> {
-    match (from, body) {
+fn sender_tab(sender: &SenderInfo) -> Result<i64, String> {
+    sender
+        .tab
+        .as_ref()
+        .and_then(|t| t.id)
+        .ok_or_else(|| "this message must come from a tab".to_owned())
+}
+
+async fn settings() -> Settings {
+    match gg_chrome::sync_get(SETTINGS_KEY).await {
+        Ok(Some(v)) => serde_json::from_value(v).unwrap_or_else(|e| {
+            log::warn(&format!(
+                "stored settings are invalid ({e}); using the defaults"
+            ));
+            Settings::default()
+        }),
+        Ok(None) => Settings::default(),
+        Err(e) => {
+            log::warn(&e.to_string());
+            Settings::default()
+        }
+    }
+}
+
+/// Sends a request to the offscreen document (creating it if needed) and returns its answer.
+async fn to_offscreen(body: Body) -> Result<Body, String> {
+    ensure_offscreen().await?;
+    let answer = gg_chrome::send(Context::ServiceWorker, next_id(), body)
+        .await
+        .map_err(|e| e.to_string())?;
+    match answer {
+        Some(env) if env.from == Context::Offscreen => match env.body {
+            Body::Error { message } => Err(message),
+            body => Ok(body),
+        },
+        Some(env) => Err(format!("unexpected answer from {:?}", env.from)),
+        None => Err("the offscreen document did not answer".into()),
+    }
+}
+
+async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
+    match (env.from, env.body.clone()) {
         (Context::Offscreen, Body::OffscreenReady) => {
             log::debug("offscreen document ready");
             Ok(Body::Ack)
@@ -88,7 +149,7 @@ async fn handle(from: Context, body: Body) -> Result<Body, String> {
             Ok(Body::Ack)
         }
         (_, Body::GetStatus) => {
-            ensure_offscreen().await.map_err(|e| e.to_string())?;
+            ensure_offscreen().await?;
             let adapter: Option<AdapterReport> = gg_chrome::session_get(OFFSCREEN_STATUS_KEY)
                 .await
                 .map_err(|e| e.to_string())?
@@ -101,16 +162,170 @@ async fn handle(from: Context, body: Body) -> Result<Body, String> {
                 adapter,
             }))
         }
+
+        // The overlay of a tab: the tab is the one Chrome says the message came from.
+        (Context::Overlay, Body::ChatSend { text }) => {
+            let tab_id = sender_tab(sender)?;
+            let s = settings().await;
+            restore_if_needed(tab_id).await?;
+            to_offscreen(Body::RunTurn {
+                tab_id,
+                text,
+                model_source: s.model_source,
+                max_iterations: s.max_iterations,
+                thinking: s.thinking,
+            })
+            .await
+        }
+        (Context::Overlay, Body::ChatStop) => {
+            to_offscreen(Body::CancelTurn {
+                tab_id: sender_tab(sender)?,
+            })
+            .await
+        }
+        (Context::Overlay, Body::ChatNew) => {
+            let tab_id = sender_tab(sender)?;
+            gg_chrome::session_remove(&conversation_key(tab_id))
+                .await
+                .map_err(|e| e.to_string())?;
+            to_offscreen(Body::ClearConversation { tab_id }).await
+        }
+        (Context::Overlay, Body::ChatApproval { call_id, decision }) => {
+            to_offscreen(Body::ApprovalAnswer {
+                tab_id: sender_tab(sender)?,
+                call_id,
+                decision,
+            })
+            .await
+        }
+        (Context::Overlay, Body::GetConversation) => {
+            let tab_id = sender_tab(sender)?;
+            restore_if_needed(tab_id).await?;
+            to_offscreen(Body::GetTabConversation { tab_id }).await
+        }
+
+        // The offscreen document's agent needs the page.
+        (
+            Context::Offscreen,
+            Body::TabToolCall {
+                tab_id,
+                call_id,
+                call,
+            },
+        ) => {
+            let answer = gg_chrome::send_to_tab(
+                tab_id,
+                &Envelope::new(
+                    next_id(),
+                    Context::ServiceWorker,
+                    Body::ExecuteTool {
+                        call_id: call_id.clone(),
+                        call,
+                    },
+                ),
+            )
+            .await;
+            Ok(match answer {
+                Ok(env) => env.body,
+                Err(e) => Body::ToolOutcome {
+                    call_id,
+                    result: Err(gg_agent::ToolError::new(
+                        gg_agent::ToolErrorKind::Unavailable,
+                        format!(
+                            "the page did not answer ({e}); it may still be loading or may not allow extensions"
+                        ),
+                    )),
+                },
+            })
+        }
+        (Context::Offscreen, Body::TabElementFacts { tab_id, target }) => {
+            let answer = gg_chrome::send_to_tab(
+                tab_id,
+                &Envelope::new(
+                    next_id(),
+                    Context::ServiceWorker,
+                    Body::GetElementFacts { target },
+                ),
+            )
+            .await;
+            Ok(match answer {
+                Ok(env) => env.body,
+                Err(e) => Body::ElementFacts {
+                    result: Err(gg_agent::ToolError::new(
+                        gg_agent::ToolErrorKind::Unavailable,
+                        format!("the page did not answer ({e})"),
+                    )),
+                },
+            })
+        }
+        (Context::Offscreen, Body::TabSite { tab_id }) => {
+            let url = gg_chrome::tab_url(tab_id)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Body::Site {
+                site: origin_of(&url),
+            })
+        }
+        (Context::Offscreen, Body::ConversationSnapshot { tab_id, messages }) => {
+            let json = serde_json::to_value(&messages).map_err(|e| e.to_string())?;
+            gg_chrome::session_set(&conversation_key(tab_id), &json)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Body::Ack)
+        }
+        // Broadcast for the overlays; nothing to do here.
+        (Context::Offscreen, Body::AgentEvent { .. }) => Ok(Body::Ack),
         (from, other) => Err(format!("unexpected message {other:?} from {from:?}")),
     }
 }
 
-/// Creates the offscreen document unless it is already there. Two callers racing is harmless:
-/// Chrome refuses the second creation, which we recognise and accept.
-async fn ensure_offscreen() -> Result<(), gg_chrome::ChromeError> {
-    if gg_chrome::offscreen_exists().await? {
+/// `scheme://host[:port]` of a URL (empty for URLs without one).
+fn origin_of(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return String::new();
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    format!("{scheme}://{host}")
+}
+
+/// After the offscreen document was recreated it has no conversations: give it the stored one.
+async fn restore_if_needed(tab_id: i64) -> Result<(), String> {
+    let Some(stored) = gg_chrome::session_get(&conversation_key(tab_id))
+        .await
+        .map_err(|e| e.to_string())?
+    else {
         return Ok(());
+    };
+    let messages: Vec<gg_agent::ChatMessage> = serde_json::from_value(stored)
+        .map_err(|e| format!("stored conversation unreadable: {e}"))?;
+    to_offscreen(Body::RestoreConversation { tab_id, messages })
+        .await
+        .map(|_| ())
+}
+
+/// Creates the offscreen document unless it is already there, then waits until its wasm answers.
+/// Two callers racing is harmless: Chrome refuses the second creation, which we accept.
+async fn ensure_offscreen() -> Result<(), String> {
+    if !gg_chrome::offscreen_exists()
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        create_offscreen().await?;
     }
+    // The document may exist before its wasm has registered its listener: wait for an answer.
+    for _ in 0..100 {
+        if let Ok(Some(env)) = gg_chrome::send(Context::ServiceWorker, next_id(), Body::Ping).await
+        {
+            if env.body == Body::Pong {
+                return Ok(());
+            }
+        }
+        gloo_timers::future::TimeoutFuture::new(100).await;
+    }
+    Err("the offscreen document did not start within 10 s".into())
+}
+
+async fn create_offscreen() -> Result<(), String> {
     match gg_chrome::create_offscreen(
         OFFSCREEN_PATH,
         "Runs the on-device language model on WebGPU.",
@@ -122,6 +337,21 @@ async fn ensure_offscreen() -> Result<(), gg_chrome::ChromeError> {
             Ok(())
         }
         Err(e) if e.message.contains("single offscreen") => Ok(()),
-        Err(e) => Err(e),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::origin_of;
+
+    #[test]
+    fn origins() {
+        assert_eq!(
+            origin_of("https://a.example:8443/x?y#z"),
+            "https://a.example:8443"
+        );
+        assert_eq!(origin_of("http://127.0.0.1:9000/"), "http://127.0.0.1:9000");
+        assert_eq!(origin_of("about:blank"), "");
     }
 }

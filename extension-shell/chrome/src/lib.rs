@@ -31,8 +31,14 @@ extern "C" {
     #[wasm_bindgen(js_namespace = ["chrome", "tabs"], js_name = sendMessage, catch)]
     async fn tabs_send_message(tab_id: i32, message: JsValue) -> Result<JsValue, JsValue>;
 
-    #[wasm_bindgen(js_namespace = ["chrome", "tabs"], js_name = query, catch)]
-    async fn tabs_query(query: JsValue) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(js_namespace = ["chrome", "tabs"], js_name = get, catch)]
+    async fn tabs_get(tab_id: i32) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "storage", "session"], js_name = remove, catch)]
+    async fn storage_session_remove(keys: JsValue) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "storage", "sync"], js_name = get, catch)]
+    async fn storage_sync_get(keys: JsValue) -> Result<JsValue, JsValue>;
 }
 
 /// This extension's id.
@@ -117,6 +123,59 @@ pub async fn send(
             api: "chrome.runtime.sendMessage",
             message: e.to_string(),
         })
+}
+
+/// Sends an envelope to the content scripts of one tab and parses the typed answer.
+pub async fn send_to_tab(tab_id: i64, env: &Envelope) -> Result<Envelope, ChromeError> {
+    const API: &str = "chrome.tabs.sendMessage";
+    let tab = i32::try_from(tab_id).map_err(|_| ChromeError {
+        api: API,
+        message: format!("bad tab id {tab_id}"),
+    })?;
+    let answer = tabs_send_message(tab, to_js(API, env)?)
+        .await
+        .map_err(err(API))?;
+    let json = from_js(&answer).map_err(|message| ChromeError { api: API, message })?;
+    Envelope::from_json(json).map_err(|e| ChromeError {
+        api: API,
+        message: e.to_string(),
+    })
+}
+
+/// The URL a tab shows (empty when the extension may not see it).
+pub async fn tab_url(tab_id: i64) -> Result<String, ChromeError> {
+    const API: &str = "chrome.tabs.get";
+    let tab = i32::try_from(tab_id).map_err(|_| ChromeError {
+        api: API,
+        message: format!("bad tab id {tab_id}"),
+    })?;
+    let info = tabs_get(tab).await.map_err(err(API))?;
+    let json = from_js(&info).map_err(|message| ChromeError { api: API, message })?;
+    Ok(json
+        .get("url")
+        .and_then(|u| u.as_str())
+        .unwrap_or_default()
+        .to_owned())
+}
+
+/// Removes one key from `chrome.storage.session`.
+pub async fn session_remove(key: &str) -> Result<(), ChromeError> {
+    storage_session_remove(JsValue::from_str(key))
+        .await
+        .map_err(err("chrome.storage.session.remove"))?;
+    Ok(())
+}
+
+/// Reads one JSON value from `chrome.storage.sync` (`None` when absent).
+pub async fn sync_get(key: &str) -> Result<Option<serde_json::Value>, ChromeError> {
+    let got = storage_sync_get(JsValue::from_str(key))
+        .await
+        .map_err(err("chrome.storage.sync.get"))?;
+    let json = from_js(&got).map_err(|message| ChromeError {
+        api: "chrome.storage.sync.get",
+        message,
+    })?;
+    Ok(json.get(key).cloned().filter(|v| !v.is_null()))
 }
 
 /// Parses the `sender` argument of a `chrome.runtime.onMessage` listener.

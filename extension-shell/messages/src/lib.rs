@@ -15,6 +15,49 @@ pub const PROTOCOL: &str = "gemma-gem/1";
 /// Storage key (in `chrome.storage.session`) of the offscreen document's latest report.
 pub const OFFSCREEN_STATUS_KEY: &str = "offscreenStatus";
 
+/// Key of the settings in `chrome.storage.sync`.
+pub const SETTINGS_KEY: &str = "settings";
+
+/// Default model source: the onnx-community export on Hugging Face at a pinned revision.
+pub const DEFAULT_MODEL_SOURCE: &str = "https://huggingface.co/onnx-community/gemma-4-E2B-it-ONNX/resolve/9f4bef82ea6e296bc69f8a2f5939f73af81b07a6";
+
+/// The user's settings, stored in `chrome.storage.sync` under [`SETTINGS_KEY`]. Missing fields take
+/// their defaults, so older stored values keep working.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct Settings {
+    /// `"E2B"` or `"E4B"`.
+    pub model_size: String,
+    pub thinking: bool,
+    pub max_iterations: u32,
+    pub disabled_hosts: Vec<String>,
+    pub temperature: f32,
+    /// A base URL in the Hugging Face layout (default: Hugging Face at the pinned revision). In
+    /// development builds, `script:URL` replays scripted model output (for tests).
+    pub model_source: String,
+    /// Per-site permissions granted with "always on this site".
+    pub site_permissions: serde_json::Value,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            model_size: "E2B".into(),
+            thinking: false,
+            max_iterations: 10,
+            disabled_hosts: Vec::new(),
+            temperature: 1.0,
+            model_source: DEFAULT_MODEL_SOURCE.into(),
+            site_permissions: serde_json::Value::Object(Default::default()),
+        }
+    }
+}
+
+/// Storage key (in `chrome.storage.session`) of a tab's conversation.
+pub fn conversation_key(tab_id: i64) -> String {
+    format!("conversation:{tab_id}")
+}
+
 /// Identifies one request and every item streamed in answer to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RequestId(pub u64);
@@ -87,6 +130,79 @@ pub enum Body {
     /// Content script -> service worker: the answer to [`Body::GetElementFacts`].
     ElementFacts {
         result: Result<gg_agent::ElementFacts, gg_agent::ToolError>,
+    },
+    /// Overlay -> service worker: the user sent a message in this tab's overlay.
+    ChatSend { text: String },
+    /// Overlay -> service worker: stop this tab's answer.
+    ChatStop,
+    /// Overlay -> service worker: forget this tab's conversation.
+    ChatNew,
+    /// Overlay -> service worker: the user's answer to an approval request.
+    ChatApproval {
+        call_id: u64,
+        decision: gg_agent::ApprovalDecision,
+    },
+    /// Overlay -> service worker: which tab am I in, and what has been said here so far?
+    GetConversation,
+    /// Answer to [`Body::GetConversation`] (and [`Body::GetTabConversation`]).
+    Conversation {
+        tab_id: i64,
+        messages: Vec<gg_agent::ChatMessage>,
+        running: bool,
+    },
+    /// Service worker -> offscreen: run one agent turn for a tab.
+    RunTurn {
+        tab_id: i64,
+        text: String,
+        model_source: String,
+        max_iterations: u32,
+        thinking: bool,
+    },
+    /// Service worker -> offscreen: cancel a tab's running turn.
+    CancelTurn { tab_id: i64 },
+    /// Service worker -> offscreen: an approval answer for a tab's pending call.
+    ApprovalAnswer {
+        tab_id: i64,
+        call_id: u64,
+        decision: gg_agent::ApprovalDecision,
+    },
+    /// Service worker -> offscreen: forget a tab's conversation.
+    ClearConversation { tab_id: i64 },
+    /// Service worker -> offscreen: a tab's conversation, restored from storage when the
+    /// offscreen document does not have it (after it was recreated).
+    RestoreConversation {
+        tab_id: i64,
+        messages: Vec<gg_agent::ChatMessage>,
+    },
+    /// Service worker -> offscreen: ask for a tab's conversation.
+    GetTabConversation { tab_id: i64 },
+    /// Offscreen -> service worker: run a page tool in a tab (forwarded to its content script,
+    /// or run by the service worker itself for screenshots and scripting).
+    TabToolCall {
+        tab_id: i64,
+        call_id: String,
+        call: gg_agent::ToolCall,
+    },
+    /// Offscreen -> service worker: element facts from a tab, for the safety gate.
+    TabElementFacts {
+        tab_id: i64,
+        target: gg_agent::ElementTarget,
+    },
+    /// Offscreen -> service worker: the site (origin) a tab shows.
+    TabSite { tab_id: i64 },
+    /// Answer to [`Body::TabSite`].
+    Site { site: String },
+    /// Offscreen -> every context: an event of a tab's agent turn. Overlays show the events of
+    /// their own tab; the service worker stores the conversation when a turn ends.
+    AgentEvent {
+        tab_id: i64,
+        seq: u64,
+        event: gg_agent::AgentEvent,
+    },
+    /// Offscreen -> service worker: a tab's conversation after a turn, to persist.
+    ConversationSnapshot {
+        tab_id: i64,
+        messages: Vec<gg_agent::ChatMessage>,
     },
     /// Generic acknowledgement.
     Ack,
@@ -271,6 +387,21 @@ mod tests {
             Envelope::from_json(ok).unwrap().body,
             Body::ToolOutcome { result: Ok(_), .. }
         ));
+    }
+
+    #[test]
+    fn settings_default_and_partial() {
+        let s: Settings = serde_json::from_value(
+            serde_json::json!({"thinking": true, "disabledHosts": ["a.example"]}),
+        )
+        .unwrap();
+        assert!(s.thinking);
+        assert_eq!(s.max_iterations, 10);
+        assert_eq!(s.model_size, "E2B");
+        assert_eq!(s.disabled_hosts, vec!["a.example".to_string()]);
+        let json = serde_json::to_value(Settings::default()).unwrap();
+        assert_eq!(json["modelSize"], "E2B");
+        assert_eq!(json["maxIterations"], 10);
     }
 
     #[test]

@@ -1,18 +1,25 @@
-//! The offscreen document: hosts the runtime and the agent loop. On load it probes WebGPU and
-//! reports the adapter (or an actionable error) to the service worker.
+//! The offscreen document: hosts the model and the agent loop, one conversation per tab.
+//!
+//! It only talks to the service worker (`chrome.runtime` is the only extension API offscreen
+//! documents have): requests arrive from it, page tools and element facts go through it, and the
+//! agent's events are broadcast to the overlays (each shows its own tab's events) with a sequence
+//! number per tab.
+
+mod host;
+#[cfg(feature = "scripted-model")]
+mod scripted;
+mod webgpu;
 
 use gg_chrome::log;
-use gg_messages::{AdapterReport, AdapterSummary, Body, Context, RequestId};
-use js_sys::{Function, Promise, Reflect};
+use gg_messages::{Body, Context, Envelope, RequestId};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::JsFuture;
 
 /// Called by `offscreen.js` once the module has loaded.
 #[wasm_bindgen]
 pub async fn start() -> Result<(), JsValue> {
     log::info("offscreen document started");
     gg_chrome::send(Context::Offscreen, RequestId(0), Body::OffscreenReady).await?;
-    let report = probe_webgpu().await;
+    let report = webgpu::probe_webgpu().await;
     gg_chrome::send(
         Context::Offscreen,
         RequestId(1),
@@ -22,75 +29,42 @@ pub async fn start() -> Result<(), JsValue> {
     Ok(())
 }
 
-fn get(obj: &JsValue, key: &str) -> JsValue {
-    Reflect::get(obj, &JsValue::from_str(key)).unwrap_or(JsValue::UNDEFINED)
+fn parse(message: &JsValue) -> Option<Envelope> {
+    let json = gg_chrome::from_js(message).ok()?;
+    Envelope::from_json(json).ok()
 }
 
-fn get_string(obj: &JsValue, key: &str) -> String {
-    get(obj, key).as_string().unwrap_or_default()
+/// Whether this document answers `message`: only requests from the service worker. Everything
+/// else sent with `chrome.runtime.sendMessage` (overlay requests, our own broadcasts) is left to
+/// the service worker, which is the one context that answers those.
+#[wasm_bindgen]
+pub fn accepts(message: JsValue) -> bool {
+    parse(&message)
+        .is_some_and(|env| env.from == Context::ServiceWorker && host::handles(&env.body))
 }
 
-fn get_u64(obj: &JsValue, key: &str) -> u64 {
-    get(obj, key).as_f64().map_or(0, |v| v as u64)
-}
-
-async fn call_async(obj: &JsValue, method: &str) -> Result<JsValue, JsValue> {
-    let f: Function = get(obj, method).dyn_into()?;
-    let p: Promise = f.call0(obj)?.dyn_into()?;
-    JsFuture::from(p).await
-}
-
-/// Asks `navigator.gpu` for an adapter and summarises it. Every failure becomes a message that
-/// tells the user what to do.
-async fn probe_webgpu() -> AdapterReport {
-    let navigator = get(&js_sys::global(), "navigator");
-    let gpu = get(&navigator, "gpu");
-    if gpu.is_undefined() || gpu.is_null() {
-        return AdapterReport {
-            webgpu_available: false,
-            adapter: None,
-            error: Some(
-                "This browser has no WebGPU (navigator.gpu is missing). Use a current Chrome, and check chrome://gpu: WebGPU must be enabled.".into(),
-            ),
-        };
-    }
-    let adapter = match call_async(&gpu, "requestAdapter").await {
-        Ok(a) if !a.is_null() && !a.is_undefined() => a,
-        Ok(_) => {
-            return AdapterReport {
-                webgpu_available: true,
-                adapter: None,
-                error: Some("WebGPU found no GPU adapter. Enable hardware acceleration in Chrome's settings and check chrome://gpu; on Linux, Vulkan drivers must be installed.".into()),
-            };
-        }
-        Err(e) => {
-            return AdapterReport {
-                webgpu_available: true,
-                adapter: None,
-                error: Some(format!("requesting a WebGPU adapter failed: {e:?}")),
-            };
-        }
+/// `chrome.runtime.onMessage` for requests [`accepts`] took.
+#[wasm_bindgen]
+pub async fn on_message(message: JsValue, sender: JsValue) -> Result<JsValue, JsValue> {
+    let Some(env) = parse(&message) else {
+        return Ok(JsValue::UNDEFINED);
     };
-    let info = get(&adapter, "info");
-    let limits = get(&adapter, "limits");
-    let features = get(&adapter, "features");
-    let shader_f16 = get(&features, "has")
-        .dyn_into::<Function>()
-        .ok()
-        .and_then(|has| has.call1(&features, &JsValue::from_str("shader-f16")).ok())
-        .and_then(|v| v.as_bool())
-        .unwrap_or(false);
-    AdapterReport {
-        webgpu_available: true,
-        adapter: Some(AdapterSummary {
-            vendor: get_string(&info, "vendor"),
-            architecture: get_string(&info, "architecture"),
-            device: get_string(&info, "device"),
-            description: get_string(&info, "description"),
-            shader_f16,
-            max_storage_buffer_binding_size: get_u64(&limits, "maxStorageBufferBindingSize"),
-            max_buffer_size: get_u64(&limits, "maxBufferSize"),
+    let sender = gg_chrome::sender_info(&sender);
+    let body = match sender.check(&gg_chrome::extension_id(), Context::ServiceWorker) {
+        Err(e) => {
+            log::warn(&e.to_string());
+            Body::Error {
+                message: e.to_string(),
+            }
+        }
+        Ok(()) => host::handle(env.body).await.unwrap_or_else(|message| {
+            log::error(&message);
+            Body::Error { message }
         }),
-        error: None,
-    }
+    };
+    Ok(gg_chrome::into_js(&Envelope::new(
+        env.id,
+        Context::Offscreen,
+        body,
+    ))?)
 }

@@ -1,4 +1,9 @@
 // Loader of the overlay page (Rust/wasm Yew UI, shown in an iframe inside the page).
-import init, { start } from './gg_overlay.js';
+import init, { start, on_broadcast } from './gg_overlay.js';
 await init({ module_or_path: new URL('./gg_overlay_bg.wasm', import.meta.url) });
+// Broadcasts of the agent's events; the service worker answers requests, this page never does.
+chrome.runtime.onMessage.addListener((message, sender) => {
+  if (sender.id === chrome.runtime.id) on_broadcast(message);
+  return false;
+});
 start();

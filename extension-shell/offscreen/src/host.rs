@@ -1,0 +1,346 @@
+//! The conversations of every tab, the running turns, and the agent's ways into the page
+//! (through the service worker) and to the user (approvals from the overlay).
+
+use futures::channel::oneshot;
+use futures::future::LocalBoxFuture;
+use futures::{FutureExt, StreamExt};
+use gg_agent::{
+    Agent, AgentConfig, AgentEnv, AgentEvent, ApprovalDecision, ApprovalRequest, Approver,
+    ApproxTokenCounter, CancellationToken, ChatMessage, ElementFacts, ElementTarget, ModelBackend,
+    ToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolOutput,
+};
+use gg_chrome::log;
+use gg_messages::{Body, Context, RequestId};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// One tab's conversation.
+#[derive(Default)]
+struct Tab {
+    /// The agent; taken out while a turn runs.
+    agent: Option<Agent>,
+    /// The conversation as of the last finished turn (answers `GetTabConversation` mid-turn).
+    saved: Vec<ChatMessage>,
+    running: Option<CancellationToken>,
+    approvals: HashMap<u64, oneshot::Sender<ApprovalDecision>>,
+    /// Answers that arrived before the loop asked (the overlay can be quicker than the loop).
+    early_answers: HashMap<u64, ApprovalDecision>,
+    seq: u64,
+}
+
+thread_local! {
+    static TABS: RefCell<HashMap<i64, Tab>> = RefCell::new(HashMap::new());
+    static NEXT_ID: Cell<u64> = const { Cell::new(100) };
+}
+
+fn next_id() -> RequestId {
+    RequestId(NEXT_ID.with(|n| {
+        let id = n.get();
+        n.set(id + 1);
+        id
+    }))
+}
+
+fn with_tab<T>(tab_id: i64, f: impl FnOnce(&mut Tab) -> T) -> T {
+    TABS.with(|tabs| f(tabs.borrow_mut().entry(tab_id).or_default()))
+}
+
+/// The requests of the service worker this document answers.
+pub fn handles(body: &Body) -> bool {
+    matches!(
+        body,
+        Body::Ping
+            | Body::RunTurn { .. }
+            | Body::CancelTurn { .. }
+            | Body::ApprovalAnswer { .. }
+            | Body::ClearConversation { .. }
+            | Body::RestoreConversation { .. }
+            | Body::GetTabConversation { .. }
+    )
+}
+
+fn new_agent(max_iterations: u32, thinking: bool) -> Agent {
+    let mut config = AgentConfig::default();
+    config.max_iterations = max_iterations.max(1);
+    config.options.thinking = thinking;
+    Agent::new(config)
+}
+
+pub async fn handle(body: Body) -> Result<Body, String> {
+    match body {
+        Body::Ping => Ok(Body::Pong),
+        Body::RunTurn {
+            tab_id,
+            text,
+            model_source,
+            max_iterations,
+            thinking,
+        } => {
+            if with_tab(tab_id, |t| t.running.is_some()) {
+                return Err("an answer is still being written in this tab; stop it first".into());
+            }
+            let backend = backend_for(&model_source).await?;
+            let cancel = CancellationToken::new();
+            let agent = with_tab(tab_id, |t| {
+                t.running = Some(cancel.clone());
+                let mut agent = t
+                    .agent
+                    .take()
+                    .unwrap_or_else(|| new_agent(max_iterations, thinking));
+                agent.config_mut().max_iterations = max_iterations.max(1);
+                agent.config_mut().options.thinking = thinking;
+                agent
+            });
+            wasm_bindgen_futures::spawn_local(run_turn(tab_id, agent, backend, text, cancel));
+            Ok(Body::Ack)
+        }
+        Body::CancelTurn { tab_id } => {
+            if let Some(cancel) = with_tab(tab_id, |t| t.running.clone()) {
+                cancel.cancel();
+            }
+            Ok(Body::Ack)
+        }
+        Body::ApprovalAnswer {
+            tab_id,
+            call_id,
+            decision,
+        } => with_tab(tab_id, |t| {
+            if t.running.is_none() {
+                return Err(format!(
+                    "no answer is being written in this tab; approval for call {call_id} ignored"
+                ));
+            }
+            match t.approvals.remove(&call_id) {
+                Some(tx) => {
+                    let _ = tx.send(decision);
+                }
+                None => {
+                    t.early_answers.insert(call_id, decision);
+                }
+            }
+            Ok(Body::Ack)
+        }),
+        Body::ClearConversation { tab_id } => {
+            with_tab(tab_id, |t| {
+                if let Some(cancel) = &t.running {
+                    cancel.cancel();
+                }
+                if let Some(agent) = t.agent.as_mut() {
+                    agent.clear_context();
+                }
+                t.saved.clear();
+            });
+            Ok(Body::Ack)
+        }
+        Body::RestoreConversation { tab_id, messages } => {
+            with_tab(tab_id, |t| {
+                // Only a document that lost the conversation (it was recreated) takes the stored one.
+                if t.agent.is_none() && t.running.is_none() {
+                    let mut agent = new_agent(10, false);
+                    agent.restore_messages(messages);
+                    t.saved = agent.messages().to_vec();
+                    t.agent = Some(agent);
+                }
+            });
+            Ok(Body::Ack)
+        }
+        Body::GetTabConversation { tab_id } => Ok(with_tab(tab_id, |t| Body::Conversation {
+            tab_id,
+            messages: t
+                .agent
+                .as_ref()
+                .map(|a| a.messages().to_vec())
+                .unwrap_or_else(|| t.saved.clone()),
+            running: t.running.is_some(),
+        })),
+        other => Err(format!("the offscreen document does not handle {other:?}")),
+    }
+}
+
+/// The model for a `modelSource` setting.
+async fn backend_for(source: &str) -> Result<Rc<dyn ModelBackend>, String> {
+    if let Some(url) = source.strip_prefix("script:") {
+        #[cfg(feature = "scripted-model")]
+        {
+            return crate::scripted::ScriptedBackend::for_url(url)
+                .await
+                .map(|b| b as Rc<dyn ModelBackend>);
+        }
+        #[cfg(not(feature = "scripted-model"))]
+        {
+            let _ = url;
+            return Err(
+                "scripted models (`script:` sources) exist only in development builds".into(),
+            );
+        }
+    }
+    Err(format!(
+        "loading Gemma 4 from {source} in the extension is not wired yet; the runtime runs it natively (gemma-gem generate)"
+    ))
+}
+
+async fn run_turn(
+    tab_id: i64,
+    mut agent: Agent,
+    backend: Rc<dyn ModelBackend>,
+    text: String,
+    cancel: CancellationToken,
+) {
+    let executor = TabExecutor { tab_id };
+    let approver = TabApprover { tab_id };
+    let tokens = ApproxTokenCounter::default();
+    {
+        let env = AgentEnv {
+            backend: &*backend,
+            executor: &executor,
+            approver: &approver,
+            tokens: &tokens,
+            cancel,
+        };
+        let mut events = gg_agent::run_agent_loop(&mut agent, ChatMessage::user(text), env);
+        while let Some(event) = events.next().await {
+            broadcast(tab_id, event).await;
+        }
+    }
+    let messages = agent.messages().to_vec();
+    with_tab(tab_id, |t| {
+        t.saved = messages.clone();
+        t.agent = Some(agent);
+        t.running = None;
+        t.approvals.clear();
+        t.early_answers.clear();
+    });
+    if let Err(e) = gg_chrome::send(
+        Context::Offscreen,
+        next_id(),
+        Body::ConversationSnapshot { tab_id, messages },
+    )
+    .await
+    {
+        log::error(&format!(
+            "could not save the conversation of tab {tab_id}: {e}"
+        ));
+    }
+}
+
+/// Sends one agent event to every extension context; the overlay of `tab_id` shows it.
+async fn broadcast(tab_id: i64, event: AgentEvent) {
+    let seq = with_tab(tab_id, |t| {
+        t.seq += 1;
+        t.seq
+    });
+    if let Err(e) = gg_chrome::send(
+        Context::Offscreen,
+        next_id(),
+        Body::AgentEvent { tab_id, seq, event },
+    )
+    .await
+    {
+        log::warn(&format!("agent event for tab {tab_id} not delivered: {e}"));
+    }
+}
+
+/// Asks the service worker and expects a specific answer.
+async fn ask(body: Body) -> Result<Body, ToolError> {
+    match gg_chrome::send(Context::Offscreen, next_id(), body).await {
+        Ok(Some(env)) => match env.body {
+            Body::Error { message } => Err(ToolError::new(ToolErrorKind::Unavailable, message)),
+            body => Ok(body),
+        },
+        Ok(None) => Err(ToolError::new(
+            ToolErrorKind::Unavailable,
+            "the extension did not answer",
+        )),
+        Err(e) => Err(ToolError::new(ToolErrorKind::Unavailable, e.to_string())),
+    }
+}
+
+fn unexpected(body: Body) -> ToolError {
+    ToolError::new(ToolErrorKind::Failed, format!("unexpected answer {body:?}"))
+}
+
+/// Runs page tools in one tab, through the service worker.
+struct TabExecutor {
+    tab_id: i64,
+}
+
+impl ToolExecutor for TabExecutor {
+    fn execute<'a>(
+        &'a self,
+        call: &'a ToolCall,
+    ) -> LocalBoxFuture<'a, Result<ToolOutput, ToolError>> {
+        let call_id = format!("{}-{}", self.tab_id, next_id().0);
+        async move {
+            match ask(Body::TabToolCall {
+                tab_id: self.tab_id,
+                call_id,
+                call: call.clone(),
+            })
+            .await?
+            {
+                Body::ToolOutcome { result, .. } => result,
+                other => Err(unexpected(other)),
+            }
+        }
+        .boxed_local()
+    }
+
+    fn element_facts<'a>(
+        &'a self,
+        target: &'a ElementTarget,
+    ) -> LocalBoxFuture<'a, Result<ElementFacts, ToolError>> {
+        async move {
+            match ask(Body::TabElementFacts {
+                tab_id: self.tab_id,
+                target: target.clone(),
+            })
+            .await?
+            {
+                Body::ElementFacts { result } => result,
+                other => Err(unexpected(other)),
+            }
+        }
+        .boxed_local()
+    }
+
+    fn current_site(&self) -> LocalBoxFuture<'_, Result<String, ToolError>> {
+        async move {
+            match ask(Body::TabSite {
+                tab_id: self.tab_id,
+            })
+            .await?
+            {
+                Body::Site { site } => Ok(site),
+                other => Err(unexpected(other)),
+            }
+        }
+        .boxed_local()
+    }
+}
+
+/// Waits for the user's answer in the tab's overlay. A turn that ends (cancel, new chat) drops
+/// the pending answers, which counts as a denial.
+struct TabApprover {
+    tab_id: i64,
+}
+
+impl Approver for TabApprover {
+    fn decide<'a>(&'a self, request: &'a ApprovalRequest) -> LocalBoxFuture<'a, ApprovalDecision> {
+        let (tx, rx) = oneshot::channel();
+        let early = with_tab(self.tab_id, |t| {
+            let early = t.early_answers.remove(&request.call_id);
+            if early.is_none() {
+                t.approvals.insert(request.call_id, tx);
+            }
+            early
+        });
+        async move {
+            match early {
+                Some(decision) => decision,
+                None => rx.await.unwrap_or(ApprovalDecision::Deny),
+            }
+        }
+        .boxed_local()
+    }
+}

@@ -1,0 +1,210 @@
+//! The scripted model of development builds (`modelSource` = `script:URL`): the URL returns
+//! `{"turns": ["<raw model output>", ...]}` and each generation replays the next entry, in small
+//! chunks, through the same Gemma 4 output parser the real model's text goes through — so the whole
+//! agent path (tool calls in Gemma 4's own syntax included) is testable without a model. Absent
+//! from release builds (feature `scripted-model`).
+
+use futures::stream::{self, StreamExt};
+use gg_agent::{
+    BackendError, ChatMessage, ChunkStream, FinishReason, GenerateOptions, ModelBackend,
+    StreamChunk, ToolCall, ToolDefinition,
+};
+use gg_gemma::{EndMarker, OutputEvent, OutputParser};
+use js_sys::{Function, Promise, Reflect};
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::JsFuture;
+
+/// Bytes per streamed chunk (small, so markers are split across chunks as real tokens may be).
+const CHUNK: usize = 5;
+/// Pause between chunks, so the UI sees a stream and cancellation can land mid-answer.
+const CHUNK_DELAY_MS: u32 = 15;
+
+pub struct ScriptedBackend {
+    turns: Vec<String>,
+    next: Cell<usize>,
+}
+
+thread_local! {
+    static SCRIPTS: RefCell<HashMap<String, Rc<ScriptedBackend>>> = RefCell::new(HashMap::new());
+}
+
+#[derive(serde::Deserialize)]
+struct Script {
+    turns: Vec<String>,
+}
+
+impl ScriptedBackend {
+    /// The script at `url`, fetched once; later turns of any conversation continue where the
+    /// previous generation stopped.
+    pub async fn for_url(url: &str) -> Result<Rc<Self>, String> {
+        if let Some(found) = SCRIPTS.with(|s| s.borrow().get(url).cloned()) {
+            return Ok(found);
+        }
+        let json = fetch_json(url)
+            .await
+            .map_err(|e| format!("could not load the model script {url}: {e}"))?;
+        let script: Script = serde_json::from_value(json)
+            .map_err(|e| format!("model script {url} is not {{\"turns\": [...]}}: {e}"))?;
+        let backend = Rc::new(Self {
+            turns: script.turns,
+            next: Cell::new(0),
+        });
+        SCRIPTS.with(|s| s.borrow_mut().insert(url.to_owned(), backend.clone()));
+        Ok(backend)
+    }
+}
+
+async fn fetch_json(url: &str) -> Result<serde_json::Value, String> {
+    let global = js_sys::global();
+    let fetch: Function = Reflect::get(&global, &"fetch".into())
+        .and_then(|f| f.dyn_into())
+        .map_err(|e| format!("{e:?}"))?;
+    let promise: Promise = fetch
+        .call1(&global, &url.into())
+        .and_then(|p| p.dyn_into())
+        .map_err(|e| format!("{e:?}"))?;
+    let response = JsFuture::from(promise)
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    let ok = Reflect::get(&response, &"ok".into())
+        .ok()
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    if !ok {
+        let status = Reflect::get(&response, &"status".into())
+            .ok()
+            .and_then(|v| v.as_f64())
+            .unwrap_or(0.0);
+        return Err(format!("HTTP {status}"));
+    }
+    let json_fn: Function = Reflect::get(&response, &"json".into())
+        .and_then(|f| f.dyn_into())
+        .map_err(|e| format!("{e:?}"))?;
+    let promise: Promise = json_fn
+        .call0(&response)
+        .and_then(|p| p.dyn_into())
+        .map_err(|e| format!("{e:?}"))?;
+    let value = JsFuture::from(promise)
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    gg_chrome::from_js(&value)
+}
+
+/// Splits `text` into pieces of about [`CHUNK`] bytes on character boundaries.
+fn pieces(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for c in text.chars() {
+        current.push(c);
+        if current.len() >= CHUNK {
+            out.push(std::mem::take(&mut current));
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+/// The agent's view of what the parser found. `None` for events the agent does not need.
+fn to_chunk(event: OutputEvent) -> Option<StreamChunk> {
+    Some(match event {
+        OutputEvent::Text(text) => StreamChunk::Token { text },
+        OutputEvent::Thinking(text) => StreamChunk::Thinking { text },
+        OutputEvent::ToolCall(call) => StreamChunk::ToolCall {
+            call: ToolCall::new(call.name, call.arguments),
+        },
+        OutputEvent::ToolCallError(e) => StreamChunk::MalformedToolCall {
+            name: None,
+            raw: e.raw.clone(),
+            error: e.kind.to_string(),
+        },
+        OutputEvent::End(EndMarker::ToolResponse) => StreamChunk::Done {
+            reason: FinishReason::ToolCall,
+        },
+        OutputEvent::End(_) => StreamChunk::Done {
+            reason: FinishReason::EndOfTurn,
+        },
+        OutputEvent::ToolCallStart { .. } | OutputEvent::StrayMarker(_) => return None,
+    })
+}
+
+impl ModelBackend for ScriptedBackend {
+    fn generate<'a>(
+        &'a self,
+        _messages: &'a [ChatMessage],
+        _tools: &'a [ToolDefinition],
+        _options: &'a GenerateOptions,
+    ) -> ChunkStream<'a> {
+        let index = self.next.get();
+        let Some(text) = self.turns.get(index).cloned() else {
+            let message = format!(
+                "the model script has no turn {} (it has {})",
+                index + 1,
+                self.turns.len()
+            );
+            return stream::once(async move { Err(BackendError::Failed { message }) })
+                .boxed_local();
+        };
+        self.next.set(index + 1);
+        let mut parser = OutputParser::new();
+        let mut done = false;
+        let mut pieces = pieces(&text).into_iter();
+        stream::unfold((), move |()| {
+            let next: Option<Vec<StreamChunk>> = if done {
+                None
+            } else if let Some(piece) = pieces.next() {
+                Some(
+                    parser
+                        .push(&piece)
+                        .into_iter()
+                        .filter_map(to_chunk)
+                        .collect(),
+                )
+            } else {
+                let mut tail: Vec<StreamChunk> =
+                    parser.finish().into_iter().filter_map(to_chunk).collect();
+                if !tail.iter().any(|c| matches!(c, StreamChunk::Done { .. })) {
+                    tail.push(StreamChunk::Done {
+                        reason: FinishReason::EndOfTurn,
+                    });
+                }
+                Some(tail)
+            };
+            if let Some(chunks) = &next {
+                // Nothing follows the end of the turn.
+                done = done || chunks.iter().any(|c| matches!(c, StreamChunk::Done { .. }));
+            }
+            async move {
+                gloo_timers::future::TimeoutFuture::new(CHUNK_DELAY_MS).await;
+                next.map(|chunks| (stream::iter(chunks.into_iter().map(Ok)), ()))
+            }
+        })
+        .flatten()
+        .scan(false, |ended, chunk| {
+            // Stop after the first Done, even if the parser reported more.
+            let out = if *ended { None } else { Some(chunk) };
+            if let Some(Ok(StreamChunk::Done { .. })) = &out {
+                *ended = true;
+            }
+            futures::future::ready(out.map(Some))
+        })
+        .filter_map(futures::future::ready)
+        .boxed_local()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_keep_characters_whole() {
+        let p = pieces("héllo wörld 日本");
+        assert_eq!(p.concat(), "héllo wörld 日本");
+        assert!(p.iter().all(|s| !s.is_empty()));
+    }
+}

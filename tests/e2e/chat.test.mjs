@@ -1,0 +1,96 @@
+// Chat end to end with the scripted model of the dev build (`modelSource` = `script:URL`): the
+// overlay streams answers, each tab keeps its own conversation, and stopping the service worker
+// mid-answer loses nothing. All UI interaction goes through the real overlay page, which lives in
+// an iframe inside the page's closed shadow root (reached through the DevTools protocol).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, launchExtension, until, Pierce } from './harness.mjs';
+
+let server, ext;
+
+before(async () => {
+  server = await startServer();
+  ext = await launchExtension(process.env.GG_EXT_DEV);
+});
+after(async () => { await ext?.close(); await server?.close(); });
+
+async function useScript(name) {
+  const modelSource = `script:${server.url}/scripts/${name}.json`;
+  await ext.sw.evaluate((s) => chrome.storage.sync.set({ settings: { modelSource: s } }), modelSource);
+}
+
+/** Opens `path` in a new tab, opens the overlay, and returns the overlay's frame. */
+async function openOverlay(path = '/basic.html', page = null) {
+  page ??= await ext.context.newPage();
+  await page.goto(`${server.url}${path}`);
+  await page.bringToFront();
+  await page.waitForFunction(() => document.querySelector('gemma-gem-host') !== null, null, { timeout: 20000 });
+  const pierce = await Pierce.open(page);
+  const launcher = await until(() => pierce.byTestId('gg-launcher'), { what: 'launcher' });
+  await pierce.click(launcher);
+  const frame = await until(() => page.frames().find((f) => f.url().endsWith('/overlay/overlay.html')), { what: 'overlay frame' });
+  await frame.waitForSelector('[data-testid="gg-input"]', { timeout: 20000 });
+  return { page, frame };
+}
+
+async function send(frame, text) {
+  await frame.fill('[data-testid="gg-input"]', text);
+  await frame.click('[data-testid="gg-send"]');
+}
+
+const messages = (frame, role) =>
+  frame.$$eval(`[data-testid="gg-message"][data-role="${role}"]`, (els) => els.map((e) => e.innerText.trim()));
+
+async function waitForAnswer(frame, needle, count = null) {
+  return until(async () => {
+    const answers = await messages(frame, 'assistant');
+    const last = answers.at(-1) ?? '';
+    return last.includes(needle) && (count === null || answers.length === count) && answers;
+  }, { timeout: 60000, what: `an answer containing ${JSON.stringify(needle)}` });
+}
+
+test('an answer streams into the overlay, and each tab keeps its own conversation', async () => {
+  await useScript('hello');
+  const first = await openOverlay();
+  await send(first.frame, 'Who are you?');
+  // Streaming: the answer grows before it is complete.
+  const partial = await until(async () => {
+    const a = (await messages(first.frame, 'assistant')).at(-1) ?? '';
+    return a.length > 0 && !a.includes('own GPU') && a;
+  }, { timeout: 30000, interval: 20, what: 'a partial answer' });
+  assert.ok(partial.length > 0);
+  await waitForAnswer(first.frame, 'running on your own GPU');
+  assert.deepEqual(await messages(first.frame, 'user'), ['Who are you?']);
+
+  // A second tab has its own, empty conversation.
+  const second = await openOverlay();
+  assert.deepEqual(await messages(second.frame, 'user'), []);
+  await send(second.frame, 'And now?');
+  await waitForAnswer(second.frame, 'Second answer in the same tab.', 1);
+
+  // Back in the first tab (reloaded, so the overlay restores from the extension), its
+  // conversation is intact and does not contain the second tab's.
+  const again = await openOverlay('/basic.html', first.page);
+  await waitForAnswer(again.frame, 'running on your own GPU', 1);
+  assert.deepEqual(await messages(again.frame, 'user'), ['Who are you?']);
+  await first.page.close();
+  await second.page.close();
+});
+
+test('stopping the service worker mid-answer loses nothing, and the next message works', async () => {
+  await useScript('slow');
+  const { page, frame } = await openOverlay();
+  await send(frame, 'Tell me a long story');
+  await until(async () => ((await messages(frame, 'assistant')).at(-1) ?? '').includes('sentence'), { timeout: 30000, interval: 20, what: 'streaming' });
+  const cdp = await page.context().newCDPSession(page);
+  await cdp.send('ServiceWorker.enable');
+  await cdp.send('ServiceWorker.stopAllWorkers');
+  await waitForAnswer(frame, 'The end.');
+  await send(frame, 'Still there?');
+  await waitForAnswer(frame, 'After the restart.', 2);
+  // Reloading the tab restores both exchanges.
+  const again = await openOverlay('/basic.html', page);
+  await waitForAnswer(again.frame, 'After the restart.', 2);
+  assert.deepEqual(await messages(again.frame, 'user'), ['Tell me a long story', 'Still there?']);
+  await page.close();
+});
