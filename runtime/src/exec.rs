@@ -214,7 +214,10 @@ impl<'a> Ctx<'a> {
     }
 
     fn check_size(&self, size: u64) -> Result<()> {
-        let max = u64::from(self.gpu.limits.max_storage_buffer_binding_size)
+        let max = self
+            .gpu
+            .limits
+            .max_storage_buffer_binding_size
             .min(self.gpu.limits.max_buffer_size);
         if size > max {
             return Err(Error::Gpu(format!(

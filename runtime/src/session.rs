@@ -166,7 +166,10 @@ impl Session {
             ))
         })?;
         let size = storage.bytes(init.shape.iter().product());
-        let max = u64::from(self.gpu.limits.max_storage_buffer_binding_size)
+        let max = self
+            .gpu
+            .limits
+            .max_storage_buffer_binding_size
             .min(self.gpu.limits.max_buffer_size);
         if size > max {
             return Err(Error::Gpu(format!(
@@ -489,6 +492,14 @@ impl Session {
     pub async fn read(&self, v: &Value) -> Result<HostTensor> {
         let mut cx = Ctx::new(&self.gpu, self.pool.clone(), &self.meta_buf);
         cx.to_host(v).await
+    }
+
+    /// A recording context on this session's GPU, buffer pool and parameter arena, for callers'
+    /// own kernels on the session's outputs (e.g. sampling the next token from GPU logits).
+    /// Work recorded into it is submitted by [`Ctx::flush`] or [`Ctx::download`]; tensors it
+    /// allocates return to this session's pool when dropped.
+    pub fn context(&self) -> Ctx<'_> {
+        Ctx::new(&self.gpu, self.pool.clone(), &self.meta_buf)
     }
 
     /// Runs with host inputs and reads every output back.

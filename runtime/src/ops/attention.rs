@@ -486,12 +486,11 @@ impl Op for Rotary {
             }
             3 => {
                 let (b, s, hidden) = (x.shape[0], x.shape[1], x.shape[2]);
+                // Without num_heads, the head size is the full rotary width (2 * cache width).
                 let h = if self.heads > 0 {
                     self.heads
-                } else if self.rot_dim > 0 {
-                    hidden / self.rot_dim
                 } else {
-                    hidden / (2 * half)
+                    hidden.checked_div(2 * half).unwrap_or(0)
                 };
                 if h == 0 || hidden % h != 0 {
                     return Err(op_err(format!(

@@ -70,11 +70,14 @@ pub fn gather_view(src: &HostTensor, out_shape: Vec<usize>, st: &[i64], base: i6
     }
 }
 
+/// An integer elementwise function.
+pub type IntFn<'a> = &'a dyn Fn(&[i64]) -> i64;
+
 /// Elementwise map with broadcasting, in i64 (integer/bool inputs) or f64 arithmetic.
 pub fn map(
     inputs: &[&HostTensor],
     out_dtype: DType,
-    fi: Option<&dyn Fn(&[i64]) -> i64>,
+    fi: Option<IntFn<'_>>,
     ff: &dyn Fn(&[f64]) -> f64,
 ) -> Result<HostTensor> {
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape.as_slice()).collect();

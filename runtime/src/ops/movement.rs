@@ -56,8 +56,11 @@ impl Op for Transpose {
     }
 }
 
+type SliceAttrs = (Vec<i64>, Vec<i64>, Option<Vec<i64>>);
+
 struct Slice {
-    attrs: Option<(Vec<i64>, Vec<i64>, Option<Vec<i64>>)>,
+    /// Opset < 10: (starts, ends, axes) attributes.
+    attrs: Option<SliceAttrs>,
 }
 
 impl Op for Slice {

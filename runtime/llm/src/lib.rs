@@ -1,0 +1,43 @@
+//! Gemma 4 text generation on gg-runtime.
+//!
+//! - [`ModelRepo`]: the model's files in the Hugging Face layout, from a local folder, an HTTP
+//!   base URL (native) or any [`gg_runtime::source::DataSource`] (the extension's Cache Storage).
+//! - [`GemmaModel::load`]: reads the config, tokenizer and chat template, picks the variant
+//!   ([`Dtype`]: q4f16 with `shader-f16`, else q4) and streams both sessions' weights to the GPU.
+//! - [`Generator`]: `embed_tokens` → `decoder_model_merged` per step, the KV cache kept on the GPU
+//!   (`present.*` fed back as `past_key_values.*`), the next token sampled on the GPU
+//!   ([`Sampling`]), only its id read back.
+//! - [`TextStream`]: text per token with end ids, `max_new_tokens` and cancellation.
+//! - [`GemmaBackend`]: the agent's `ModelBackend` (and a tokenizer-exact `TokenCounter`).
+//!
+//! ```no_run
+//! # async fn demo(gpu: std::rc::Rc<gg_runtime::Gpu>, source: std::rc::Rc<dyn gg_runtime::source::DataSource>) -> gg_llm::Result<()> {
+//! use gg_llm::{GemmaModel, LoadOptions, ModelRepo, Sampling, TextOptions};
+//! let repo = ModelRepo::new(source, "gemma-4-E2B-it-ONNX");
+//! let model = GemmaModel::load(gpu, &repo, &LoadOptions::default()).await?;
+//! let prompt = model.prompt_ids(&[gg_gemma::ChatMessage::user("Hi")], &[], false)?;
+//! let mut text = model.stream(&prompt, TextOptions { max_new_tokens: 64, sampling: Sampling::Greedy, cancel: None, stop_ids: vec![] })?;
+//! while let Some(token) = text.next().await? {
+//!     print!("{}", token.text);
+//! }
+//! print!("{}", text.finish()?);
+//! # Ok(()) }
+//! ```
+
+pub mod backend;
+pub mod config;
+pub mod error;
+pub mod generate;
+pub mod model;
+pub mod sampler;
+pub mod source;
+pub mod stream;
+
+pub use backend::GemmaBackend;
+pub use config::{Dtype, ModelConfig};
+pub use error::{LlmError, Result};
+pub use generate::{GenerationStats, Generator, StopReason};
+pub use model::{GemmaModel, LoadOptions, LoadStage};
+pub use sampler::Sampling;
+pub use source::ModelRepo;
+pub use stream::{TextOptions, TextStream, Token};

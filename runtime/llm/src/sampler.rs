@@ -1,0 +1,134 @@
+//! Token selection on the GPU: greedy (argmax), or temperature + top-k + top-p with a seeded
+//! random draw. One dispatch over the logits; the only read-back is the 4-byte token id.
+
+use crate::error::{LlmError, Result};
+use gg_runtime::exec::{Ctx, GpuTensor};
+use gg_runtime::gpu::{Kernel, Storage};
+use gg_runtime::{DType, Session};
+
+/// Workgroup size of the sampling kernel (WebGPU guarantees 256 invocations per workgroup).
+const WG: u32 = 256;
+
+/// How to pick each token.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Sampling {
+    /// The most likely token (lowest id among equal maxima).
+    Greedy,
+    /// A random draw.
+    Sample {
+        /// Temperature (> 0).
+        temperature: f32,
+        /// Keep the `top_k` most likely tokens (0: no limit).
+        top_k: u32,
+        /// Keep the smallest set with at least this probability (>= 1: no limit).
+        top_p: f32,
+        /// Seed: the same seed, prompt and options give the same tokens.
+        seed: u64,
+    },
+}
+
+impl Sampling {
+    /// Checks the parameters.
+    pub fn validate(&self) -> Result<()> {
+        if let Sampling::Sample {
+            temperature, top_p, ..
+        } = *self
+        {
+            if !(temperature.is_finite() && temperature > 0.0) {
+                return Err(LlmError::Options(format!(
+                    "temperature must be > 0 (got {temperature}); use greedy for 0"
+                )));
+            }
+            if !(top_p > 0.0) {
+                return Err(LlmError::Options(format!(
+                    "top_p must be > 0 (got {top_p})"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// SplitMix64: the per-step random word from the seed and the step index.
+pub fn random_word(seed: u64, step: u64) -> u32 {
+    let mut z = seed
+        .wrapping_add(step.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+        .wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 32) as u32
+}
+
+/// Records the sampling kernel over the last row of `logits` (`[.., V]`, f32 or f16) into `cx`;
+/// returns the one-element i32 tensor that receives the token id.
+pub fn record(
+    cx: &mut Ctx<'_>,
+    logits: &GpuTensor,
+    sampling: &Sampling,
+    step: u64,
+) -> Result<GpuTensor> {
+    let v = *logits
+        .shape
+        .last()
+        .ok_or_else(|| LlmError::Model("logits have no vocabulary dimension".into()))?;
+    let rows = logits.numel() / v.max(1);
+    if rows != 1 {
+        return Err(LlmError::Model(format!(
+            "expected one row of logits, got shape {:?}",
+            logits.shape
+        )));
+    }
+    let storage = match logits.dtype {
+        DType::F32 => Storage::F32,
+        DType::F16 => Storage::F16,
+        other => {
+            return Err(LlmError::Model(format!(
+                "logits are {}, expected float32 or float16",
+                other.name()
+            )));
+        }
+    };
+    let kernel = Kernel::new("sample", include_str!("kernels/sample.wgsl"))
+        .input("logits", storage)
+        .output("out", Storage::I32)
+        .workgroup(WG);
+    let out = cx.alloc(DType::I32, vec![1])?;
+    let n = u32::try_from(v).map_err(|_| LlmError::Model(format!("vocabulary of {v}")))?;
+    let meta = match *sampling {
+        Sampling::Greedy => [n, 0, 0, 0, 0, 0],
+        Sampling::Sample {
+            temperature,
+            top_k,
+            top_p,
+            seed,
+        } => [
+            n,
+            1,
+            (1.0 / temperature).to_bits(),
+            top_k,
+            top_p.to_bits(),
+            random_word(seed, step),
+        ],
+    };
+    cx.dispatch_groups(&kernel, &[logits, &out], &meta, (1, 1))?;
+    Ok(out)
+}
+
+/// Samples one token from `logits` with `session`'s context and reads back only its id.
+pub async fn sample(
+    session: &Session,
+    logits: &GpuTensor,
+    sampling: &Sampling,
+    step: u64,
+) -> Result<u32> {
+    let mut cx = session.context();
+    let out = record(&mut cx, logits, sampling, step)?;
+    let host = cx.download(&out).await?;
+    let id = host
+        .to_i64()
+        .first()
+        .copied()
+        .ok_or_else(|| LlmError::Model("sampler returned nothing".into()))?;
+    u32::try_from(id).map_err(|_| LlmError::Model(format!("sampler returned id {id}")))
+}
