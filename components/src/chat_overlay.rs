@@ -51,6 +51,19 @@ pub struct ChatOverlayProps {
     pub on_message_render: Option<Callback<MessageId>>,
 }
 
+// `scrollTop` is `i32` in stable web-sys and `f64` with `web_sys_unstable_apis` (which the workspace
+// sets for wasm32); the `.into()` conversions compile with both.
+#[allow(clippy::useless_conversion)] // a no-op in one of the two configurations
+fn scroll_to_bottom(el: &web_sys::Element) {
+    el.set_scroll_top(el.scroll_height().into());
+}
+
+#[allow(clippy::useless_conversion)] // a no-op in one of the two configurations
+fn distance_from_bottom(el: &web_sys::Element) -> f64 {
+    let top: f64 = el.scroll_top().into();
+    f64::from(el.scroll_height()) - top - f64::from(el.client_height())
+}
+
 /// A callback with a stable identity that always calls the latest `callback`. Passing it down
 /// keeps memoized children (the messages) from re-rendering just because the host built a new
 /// closure, without them holding on to a stale one.
@@ -84,9 +97,7 @@ pub fn chat_overlay(props: &ChatOverlayProps) -> Html {
             if *stick.borrow()
                 && let Some(log) = log_ref.cast::<web_sys::Element>()
             {
-                // `scrollTop` is `i32` in stable web-sys and `f64` with `web_sys_unstable_apis`
-                // (set for wasm32 by the workspace); `.into()` fits both.
-                log.set_scroll_top(log.scroll_height().into());
+                scroll_to_bottom(&log);
             }
         });
     }
@@ -94,10 +105,7 @@ pub fn chat_overlay(props: &ChatOverlayProps) -> Html {
         let log_ref = log_ref.clone();
         Callback::from(move |_: Event| {
             if let Some(log) = log_ref.cast::<web_sys::Element>() {
-                let top: f64 = log.scroll_top().into();
-                *stick.borrow_mut() =
-                    f64::from(log.scroll_height()) - top - f64::from(log.client_height())
-                        <= f64::from(STICK_TO_BOTTOM_PX);
+                *stick.borrow_mut() = distance_from_bottom(&log) <= f64::from(STICK_TO_BOTTOM_PX);
             }
         })
     };

@@ -87,6 +87,13 @@ struct Drag {
     moved: bool,
 }
 
+/// The pointer position. `clientX`/`clientY` are `i32` in stable web-sys and `f64` with
+/// `web_sys_unstable_apis` (which the workspace sets for wasm32); `.into()` compiles with both.
+#[allow(clippy::useless_conversion)] // a no-op in one of the two configurations
+fn client_pos(e: &MouseEvent) -> (f64, f64) {
+    (e.client_x().into(), e.client_y().into())
+}
+
 /// The round gem button that opens the chat panel.
 #[function_component(Launcher)]
 pub fn launcher(props: &LauncherProps) -> Html {
@@ -109,8 +116,8 @@ pub fn launcher(props: &LauncherProps) -> Html {
             }
             drag.set(Some(Drag {
                 pointer_id: e.pointer_id(),
-                start_x: f64::from(e.client_x()),
-                start_y: f64::from(e.client_y()),
+                start_x: client_pos(&e).0,
+                start_y: client_pos(&e).1,
                 ..Drag::default()
             }));
         })
@@ -122,8 +129,9 @@ pub fn launcher(props: &LauncherProps) -> Html {
             if d.pointer_id != e.pointer_id() {
                 return;
             }
-            d.dx = f64::from(e.client_x()) - d.start_x;
-            d.dy = f64::from(e.client_y()) - d.start_y;
+            let (x, y) = client_pos(&e);
+            d.dx = x - d.start_x;
+            d.dy = y - d.start_y;
             d.moved |= d.dx.hypot(d.dy) > DRAG_THRESHOLD;
             drag.set(Some(d));
         })
@@ -149,12 +157,7 @@ pub fn launcher(props: &LauncherProps) -> Html {
                 })
                 .unwrap_or((0.0, 0.0));
             if width > 0.0 && height > 0.0 {
-                let next = Corner::nearest(
-                    f64::from(e.client_x()),
-                    f64::from(e.client_y()),
-                    width,
-                    height,
-                );
+                let next = Corner::nearest(client_pos(&e).0, client_pos(&e).1, width, height);
                 if next != corner {
                     on_corner_change.emit(next);
                 }

@@ -99,11 +99,36 @@ fn hostile_markdown() -> Vec<Rc<ChatMessage>> {
     ]
 }
 
+/// One entry of the playground: anchor, heading, optional note, and how to render it.
+struct SpecimenDef {
+    id: &'static str,
+    title: &'static str,
+    note: Option<&'static str>,
+    render: Callback<Theme, Html>,
+}
+
+impl SpecimenDef {
+    fn new(
+        id: &'static str,
+        title: &'static str,
+        note: Option<&'static str>,
+        render: Callback<Theme, Html>,
+    ) -> Self {
+        Self {
+            id,
+            title,
+            note,
+            render,
+        }
+    }
+}
+
 /// The playground page.
 #[function_component(Playground)]
 pub fn playground() -> Html {
-    let specimens: Vec<(&str, &str, Option<&str>, Callback<Theme, Html>)> = vec![
-        (
+    let ready = mock::model_ready;
+    let specimens: Vec<SpecimenDef> = vec![
+        SpecimenDef::new(
             "launcher",
             "Launcher",
             Some(
@@ -111,85 +136,70 @@ pub fn playground() -> Html {
             ),
             launchers(),
         ),
-        (
+        SpecimenDef::new(
             "empty",
             "Chat: empty, model not loaded",
             None,
             chat(vec![], ModelStatus::NotLoaded, false, vec![]),
         ),
-        (
+        SpecimenDef::new(
             "downloading",
             "Chat: model download in progress",
             Some("Bytes, percent and ETA; the input is disabled until the model is ready."),
             chat(vec![], mock::model_downloading(), false, vec![]),
         ),
-        (
+        SpecimenDef::new(
             "initializing",
             "Chat: preparing the model on the GPU",
             None,
             chat(vec![], mock::model_initializing(), false, vec![]),
         ),
-        (
+        SpecimenDef::new(
             "streaming",
             "Chat: streaming answer",
             Some("Stop replaces Send while the model generates."),
-            chat(mock::streaming(), mock::model_ready(), true, vec![]),
+            chat(mock::streaming(), ready(), true, vec![]),
         ),
-        (
+        SpecimenDef::new(
             "thinking",
             "Chat: thinking (live)",
             None,
-            chat(mock::thinking_live(), mock::model_ready(), true, vec![]),
+            chat(mock::thinking_live(), ready(), true, vec![]),
         ),
-        (
+        SpecimenDef::new(
             "code",
             "Chat: code block, table, link and finished thinking",
             None,
-            chat(
-                mock::code_and_thinking(),
-                mock::model_ready(),
-                false,
-                vec![],
-            ),
+            chat(mock::code_and_thinking(), ready(), false, vec![]),
         ),
-        (
+        SpecimenDef::new(
             "tools",
             "Chat: every tool state, approval pending",
             None,
-            chat(mock::with_tools(), mock::model_ready(), true, vec![]),
+            chat(mock::with_tools(), ready(), true, vec![]),
         ),
-        ("timeline", "Tool timeline", None, timeline()),
-        (
+        SpecimenDef::new("timeline", "Tool timeline", None, timeline()),
+        SpecimenDef::new(
             "long",
             "Chat: long conversation",
             None,
-            chat(
-                mock::long_conversation(),
-                mock::model_ready(),
-                false,
-                vec![],
-            ),
+            chat(mock::long_conversation(), ready(), false, vec![]),
         ),
-        (
+        SpecimenDef::new(
             "errors",
             "Chat: every error banner",
             Some("Each banner says what to do and offers the action."),
-            chat(
-                mock::stopped(),
-                mock::model_ready(),
-                false,
-                mock::all_errors(),
-            ),
+            chat(mock::stopped(), ready(), false, mock::all_errors()),
         ),
-        (
+        SpecimenDef::new(
             "hostile",
             "Chat: hostile model output",
             Some(
                 "Raw HTML, <script> and javascript: links render as inert text; remote images are not loaded.",
             ),
-            chat(hostile_markdown(), mock::model_ready(), false, vec![]),
+            chat(hostile_markdown(), ready(), false, vec![]),
         ),
-        ("settings", "Settings", None, settings()),
+        SpecimenDef::new("settings", "Settings", None, settings()),
     ];
     html! {
         <>
@@ -199,13 +209,13 @@ pub fn playground() -> Html {
                       The gem button at the bottom right is the live widget, driven by a scripted mock agent: send it a message." }</p>
                 <nav aria-label="Specimens">
                     <ul class="pg-toc">
-                        { for specimens.iter().map(|(id, title, _, _)| html! { <li><a href={format!("#{id}")}>{ *title }</a></li> }) }
+                        { for specimens.iter().map(|s| html! { <li><a href={format!("#{}", s.id)}>{ s.title }</a></li> }) }
                     </ul>
                 </nav>
             </header>
             <main>
-                { for specimens.into_iter().map(|(id, title, note, render)| html! {
-                    <Specimen id={id} title={title} note={note.map(AttrValue::from)} {render} />
+                { for specimens.into_iter().map(|s| html! {
+                    <Specimen id={s.id} title={s.title} note={s.note.map(AttrValue::from)} render={s.render} />
                 }) }
             </main>
             <MockAgent />
