@@ -290,28 +290,35 @@ impl OutputParser {
     }
 
     fn step_header(&mut self, at_end: bool) -> bool {
+        // The header is the text up to the first newline or marker, if that comes within
+        // MAX_CHANNEL_HEADER bytes; otherwise there is no header. Deciding on a fixed window keeps
+        // the result independent of how the text arrives.
         let newline = self.buf.find('\n');
         let marker = find_marker(&self.buf, CHANNEL_MARKERS).map(|(i, _)| i);
-        match (newline, marker) {
-            // `<|channel>thought\n`: drop the header line.
-            (Some(nl), m) if m.is_none_or(|m| nl < m) => {
-                self.consume(nl + 1);
+        let first = match (newline, marker) {
+            (Some(n), Some(m)) => Some(n.min(m)),
+            (n, m) => n.or(m),
+        };
+        match first {
+            Some(i) if i < MAX_CHANNEL_HEADER => {
+                // `<|channel>thought\n`: drop the header line. A marker first
+                // (`<|channel>thought<channel|>`): drop the name, handle the marker as thinking
+                // state does.
+                let consumed = if newline == Some(i) { i + 1 } else { i };
+                self.consume(consumed);
                 self.state = State::Channel;
                 true
             }
-            // A marker before any newline (`<|channel>thought<channel|>`): the header is the
-            // channel name; the marker is handled in the channel state.
-            (_, Some(m)) => {
-                self.consume(m);
-                self.state = State::Channel;
-                true
+            _ => {
+                let longest = CHANNEL_MARKERS.iter().map(|m| m.len()).max().unwrap_or(0);
+                if at_end || self.buf.len() >= MAX_CHANNEL_HEADER + longest {
+                    // No header line: everything is thinking.
+                    self.state = State::Channel;
+                    true
+                } else {
+                    false
+                }
             }
-            _ if at_end || self.buf.len() > MAX_CHANNEL_HEADER => {
-                // No header line: treat everything as thinking.
-                self.state = State::Channel;
-                true
-            }
-            _ => false,
         }
     }
 
@@ -401,13 +408,19 @@ impl OutputParser {
         true
     }
 
+    /// The error for a call body longer than the limit; quotes the first `max_call_len` bytes of
+    /// the body, which are known however the text was chunked.
     fn too_long_error(&self) -> ToolCallError {
+        let mut end = self.max_call_len.min(self.buf.len());
+        while !self.buf.is_char_boundary(end) {
+            end -= 1;
+        }
         ToolCallError::new(
             ToolCallErrorKind::TooLong {
                 limit: self.max_call_len,
             },
             self.max_call_len,
-            format!("{TOOL_CALL_START}{}", self.buf),
+            format!("{TOOL_CALL_START}{}", &self.buf[..end]),
         )
     }
 

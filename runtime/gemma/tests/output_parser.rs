@@ -704,3 +704,46 @@ fn template_rendered_calls_parse() {
     );
     assert_eq!(events[2], OutputEvent::End(EndMarker::ToolResponse));
 }
+
+#[test]
+fn channel_headers_are_decided_on_a_fixed_window() {
+    // A newline within 64 bytes ends the header.
+    let name = "x".repeat(63);
+    assert_eq!(
+        parse(&format!("<|channel>{name}\nbody<channel|>ok")),
+        [thinking("body"), text("ok")]
+    );
+    // No newline within 64 bytes: no header, everything is thinking (however it is chunked).
+    let long = "y".repeat(80);
+    assert_eq!(
+        parse(&format!("<|channel>{long}\nbody<channel|>ok")),
+        [thinking(&format!("{long}\nbody")), text("ok")]
+    );
+}
+
+#[test]
+fn too_long_errors_quote_the_same_text_however_chunked() {
+    let src = format!(
+        "<|tool_call>call:f{{a:{Q}{}{Q}}}<tool_call|>tail",
+        "z".repeat(200)
+    );
+    let whole = {
+        let mut p = OutputParser::with_max_call_len(50);
+        let mut e = p.push(&src);
+        e.extend(p.finish());
+        coalesce(e)
+    };
+    for size in [1, 3, 16, 64] {
+        let mut p = OutputParser::with_max_call_len(50);
+        let mut e = Vec::new();
+        for c in src.as_bytes().chunks(size) {
+            e.extend(p.push(std::str::from_utf8(c).expect("ascii")));
+        }
+        e.extend(p.finish());
+        assert_eq!(coalesce(e), whole, "chunks of {size}");
+    }
+    let OutputEvent::ToolCallError(err) = &whole[1] else {
+        panic!("{whole:?}")
+    };
+    assert_eq!(err.raw.len(), "<|tool_call>".len() + 50);
+}
