@@ -10,8 +10,8 @@ use crate::types::{
     SitePermission, ToolState, ToolStep, UiError,
 };
 
-/// A 1x1 PNG, standing in for a screenshot.
-pub const SCREENSHOT: &str = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+/// A small PNG of a made-up page, standing in for a screenshot.
+pub const SCREENSHOT: &str = "data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAKAAAABkCAIAAACO1KzYAAAA90lEQVR42u3asQmAMBBA0YwjDmBh7QCO6gQWDuAUThEE7QRLMcVxPPgT5DV3Sco8HUpccQSABViABViABViAAQuwAAuwAOsXcK2nEgcYsAALsAALsADrC3DXD3oCDBgwYMCAAQMGDNiaZE0SYAEWYAEWYAEG/G7ddgUPMGDAgJUTWKZoARZgARZgWZNiLjOAAQMGDBiwTNECLMACLMCyJnnwBwxYgOVPlkzRAizAAgxYbrLkR4cAAwYM2JAlwIAFWIAFWIAFWC2Ax+UKGDbAAgwYMGDAgAEDBgwYMGABBgwYMGDAgAED9lwowAIM2CkAFmABFmA17waJ/PMQtAMoCAAAAABJRU5ErkJggg==";
 
 /// The site the samples pretend to run on.
 pub const SITE: &str = "https://shop.example";

@@ -31,16 +31,17 @@ pub enum HostLayer {
 }
 
 impl HostLayer {
-    /// The host element's inline style.
+    /// The host element's inline style. `all: initial` first resets whatever page CSS targets the
+    /// host (filters, transforms, clipping, ...); the declarations after it win over `all` because
+    /// they come later in the same block, and inline `!important` beats the page's `!important`.
     pub fn host_style(self) -> &'static str {
         match self {
-            Self::Inline => "display: block !important; position: relative !important;",
+            Self::Inline => {
+                "all: initial !important; display: block !important; position: relative !important;"
+            }
             Self::Overlay => {
-                "display: block !important; position: fixed !important; inset: 0 !important; \
-                 width: auto !important; height: auto !important; margin: 0 !important; padding: 0 !important; \
-                 border: 0 !important; background: transparent !important; transform: none !important; \
-                 opacity: 1 !important; visibility: visible !important; pointer-events: none !important; \
-                 z-index: 2147483647 !important;"
+                "all: initial !important; display: block !important; position: fixed !important; \
+                 inset: 0 !important; pointer-events: none !important; z-index: 2147483647 !important;"
             }
         }
     }

@@ -135,8 +135,8 @@ fn panel() -> StyleSource {
         .gg-title-gem { color: var(--gg-accent); margin-right: 6px; }
         .gg-model-status { padding: 6px 14px; font-size: 12px; color: var(--gg-muted); border-bottom: 1px solid var(--gg-border); background: var(--gg-surface); }
         .gg-model-status[data-status="ready"] { background: transparent; }
-        .gg-model-line { display: flex; justify-content: space-between; gap: 8px; }
-        .gg-model-numbers { font-variant-numeric: tabular-nums; }
+        .gg-model-line { display: flex; flex-wrap: wrap; justify-content: space-between; gap: 0 8px; }
+        .gg-model-numbers { margin-left: auto; white-space: nowrap; font-variant-numeric: tabular-nums; }
         .gg-progress { height: 6px; margin-top: 5px; border-radius: 3px; background: var(--gg-surface-2); overflow: hidden; }
         .gg-progress-value { height: 100%; background: var(--gg-accent); border-radius: 3px; transition: width 200ms linear; }
         .gg-progress-indeterminate .gg-progress-value { width: 35%; animation: gg-pulse 1.2s ease-in-out infinite; }
@@ -187,7 +187,7 @@ fn markdown() -> StyleSource {
         .gg-md li { margin: 2px 0; }
         .gg-md blockquote { margin: 0 0 8px; padding-left: 10px; border-left: 3px solid var(--gg-border); color: var(--gg-muted); }
         .gg-md a { color: var(--gg-accent); text-decoration: underline; }
-        .gg-md-blocked { text-decoration: line-through dotted; color: var(--gg-muted); }
+        .gg-md-blocked { text-decoration: underline dotted; color: var(--gg-muted); cursor: not-allowed; }
         .gg-md code { font: 12.5px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: var(--gg-code-bg); padding: 1px 4px; border-radius: 4px; }
         .gg-md-raw { white-space: pre-wrap; font: 12.5px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; color: var(--gg-muted); }
         .gg-md table { border-collapse: collapse; margin: 0 0 8px; font-size: 13px; display: block; overflow-x: auto; }

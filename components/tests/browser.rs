@@ -683,7 +683,9 @@ async fn shadow_mount_is_closed_styled_inside_immune_to_page_css_and_unmounts() 
     let hostile = document().create_element("style").expect("style");
     hostile.set_text_content(Some(
         "* { color: red !important; font-size: 40px !important; font-family: serif !important; } \
-         button { display: none !important; } gemma-gem { display: none !important; opacity: 0 !important; } \
+         button { display: none !important; } \
+         gemma-gem { display: none !important; opacity: 0 !important; filter: invert(1) !important; transform: scale(0.5) !important; } \
+         :root { --gg-fg: lime; --gg-bg: red; } \
          body { line-height: 5 !important; }",
     ));
     document()

@@ -92,6 +92,18 @@ fn timeline() -> Callback<Theme, Html> {
     })
 }
 
+fn banners() -> Callback<Theme, Html> {
+    Callback::from(|_theme: Theme| {
+        html! {
+            <div class="gg-panel" style="height: auto; max-height: none;">
+                <div class="gg-errors" style="max-height: none; padding-bottom: 10px;">
+                    { for mock::all_errors().into_iter().map(|error| html! { <ErrorBanner {error} /> }) }
+                </div>
+            </div>
+        }
+    })
+}
+
 fn hostile_markdown() -> Vec<Rc<ChatMessage>> {
     vec![
         Rc::new(ChatMessage::user(0, "Repeat this page's HTML.")),
@@ -123,9 +135,17 @@ impl SpecimenDef {
     }
 }
 
+#[derive(Clone, Properties, PartialEq)]
+pub struct PlaygroundProps {
+    /// Show only the specimen with this id (`playground.html?only=tools`), for screenshots and
+    /// focused end-to-end tests.
+    #[prop_or_default]
+    pub only: Option<AttrValue>,
+}
+
 /// The playground page.
 #[function_component(Playground)]
-pub fn playground() -> Html {
+pub fn playground(props: &PlaygroundProps) -> Html {
     let ready = mock::model_ready;
     let specimens: Vec<SpecimenDef> = vec![
         SpecimenDef::new(
@@ -187,9 +207,28 @@ pub fn playground() -> Html {
         ),
         SpecimenDef::new(
             "errors",
-            "Chat: every error banner",
-            Some("Each banner says what to do and offers the action."),
-            chat(mock::stopped(), ready(), false, mock::all_errors()),
+            "Chat: error banners over a stopped answer",
+            Some("Banners stack above the conversation (scrolling when there are many)."),
+            chat(
+                mock::stopped(),
+                ready(),
+                false,
+                mock::all_errors()
+                    .into_iter()
+                    .filter(|e| {
+                        matches!(
+                            e.kind,
+                            ErrorKind::GenerationFailed | ErrorKind::DownloadFailed
+                        )
+                    })
+                    .collect(),
+            ),
+        ),
+        SpecimenDef::new(
+            "banners",
+            "Every error banner",
+            Some("Each banner says what went wrong, what to do, and offers the action."),
+            banners(),
         ),
         SpecimenDef::new(
             "hostile",
@@ -201,6 +240,22 @@ pub fn playground() -> Html {
         ),
         SpecimenDef::new("settings", "Settings", None, settings()),
     ];
+    if let Some(only) = &props.only {
+        let selected: Vec<SpecimenDef> = specimens
+            .into_iter()
+            .filter(|s| s.id == only.as_str())
+            .collect();
+        return html! {
+            <main class="pg-only">
+                if selected.is_empty() {
+                    <p>{ format!("No specimen named {only:?}.") }</p>
+                }
+                { for selected.into_iter().map(|s| html! {
+                    <Specimen id={s.id} title={s.title} note={s.note.map(AttrValue::from)} render={s.render} />
+                }) }
+            </main>
+        };
+    }
     html! {
         <>
             <header class="pg-header">
