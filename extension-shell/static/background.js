@@ -8,3 +8,25 @@ chrome.runtime.onMessage.addListener((message, sender, respond) => {
 });
 chrome.runtime.onInstalled.addListener(() => ready.then((w) => w.on_startup()).catch(() => {}));
 chrome.runtime.onStartup.addListener(() => ready.then((w) => w.on_startup()).catch(() => {}));
+
+// Injected by run_javascript into the page's main world (chrome.scripting needs a function object;
+// the model's code arrives as data). It returns a JSON-safe, size-capped result.
+globalThis.ggPageEval = async function (code) {
+  const cap = (s) => (s.length > 8000 ? s.slice(0, 8000) + ` … (${s.length - 8000} more characters)` : s);
+  let value;
+  try {
+    value = await (0, eval)(code);
+  } catch (e) {
+    const blocked = e instanceof EvalError || /Content Security Policy|unsafe-eval/i.test(String(e));
+    return { status: blocked ? 'blocked' : 'error', message: String(e && e.message || e) };
+  }
+  const seen = new WeakSet();
+  const json = JSON.stringify(value === undefined ? null : value, (k, v) => {
+    if (typeof v === 'bigint') return v.toString();
+    if (typeof v === 'function') return `[function ${v.name || 'anonymous'}]`;
+    if (v instanceof Node) return `[${v.nodeName.toLowerCase()} element]`;
+    if (v && typeof v === 'object') { if (seen.has(v)) return '[circular]'; seen.add(v); }
+    return v;
+  }) ?? 'null';
+  return { status: 'ok', value: json.length > 8000 ? cap(json) : JSON.parse(json) };
+};

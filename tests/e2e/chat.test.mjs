@@ -94,3 +94,36 @@ test('stopping the service worker mid-answer loses nothing, and the next message
   assert.deepEqual(await messages(again.frame, 'user'), ['Tell me a long story', 'Still there?']);
   await page.close();
 });
+
+test('run_javascript waits for approval in the overlay: deny, then allow, then a strict-CSP page', async () => {
+  await useScript('js');
+  const { page, frame } = await openOverlay();
+  const ran = () => page.evaluate(() => document.body.dataset.ran ?? null);
+
+  await send(frame, 'Run the script');
+  await frame.waitForSelector('[data-testid="gg-tool-step"][data-tool="run_javascript"][data-state="awaiting_approval"]', { timeout: 30000 });
+  assert.equal(await ran(), null, 'nothing runs before the user decides');
+  await frame.click('[data-testid="gg-deny"]');
+  await waitForAnswer(frame, 'You declined');
+  assert.equal(await ran(), null, 'denied code never ran');
+
+  await send(frame, 'Please run it now');
+  await frame.waitForSelector('[data-testid="gg-approve-once"]', { timeout: 30000 });
+  await frame.click('[data-testid="gg-approve-once"]');
+  await waitForAnswer(frame, 'It ran.');
+  assert.equal(await ran(), 'yes');
+  const steps = await frame.$$eval('[data-testid="gg-tool-step"]', (els) => els.map((e) => [e.dataset.tool, e.dataset.state]));
+  assert.deepEqual(steps.at(-1), ['run_javascript', 'done']);
+  await page.close();
+
+  // On a page whose CSP forbids eval the call fails with a clear error the model sees.
+  const strict = await openOverlay('/strict-csp/basic.html');
+  await send(strict.frame, 'Compute something');
+  await strict.frame.waitForSelector('[data-testid="gg-approve-once"]', { timeout: 30000 });
+  await strict.frame.click('[data-testid="gg-approve-once"]');
+  await waitForAnswer(strict.frame, 'This page does not allow it.');
+  const failed = await strict.frame.$$eval('[data-testid="gg-tool-step"][data-state="failed"]', (els) => els.map((e) => e.innerText));
+  assert.equal(failed.length, 1);
+  assert.match(failed[0], /Content-Security-Policy/);
+  await strict.page.close();
+});

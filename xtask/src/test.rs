@@ -185,6 +185,34 @@ pub fn run(args: &TestArgs) -> Result<()> {
         })?;
     }
 
+    stage("generate the ONNX conformance cases", &mut || {
+        // The onnx package's node test cases, written as model.onnx + test_data_set_N (not
+        // committed, ~60 MB); regenerated when the generator or the requirements change.
+        let out = root().join("target/onnx-node-cases");
+        let stamp = out.join(".generator-stamp");
+        let want = format!(
+            "{}\n{}",
+            std::fs::read_to_string(root().join("tools/onnx/gen_conformance.py"))
+                .context("reading tools/onnx/gen_conformance.py")?,
+            std::fs::read_to_string(root().join("tools/requirements.txt"))
+                .context("reading tools/requirements.txt")?
+        );
+        if std::fs::read_to_string(&stamp).ok().as_deref() != Some(want.as_str()) {
+            if out.exists() {
+                std::fs::remove_dir_all(&out)?;
+            }
+            let python = install::ensure_python_venv()?;
+            crate::util::exec(
+                Command::new(python)
+                    .arg(root().join("tools/onnx/gen_conformance.py"))
+                    .arg("--out")
+                    .arg(&out),
+            )?;
+            std::fs::write(&stamp, want)?;
+        }
+        Ok(None)
+    })?;
+
     stage("native tests (GPU on software Vulkan)", &mut || {
         let mut cmd = cargo();
         cmd.args(["test", "--workspace"])

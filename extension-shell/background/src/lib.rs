@@ -7,6 +7,8 @@
 //! the page tools). The service worker keeps each tab's conversation in `chrome.storage.session`
 //! so that nothing is lost when Chrome stops it.
 
+mod tools;
+
 use gg_chrome::log;
 use gg_messages::{
     AdapterReport, Body, Context, Envelope, OFFSCREEN_STATUS_KEY, RequestId, SETTINGS_KEY,
@@ -205,6 +207,36 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
         }
 
         // The offscreen document's agent needs the page.
+        (
+            Context::Offscreen,
+            Body::TabToolCall {
+                tab_id,
+                call_id,
+                call,
+            },
+        ) if call.name == "take_screenshot" => Ok(Body::ToolOutcome {
+            call_id,
+            result: tools::take_screenshot(tab_id).await,
+        }),
+        (
+            Context::Offscreen,
+            Body::TabToolCall {
+                tab_id,
+                call_id,
+                call,
+            },
+        ) if call.name == "run_javascript" => {
+            let code = call
+                .args
+                .get("code")
+                .and_then(|c| c.as_str())
+                .unwrap_or_default()
+                .to_owned();
+            Ok(Body::ToolOutcome {
+                call_id,
+                result: tools::run_javascript(tab_id, &code).await,
+            })
+        }
         (
             Context::Offscreen,
             Body::TabToolCall {
