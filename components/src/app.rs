@@ -179,7 +179,7 @@ pub fn gem_app(props: &GemAppProps) -> Html {
         let body = match state.view {
             View::Chat => html! {
                 <ChatOverlay messages={state.messages.clone()} generating={state.generating} model={state.model.clone()}
-                    errors={state.errors.clone()} site={site.clone()} {fill}
+                    errors={state.errors.clone()} site={site.clone()} {fill} autofocus={props.launcher}
                     {on_send} {on_stop} {on_new_chat} {on_approve} {on_error_action}
                     on_open_settings={open_settings} on_close={on_close.clone()} />
             },

@@ -32,6 +32,9 @@ pub struct ChatOverlayProps {
     /// Fill the parent (the extension's overlay iframe) instead of floating as a card.
     #[prop_or_default]
     pub fill: bool,
+    /// Focus the input when the panel mounts (it was just opened).
+    #[prop_or_default]
+    pub autofocus: bool,
     pub on_send: Callback<String>,
     #[prop_or_default]
     pub on_stop: Callback<()>,
@@ -153,7 +156,7 @@ pub fn chat_overlay(props: &ChatOverlayProps) -> Html {
                         site={props.site.clone()} on_render={on_render.clone()} />
                 }) }
             </div>
-            <Composer disabled={props.model.is_loading()} generating={props.generating}
+            <Composer autofocus={props.autofocus} disabled={props.model.is_loading()} generating={props.generating}
                 on_send={props.on_send.clone()} on_stop={props.on_stop.clone()} />
         </section>
     }

@@ -13,6 +13,9 @@ pub struct ComposerProps {
     pub generating: bool,
     #[prop_or_default]
     pub placeholder: Option<AttrValue>,
+    /// Focus the input when it mounts (the panel was just opened by the user).
+    #[prop_or_default]
+    pub autofocus: bool,
     pub on_send: Callback<String>,
     #[prop_or_default]
     pub on_stop: Callback<()>,
@@ -22,6 +25,16 @@ pub struct ComposerProps {
 #[function_component(Composer)]
 pub fn composer(props: &ComposerProps) -> Html {
     let draft = use_state(String::new);
+    let input_ref = use_node_ref();
+    {
+        let input_ref = input_ref.clone();
+        let autofocus = props.autofocus;
+        use_effect_with((), move |_| {
+            if autofocus && let Some(input) = input_ref.cast::<web_sys::HtmlElement>() {
+                let _ = input.focus();
+            }
+        });
+    }
     let can_send = !props.disabled && !props.generating && !draft.trim().is_empty();
 
     let send = {
@@ -79,7 +92,7 @@ pub fn composer(props: &ComposerProps) -> Html {
         <form class="gg-composer" {onsubmit}>
             <label class="gg-composer-label">
                 <span class="gg-visually-hidden">{ "Message Gemma Gem (Enter sends, Shift+Enter adds a line)" }</span>
-                <textarea class="gg-input" data-testid="gg-input" rows="1"
+                <textarea class="gg-input" data-testid="gg-input" rows="1" ref={input_ref}
                     placeholder={placeholder}
                     disabled={props.disabled}
                     value={(*draft).clone()}

@@ -540,6 +540,14 @@ async fn gem_app_round_trip_with_host_events() {
     get(&root, "gg-launcher").click();
     settle().await;
     assert!(by_id(&root, "gg-panel").is_some());
+    let focused = document()
+        .active_element()
+        .and_then(|e| e.get_attribute("data-testid"));
+    assert_eq!(
+        focused.as_deref(),
+        Some("gg-input"),
+        "opening the panel focuses the input"
+    );
 
     let input = type_into(&root, "Buy the cheapest laptop").await;
     key(&input, "Enter", false, false);

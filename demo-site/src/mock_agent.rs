@@ -127,7 +127,7 @@ async fn start_turn(script: Rc<Script>, turn: u64, question: String) {
     let mut step = ToolStep::new(
         run.clone(),
         "run_javascript",
-        json!({"code": "document.querySelectorAll('section').length"}),
+        json!({"code": "document.querySelectorAll('[data-specimen]').length"}),
     );
     step.state = ToolState::Pending;
     if !script.send(turn, Action::ToolStarted { step }) {
@@ -163,22 +163,30 @@ async fn after_approval(
                 call_id,
                 ok: true,
                 duration_ms: Some(12.0),
-                result_preview: Some("13".into()),
+                result_preview: Some("14".into()),
                 screenshot: None,
             },
         ) {
             return;
         }
-        "This page has **13 specimens**, each shown in light and dark:\n\n1. the launcher in every state\n2. the chat in every state (empty, downloading, streaming, tools, errors…)\n3. the settings panel\n\n```js\ndocument.querySelectorAll('section').length // 13\n```"
+        "This page has **14 specimens**, each shown in light and dark:\n\n1. the launcher in every state\n2. the chat in every state (empty, downloading, streaming, tools, errors…)\n3. the settings panel\n\n```js\ndocument.querySelectorAll('[data-specimen]').length // 14\n```"
     };
     if stream(&script, turn, answer, false).await {
         script.send(turn, Action::TurnFinished);
     }
 }
 
+#[derive(Clone, Properties, PartialEq)]
+pub struct MockAgentProps {
+    /// Mount in a closed shadow root over the page (the playground). `false` renders in place
+    /// (tests, which need to reach the DOM).
+    #[prop_or(true)]
+    pub shadow: bool,
+}
+
 /// The live widget: a [`GemApp`] in a closed shadow root over the page, answered by the script.
 #[function_component(MockAgent)]
-pub fn mock_agent() -> Html {
+pub fn mock_agent(props: &MockAgentProps) -> Html {
     let script = use_memo((), |_| Script::default());
     let on_ready = {
         let script = script.clone();
@@ -228,9 +236,17 @@ pub fn mock_agent() -> Html {
             | UiIntent::PanelToggled { .. } => {}
         })
     };
-    html! {
-        <ShadowHost layer={HostLayer::Overlay}>
-            <GemApp {on_intent} {on_ready} />
-        </ShadowHost>
+    if props.shadow {
+        html! {
+            <ShadowHost layer={HostLayer::Overlay}>
+                <GemApp {on_intent} {on_ready} />
+            </ShadowHost>
+        }
+    } else {
+        html! {
+            <ThemeRoot>
+                <GemApp {on_intent} {on_ready} />
+            </ThemeRoot>
+        }
     }
 }
