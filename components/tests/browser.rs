@@ -400,6 +400,68 @@ async fn launcher_click_and_keyboard_corner_moves() {
     app.destroy();
 }
 
+fn pointer(target: &Element, kind: &str, x: i32, y: i32) {
+    let init = web_sys::PointerEventInit::new();
+    init.set_pointer_id(7);
+    init.set_button(0);
+    init.set_client_x(x);
+    init.set_client_y(y);
+    init.set_bubbles(true);
+    init.set_cancelable(true);
+    let event =
+        web_sys::PointerEvent::new_with_event_init_dict(kind, &init).expect("pointer event");
+    target.dispatch_event(&event).expect("dispatch");
+}
+
+#[wasm_bindgen_test]
+async fn launcher_drag_snaps_to_the_nearest_corner_and_is_not_a_click() {
+    let (on_click, clicks) = recorder::<()>();
+    let (on_corner_change, corners) = recorder::<Corner>();
+    let (root, app) = mount::<Launcher>(yew::props!(LauncherProps {
+        on_click,
+        on_corner_change,
+        corner: Corner::BottomRight,
+    }));
+    settle().await;
+    let button = get(&root, "gg-launcher");
+    pointer(&button, "pointerdown", 600, 500);
+    settle().await;
+    pointer(&button, "pointermove", 300, 250);
+    settle().await;
+    assert_eq!(
+        button.get_attribute("data-dragging").as_deref(),
+        Some("true")
+    );
+    assert!(
+        button
+            .get_attribute("style")
+            .unwrap_or_default()
+            .contains("translate(-300px, -250px)"),
+        "the button follows the pointer: {:?}",
+        button.get_attribute("style")
+    );
+    pointer(&button, "pointermove", 10, 10);
+    pointer(&button, "pointerup", 10, 10);
+    settle().await;
+    button.click(); // the click that ends a drag
+    settle().await;
+    assert_eq!(*corners.borrow(), vec![Corner::TopLeft]);
+    assert!(clicks.borrow().is_empty(), "a drag does not open the panel");
+    assert_eq!(
+        button.get_attribute("data-dragging").as_deref(),
+        Some("false")
+    );
+
+    // A press without movement is a click.
+    pointer(&button, "pointerdown", 600, 500);
+    pointer(&button, "pointerup", 601, 501);
+    button.click();
+    settle().await;
+    assert_eq!(clicks.borrow().len(), 1);
+    assert_eq!(corners.borrow().len(), 1);
+    app.destroy();
+}
+
 /// A host for the streaming test: the reducer plus a per-message render counter.
 #[derive(Properties, PartialEq)]
 struct StreamHostProps {
