@@ -127,3 +127,25 @@ test('run_javascript waits for approval in the overlay: deny, then allow, then a
   assert.match(failed[0], /Content-Security-Policy/);
   await strict.page.close();
 });
+
+test('a scripted agent turn: snapshot, type into a React-style input, click (approved), screenshot, answer', async () => {
+  await useScript('form');
+  const { page, frame } = await openOverlay('/tools/form.html');
+  await send(frame, 'Sign me in as ada');
+  // Clicking the submit button of a form with a password field is sensitive: it waits for the user.
+  await frame.waitForSelector('[data-testid="gg-tool-step"][data-tool="click_element"][data-state="awaiting_approval"]', { timeout: 60000 });
+  assert.equal(await page.evaluate(() => window.submitted ?? null), null, 'not submitted before approval');
+  await frame.click('[data-testid="gg-approve-once"]');
+  await waitForAnswer(frame, 'Signed in as ada.');
+  // The page changed as asked, and the app's own submit handler saw the typed value.
+  assert.equal(await page.evaluate(() => window.submitted?.username), 'ada');
+  assert.match(await page.evaluate(() => document.getElementById('result').textContent), /Submitted as ada/);
+  const steps = await frame.$$eval('[data-testid="gg-tool-step"]', (els) => els.map((e) => [e.dataset.tool, e.dataset.state]));
+  assert.deepEqual(steps, [
+    ['snapshot_page', 'done'], ['type_text', 'done'], ['click_element', 'done'], ['take_screenshot', 'done'],
+  ]);
+  const thumbnail = await frame.$('[data-testid="gg-tool-step"][data-tool="take_screenshot"] img');
+  assert.ok(thumbnail, 'the screenshot step shows a thumbnail');
+  assert.match(await thumbnail.getAttribute('src'), /^data:image\/png;base64,/);
+  await page.close();
+});
