@@ -462,6 +462,35 @@ async fn launcher_drag_snaps_to_the_nearest_corner_and_is_not_a_click() {
     app.destroy();
 }
 
+#[wasm_bindgen_test]
+async fn code_block_copy_button_reports_and_resets() {
+    let (root, app) = mount::<ChatOverlay>(overlay_props(
+        mock::code_and_thinking(),
+        mock::model_ready(),
+        false,
+    ));
+    settle().await;
+    let copy = get(&root, "gg-copy-code");
+    assert_eq!(copy.text_content().as_deref(), Some("Copy"));
+    copy.click();
+    // The clipboard promise settles either way (headless Chromium may refuse the permission).
+    let mut waited = 0;
+    while copy.text_content().as_deref() == Some("Copy") && waited < 1_000 {
+        gloo_timers::future::TimeoutFuture::new(20).await;
+        waited += 20;
+    }
+    let label = copy.text_content().unwrap_or_default();
+    assert!(label == "Copied" || label == "Copy failed", "{label}");
+    gloo_timers::future::TimeoutFuture::new(1_700).await;
+    settle().await;
+    assert_eq!(
+        copy.text_content().as_deref(),
+        Some("Copy"),
+        "the label resets"
+    );
+    app.destroy();
+}
+
 /// A host for the streaming test: the reducer plus a per-message render counter.
 #[derive(Properties, PartialEq)]
 struct StreamHostProps {
