@@ -354,10 +354,10 @@ impl Walk<'_> {
                 if js::get_str(el, "value").is_some_and(|v| !v.is_empty()) {
                     flag("filled");
                 }
-            } else if let Some(value) = field_value(el, &tag) {
-                if !value.is_empty() {
-                    flag(&format!("value={}", quoted(&clip(&value, VALUE_MAX))));
-                }
+            } else if let Some(value) = field_value(el, &tag)
+                && !value.is_empty()
+            {
+                flag(&format!("value={}", quoted(&clip(&value, VALUE_MAX))));
             }
         }
         if role.kind == Kind::Link

@@ -1001,7 +1001,7 @@ fn scroll_by(doc: &Document, args: &JsValue) -> Result<JsValue, ToolErr> {
         .n("top", dy)
         .s("behavior", "instant")
         .js();
-    let _ = js::call(&win, "scrollBy", &[options.clone()]);
+    let _ = js::call(&win, "scrollBy", core::slice::from_ref(&options));
     let after = position(&win);
     let mut moved = (after.0 - before.0, after.1 - before.1);
     let mut container = None;
