@@ -16,6 +16,10 @@ pub struct GpuTensor {
     /// Shape.
     pub shape: Vec<usize>,
     pub(crate) buf: Rc<PooledBuffer>,
+    /// Set for a weight above the adapter's binding limit: its row ranges `(first row, part)`
+    /// along axis 0, each in its own buffer (`buf` is then the first part). Only ops that
+    /// understand row ranges (MatMulNBits, GatherBlockQuantized) accept such tensors.
+    pub(crate) split: Option<Rc<Vec<(usize, GpuTensor)>>>,
 }
 
 impl std::fmt::Debug for GpuTensor {
@@ -43,6 +47,7 @@ impl GpuTensor {
             dtype: self.dtype,
             shape,
             buf: self.buf.clone(),
+            split: self.split.clone(),
         }
     }
 }
@@ -210,6 +215,7 @@ impl<'a> Ctx<'a> {
             dtype,
             shape,
             buf: self.wrap(size, buffer),
+            split: None,
         })
     }
 
@@ -248,6 +254,7 @@ impl<'a> Ctx<'a> {
             dtype: t.dtype,
             shape: t.shape.clone(),
             buf: self.wrap(size, buffer),
+            split: None,
         })
     }
 
@@ -412,6 +419,13 @@ impl<'a> Ctx<'a> {
 
     /// Copies a GPU tensor back to the host (submits pending work first).
     pub async fn download(&mut self, t: &GpuTensor) -> Result<HostTensor> {
+        if let Some(parts) = &t.split {
+            let mut data = Vec::new();
+            for (_, p) in parts.iter() {
+                data.extend(Box::pin(self.download(p)).await?.data);
+            }
+            return HostTensor::new(t.dtype, t.shape.clone(), data);
+        }
         let n = t.numel();
         let storage = t.storage();
         let bytes = storage.bytes(n);

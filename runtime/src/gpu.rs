@@ -93,6 +93,9 @@ pub struct Gpu {
     pub limits: wgpu::Limits,
     /// Whether the adapter offers `shader-f16` (not required: f16 is unpacked in f32).
     pub has_shader_f16: bool,
+    /// Weights larger than this many bytes are split by rows across buffers (defaults to the
+    /// adapter's `max_storage_buffer_binding_size`; lower it to test or to save address space).
+    pub max_weight_part: u64,
     /// Counters.
     pub counters: Counters,
     pipelines: RefCell<HashMap<String, Rc<Pipeline>>>,
@@ -173,6 +176,9 @@ impl Gpu {
             }
         }));
         Ok(Self {
+            max_weight_part: limits
+                .max_storage_buffer_binding_size
+                .min(limits.max_buffer_size),
             errors,
             device,
             queue,

@@ -158,7 +158,9 @@ impl Session {
         Ok(s)
     }
 
-    fn weight_buffer(&self, init: &Initializer) -> Result<(wgpu::Buffer, u64)> {
+    /// GPU buffers for a weight: one, or several row ranges when it exceeds the binding limit.
+    /// Returns (first byte, byte length, first row, rows, buffer) per part.
+    fn weight_parts(&self, init: &Initializer) -> Result<Vec<Part>> {
         let storage = Storage::of(init.dtype).ok_or_else(|| {
             Error::Invalid(format!(
                 "tensor {}: float64 weights are not supported",
@@ -166,31 +168,81 @@ impl Session {
             ))
         })?;
         let size = storage.bytes(init.shape.iter().product());
-        let max = self
-            .gpu
-            .limits
-            .max_storage_buffer_binding_size
-            .min(self.gpu.limits.max_buffer_size);
-        if size > max {
+        let max = self.gpu.max_weight_part;
+        if size <= max {
+            let rows = init.shape.first().copied().unwrap_or(1);
+            return Ok(vec![(
+                0,
+                size,
+                0,
+                rows,
+                self.gpu.create_buffer(size, &init.name),
+            )]);
+        }
+        let rows = init.shape.first().copied().unwrap_or(1).max(1);
+        let row_bytes = (init.byte_len() / rows) as u64;
+        if !row_bytes.is_multiple_of(4)
+            || row_bytes > max
+            || !matches!(
+                init.dtype,
+                DType::F32 | DType::F16 | DType::U8 | DType::I8 | DType::I32
+            )
+        {
             return Err(Error::Gpu(format!(
-                "tensor {} has {size} bytes, above the adapter's binding limit {max}",
+                "tensor {} ({size} bytes) exceeds the binding limit {max} and cannot be split by rows",
                 init.name
             )));
         }
-        Ok((self.gpu.create_buffer(size, &init.name), size))
+        let per = (max / row_bytes) as usize;
+        let mut parts = Vec::new();
+        let mut r0 = 0;
+        while r0 < rows {
+            let n = per.min(rows - r0);
+            let len = n as u64 * row_bytes;
+            parts.push((
+                r0 as u64 * row_bytes,
+                len,
+                r0,
+                n,
+                self.gpu.create_buffer(len, &init.name),
+            ));
+            r0 += n;
+        }
+        Ok(parts)
     }
 
-    fn gpu_value(&self, init: &Initializer, buffer: wgpu::Buffer) -> Value {
-        Value::Gpu(GpuTensor {
+    fn gpu_value(init: &Initializer, parts: Vec<Part>) -> Value {
+        let tensor = |shape: Vec<usize>, buffer: wgpu::Buffer| GpuTensor {
             dtype: init.dtype,
-            shape: init.shape.clone(),
+            shape,
             buf: crate::exec::PooledBuffer::unpooled(buffer),
-        })
+            split: None,
+        };
+        let mut ts: Vec<(usize, GpuTensor)> = parts
+            .into_iter()
+            .map(|(_, _, r0, n, b)| {
+                let mut shape = init.shape.clone();
+                if let Some(first) = shape.first_mut() {
+                    *first = n;
+                }
+                (r0, tensor(shape, b))
+            })
+            .collect();
+        if ts.len() == 1 {
+            let (_, mut t) = ts.remove(0);
+            t.shape = init.shape.clone();
+            return Value::Gpu(t);
+        }
+        let mut whole = ts[0].1.clone();
+        whole.shape = init.shape.clone();
+        whole.split = Some(Rc::new(ts));
+        Value::Gpu(whole)
     }
 
-    fn keep_on_host(init: &Initializer) -> bool {
-        init.byte_len() <= HOST_CONST_BYTES
-            || matches!(init.dtype, DType::I64 | DType::F64 | DType::Bool)
+    fn keep_on_host(&self, init: &Initializer) -> bool {
+        let small = init.byte_len() <= HOST_CONST_BYTES
+            && (init.byte_len() as u64) <= self.gpu.max_weight_part;
+        small || matches!(init.dtype, DType::I64 | DType::F64 | DType::Bool)
     }
 
     async fn load_weights(&mut self, source: &dyn DataSource) -> Result<()> {
@@ -201,14 +253,14 @@ impl Session {
             match &init.data {
                 InitData::Inline(bytes) => {
                     let host = HostTensor::new(init.dtype, init.shape.clone(), bytes.clone())?;
-                    let v = if Self::keep_on_host(init) {
+                    let v = if self.keep_on_host(init) {
                         Value::Host(host)
                     } else {
-                        let (buf, _) = self.weight_buffer(init)?;
+                        let parts = self.weight_parts(init)?;
                         let data = to_gpu_bytes(&host)?;
-                        self.gpu.queue.write_buffer(&buf, 0, &data);
+                        write_parts(&self.gpu.queue, &parts, 0, &data);
                         self.gpu.count_upload(data.len() as u64);
-                        self.gpu_value(init, buf)
+                        Self::gpu_value(init, parts)
                     };
                     self.consts[vid] = Some(v);
                 }
@@ -264,12 +316,12 @@ impl Session {
                 pos = 0;
                 chunk.clear();
             }
-            let host = Self::keep_on_host(s.init);
+            let host = self.keep_on_host(s.init);
             let mut host_bytes = Vec::new();
             let gpu = if host {
                 None
             } else {
-                Some(self.weight_buffer(s.init)?)
+                Some(self.weight_parts(s.init)?)
             };
             let mut written = 0u64; // bytes of this tensor delivered
             let mut carry: Vec<u8> = Vec::new(); // unaligned tail waiting for 4-byte alignment
@@ -293,12 +345,12 @@ impl Session {
                 let piece = &chunk[from..from + take];
                 match &gpu {
                     None => host_bytes.extend_from_slice(piece),
-                    Some((buf, _)) => {
+                    Some(parts) => {
                         carry.extend_from_slice(piece);
                         let aligned = carry.len() / 4 * 4;
                         if aligned > 0 {
                             let at = written + take as u64 - carry.len() as u64;
-                            self.gpu.queue.write_buffer(buf, at, &carry[..aligned]);
+                            write_parts(&self.gpu.queue, parts, at, &carry[..aligned]);
                             self.gpu.count_upload(aligned as u64);
                             since_flush += aligned as u64;
                             carry.drain(..aligned);
@@ -321,18 +373,27 @@ impl Session {
                         host_bytes,
                     )?));
                 }
-                Some((buf, _)) => {
+                Some(parts) => {
                     if !carry.is_empty() {
                         let at = s.length - carry.len() as u64;
                         carry.resize(4, 0);
-                        self.gpu.queue.write_buffer(&buf, at, &carry);
+                        write_parts(&self.gpu.queue, &parts, at, &carry);
                     }
-                    let v = self.gpu_value(s.init, buf);
+                    let v = Self::gpu_value(s.init, parts);
                     self.consts[vid] = Some(v);
                 }
             }
         }
         Ok(())
+    }
+
+    /// Number of weights split by rows across several buffers (above [`Gpu::max_weight_part`]).
+    pub fn split_weights(&self) -> usize {
+        self.consts
+            .iter()
+            .flatten()
+            .filter(|v| matches!(v, Value::Gpu(t) if t.split.is_some()))
+            .count()
     }
 
     /// Runs the graph. Inputs may be host tensors or GPU tensors (e.g. a KV cache kept on the GPU);
@@ -521,6 +582,31 @@ impl Session {
             res.push((n, h));
         }
         Ok(res)
+    }
+}
+
+/// One row range of a weight: (first byte, byte length, first row, rows, buffer).
+type Part = (u64, u64, usize, usize, wgpu::Buffer);
+
+/// Writes `data` at tensor byte offset `at`, routed to the parts that cover it.
+fn write_parts(queue: &wgpu::Queue, parts: &[Part], mut at: u64, mut data: &[u8]) {
+    while !data.is_empty() {
+        let Some((start, len, _, _, buf)) = parts.iter().find(|p| at >= p.0 && at < p.0 + p.1)
+        else {
+            // Padding past the last part (tensor sizes are padded to whole words).
+            if let Some((start, _, _, _, buf)) = parts.last() {
+                let off = at.saturating_sub(*start);
+                if off < buf.size() {
+                    let n = ((buf.size() - off) as usize).min(data.len());
+                    queue.write_buffer(buf, off, &data[..n]);
+                }
+            }
+            return;
+        };
+        let n = ((start + len - at) as usize).min(data.len());
+        queue.write_buffer(buf, at - start, &data[..n]);
+        at += n as u64;
+        data = &data[n..];
     }
 }
 

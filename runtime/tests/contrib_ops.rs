@@ -62,3 +62,102 @@ fn contrib_ops_match_onnx_runtime() {
         failures.join("\n")
     );
 }
+
+/// The quantised cases with the packed weight turned into an initializer and split by rows
+/// across several buffers, as happens for tensors above the adapter's binding limit (LM head,
+/// embedding tables).
+#[test]
+fn split_weights_match_onnx_runtime() {
+    use gg_runtime::model::{InitData, Initializer, decode_tensor};
+    use gg_runtime::source::MemorySource;
+    use gg_runtime::{Session, Value};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/ops");
+    let mut gpu = pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)");
+    gpu.max_weight_part = 160;
+    let gpu = Rc::new(gpu);
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir)
+        .expect("tests/fixtures/ops exists")
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let weight = if name.starts_with("matmulnbits") {
+            1
+        } else if name.starts_with("gatherblockquantized") {
+            0
+        } else {
+            continue;
+        };
+        let case = e.path();
+        let meta: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(case.join("case.json")).expect("case.json"),
+        )
+        .expect("valid");
+        let (rtol, atol) = (
+            meta["rtol"].as_f64().expect("rtol"),
+            meta["atol"].as_f64().expect("atol"),
+        );
+        let mut graph = Graph::decode(
+            &std::fs::read(case.join("model.onnx")).expect("model.onnx"),
+            &name,
+        )
+        .expect("decodes");
+        let read = |f: String| {
+            decode_tensor(
+                &std::fs::read(case.join("test_data_set_0").join(&f)).expect("pb"),
+                &f,
+            )
+            .expect("tensor")
+        };
+        let inputs: Vec<_> = (0..graph.inputs.len())
+            .map(|j| read(format!("input_{j}.pb")))
+            .collect();
+        let w = graph.inputs.remove(weight);
+        let wt = &inputs[weight];
+        graph.initializers.push(Initializer {
+            name: w.name.clone(),
+            dtype: wt.dtype,
+            shape: wt.shape.clone(),
+            data: InitData::Inline(wt.data.clone()),
+        });
+        let session = pollster::block_on(Session::from_graph(
+            gpu.clone(),
+            graph.clone(),
+            &MemorySource::new(),
+        ))
+        .expect("loads");
+        assert_eq!(
+            session.split_weights(),
+            1,
+            "{name}: the weight must be split"
+        );
+        let feeds: Vec<(String, Value)> = graph
+            .inputs
+            .iter()
+            .map(|i| {
+                let pos = (0..inputs.len())
+                    .filter(|&k| k != weight)
+                    .nth(
+                        graph
+                            .inputs
+                            .iter()
+                            .position(|x| x.name == i.name)
+                            .expect("input"),
+                    )
+                    .expect("index");
+                (i.name.clone(), Value::Host(inputs[pos].clone()))
+            })
+            .collect();
+        let outs = pollster::block_on(session.run(feeds)).expect("runs");
+        let got = pollster::block_on(session.read(&outs[0].1)).expect("reads");
+        let exp = read("output_0.pb".into());
+        let r = common::compare(&got, &exp, rtol, atol);
+        assert!(
+            r.is_ok(),
+            "{name} with split weights: {}",
+            r.err().unwrap_or_default()
+        );
+        n += 1;
+    }
+    assert!(n >= 10, "expected the quantised cases, found {n}");
+}

@@ -24,7 +24,10 @@ fn vi(name: &str, elem: i32, dims: &[&str]) -> proto::ValueInfoProto {
     proto::ValueInfoProto {
         name: Some(name.into()),
         r#type: Some(proto::TypeProto {
-            value: Some(type_proto::Value::TensorType(type_proto::Tensor { elem_type: Some(elem), shape: Some(proto::TensorShapeProto { dim }) })),
+            value: Some(type_proto::Value::TensorType(type_proto::Tensor {
+                elem_type: Some(elem),
+                shape: Some(proto::TensorShapeProto { dim }),
+            })),
             ..Default::default()
         }),
         ..Default::default()
@@ -32,13 +35,20 @@ fn vi(name: &str, elem: i32, dims: &[&str]) -> proto::ValueInfoProto {
 }
 
 fn external(name: &str, dims: &[i64], elem: i32, offset: u64, length: u64) -> proto::TensorProto {
-    let kv = |k: &str, v: String| proto::StringStringEntryProto { key: Some(k.into()), value: Some(v) };
+    let kv = |k: &str, v: String| proto::StringStringEntryProto {
+        key: Some(k.into()),
+        value: Some(v),
+    };
     proto::TensorProto {
         name: Some(name.into()),
         dims: dims.to_vec(),
         data_type: Some(elem),
         data_location: Some(tensor_proto::DataLocation::External as i32),
-        external_data: vec![kv("location", "w.bin".into()), kv("offset", offset.to_string()), kv("length", length.to_string())],
+        external_data: vec![
+            kv("location", "w.bin".into()),
+            kv("offset", offset.to_string()),
+            kv("length", length.to_string()),
+        ],
         ..Default::default()
     }
 }
@@ -55,7 +65,11 @@ fn model(w_offset: u64) -> Vec<u8> {
     };
     let g = proto::GraphProto {
         name: Some("loader".into()),
-        node: vec![node("Add", &["X", "W"], "A"), node("Mul", &["A", "S"], "B"), node("Reshape", &["B", "shape"], "Y")],
+        node: vec![
+            node("Add", &["X", "W"], "A"),
+            node("Mul", &["A", "S"], "B"),
+            node("Reshape", &["B", "shape"], "Y"),
+        ],
         initializer: vec![
             external("W", &[N as i64], 1, w_offset, (N * 4) as u64),
             external("S", &[1], 1, w_offset + (N * 4) as u64, 4),
@@ -67,7 +81,10 @@ fn model(w_offset: u64) -> Vec<u8> {
     };
     proto::ModelProto {
         ir_version: Some(10),
-        opset_import: vec![proto::OperatorSetIdProto { domain: Some(String::new()), version: Some(21) }],
+        opset_import: vec![proto::OperatorSetIdProto {
+            domain: Some(String::new()),
+            version: Some(21),
+        }],
         graph: Some(g),
         ..Default::default()
     }
@@ -109,12 +126,29 @@ fn streams_external_data_in_unaligned_chunks_and_reuses_buffers() {
     let got = y.to_f32();
     for (i, g) in got.iter().enumerate() {
         let want = (x[i] + w[i % N]) * 0.5;
-        assert!((g - want).abs() <= 1e-6, "index {i}: got {g} expected {want}");
+        assert!(
+            (g - want).abs() <= 1e-6,
+            "index {i}: got {g} expected {want}"
+        );
     }
-    assert_eq!(after.buffers_created, warm.buffers_created, "no GPU allocation after warm-up");
-    assert_eq!(after.pipelines_compiled, warm.pipelines_compiled, "pipelines are cached");
-    assert_eq!(after.dispatches - warm.dispatches, 2, "Add and Mul are one dispatch each; Reshape is free");
-    assert_eq!(after.bytes_read_back - warm.bytes_read_back, (2 * N * 4) as u64, "only the output is read back");
+    assert_eq!(
+        after.buffers_created, warm.buffers_created,
+        "no GPU allocation after warm-up"
+    );
+    assert_eq!(
+        after.pipelines_compiled, warm.pipelines_compiled,
+        "pipelines are cached"
+    );
+    assert_eq!(
+        after.dispatches - warm.dispatches,
+        2,
+        "Add and Mul are one dispatch each; Reshape is free"
+    );
+    assert_eq!(
+        after.bytes_read_back - warm.bytes_read_back,
+        (2 * N * 4) as u64,
+        "only the output is read back"
+    );
 }
 
 #[test]
@@ -125,7 +159,9 @@ fn offset_past_the_end_names_the_tensor_and_file() {
     src.insert("w.bin", data);
     let err = pollster::block_on(Session::load(gpu(), &src, "m.onnx")).expect_err("must fail");
     match &err {
-        Error::ExternalData { location, reason, .. } => {
+        Error::ExternalData {
+            location, reason, ..
+        } => {
             assert_eq!(location, "w.bin");
             assert!(reason.contains("past the end"), "{err}");
         }
@@ -152,13 +188,28 @@ fn bad_inputs_are_rejected_with_the_input_name() {
     src.insert("m.onnx", model(3));
     src.insert("w.bin", data);
     let session = pollster::block_on(Session::load(gpu(), &src, "m.onnx")).expect("loads");
-    let run = |name: &str, t: HostTensor| pollster::block_on(session.run(vec![(name.to_string(), Value::Host(t))]));
-    let err = run("nope", HostTensor::from_f32(vec![1, N], &vec![0.0; N])).expect_err("unknown input");
-    assert!(matches!(&err, Error::Input { name, .. } if name == "nope"), "{err}");
+    let run = |name: &str, t: HostTensor| {
+        pollster::block_on(session.run(vec![(name.to_string(), Value::Host(t))]))
+    };
+    let err =
+        run("nope", HostTensor::from_f32(vec![1, N], &vec![0.0; N])).expect_err("unknown input");
+    assert!(
+        matches!(&err, Error::Input { name, .. } if name == "nope"),
+        "{err}"
+    );
     let err = run("X", HostTensor::from_i64(vec![1, N], &vec![0; N])).expect_err("wrong dtype");
-    assert!(matches!(&err, Error::Input { name, reason } if name == "X" && reason.contains("int64")), "{err}");
+    assert!(
+        matches!(&err, Error::Input { name, reason } if name == "X" && reason.contains("int64")),
+        "{err}"
+    );
     let err = run("X", HostTensor::from_f32(vec![1, 3], &[0.0; 3])).expect_err("wrong shape");
-    assert!(matches!(&err, Error::Input { name, .. } if name == "X"), "{err}");
+    assert!(
+        matches!(&err, Error::Input { name, .. } if name == "X"),
+        "{err}"
+    );
     let err = pollster::block_on(session.run(vec![])).expect_err("missing input");
-    assert!(matches!(&err, Error::Input { name, .. } if name == "X"), "{err}");
+    assert!(
+        matches!(&err, Error::Input { name, .. } if name == "X"),
+        "{err}"
+    );
 }

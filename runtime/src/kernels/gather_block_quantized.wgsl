@@ -1,11 +1,18 @@
 // GatherBlockQuantized (gather_axis 0, quantize_axis last): rows of a block-quantised matrix
 // [rows, K] (uint8 data, BITS per value, low bits first) dequantised to y[idx..., K].
-// prm: [n, K, rows, n_blocks, data_row_bytes, zp_row_bytes]
+// data may be one row range [row0, row0 + part_rows) of a split table: other rows are skipped.
+// prm: [n, K, rows, n_blocks, data_row_bytes, zp_row_bytes, row0, part_rows]
 const BITS: u32 = {{BITS}};
 const BLOCK: u32 = {{BLOCK}};
 
 fn zero_point(row: u32, b: u32, nb: u32, zrow: u32) -> f32 {
     {{ZP}}
+}
+
+fn row_of(i: u32) -> i32 {
+    var r = ldi_idx(i / prm[1]);
+    if (r < 0) { r = r + i32(prm[2]); }
+    return r;
 }
 
 fn compute(i: u32) -> f32 {
@@ -14,19 +21,33 @@ fn compute(i: u32) -> f32 {
     let nb = prm[3];
     let drow = prm[4];
     let zrow = prm[5];
-    let q = i / K;
     let c = i % K;
-    var r = ldi_idx(q);
-    if (r < 0) { r = r + i32(rows); }
+    let r = row_of(i);
     if (r < 0 || u32(r) >= rows) { return 0.0; }
     let row = u32(r);
+    let local = row - prm[6];
     var v = 0u;
     if (BITS == 4u) {
-        let byte = u32(ldi_data(row * drow + c / 2u));
+        let byte = u32(ldi_data(local * drow + c / 2u));
         v = (byte >> ((c & 1u) * 4u)) & 15u;
     } else {
-        v = u32(ldi_data(row * drow + c));
+        v = u32(ldi_data(local * drow + c));
     }
     let b = c / BLOCK;
     return (f32(v) - zero_point(row, b, nb, zrow)) * ld_scales(row * nb + b);
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let w = gid.x + gid.y * nwg.x * {{WG}}u;
+    let n = prm[0];
+    let i0 = w * EPW_y;
+    if (i0 >= n) { return; }
+    // Words never straddle rows (K is even when two values share a word), so test the first.
+    let r = row_of(i0);
+    if (r >= 0 && u32(r) < prm[2] && (u32(r) < prm[6] || u32(r) >= prm[6] + prm[7])) { return; }
+    let v0 = compute(i0);
+    var v1 = 0.0;
+    if (EPW_y == 2u && i0 + 1u < n) { v1 = compute(i0 + 1u); }
+    st_y(w, v0, v1);
 }

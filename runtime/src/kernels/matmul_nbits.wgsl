@@ -1,7 +1,8 @@
 // MatMulNBits: y[m, n] = sum_k a[m, k] * (q[n, k] - zp[n, k/BLOCK]) * scale[n, k/BLOCK] (+ bias[n]).
 // B packed as [N, n_blocks, BLOCK*BITS/8] bytes, low bits first. One workgroup per (n, m); threads
 // split the blocks; dequantisation happens in registers, accumulation in f32.
-// prm: [M, N, K, n_blocks, zp_row_bytes]
+// B may be one row range [n_off, n_off + n_part) of a split weight.
+// prm: [M, N, K, n_blocks, zp_row_bytes, n_off, n_part]
 var<workgroup> red: array<f32, {{WG}}>;
 
 const BITS: u32 = {{BITS}};
@@ -21,15 +22,18 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let K = prm[2];
     let nb = prm[3];
     let zrow = prm[4];
+    let n_off = prm[5];
+    let n_part = prm[6];
     let flat = wid.x + wid.y * nwg.x;
-    if (flat >= M * N) { return; }
-    let n = flat % N;
-    let m = flat / N;
+    if (flat >= M * n_part) { return; }
+    let n_local = flat % n_part;
+    let n = n_off + n_local;
+    let m = flat / n_part;
     let t = lid.x;
     let abase = m * K;
     var acc = 0.0;
     for (var b = t; b < nb; b = b + WG) {
-        let wbase = (n * nb + b) * BLOB_WORDS;
+        let wbase = (n_local * nb + b) * BLOB_WORDS;
         var s1 = 0.0;
         var s2 = 0.0;
         for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {

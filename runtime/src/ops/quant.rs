@@ -21,6 +21,22 @@ fn zp_code(zp: Option<&GpuTensor>, bits: u32) -> String {
     }
 }
 
+/// The row ranges of a weight: one part for an ordinary tensor, several for a split one.
+fn parts(cx: &mut Ctx<'_>, v: &Value) -> Result<Vec<(usize, GpuTensor)>> {
+    let t = cx.to_gpu(v)?;
+    Ok(match &t.split {
+        Some(parts) => parts.as_ref().clone(),
+        None => vec![(0, t)],
+    })
+}
+
+fn opt_gpu(cx: &mut Ctx<'_>, inputs: &[Option<&Value>], i: usize) -> Result<Option<GpuTensor>> {
+    match inputs.get(i).copied().flatten() {
+        Some(v) => Ok(Some(cx.to_gpu(v)?)),
+        None => Ok(None),
+    }
+}
+
 struct MatMulNBits {
     k: usize,
     n: usize,
@@ -31,19 +47,15 @@ struct MatMulNBits {
 impl Op for MatMulNBits {
     fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
         let a = cx.to_gpu(req(inputs, 0)?)?;
-        let b = cx.to_gpu(req(inputs, 1)?)?;
+        let b_v = req(inputs, 1)?;
+        let (b_shape, b_dtype) = (b_v.shape().to_vec(), b_v.dtype());
+        let b_parts = parts(cx, b_v)?;
         let scales = cx.to_gpu(req(inputs, 2)?)?;
-        let zp = match inputs.get(3).copied().flatten() {
-            Some(v) => Some(cx.to_gpu(v)?),
-            None => None,
-        };
+        let zp = opt_gpu(cx, inputs, 3)?;
         if inputs.get(4).copied().flatten().is_some() {
             return Err(op_err("g_idx is not supported"));
         }
-        let bias = match inputs.get(5).copied().flatten() {
-            Some(v) => Some(cx.to_gpu(v)?),
-            None => None,
-        };
+        let bias = opt_gpu(cx, inputs, 5)?;
         let (k, n) = (self.k, self.n);
         if a.shape.last() != Some(&k) {
             return Err(op_err(format!(
@@ -53,11 +65,10 @@ impl Op for MatMulNBits {
         }
         let nb = k.div_ceil(self.block);
         let blob = self.block * self.bits as usize / 8;
-        if b.dtype != DType::U8 || numel(&b.shape) != n * nb * blob {
+        if b_dtype != DType::U8 || numel(&b_shape) != n * nb * blob {
             return Err(op_err(format!(
-                "B {:?} {} is not [N={n}, {nb}, {blob}] uint8",
-                b.shape,
-                b.dtype.name()
+                "B {b_shape:?} {} is not [N={n}, {nb}, {blob}] uint8",
+                b_dtype.name()
             )));
         }
         if scales.numel() != n * nb {
@@ -74,31 +85,42 @@ impl Op for MatMulNBits {
         }
         let y = cx.alloc(DType::F32, out_shape)?;
         let zrow = (nb * self.bits as usize).div_ceil(8);
-        let mut kern = Kernel::new("matmul_nbits", MNB)
-            .workgroup(64)
-            .u32("BITS", self.bits)
-            .u32("BLOCK", self.block as u32)
-            .code("ZP", &zp_code(zp.as_ref(), self.bits))
-            .input("a", a.storage())
-            .input("qw", Storage::U8)
-            .input("scales", scales.storage());
-        let mut bind = vec![&a, &b, &scales];
-        if let Some(z) = &zp {
-            kern = kern.input("zp", z.storage());
-            bind.push(z);
+        for (n_off, b) in &b_parts {
+            let n_part = b.shape.first().copied().unwrap_or(0);
+            let mut kern = Kernel::new("matmul_nbits", MNB)
+                .workgroup(64)
+                .u32("BITS", self.bits)
+                .u32("BLOCK", self.block as u32)
+                .code("ZP", &zp_code(zp.as_ref(), self.bits))
+                .input("a", a.storage())
+                .input("qw", Storage::U8)
+                .input("scales", scales.storage());
+            let mut bind = vec![&a, b, &scales];
+            if let Some(z) = &zp {
+                kern = kern.input("zp", z.storage());
+                bind.push(z);
+            }
+            if let Some(bs) = &bias {
+                kern = kern
+                    .input("bias", bs.storage())
+                    .code("BIAS", "+ ld_bias(n)");
+                bind.push(bs);
+            } else {
+                kern = kern.code("BIAS", "");
+            }
+            let kern = kern.output("y", Storage::F32);
+            bind.push(&y);
+            let meta = [
+                m as u32,
+                n as u32,
+                k as u32,
+                nb as u32,
+                zrow as u32,
+                *n_off as u32,
+                n_part as u32,
+            ];
+            cx.dispatch(&kern, &bind, &meta, (m * n_part) as u64 * 64)?;
         }
-        if let Some(bs) = &bias {
-            kern = kern
-                .input("bias", bs.storage())
-                .code("BIAS", "+ ld_bias(n)");
-            bind.push(bs);
-        } else {
-            kern = kern.code("BIAS", "");
-        }
-        let kern = kern.output("y", Storage::F32);
-        bind.push(&y);
-        let meta = [m as u32, n as u32, k as u32, nb as u32, zrow as u32];
-        cx.dispatch(&kern, &bind, &meta, (m * n) as u64 * 64)?;
         let out = if a.dtype == DType::F32 {
             y
         } else {
@@ -144,22 +166,20 @@ struct GatherBlockQuantized {
 
 impl Op for GatherBlockQuantized {
     fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
-        let data = cx.to_gpu(req(inputs, 0)?)?;
+        let data_v = req(inputs, 0)?;
+        let (data_shape, data_dtype) = (data_v.shape().to_vec(), data_v.dtype());
+        let data_parts = parts(cx, data_v)?;
         let idx = cx.to_gpu(req(inputs, 1)?)?;
         let scales = cx.to_gpu(req(inputs, 2)?)?;
-        let zp = match inputs.get(3).copied().flatten() {
-            Some(v) => Some(cx.to_gpu(v)?),
-            None => None,
-        };
-        if data.shape.len() != 2 || data.dtype != DType::U8 {
+        let zp = opt_gpu(cx, inputs, 3)?;
+        if data_shape.len() != 2 || data_dtype != DType::U8 {
             return Err(op_err(format!(
-                "data must be a 2-D uint8 matrix, got {:?} {}",
-                data.shape,
-                data.dtype.name()
+                "data must be a 2-D uint8 matrix, got {data_shape:?} {}",
+                data_dtype.name()
             )));
         }
-        let rows = data.shape[0];
-        let k = data.shape[1] * 8 / self.bits as usize;
+        let rows = data_shape[0];
+        let k = data_shape[1] * 8 / self.bits as usize;
         let nb = k.div_ceil(self.block);
         if scales.numel() != rows * nb {
             return Err(op_err(format!(
@@ -170,37 +190,45 @@ impl Op for GatherBlockQuantized {
         let mut shape = idx.shape.clone();
         shape.push(k);
         let y = cx.alloc(scales.dtype, shape)?;
+        if y.dtype == DType::F16 && k % 2 == 1 {
+            return Err(op_err("float16 output needs an even row length"));
+        }
         let zrow = (nb * self.bits as usize).div_ceil(8);
         let zp_code = zp_code(zp.as_ref(), self.bits).replace("n * ", "row * ");
-        let mut kern = Kernel::new("gather_block_quantized", GBQ)
-            .u32("BITS", self.bits)
-            .u32("BLOCK", self.block as u32)
-            .code("ZP", &zp_code)
-            .input("data", Storage::U8)
-            .input("idx", idx.storage())
-            .input("scales", scales.storage());
-        let mut bind = vec![&data, &idx, &scales];
-        if let Some(z) = &zp {
-            kern = kern.input("zp", z.storage());
-            bind.push(z);
+        for (row0, data) in &data_parts {
+            let part_rows = data.shape[0];
+            let mut kern = Kernel::new("gather_block_quantized", GBQ)
+                .u32("BITS", self.bits)
+                .u32("BLOCK", self.block as u32)
+                .code("ZP", &zp_code)
+                .input("data", Storage::U8)
+                .input("idx", idx.storage())
+                .input("scales", scales.storage());
+            let mut bind = vec![data, &idx, &scales];
+            if let Some(z) = &zp {
+                kern = kern.input("zp", z.storage());
+                bind.push(z);
+            }
+            let kern = kern.output("y", y.storage());
+            bind.push(&y);
+            let n = y.numel();
+            let meta = [
+                n as u32,
+                k as u32,
+                rows as u32,
+                nb as u32,
+                data_shape[1] as u32,
+                zrow as u32,
+                *row0 as u32,
+                part_rows as u32,
+            ];
+            cx.dispatch(
+                &kern,
+                &bind,
+                &meta,
+                n.div_ceil(y.storage().per_word() as usize) as u64,
+            )?;
         }
-        let kern = kern.output("y", y.storage()).mapped("y");
-        bind.push(&y);
-        let n = y.numel();
-        let meta = [
-            n as u32,
-            k as u32,
-            rows as u32,
-            nb as u32,
-            data.shape[1] as u32,
-            zrow as u32,
-        ];
-        cx.dispatch(
-            &kern,
-            &bind,
-            &meta,
-            n.div_ceil(y.storage().per_word() as usize) as u64,
-        )?;
         Ok(vec![Value::Gpu(y)])
     }
 }

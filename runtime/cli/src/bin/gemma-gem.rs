@@ -28,7 +28,11 @@ struct GenerateArgs {
     #[arg(long)]
     model: String,
     /// The user message.
-    #[arg(long, conflicts_with = "token_ids", required_unless_present = "token_ids")]
+    #[arg(
+        long,
+        conflicts_with = "token_ids",
+        required_unless_present = "token_ids"
+    )]
     prompt: Option<String>,
     /// Raw prompt token ids, comma-separated (no chat template).
     #[arg(long, value_delimiter = ',')]
