@@ -51,7 +51,9 @@ pub fn sampling_of(options: &GenerateOptions) -> Sampling {
 
 fn backend_error(e: LlmError) -> BackendError {
     match e {
-        LlmError::ContextTooLong { tokens, limit } => BackendError::ContextTooLong { tokens, limit },
+        LlmError::ContextTooLong { tokens, limit } => {
+            BackendError::ContextTooLong { tokens, limit }
+        }
         LlmError::Runtime(gg_runtime::Error::Gpu(message)) => BackendError::Device { message },
         other => BackendError::Failed {
             message: other.to_string(),
@@ -60,7 +62,10 @@ fn backend_error(e: LlmError) -> BackendError {
 }
 
 /// Converts parser events to stream chunks; `saw_call` records whether a call was made.
-fn chunks_of(events: Vec<OutputEvent>, saw_call: &mut bool) -> Vec<Result<StreamChunk, BackendError>> {
+fn chunks_of(
+    events: Vec<OutputEvent>,
+    saw_call: &mut bool,
+) -> Vec<Result<StreamChunk, BackendError>> {
     let mut out = Vec::new();
     for ev in events {
         match ev {
@@ -84,7 +89,9 @@ fn chunks_of(events: Vec<OutputEvent>, saw_call: &mut bool) -> Vec<Result<Stream
                     error: e.to_string(),
                 }));
             }
-            OutputEvent::ToolCallStart { .. } | OutputEvent::StrayMarker(_) | OutputEvent::End(_) => {}
+            OutputEvent::ToolCallStart { .. }
+            | OutputEvent::StrayMarker(_)
+            | OutputEvent::End(_) => {}
         }
     }
     out
@@ -194,7 +201,9 @@ impl TokenCounter for GemmaBackend {
         let text = rendered.unwrap_or_else(|_| message.text());
         let n = m.tokenizer.encode_prompt(&text).map_or(0, |ids| ids.len());
         // The rendering starts with <bos>, which the whole prompt has only once.
-        n.saturating_sub(usize::from(text.starts_with(&m.tokenizer.special().bos.text)))
+        n.saturating_sub(usize::from(
+            text.starts_with(&m.tokenizer.special().bos.text),
+        ))
     }
 
     fn count_tools(&self, tools: &[ToolDefinition]) -> usize {

@@ -190,8 +190,8 @@ impl<'m> Generator<'m> {
         let layout = &self.model.layout;
         let mut inputs: Vec<(String, Value)> = Vec::with_capacity(8 + layout.cache.len());
         for (name, v) in embeds {
-            let wanted = name == "inputs_embeds"
-                || (name == "per_layer_inputs" && layout.per_layer_inputs);
+            let wanted =
+                name == "inputs_embeds" || (name == "per_layer_inputs" && layout.per_layer_inputs);
             if wanted {
                 inputs.push((name, v));
             }

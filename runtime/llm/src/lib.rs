@@ -11,9 +11,9 @@
 //! - [`GemmaBackend`]: the agent's `ModelBackend` (and a tokenizer-exact `TokenCounter`).
 //!
 //! ```no_run
-//! # async fn demo(gpu: std::rc::Rc<gg_runtime::Gpu>, source: std::rc::Rc<dyn gg_runtime::source::DataSource>) -> gg_llm::Result<()> {
+//! # async fn demo(gpu: std::rc::Rc<gg_runtime::Gpu>, fetch: std::rc::Rc<dyn gg_llm::source::Fetch>) -> gg_llm::Result<()> {
 //! use gg_llm::{GemmaModel, LoadOptions, ModelRepo, Sampling, TextOptions};
-//! let repo = ModelRepo::new(source, "gemma-4-E2B-it-ONNX");
+//! let repo = ModelRepo::new(fetch, "gemma-4-E2B-it-ONNX");
 //! let model = GemmaModel::load(gpu, &repo, &LoadOptions::default()).await?;
 //! let prompt = model.prompt_ids(&[gg_gemma::ChatMessage::user("Hi")], &[], false)?;
 //! let mut text = model.stream(&prompt, TextOptions { max_new_tokens: 64, sampling: Sampling::Greedy, cancel: None, stop_ids: vec![] })?;

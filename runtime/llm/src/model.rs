@@ -216,7 +216,9 @@ impl GemmaModel {
         let decoder = load(DECODER).await?;
         let layout = DecoderLayout::from_graph(&decoder.graph)?;
         if !embed.graph.inputs.iter().any(|i| i.name == "input_ids") {
-            return Err(LlmError::Model("embed_tokens has no input input_ids".into()));
+            return Err(LlmError::Model(
+                "embed_tokens has no input input_ids".into(),
+            ));
         }
         progress(LoadStage::Ready);
         Ok(Self {

@@ -34,12 +34,12 @@ impl Sampling {
             temperature, top_p, ..
         } = *self
         {
-            if !(temperature.is_finite() && temperature > 0.0) {
+            if !temperature.is_finite() || temperature <= 0.0 {
                 return Err(LlmError::Options(format!(
                     "temperature must be > 0 (got {temperature}); use greedy for 0"
                 )));
             }
-            if !(top_p > 0.0) {
+            if top_p.is_nan() || top_p <= 0.0 {
                 return Err(LlmError::Options(format!(
                     "top_p must be > 0 (got {top_p})"
                 )));

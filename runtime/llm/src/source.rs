@@ -3,20 +3,29 @@
 //! read through the runtime's [`DataSource`] abstraction (named byte streams read front to back in
 //! bounded chunks).
 //!
-//! Natively: a local directory ([`gg_runtime::source::DirSource`]) or an HTTP(S) base URL
-//! ([`HttpSource`], e.g. `https://huggingface.co/{repo}/resolve/{revision}`). In the browser the
-//! extension implements [`DataSource`] over `fetch` response body streams backed by Cache Storage
-//! and hands it to [`ModelRepo::new`]; nothing else here is platform-specific.
+//! The platform part is [`Fetch`]: natively a local directory ([`DirFetch`]) or an HTTP(S) base URL
+//! ([`HttpFetch`], e.g. `https://huggingface.co/{repo}/resolve/{revision}`). In the browser the
+//! extension implements [`Fetch`] over `fetch` response body streams backed by Cache Storage and
+//! hands it to [`ModelRepo::new`]; nothing else here is platform-specific.
 
 use crate::error::{LlmError, Result};
 use futures::future::LocalBoxFuture;
 use gg_runtime::source::{ByteStream, DataSource};
 use std::rc::Rc;
 
+/// Opens repository files as byte streams that own their resources (a file handle, an HTTP body,
+/// a JS `ReadableStream` reader): the platform-specific part of model loading. The extension
+/// implements it over `fetch` + Cache Storage; [`DirFetch`] and [`HttpFetch`] are the native ones.
+pub trait Fetch {
+    /// Opens `path` (repository-relative, `/`-separated, e.g. `onnx/embed_tokens_q4.onnx_data_1`)
+    /// from its beginning. A missing file is an error whose message names it.
+    fn open(&self, path: &str) -> LocalBoxFuture<'_, gg_runtime::Result<Box<dyn ByteStream>>>;
+}
+
 /// A model repository in the Hugging Face layout.
 #[derive(Clone)]
 pub struct ModelRepo {
-    source: Rc<dyn DataSource>,
+    fetch: Rc<dyn Fetch>,
     name: String,
 }
 
@@ -29,11 +38,10 @@ impl std::fmt::Debug for ModelRepo {
 }
 
 impl ModelRepo {
-    /// A repository read through `source`; paths are relative to the repository root
-    /// (`config.json`, `onnx/decoder_model_merged_q4.onnx_data_1`). `name` is used in messages.
-    pub fn new(source: Rc<dyn DataSource>, name: impl Into<String>) -> Self {
+    /// A repository read through `fetch`; `name` (a folder, a URL, a model id) is used in messages.
+    pub fn new(fetch: Rc<dyn Fetch>, name: impl Into<String>) -> Self {
         Self {
-            source,
+            fetch,
             name: name.into(),
         }
     }
@@ -42,7 +50,7 @@ impl ModelRepo {
     #[cfg(not(target_arch = "wasm32"))]
     pub fn open(spec: &str) -> Result<Self> {
         if spec.starts_with("http://") || spec.starts_with("https://") {
-            Ok(Self::new(Rc::new(HttpSource::new(spec)), spec))
+            Ok(Self::new(Rc::new(HttpFetch::new(spec)), spec))
         } else {
             let dir = std::path::Path::new(spec);
             if !dir.join("config.json").is_file() {
@@ -50,10 +58,7 @@ impl ModelRepo {
                     "{spec}: not a model folder (no config.json)"
                 )));
             }
-            Ok(Self::new(
-                Rc::new(gg_runtime::source::DirSource::new(dir)),
-                spec,
-            ))
+            Ok(Self::new(Rc::new(DirFetch::new(dir)), spec))
         }
     }
 
@@ -62,40 +67,44 @@ impl ModelRepo {
         &self.name
     }
 
-    /// The underlying source (repository-relative paths).
-    pub fn source(&self) -> Rc<dyn DataSource> {
-        self.source.clone()
+    /// The underlying fetcher.
+    pub fn fetch(&self) -> Rc<dyn Fetch> {
+        self.fetch.clone()
     }
 
     /// Reads a whole (small) file.
     pub async fn read(&self, path: &str) -> Result<Vec<u8>> {
-        gg_runtime::source::read_all(self.source.as_ref(), path)
-            .await
-            .map_err(|e| LlmError::File {
-                path: format!("{}/{path}", self.name.trim_end_matches('/')),
-                message: e.to_string(),
-            })
+        let err = |e: gg_runtime::Error| LlmError::File {
+            path: format!("{}/{path}", self.name.trim_end_matches('/')),
+            message: e.to_string(),
+        };
+        let mut s = self.fetch.open(path).await.map_err(err)?;
+        let mut out = Vec::new();
+        while let Some(c) = s.next_chunk().await.map_err(err)? {
+            out.extend_from_slice(&c);
+        }
+        Ok(out)
     }
 
-    /// Reads a file if it exists; other errors are errors too (a missing optional file is `None`).
+    /// Reads an optional file (`None` when it cannot be read).
     pub async fn read_optional(&self, path: &str) -> Option<Vec<u8>> {
         self.read(path).await.ok()
     }
 
-    /// A view of the folder `dir` (e.g. `onnx`): the runtime loads `x.onnx` through it and finds the
-    /// external data `x.onnx_data*` next to it.
+    /// A view of the folder `dir` (e.g. `onnx`) as the runtime's [`DataSource`]: the runtime
+    /// loads `x.onnx` through it and finds the external data `x.onnx_data*` next to it.
     pub fn subdir(&self, dir: &str) -> SubdirSource {
         SubdirSource {
-            inner: self.source.clone(),
+            fetch: self.fetch.clone(),
             prefix: format!("{}/", dir.trim_end_matches('/')),
         }
     }
 }
 
-/// A folder of another [`DataSource`].
+/// A folder of a repository, as the runtime's [`DataSource`].
 #[derive(Clone)]
 pub struct SubdirSource {
-    inner: Rc<dyn DataSource>,
+    fetch: Rc<dyn Fetch>,
     prefix: String,
 }
 
@@ -111,60 +120,22 @@ impl DataSource for SubdirSource {
                 )));
             }
             let path = format!("{}{location}", self.prefix);
-            let s = self.inner.open(&path).await?;
-            // Re-box with the shorter lifetime (the path string lives only in this future).
-            Ok(Box::new(Owned(s)) as Box<dyn ByteStream + 'a>)
+            let s: Box<dyn ByteStream + 'a> = self.fetch.open(&path).await?;
+            Ok(s)
         })
     }
 }
 
-struct Owned<'a>(Box<dyn ByteStream + 'a>);
-
-impl ByteStream for Owned<'_> {
-    fn next_chunk(&mut self) -> LocalBoxFuture<'_, gg_runtime::Result<Option<Vec<u8>>>> {
-        self.0.next_chunk()
-    }
-}
-
-/// Files under an HTTP(S) base URL, fetched with `GET` and streamed (native only).
+/// Reads a `std::io::Read` in chunks (native files and HTTP bodies).
 #[cfg(not(target_arch = "wasm32"))]
-#[derive(Debug, Clone)]
-pub struct HttpSource {
-    base: String,
-    agent: ureq::Agent,
-    chunk: usize,
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-impl HttpSource {
-    /// Files relative to `base` (`{base}/{path}`).
-    pub fn new(base: &str) -> Self {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(std::time::Duration::from_secs(30)))
-            .build()
-            .new_agent();
-        Self {
-            base: base.trim_end_matches('/').to_string(),
-            agent,
-            chunk: gg_runtime::source::CHUNK_BYTES,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}/{}", self.base, path.trim_start_matches('/'))
-    }
-}
-
-#[cfg(not(target_arch = "wasm32"))]
-struct HttpStream {
+struct ReadStream {
     reader: Box<dyn std::io::Read>,
-    url: String,
+    path: String,
     chunk: usize,
 }
 
 #[cfg(not(target_arch = "wasm32"))]
-impl ByteStream for HttpStream {
+impl ByteStream for ReadStream {
     fn next_chunk(&mut self) -> LocalBoxFuture<'_, gg_runtime::Result<Option<Vec<u8>>>> {
         let mut buf = vec![0u8; self.chunk];
         let mut filled = 0;
@@ -182,44 +153,106 @@ impl ByteStream for HttpStream {
             }
         };
         buf.truncate(filled);
-        let url = self.url.clone();
+        let path = self.path.clone();
         Box::pin(async move {
-            res.map_err(|source| gg_runtime::Error::Io { path: url, source })?;
+            res.map_err(|source| gg_runtime::Error::Io { path, source })?;
             Ok((filled > 0).then_some(buf))
         })
     }
 }
 
+/// Files of a local folder (native only).
 #[cfg(not(target_arch = "wasm32"))]
-impl DataSource for HttpSource {
-    fn open<'a>(
-        &'a self,
-        location: &'a str,
-    ) -> LocalBoxFuture<'a, gg_runtime::Result<Box<dyn ByteStream + 'a>>> {
-        let url = self.url(location);
+#[derive(Debug, Clone)]
+pub struct DirFetch {
+    dir: std::path::PathBuf,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl DirFetch {
+    /// Files relative to `dir`.
+    pub fn new(dir: impl Into<std::path::PathBuf>) -> Self {
+        Self { dir: dir.into() }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Fetch for DirFetch {
+    fn open(&self, path: &str) -> LocalBoxFuture<'_, gg_runtime::Result<Box<dyn ByteStream>>> {
+        let full = self.dir.join(path);
+        let res = if path.split('/').any(|c| c == "..") {
+            Err(gg_runtime::Error::Invalid(format!(
+                "{path} escapes the model folder"
+            )))
+        } else {
+            std::fs::File::open(&full).map_err(|source| gg_runtime::Error::Io {
+                path: full.display().to_string(),
+                source,
+            })
+        };
+        let shown = full.display().to_string();
+        Box::pin(async move {
+            let file = res?;
+            Ok(Box::new(ReadStream {
+                reader: Box::new(file),
+                path: shown,
+                chunk: gg_runtime::source::CHUNK_BYTES,
+            }) as Box<dyn ByteStream>)
+        })
+    }
+}
+
+/// Files under an HTTP(S) base URL, fetched with `GET` and streamed (native only).
+#[cfg(not(target_arch = "wasm32"))]
+#[derive(Debug, Clone)]
+pub struct HttpFetch {
+    base: String,
+    agent: ureq::Agent,
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl HttpFetch {
+    /// Files relative to `base` (`{base}/{path}`).
+    pub fn new(base: &str) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_connect(Some(std::time::Duration::from_secs(30)))
+            .build()
+            .new_agent();
+        Self {
+            base: base.trim_end_matches('/').to_string(),
+            agent,
+        }
+    }
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+impl Fetch for HttpFetch {
+    fn open(&self, path: &str) -> LocalBoxFuture<'_, gg_runtime::Result<Box<dyn ByteStream>>> {
+        let url = format!("{}/{}", self.base, path.trim_start_matches('/'));
         let res = self.agent.get(&url).call();
         Box::pin(async move {
-            let io = |m: String| gg_runtime::Error::Io {
+            let resp = res.map_err(|e| gg_runtime::Error::Io {
                 path: url.clone(),
-                source: std::io::Error::other(m),
-            };
-            let resp = res.map_err(|e| io(e.to_string()))?;
+                source: std::io::Error::other(e.to_string()),
+            })?;
             let status = resp.status();
-            if status.as_u16() == 404 {
+            if !status.is_success() {
+                let kind = if status.as_u16() == 404 {
+                    std::io::ErrorKind::NotFound
+                } else {
+                    std::io::ErrorKind::Other
+                };
                 return Err(gg_runtime::Error::Io {
-                    path: url.clone(),
-                    source: std::io::Error::new(std::io::ErrorKind::NotFound, "HTTP 404"),
+                    path: url,
+                    source: std::io::Error::new(kind, format!("HTTP {status}")),
                 });
             }
-            if !status.is_success() {
-                return Err(io(format!("HTTP {status}")));
-            }
-            let reader = resp.into_body().into_reader();
-            Ok(Box::new(HttpStream {
-                reader: Box::new(reader),
-                url: url.clone(),
-                chunk: self.chunk,
-            }) as Box<dyn ByteStream + 'a>)
+            Ok(Box::new(ReadStream {
+                reader: Box::new(resp.into_body().into_reader()),
+                path: url,
+                chunk: gg_runtime::source::CHUNK_BYTES,
+            }) as Box<dyn ByteStream>)
         })
     }
 }

@@ -116,13 +116,13 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
     let top_p = bitcast<f32>(prm[4]);
     if (top_p < 1.0) {
         // Largest threshold whose kept mass is at least top_p of the top-k mass.
-        let target = top_p * mass(t, n, tau, maxv, inv_t);
+        let goal = top_p * mass(t, n, tau, maxv, inv_t);
         var lo = tau;
         var hi = maxv + 1.0;
         for (var it = 0u; it < 48u; it = it + 1u) {
             let mid = lo + (hi - lo) * 0.5;
             if (mid <= lo || mid >= hi) { break; }
-            if (mass(t, n, mid, maxv, inv_t) >= target) { lo = mid; } else { hi = mid; }
+            if (mass(t, n, mid, maxv, inv_t) >= goal) { lo = mid; } else { hi = mid; }
         }
         tau = lo;
     }
