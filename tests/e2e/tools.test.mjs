@@ -354,7 +354,9 @@ for (const [variant, prefix] of [['plain page', ''], ['strict-CSP page', '/stric
       assert.match(html.content, /value="old-user"/);
       await ok(tabId, 'read_page_content', { format: 'text', offset: 0, max_chars: 100000 });
       await ok(tabId, 'read_page_content', { selector: '#legacy-pw', format: 'html', offset: 0, max_chars: 1000 });
-      await ok(tabId, 'type_text', { selector: '#legacy-pw', text: 'x', submit: false, clear: false });
+      const appended = await ok(tabId, 'type_text', { selector: '#legacy-pw', text: 'x', submit: false, clear: false });
+      assert.equal(appended.typed_chars, 1);
+      assert.equal(await page.inputValue('#legacy-pw'), `${DEFAULT_PASSWORD}x`, 'appended without being read');
 
       const pwFacts = await facts(tabId, { ref: refOf(outline, 'textbox', 'Password') });
       assert.deepEqual(pwFacts.Ok.field, {
