@@ -191,9 +191,20 @@ fn content_to_js(tools: &Tools, wasm: &Path, out: &Path, release: bool) -> Resul
     }
     bindgen(tools, wasm, &glue, "bundler", release)?;
     std::fs::create_dir_all(out)?;
+    let wasm_in = glue.join("gg_content_bg.wasm");
+    if release {
+        // Shrink first; MVP features only (no --all-features), so wasm2js still understands it.
+        let npm_opt = root().join("xtask/js/node_modules/binaryen/bin/wasm-opt");
+        exec(
+            Command::new(npm_opt)
+                .args(["-Oz", "--strip-debug", "-o"])
+                .arg(&wasm_in)
+                .arg(&wasm_in),
+        )?;
+    }
     let mut cmd = Command::new(&tools.wasm2js);
-    cmd.arg(glue.join("gg_content_bg.wasm"))
-        .args(["-O", "-o"])
+    cmd.arg(&wasm_in)
+        .args([if release { "-Oz" } else { "-O" }, "-o"])
         .arg(out.join("gg_content_bg.wasm.js"));
     exec(&mut cmd).context(
         "wasm2js failed on the content script (it must stay MVP wasm: built for wasm32v1-none)",

@@ -23,7 +23,10 @@ pub struct TestArgs {
 }
 
 /// Crates with `wasm-bindgen-test` suites that run in headless Chromium: (package, features).
-const WASM_TEST_CRATES: &[(&str, &str)] = &[("gg-components", "csr"), ("gg-demo-site", "gg-components/csr")];
+const WASM_TEST_CRATES: &[(&str, &str)] = &[
+    ("gg-components", "csr"),
+    ("gg-demo-site", "gg-components/csr"),
+];
 
 #[derive(Default, Debug, Clone, Copy)]
 struct Counts {
