@@ -66,6 +66,8 @@ def matmul_nbits(out):
         (8, 32, 96, 16, 1, True, np.float32, False),
         (8, 16, 40, 8, 4, False, np.float32, False),
         (8, 64, 64, 10, 1, True, np.float16, True),
+        (4, 32, 72, 20, 11, True, np.float32, True),    # two row tiles, the second partial
+        (4, 32, 64, 18, 9, False, np.float16, False),
     ]:
         nb = (k + block - 1) // block
         blob = block * bits // 8

@@ -1,12 +1,14 @@
 // MatMulNBits: y[m, n] = sum_k a[m, k] * (q[n, k] - zp[n, k/BLOCK]) * scale[n, k/BLOCK] (+ bias[n]).
-// B packed as [N, n_blocks, BLOCK*BITS/8] bytes, low bits first. One workgroup per (n, m); threads
-// split the blocks; dequantisation happens in registers, accumulation in f32.
+// B packed as [N, n_blocks, BLOCK*BITS/8] bytes, low bits first. One workgroup per (n, tile of up
+// to ROWS rows of A): each weight word is loaded and dequantised once, in registers, and applied
+// to every row of the tile (GEMV when M == 1); threads split the blocks; f32 accumulation.
 // B may be one row range [n_off, n_off + n_part) of a split weight.
-// prm: [M, N, K, n_blocks, zp_row_bytes, n_off, n_part]
+// prm: [M, N, K, n_blocks, zp_row_bytes, n_off, n_part, row_tiles]
 var<workgroup> red: array<f32, {{WG}}>;
 
 const BITS: u32 = {{BITS}};
 const BLOCK: u32 = {{BLOCK}};
+const ROWS: u32 = {{ROWS}};
 const PER_WORD: u32 = 32u / BITS;
 const MASK: u32 = (1u << BITS) - 1u;
 const BLOB_WORDS: u32 = BLOCK * BITS / 32u;
@@ -24,39 +26,50 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let zrow = prm[4];
     let n_off = prm[5];
     let n_part = prm[6];
+    let tiles = prm[7];
     let flat = wid.x + wid.y * nwg.x;
-    if (flat >= M * n_part) { return; }
+    if (flat >= tiles * n_part) { return; }
     let n_local = flat % n_part;
     let n = n_off + n_local;
-    let m = flat / n_part;
+    let m0 = (flat / n_part) * ROWS;
+    let rows = min(ROWS, M - m0);
     let t = lid.x;
-    let abase = m * K;
-    var acc = 0.0;
+    var acc: array<f32, ROWS>;
     for (var b = t; b < nb; b = b + WG) {
         let wbase = (n_local * nb + b) * BLOB_WORDS;
-        var s1 = 0.0;
-        var s2 = 0.0;
+        var s1: array<f32, ROWS>;
+        var s2: array<f32, ROWS>;
         for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {
             let word = ldw_qw(wbase + w);
             let k0 = b * BLOCK + w * PER_WORD;
             for (var j = 0u; j < PER_WORD; j = j + 1u) {
                 let k = k0 + j;
                 if (k < K) {
-                    let av = ld_a(abase + k);
-                    s1 = s1 + av * f32((word >> (j * BITS)) & MASK);
-                    s2 = s2 + av;
+                    let q = f32((word >> (j * BITS)) & MASK);
+                    for (var r = 0u; r < rows; r = r + 1u) {
+                        let av = ld_a((m0 + r) * K + k);
+                        s1[r] = s1[r] + av * q;
+                        s2[r] = s2[r] + av;
+                    }
                 }
             }
         }
-        acc = acc + ld_scales(n * nb + b) * (s1 - zero_point(n, b, nb, zrow) * s2);
+        let sc = ld_scales(n * nb + b);
+        let zp = zero_point(n, b, nb, zrow);
+        for (var r = 0u; r < rows; r = r + 1u) {
+            acc[r] = acc[r] + sc * (s1[r] - zp * s2[r]);
+        }
     }
-    red[t] = acc;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (t < s) { red[t] = red[t] + red[t + s]; }
+    for (var r = 0u; r < ROWS; r = r + 1u) {
+        red[t] = acc[r];
         workgroupBarrier();
-    }
-    if (t == 0u) {
-        stf_y(m * N + n, red[0] {{BIAS}});
+        for (var s = WG / 2u; s > 0u; s = s / 2u) {
+            if (t < s) { red[t] = red[t] + red[t + s]; }
+            workgroupBarrier();
+        }
+        if (t == 0u && r < rows) {
+            stf_y((m0 + r) * N + n, red[0] {{BIAS}});
+        }
+        workgroupBarrier();
     }
 }

@@ -85,12 +85,16 @@ impl Op for MatMulNBits {
         }
         let y = cx.alloc(DType::F32, out_shape)?;
         let zrow = (nb * self.bits as usize).div_ceil(8);
+        // GEMV for one row; otherwise tiles of up to 8 rows share each dequantised weight.
+        let rows_per_tile = m.clamp(1, 8);
+        let tiles = m.div_ceil(rows_per_tile);
         for (n_off, b) in &b_parts {
             let n_part = b.shape.first().copied().unwrap_or(0);
             let mut kern = Kernel::new("matmul_nbits", MNB)
                 .workgroup(64)
                 .u32("BITS", self.bits)
                 .u32("BLOCK", self.block as u32)
+                .u32("ROWS", rows_per_tile as u32)
                 .code("ZP", &zp_code(zp.as_ref(), self.bits))
                 .input("a", a.storage())
                 .input("qw", Storage::U8)
@@ -118,8 +122,9 @@ impl Op for MatMulNBits {
                 zrow as u32,
                 *n_off as u32,
                 n_part as u32,
+                tiles as u32,
             ];
-            cx.dispatch(&kern, &bind, &meta, (m * n_part) as u64 * 64)?;
+            cx.dispatch(&kern, &bind, &meta, (tiles * n_part) as u64 * 64)?;
         }
         let out = if a.dtype == DType::F32 {
             y
