@@ -362,7 +362,9 @@ impl OutputParser {
                 if self.buf.len().saturating_sub(longest - 1) > self.max_call_len {
                     self.report_start(events, start_reported);
                     events.push(OutputEvent::ToolCallError(self.too_long_error()));
-                    self.buf.clear();
+                    // Keep what may be the start of a terminator.
+                    let n = releasable(&self.buf, CALL_TERMINATORS);
+                    self.consume(n);
                     self.state = State::SkipCall;
                     return true;
                 }

@@ -747,3 +747,32 @@ fn too_long_errors_quote_the_same_text_however_chunked() {
     };
     assert_eq!(err.raw.len(), "<|tool_call>".len() + 50);
 }
+
+/// Found by the fuzzer: a too-long call ended by a new call whose marker arrives split across
+/// chunks; the partial marker must survive the switch to skipping.
+#[test]
+fn too_long_call_then_a_split_marker() {
+    let src = format!(
+        "<|tool_call>\0\0\u{FFFD}{}<|tool_call>call:g{{}}<tool_call|>",
+        "thought\n".repeat(7)
+    );
+    let run = |size: usize| {
+        let chars: Vec<char> = src.chars().collect();
+        let mut p = OutputParser::with_max_call_len(48);
+        let mut e = Vec::new();
+        for c in chars.chunks(size) {
+            e.extend(p.push(&c.iter().collect::<String>()));
+        }
+        e.extend(p.finish());
+        coalesce(e)
+    };
+    let whole = run(usize::MAX);
+    assert_eq!(
+        whole[whole.len() - 2..],
+        [start("g"), call("g", json!({}))],
+        "{whole:?}"
+    );
+    for size in 1..=13 {
+        assert_eq!(run(size), whole, "chunks of {size} chars");
+    }
+}
