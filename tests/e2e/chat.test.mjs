@@ -149,3 +149,38 @@ test('a scripted agent turn: snapshot, type into a React-style input, click (app
   assert.match(await thumbnail.getAttribute('src'), /^data:image\/png;base64,/);
   await page.close();
 });
+
+test('the page cannot key-log or read the conversation (strict-CSP page)', async () => {
+  await useScript('private');
+  const { page, frame } = await openOverlay('/strict-csp/basic.html');
+  await page.evaluate(() => {
+    window.__seen = [];
+    const log = (e) => window.__seen.push(`${e.type}:${e.key ?? ''}:${e.data ?? ''}`);
+    for (const target of [window, document]) {
+      for (const type of ['keydown', 'keyup', 'keypress', 'input', 'beforeinput', 'compositionstart']) {
+        target.addEventListener(type, log, { capture: true });
+      }
+    }
+    window.__mutations = [];
+    new MutationObserver((records) => {
+      for (const r of records) window.__mutations.push(r.target.textContent ?? '');
+    }).observe(document, { subtree: true, childList: true, characterData: true, attributes: true });
+  });
+  const secret = 'my private question';
+  await frame.locator('[data-testid="gg-input"]').pressSequentially(secret);
+  await frame.press('[data-testid="gg-input"]', 'Enter');
+  await waitForAnswer(frame, 'running on your own GPU');
+  const seen = await page.evaluate(() => ({
+    events: window.__seen,
+    mutations: window.__mutations.join('\n'),
+    text: [...document.querySelectorAll('*')].map((e) => e.textContent).join('\n'),
+    hostStyle: JSON.stringify(Object.values(getComputedStyle(document.querySelector('gemma-gem-host')))
+      .map((p) => getComputedStyle(document.querySelector('gemma-gem-host')).getPropertyValue(p))),
+  }));
+  assert.deepEqual(seen.events, [], 'no key or input event reached the page');
+  for (const where of ['mutations', 'text', 'hostStyle']) {
+    assert.ok(!seen[where].includes(secret), `${where} does not reveal the question`);
+    assert.ok(!seen[where].includes('own GPU'), `${where} does not reveal the answer`);
+  }
+  await page.close();
+});
