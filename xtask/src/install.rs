@@ -108,13 +108,12 @@ pub fn locked_wasm_bindgen_version() -> Result<String> {
     let lock = std::fs::read_to_string(root().join("Cargo.lock")).context("reading Cargo.lock")?;
     let mut lines = lock.lines();
     while let Some(line) = lines.next() {
-        if line.trim() == "name = \"wasm-bindgen\"" {
-            if let Some(v) = lines
+        if line.trim() == "name = \"wasm-bindgen\""
+            && let Some(v) = lines
                 .next()
                 .and_then(|l| l.trim().strip_prefix("version = \""))
-            {
-                return Ok(v.trim_end_matches('"').to_owned());
-            }
+        {
+            return Ok(v.trim_end_matches('"').to_owned());
         }
     }
     bail!("Cargo.lock has no wasm-bindgen package; run `cargo generate-lockfile`")
@@ -136,15 +135,13 @@ fn ensure_wasm_bindgen() -> Result<PathBuf> {
     {
         return Ok(cached_bin);
     }
-    if let Some(on_path) = which("wasm-bindgen") {
-        if bindgen_version_of(&on_path).as_deref() == Some(version.as_str()) {
-            if let Some(dir) = on_path
-                .parent()
-                .filter(|d| d.join("wasm-bindgen-test-runner").is_file())
-            {
-                return Ok(dir.to_path_buf());
-            }
-        }
+    if let Some(on_path) = which("wasm-bindgen")
+        && bindgen_version_of(&on_path).as_deref() == Some(version.as_str())
+        && let Some(dir) = on_path
+            .parent()
+            .filter(|d| d.join("wasm-bindgen-test-runner").is_file())
+    {
+        return Ok(dir.to_path_buf());
     }
     eprintln!(
         "xtask: installing wasm-bindgen-cli {version} into {} (takes several minutes, once)",

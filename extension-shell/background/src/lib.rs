@@ -347,10 +347,9 @@ async fn ensure_offscreen() -> Result<(), String> {
     // The document may exist before its wasm has registered its listener: wait for an answer.
     for _ in 0..100 {
         if let Ok(Some(env)) = gg_chrome::send(Context::ServiceWorker, next_id(), Body::Ping).await
+            && env.body == Body::Pong
         {
-            if env.body == Body::Pong {
-                return Ok(());
-            }
+            return Ok(());
         }
         gloo_timers::future::TimeoutFuture::new(100).await;
     }

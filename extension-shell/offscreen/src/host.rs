@@ -61,8 +61,10 @@ pub fn handles(body: &Body) -> bool {
 }
 
 fn new_agent(max_iterations: u32, thinking: bool) -> Agent {
-    let mut config = AgentConfig::default();
-    config.max_iterations = max_iterations.max(1);
+    let mut config = AgentConfig {
+        max_iterations: max_iterations.max(1),
+        ..AgentConfig::default()
+    };
     config.options.thinking = thinking;
     Agent::new(config)
 }
