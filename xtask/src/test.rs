@@ -166,6 +166,9 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 "xtask",
                 "--exclude",
                 "gg-cli",
+                // no_std: checked below for its own target (std would bring a second panic handler).
+                "--exclude",
+                "gg-content",
                 "--target",
                 "wasm32-unknown-unknown",
                 "--features",
