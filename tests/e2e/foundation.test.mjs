@@ -98,8 +98,14 @@ test('the release build loads in Chromium without errors', async () => {
     const manifest = await rel.sw.evaluate(() => chrome.runtime.getManifest());
     assert.equal(manifest.manifest_version, 3);
     assert.equal(manifest.name, 'Gemma Gem');
-    // Known gap (open in the issue): the release build's offscreen document does not report its
-    // adapter yet; the dev build's does (tested above).
+    // The release wasm (wasm-opt -Oz) instantiates: the service worker brings the offscreen
+    // document up and it reports the adapter, as the dev build does.
+    const report = await until(
+      () => rel.sw.evaluate(async () => (await chrome.storage.session.get('offscreenStatus')).offscreenStatus),
+      { timeout: 60000, what: 'the release offscreen adapter report' },
+    );
+    assert.equal(report.webgpuAvailable, true, JSON.stringify(report));
+    assert.equal(report.error, null, JSON.stringify(report));
     const page = await rel.context.newPage();
     const errors = [];
     page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });

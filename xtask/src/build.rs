@@ -154,6 +154,16 @@ fn bindgen(tools: &Tools, wasm: &Path, out: &Path, target: &str, release: bool) 
     exec(&mut cmd)
 }
 
+/// What rustc's `wasm32-unknown-unknown` target enables by default (Rust ≥ 1.82).
+const RUSTC_WASM_FEATURES: &[&str] = &[
+    "--enable-bulk-memory",
+    "--enable-mutable-globals",
+    "--enable-nontrapping-float-to-int",
+    "--enable-sign-ext",
+    "--enable-multivalue",
+    "--enable-reference-types",
+];
+
 /// Size optimisation with `wasm-opt -Oz` (Debian's binaryen where it understands the module,
 /// otherwise the newer one from npm).
 fn optimise(tools: &Tools, wasm: &Path) -> Result<()> {
@@ -167,7 +177,11 @@ fn optimise(tools: &Tools, wasm: &Path) -> Result<()> {
     let tmp = wasm.with_extension("opt.wasm");
     for opt in &candidates {
         let mut cmd = Command::new(opt);
-        cmd.args(["-Oz", "--all-features", "--strip-debug", "-o"])
+        // The features rustc enables for wasm32-unknown-unknown, and no more: `--all-features`
+        // lets a new binaryen emit encodings (compact imports, …) that Chrome does not accept.
+        cmd.args(["-Oz", "--strip-debug"])
+            .args(RUSTC_WASM_FEATURES)
+            .arg("-o")
             .arg(&tmp)
             .arg(wasm);
         match exec(&mut cmd) {

@@ -19,7 +19,7 @@ pub struct Tools {
     pub wasm_bindgen_dir: PathBuf,
     /// `wasm2js` from the npm `binaryen` package (Debian's binaryen is too old for our output).
     pub wasm2js: PathBuf,
-    /// `wasm-opt` (Debian `binaryen`), when available.
+    /// `wasm-opt` (Debian `binaryen`), when available and new enough (see [`MIN_WASM_OPT`]).
     pub wasm_opt: Option<PathBuf>,
 }
 
@@ -66,8 +66,38 @@ pub fn install_build() -> Result<Tools> {
     Ok(Tools {
         wasm_bindgen_dir,
         wasm2js,
-        wasm_opt: which("wasm-opt"),
+        wasm_opt: which("wasm-opt").filter(|p| usable_wasm_opt(p)),
     })
+}
+
+/// The oldest system `wasm-opt` we use. Debian bookworm's binaryen 108 turns wasm-bindgen's
+/// `externref` table into a function table (the module then fails at start-up with "function-typed
+/// object must be null") and cannot parse `table.fill`; older ones give way to npm's binaryen.
+pub const MIN_WASM_OPT: u32 = 117;
+
+fn usable_wasm_opt(path: &Path) -> bool {
+    let out = Command::new(path).arg("--version").output();
+    let version = out
+        .ok()
+        .and_then(|o| parse_wasm_opt_version(&String::from_utf8_lossy(&o.stdout)));
+    match version {
+        Some(v) if v >= MIN_WASM_OPT => true,
+        other => {
+            eprintln!(
+                "xtask: note: {} is binaryen {} (< {MIN_WASM_OPT}); using npm's binaryen instead",
+                path.display(),
+                other.map_or("of unknown version".into(), |v| v.to_string())
+            );
+            false
+        }
+    }
+}
+
+/// `wasm-opt version 108 (version_108)` → 108.
+fn parse_wasm_opt_version(text: &str) -> Option<u32> {
+    let rest = text.trim().strip_prefix("wasm-opt version ")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
 }
 
 /// What `test` needs: the build tools, the browser, software Vulkan, npm test packages, Python.
@@ -263,4 +293,26 @@ pub fn ensure_python_venv() -> Result<PathBuf> {
     .context("pip install -r tools/requirements.txt failed")?;
     std::fs::write(&stamp, wanted).context("writing the venv stamp")?;
     Ok(python)
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::parse_wasm_opt_version;
+
+    #[test]
+    fn wasm_opt_versions() {
+        assert_eq!(
+            parse_wasm_opt_version("wasm-opt version 108 (version_108)\n"),
+            Some(108)
+        );
+        assert_eq!(
+            parse_wasm_opt_version("wasm-opt version 132 (version_132)"),
+            Some(132)
+        );
+        assert_eq!(
+            parse_wasm_opt_version("wasm-opt version 117-beta"),
+            Some(117)
+        );
+        assert_eq!(parse_wasm_opt_version("something else"), None);
+    }
 }
