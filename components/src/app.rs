@@ -32,6 +32,11 @@ pub struct GemAppProps {
     /// always shows and fills its parent (the extension's overlay iframe).
     #[prop_or(true)]
     pub launcher: bool,
+    /// Without a launcher: show a close button and close on Escape, reported as
+    /// [`UiIntent::PanelToggled`] `{ open: false }` (the host hides the panel and returns focus to
+    /// the page). Ignored with a launcher, which always closes its own panel.
+    #[prop_or_default]
+    pub closable: bool,
 }
 
 /// The complete Gemma Gem UI.
@@ -152,14 +157,21 @@ pub fn gem_app(props: &GemAppProps) -> Html {
             intent.emit(UiIntent::MoveLauncher { corner });
         })
     };
-    let on_close = props.launcher.then(|| {
+    let on_close = if props.launcher {
         let set_open = set_open.clone();
         let launcher_ref = launcher_ref.clone();
-        Callback::from(move |()| {
+        Some(Callback::from(move |()| {
             set_open(false);
             focus_launcher(&launcher_ref);
-        })
-    });
+        }))
+    } else if props.closable {
+        let intent = intent.clone();
+        Some(Callback::from(move |()| {
+            intent.emit(UiIntent::PanelToggled { open: false })
+        }))
+    } else {
+        None
+    };
     let onkeydown = {
         let on_close = on_close.clone();
         Callback::from(move |e: KeyboardEvent| {

@@ -777,6 +777,43 @@ async fn gem_app_round_trip_with_host_events() {
 }
 
 #[wasm_bindgen_test]
+async fn hosted_panel_closes_through_the_host_only_when_closable() {
+    for closable in [false, true] {
+        let (on_intent, intents) = recorder::<UiIntent>();
+        let (root, app) = mount::<GemApp>(yew::props!(GemAppProps {
+            on_intent,
+            launcher: false,
+            closable,
+        }));
+        settle().await;
+        assert!(by_id(&root, "gg-launcher").is_none());
+        let panel = get(&root, "gg-panel");
+        assert_eq!(by_id(&root, "gg-close").is_some(), closable);
+        key(&panel, "Escape", false, false);
+        settle().await;
+        // The host hides the iframe; the panel itself stays (it fills the iframe).
+        assert!(by_id(&root, "gg-panel").is_some());
+        let expected = if closable {
+            vec![UiIntent::PanelToggled { open: false }]
+        } else {
+            vec![]
+        };
+        assert_eq!(*intents.borrow(), expected, "Escape (closable: {closable})");
+        if closable {
+            get(&root, "gg-close").click();
+            settle().await;
+            assert_eq!(
+                intents.borrow().len(),
+                2,
+                "the close button asks the host too"
+            );
+        }
+        app.destroy();
+        root.remove();
+    }
+}
+
+#[wasm_bindgen_test]
 async fn shadow_mount_is_closed_styled_inside_immune_to_page_css_and_unmounts() {
     // Hostile page CSS: hides buttons, recolours and resizes everything, even the host.
     let hostile = document().create_element("style").expect("style");

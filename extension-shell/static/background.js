@@ -8,6 +8,11 @@ chrome.runtime.onMessage.addListener((message, sender, respond) => {
 });
 chrome.runtime.onInstalled.addListener(() => ready.then((w) => w.on_startup()).catch(() => {}));
 chrome.runtime.onStartup.addListener(() => ready.then((w) => w.on_startup()).catch(() => {}));
+// The keyboard command and the toolbar button toggle the panel (a named global, so the tests can
+// call exactly what Chrome calls: synthetic key presses do not reach browser shortcuts).
+globalThis.ggOnCommand = (command, tab) => ready.then((w) => w.on_command(command, tab?.id));
+chrome.commands.onCommand.addListener(globalThis.ggOnCommand);
+chrome.action.onClicked.addListener((tab) => globalThis.ggOnCommand('toggle-overlay', tab));
 
 // Injected by run_javascript into the page's main world (chrome.scripting needs a function object;
 // the model's code arrives as data). It returns a JSON-safe, size-capped result.

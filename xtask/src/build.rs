@@ -55,7 +55,7 @@ pub fn build_with(tools: &Tools, release: bool) -> Result<Built> {
     } else {
         ("dev", "debug")
     };
-    let target_dir = root().join("target");
+    let target_dir = crate::util::target_dir();
     let ext = extension_dir(release);
     let demo = root().join("dist/demo-site");
     for dir in [&ext, &demo] {
@@ -199,7 +199,7 @@ fn optimise(tools: &Tools, wasm: &Path) -> Result<()> {
 /// `./gg_content_bg.wasm` as a module; wasm2js makes that module JavaScript, and the import is
 /// pointed at it.
 fn content_to_js(tools: &Tools, wasm: &Path, out: &Path, release: bool) -> Result<()> {
-    let glue = root().join("target/content-glue");
+    let glue = crate::util::target_dir().join("content-glue");
     if glue.exists() {
         std::fs::remove_dir_all(&glue)?;
     }
@@ -258,5 +258,11 @@ fn manifest(release: bool) -> Result<serde_json::Value> {
         "content_scripts": [{ "matches": pages, "js": ["content.js"], "run_at": "document_idle" }],
         "web_accessible_resources": [{ "resources": ["content/*", "overlay/*"], "matches": pages }],
         "content_security_policy": { "extension_pages": "script-src 'self' 'wasm-unsafe-eval'; object-src 'self'" },
+        "commands": {
+            "toggle-overlay": {
+                "suggested_key": { "default": "Alt+Shift+G" },
+                "description": "Open or close Gemma Gem on this page",
+            },
+        },
     }))
 }

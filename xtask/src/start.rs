@@ -46,7 +46,7 @@ pub fn run(args: &StartArgs) -> Result<()> {
         || std::env::var_os("WAYLAND_DISPLAY").is_some();
     match find_browser() {
         Some(browser) if !args.no_browser && has_display => {
-            let profile = root().join("target/chromium-profile");
+            let profile = crate::util::target_dir().join("chromium-profile");
             eprintln!(
                 "xtask: launching {} with the extension from {ext}",
                 browser.display()

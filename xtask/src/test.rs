@@ -194,7 +194,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
     stage("generate the ONNX conformance cases", &mut || {
         // The onnx package's node test cases, written as model.onnx + test_data_set_N (not
         // committed, ~60 MB); regenerated when the generator or the requirements change.
-        let out = root().join("target/onnx-node-cases");
+        let out = crate::util::target_dir().join("onnx-node-cases");
         let stamp = out.join(".generator-stamp");
         let want = format!(
             "{}\n{}",
@@ -222,7 +222,11 @@ pub fn run(args: &TestArgs) -> Result<()> {
     stage("native tests (GPU on software Vulkan)", &mut || {
         let mut cmd = cargo();
         cmd.args(["test", "--workspace"])
-            .env("WGPU_BACKEND", "vulkan");
+            .env("WGPU_BACKEND", "vulkan")
+            .env(
+                "GG_ONNX_CASES",
+                crate::util::target_dir().join("onnx-node-cases"),
+            );
         Ok(Some(run_counting(&mut cmd)?))
     })?;
 

@@ -11,8 +11,8 @@ mod tools;
 
 use gg_chrome::log;
 use gg_messages::{
-    AdapterReport, Body, Context, Envelope, OFFSCREEN_STATUS_KEY, RequestId, SETTINGS_KEY,
-    SenderInfo, Settings, StatusReport, conversation_key,
+    AdapterReport, Body, Context, Envelope, OFFSCREEN_STATUS_KEY, PanelAction, RequestId,
+    SETTINGS_KEY, SenderInfo, Settings, StatusReport, TOGGLE_COMMAND, conversation_key,
 };
 use std::cell::Cell;
 use wasm_bindgen::prelude::*;
@@ -45,6 +45,41 @@ pub async fn on_startup() -> Result<(), JsValue> {
         log::error(&e);
         JsValue::from_str(&e)
     })
+}
+
+/// `chrome.commands.onCommand` and `chrome.action.onClicked`: the keyboard command (or the
+/// toolbar button) opens or closes the panel in the tab it was used in.
+#[wasm_bindgen]
+pub async fn on_command(command: String, tab_id: Option<f64>) {
+    if command != TOGGLE_COMMAND {
+        log::warn(&format!("unknown command {command:?}"));
+        return;
+    }
+    let Some(tab_id) = tab_id.filter(|t| t.fract() == 0.0 && *t >= 0.0) else {
+        log::debug("the command was used without a tab");
+        return;
+    };
+    if let Err(e) = panel_command(tab_id as i64, PanelAction::Toggle).await {
+        // Pages without our content script (chrome://, the Web Store, PDF viewers...).
+        log::info(&format!("no Gemma Gem on this page: {e}"));
+    }
+}
+
+async fn panel_command(tab_id: i64, action: PanelAction) -> Result<(), String> {
+    let env = Envelope::new(
+        next_id(),
+        Context::ServiceWorker,
+        Body::PanelCommand { action },
+    );
+    match gg_chrome::send_to_tab(tab_id, &env).await {
+        Ok(Envelope {
+            from: Context::Content,
+            body: Body::Ack,
+            ..
+        }) => Ok(()),
+        Ok(other) => Err(format!("unexpected answer {:?}", other.body)),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// `chrome.runtime.onMessage`: every message is parsed, its sender checked, then routed.
@@ -176,6 +211,8 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
                 model_source: s.model_source,
                 max_iterations: s.max_iterations,
                 thinking: s.thinking,
+                temperature: s.temperature,
+                site_permissions: s.site_permissions,
             })
             .await
         }
@@ -199,6 +236,18 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
                 decision,
             })
             .await
+        }
+        (Context::Overlay, Body::ClosePanel) => {
+            panel_command(sender_tab(sender)?, PanelAction::Close).await?;
+            Ok(Body::Ack)
+        }
+        (Context::Overlay, Body::GetPageSite) => {
+            let url = gg_chrome::tab_url(sender_tab(sender)?)
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok(Body::Site {
+                site: origin_of(&url),
+            })
         }
         (Context::Overlay, Body::GetConversation) => {
             let tab_id = sender_tab(sender)?;

@@ -39,6 +39,9 @@ extern "C" {
 
     #[wasm_bindgen(js_namespace = ["chrome", "storage", "sync"], js_name = get, catch)]
     async fn storage_sync_get(keys: JsValue) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "storage", "sync"], js_name = set, catch)]
+    async fn storage_sync_set(items: JsValue) -> Result<JsValue, JsValue>;
 }
 
 /// This extension's id.
@@ -176,6 +179,19 @@ pub async fn sync_get(key: &str) -> Result<Option<serde_json::Value>, ChromeErro
         message,
     })?;
     Ok(json.get(key).cloned().filter(|v| !v.is_null()))
+}
+
+/// Stores one JSON value in `chrome.storage.sync` (every context sees the change through
+/// `chrome.storage.onChanged`).
+pub async fn sync_set(key: &str, value: &serde_json::Value) -> Result<(), ChromeError> {
+    let items = to_js(
+        "chrome.storage.sync.set",
+        &serde_json::json!({ key: value }),
+    )?;
+    storage_sync_set(items)
+        .await
+        .map_err(err("chrome.storage.sync.set"))?;
+    Ok(())
 }
 
 /// Parses the `sender` argument of a `chrome.runtime.onMessage` listener.

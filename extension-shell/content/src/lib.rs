@@ -11,15 +11,15 @@ extern crate alloc;
 
 mod dom;
 mod js;
+mod panel;
 mod snapshot;
 mod text;
 mod tools;
 
 use alloc::format;
-use alloc::string::String;
+
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
-use web_sys::{Document, Element, HtmlElement, ShadowRoot, ShadowRootInit, ShadowRootMode};
 
 #[cfg(target_arch = "wasm32")]
 #[global_allocator]
@@ -31,17 +31,9 @@ fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
     core::arch::wasm32::unreachable()
 }
 
-/// Tag name of the host element (a valid custom-element name, so `attachShadow` is allowed).
-pub const HOST_TAG: &str = "gemma-gem-host";
-/// Path of the overlay page inside the extension.
-pub const OVERLAY_PATH: &str = "overlay/overlay.html";
-const LOG_PREFIX: &str = "[Gemma Gem]";
+pub use panel::{HOST_TAG, OVERLAY_PATH};
 
-#[wasm_bindgen]
-extern "C" {
-    #[wasm_bindgen(js_namespace = ["chrome", "runtime"], js_name = getURL)]
-    fn runtime_get_url(path: &str) -> String;
-}
+const LOG_PREFIX: &str = "[Gemma Gem]";
 
 fn log_error(msg: &str) {
     web_sys::console::error_1(&JsValue::from_str(&format!("{LOG_PREFIX} {msg}")));
@@ -53,43 +45,23 @@ fn log_debug(msg: &str) {
     }
 }
 
-/// Inline style of the host element. Inline `!important` declarations win over any `!important`
-/// rule of the page's own style sheets, so hostile page CSS cannot hide or restyle the host.
-const HOST_STYLE_COLLAPSED: &str = "all: initial !important; display: block !important; position: fixed !important; \
-    right: 16px !important; bottom: 16px !important; width: 56px !important; height: 56px !important; \
-    z-index: 2147483647 !important; margin: 0 !important; padding: 0 !important; border: 0 !important; \
-    background: transparent !important; visibility: visible !important; opacity: 1 !important; \
-    transform: none !important; pointer-events: auto !important; contain: strict !important;";
-const HOST_STYLE_OPEN: &str = "all: initial !important; display: block !important; position: fixed !important; \
-    right: 16px !important; bottom: 16px !important; width: min(420px, calc(100vw - 32px)) !important; \
-    height: min(640px, calc(100vh - 32px)) !important; z-index: 2147483647 !important; margin: 0 !important; \
-    padding: 0 !important; border: 0 !important; background: transparent !important; visibility: visible !important; \
-    opacity: 1 !important; transform: none !important; pointer-events: auto !important; contain: strict !important;";
-
-/// Styles inside the shadow root; the page's style sheets cannot reach them.
-const SHADOW_CSS: &str = ":host { all: initial; }\n\
-    .launcher { all: initial; box-sizing: border-box; position: absolute; right: 4px; bottom: 4px; width: 48px; height: 48px; \
-      border-radius: 50%; cursor: pointer; display: flex; align-items: center; justify-content: center; \
-      background: linear-gradient(135deg, #6d5dfc 0%, #3ab0ff 100%); color: #fff; font: 600 20px/1 system-ui, sans-serif; \
-      box-shadow: 0 4px 14px rgba(0, 0, 0, .28); transition: transform .15s ease; }\n\
-    .launcher:hover { transform: scale(1.06); }\n\
-    .launcher:focus-visible { outline: 3px solid #ffbf47; outline-offset: 2px; }\n\
-    .panel { all: initial; display: block; position: absolute; inset: 0 0 60px 0; width: 100%; height: calc(100% - 60px); \
-      border: 0; border-radius: 14px; box-shadow: 0 12px 40px rgba(0, 0, 0, .3); background: #fff; }\n\
-    .panel[hidden] { display: none; }\n\
-    @media (prefers-reduced-motion: reduce) { .launcher { transition: none; } }\n";
-
-fn create(document: &Document, tag: &str) -> Result<Element, JsValue> {
-    document.create_element(tag)
-}
-
 /// Entry point, called by the loader `content.js`.
 #[wasm_bindgen]
 pub fn start() {
-    if let Err(e) = mount() {
-        log_error(&format!("could not mount the launcher: {e:?}"));
+    let window_ok = web_sys::window()
+        .and_then(|w| w.location().protocol().ok())
+        .is_some_and(|p| p == "http:" || p == "https:");
+    if !window_ok {
+        return;
     }
-    if let Err(e) = listen() {
+    let panel = match panel::start() {
+        Ok(panel) => Some(panel),
+        Err(e) => {
+            log_error(&format!("could not mount the launcher: {e:?}"));
+            None
+        }
+    };
+    if let Err(e) = listen(panel) {
         log_error(&format!("could not listen for tool calls: {e:?}"));
     }
 }
@@ -98,14 +70,14 @@ pub fn start() {
 const PROTOCOL: &str = "gemma-gem/1";
 
 /// Answers tool calls from this extension's service worker (`chrome.runtime.onMessage`).
-fn listen() -> Result<(), JsValue> {
+fn listen(panel: Option<panel::Shared>) -> Result<(), JsValue> {
     let runtime = js::get(&js::get(&js_sys::global(), "chrome"), "runtime");
     let own_id = js::get_str(&runtime, "id").ok_or("no extension id")?;
     let on_message = js::get(&runtime, "onMessage");
     let mut state = tools::State::new();
     let listener = Closure::<dyn FnMut(JsValue, JsValue, JsValue) -> JsValue>::new(
         move |message: JsValue, sender: JsValue, respond: JsValue| {
-            if let Some(answer) = answer(&mut state, &own_id, &message, &sender)
+            if let Some(answer) = answer(&mut state, panel.as_ref(), &own_id, &message, &sender)
                 && let Ok(respond) = respond.dyn_into::<js_sys::Function>()
                 && let Err(e) = respond.call1(&JsValue::UNDEFINED, &answer)
             {
@@ -125,6 +97,7 @@ fn listen() -> Result<(), JsValue> {
 /// service worker (other extensions, our extension pages in tabs, foreign shapes).
 fn answer(
     state: &mut tools::State,
+    panel: Option<&panel::Shared>,
     own_id: &str,
     message: &JsValue,
     sender: &JsValue,
@@ -179,6 +152,15 @@ fn answer(
                 .s("type", "element_facts")
                 .v("result", result(facts))
         }
+        "panel_command" => {
+            let command = panel::Command::parse(&js::get_str(&body, "action")?)?;
+            if let Some(panel) = panel
+                && let Err(e) = panel::run(panel, command)
+            {
+                log_error(&format!("could not {command:?} the panel: {e:?}"));
+            }
+            js::Obj::new().s("type", "ack")
+        }
         _ => return None,
     };
     Some(
@@ -189,96 +171,4 @@ fn answer(
             .v("body", reply.js())
             .js(),
     )
-}
-
-fn mount() -> Result<(), JsValue> {
-    let window = web_sys::window().ok_or("no window")?;
-    let protocol = window.location().protocol()?;
-    if protocol != "http:" && protocol != "https:" {
-        return Ok(());
-    }
-    let document = window.document().ok_or("no document")?;
-    // A previous copy of this script (before an extension reload) leaves its host behind.
-    if let Some(old) = document.query_selector(HOST_TAG)? {
-        old.remove();
-    }
-    let host: HtmlElement = create(&document, HOST_TAG)?.dyn_into()?;
-    host.set_attribute("style", HOST_STYLE_COLLAPSED)?;
-    host.set_attribute("data-gemma-gem", "")?;
-    let init = ShadowRootInit::new(ShadowRootMode::Closed);
-    let root: ShadowRoot = host.attach_shadow(&init)?;
-
-    let style = create(&document, "style")?;
-    style.set_text_content(Some(SHADOW_CSS));
-    root.append_child(&style)?;
-
-    let button = create(&document, "button")?;
-    button.set_class_name("launcher");
-    button.set_attribute("type", "button")?;
-    button.set_attribute("data-testid", "gg-launcher")?;
-    button.set_attribute("data-status", "idle")?;
-    button.set_attribute("aria-label", "Open Gemma Gem")?;
-    button.set_attribute("aria-expanded", "false")?;
-    button.set_text_content(Some("\u{25C6}"));
-    root.append_child(&button)?;
-
-    let on_click = {
-        let host = host.clone();
-        let root = root.clone();
-        let button = button.clone();
-        let document = document.clone();
-        Closure::<dyn FnMut()>::new(move || {
-            if let Err(e) = toggle(&document, &host, &root, &button) {
-                log_error(&format!("could not open the panel: {e:?}"));
-            }
-        })
-    };
-    button.add_event_listener_with_callback("click", on_click.as_ref().unchecked_ref())?;
-    // The listener lives as long as the page.
-    on_click.forget();
-
-    let parent = document.document_element().ok_or("no document element")?;
-    parent.append_child(&host)?;
-    log_debug("launcher mounted");
-    Ok(())
-}
-
-/// Opens or closes the panel: the overlay page in an iframe, created on first use.
-fn toggle(
-    document: &Document,
-    host: &HtmlElement,
-    root: &ShadowRoot,
-    button: &Element,
-) -> Result<(), JsValue> {
-    let frame = match root.query_selector("iframe.panel")? {
-        Some(frame) => frame,
-        None => {
-            let frame = create(document, "iframe")?;
-            frame.set_class_name("panel");
-            frame.set_attribute("data-testid", "gg-panel-frame")?;
-            frame.set_attribute("title", "Gemma Gem")?;
-            frame.set_attribute("hidden", "")?;
-            frame.set_attribute("src", &runtime_get_url(OVERLAY_PATH))?;
-            root.insert_before(&frame, Some(button))?;
-            frame
-        }
-    };
-    let open = frame.has_attribute("hidden");
-    if open {
-        frame.remove_attribute("hidden")?;
-        host.set_attribute("style", HOST_STYLE_OPEN)?;
-    } else {
-        frame.set_attribute("hidden", "")?;
-        host.set_attribute("style", HOST_STYLE_COLLAPSED)?;
-    }
-    button.set_attribute("aria-expanded", if open { "true" } else { "false" })?;
-    button.set_attribute(
-        "aria-label",
-        if open {
-            "Close Gemma Gem"
-        } else {
-            "Open Gemma Gem"
-        },
-    )?;
-    Ok(())
 }

@@ -157,6 +157,13 @@ pub enum Body {
         model_source: String,
         max_iterations: u32,
         thinking: bool,
+        /// Sampling temperature (settings `temperature`).
+        #[serde(default = "default_temperature")]
+        temperature: f32,
+        /// What the user allowed "always on this site" (settings `sitePermissions`, the JSON of
+        /// `gg_agent::SitePermissions`).
+        #[serde(default)]
+        site_permissions: serde_json::Value,
     },
     /// Service worker -> offscreen: cancel a tab's running turn.
     CancelTurn { tab_id: i64 },
@@ -190,8 +197,16 @@ pub enum Body {
     },
     /// Offscreen -> service worker: the site (origin) a tab shows.
     TabSite { tab_id: i64 },
-    /// Answer to [`Body::TabSite`].
+    /// Answer to [`Body::TabSite`] and [`Body::GetPageSite`].
     Site { site: String },
+    /// Overlay -> service worker: the site (origin) of the page this overlay is shown in.
+    GetPageSite,
+    /// Overlay -> service worker: hide this tab's panel and give the focus back to the page
+    /// (Escape or the close button inside the overlay, whose key events the page never sees).
+    ClosePanel,
+    /// Service worker -> content script of one tab: open or close the panel (the keyboard
+    /// command, or [`Body::ClosePanel`] from the tab's overlay).
+    PanelCommand { action: PanelAction },
     /// Offscreen -> every context: an event of a tab's agent turn. Overlays show the events of
     /// their own tab; the service worker stores the conversation when a turn ends.
     AgentEvent {
@@ -209,6 +224,23 @@ pub enum Body {
     /// A request failed; `message` says why.
     Error { message: String },
 }
+
+fn default_temperature() -> f32 {
+    Settings::default().temperature
+}
+
+/// What [`Body::PanelCommand`] asks the content script to do.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PanelAction {
+    /// Open the panel when closed, close it when open.
+    Toggle,
+    /// Close the panel (nothing happens when it is closed).
+    Close,
+}
+
+/// Name of the keyboard command (manifest `commands`) that toggles the panel.
+pub const TOGGLE_COMMAND: &str = "toggle-overlay";
 
 /// What the service worker knows about the extension as a whole.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -334,6 +366,29 @@ mod tests {
         assert_eq!(json["body"]["type"], "ping");
         assert_eq!(json["from"], "offscreen");
         assert_eq!(Envelope::from_json(json).unwrap(), env);
+    }
+
+    #[test]
+    fn panel_command_wire_format_is_what_the_content_script_reads() {
+        // gg-content (no_std, no serde) reads `body.type` and `body.action` by hand.
+        let env = Envelope::new(
+            RequestId(3),
+            Context::ServiceWorker,
+            Body::PanelCommand {
+                action: PanelAction::Toggle,
+            },
+        );
+        let json = serde_json::to_value(&env).unwrap();
+        assert_eq!(
+            json["body"],
+            serde_json::json!({"type": "panel_command", "action": "toggle"})
+        );
+        assert_eq!(Envelope::from_json(json).unwrap(), env);
+        let close = serde_json::to_value(Body::PanelCommand {
+            action: PanelAction::Close,
+        })
+        .unwrap();
+        assert_eq!(close["action"], "close");
     }
 
     #[test]

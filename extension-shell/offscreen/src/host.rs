@@ -78,7 +78,20 @@ pub async fn handle(body: Body) -> Result<Body, String> {
             model_source,
             max_iterations,
             thinking,
+            temperature,
+            site_permissions,
         } => {
+            // Stored by the overlays; a damaged value must not stop the user from chatting.
+            let permissions = match site_permissions {
+                serde_json::Value::Null => Ok(gg_agent::SitePermissions::default()),
+                json => serde_json::from_value::<gg_agent::SitePermissions>(json),
+            }
+            .unwrap_or_else(|e| {
+                log::warn(&format!(
+                    "stored site permissions are unreadable ({e}); none apply"
+                ));
+                gg_agent::SitePermissions::default()
+            });
             if with_tab(tab_id, |t| t.running.is_some()) {
                 return Err("an answer is still being written in this tab; stop it first".into());
             }
@@ -92,6 +105,8 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                     .unwrap_or_else(|| new_agent(max_iterations, thinking));
                 agent.config_mut().max_iterations = max_iterations.max(1);
                 agent.config_mut().options.thinking = thinking;
+                agent.config_mut().options.temperature = temperature.clamp(0.0, 2.0);
+                agent.set_permissions(permissions);
                 agent
             });
             wasm_bindgen_futures::spawn_local(run_turn(tab_id, agent, backend, text, cancel));

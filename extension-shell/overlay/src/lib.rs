@@ -4,12 +4,14 @@
 //! learned from the service worker's answer to `GetConversation`).
 
 mod convert;
+mod settings;
 
 use gg_agent::ApprovalDecision as AgentDecision;
 use gg_chrome::log;
 use gg_components::{Action, ApprovalDecision, ChatDispatcher, GemApp, UiIntent};
-use gg_messages::{Body, Context, Envelope, RequestId};
+use gg_messages::{Body, Context, Envelope, RequestId, SETTINGS_KEY, Settings};
 use std::cell::{Cell, RefCell};
+use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use yew::prelude::*;
 
@@ -82,6 +84,82 @@ async fn load_conversation() {
     }
 }
 
+/// The stored settings (defaults when absent; a damaged value is reported and replaced by the
+/// defaults rather than blocking the UI).
+async fn stored_settings() -> Result<Settings, String> {
+    match gg_chrome::sync_get(SETTINGS_KEY).await {
+        Ok(None) => Ok(Settings::default()),
+        Ok(Some(json)) => Ok(serde_json::from_value(json).unwrap_or_else(|e| {
+            log::warn(&format!(
+                "stored settings are invalid ({e}); showing the defaults"
+            ));
+            Settings::default()
+        })),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+async fn save_settings(next: &Settings) {
+    let json = match serde_json::to_value(next) {
+        Ok(json) => json,
+        Err(e) => return show_error(format!("could not save the settings: {e}")),
+    };
+    if let Err(e) = gg_chrome::sync_set(SETTINGS_KEY, &json).await {
+        show_error(format!("could not save the settings: {e}"));
+    }
+}
+
+/// Settings and site for the panel, at start.
+async fn load_settings_and_site() {
+    match stored_settings().await {
+        Ok(stored) => dispatch(Action::SetSettings {
+            settings: settings::to_ui(&stored),
+        }),
+        Err(e) => show_error(format!("could not read the settings: {e}")),
+    }
+    if let Some(Body::Site { site }) = request(Body::GetPageSite).await {
+        let host = settings::host_of(&site);
+        dispatch(Action::SetSite {
+            site: (!host.is_empty()).then_some(host),
+        });
+    }
+}
+
+/// The user edited the settings in this overlay: store them; every tab (this one included)
+/// applies them through `chrome.storage.onChanged`.
+async fn settings_changed(ui: gg_components::Settings) {
+    match stored_settings().await {
+        Ok(stored) => save_settings(&settings::from_ui(&ui, &stored)).await,
+        Err(e) => show_error(format!("could not save the settings: {e}")),
+    }
+}
+
+/// The agent recorded an "always on this site" permission: keep it for every tab and later turns.
+async fn permission_granted(site: String, permission: gg_agent::Permission) {
+    match stored_settings().await {
+        Ok(mut stored) => {
+            if settings::grant(&mut stored, &site, permission) {
+                save_settings(&stored).await;
+            }
+        }
+        Err(e) => show_error(format!("could not save the permission: {e}")),
+    }
+}
+
+/// `chrome.storage.onChanged` for `sync.settings` (called by `overlay.js`): the new value, shown
+/// at once in every tab's panel.
+#[wasm_bindgen]
+pub fn on_settings_changed(value: JsValue) {
+    let stored = match gg_chrome::from_js(&value) {
+        Ok(serde_json::Value::Null) => Settings::default(),
+        Ok(json) => serde_json::from_value(json).unwrap_or_default(),
+        Err(_) => Settings::default(),
+    };
+    dispatch(Action::SetSettings {
+        settings: settings::to_ui(&stored),
+    });
+}
+
 fn decision(d: ApprovalDecision) -> AgentDecision {
     match d {
         ApprovalDecision::AllowOnce => AgentDecision::AllowOnce,
@@ -105,6 +183,13 @@ async fn send_intent(intent: UiIntent) {
             },
             Err(_) => return show_error(format!("unknown tool call {call_id}")),
         },
+        UiIntent::SettingsChanged { settings } => return settings_changed(settings).await,
+        // The settings change that goes with it removes the host from the page (content script).
+        UiIntent::DisableSite { site } => {
+            log::info(&format!("Gemma Gem turned off on {site}"));
+            return;
+        }
+        UiIntent::PanelToggled { open: false } => Body::ClosePanel,
         other => {
             log::debug(&format!("not handled yet: {other:?}"));
             return;
@@ -117,11 +202,14 @@ async fn send_intent(intent: UiIntent) {
 fn overlay_app() -> Html {
     let on_ready = Callback::from(|d: ChatDispatcher| {
         DISPATCHER.with(|slot| *slot.borrow_mut() = Some(d));
+        // First opening: the iframe got the focus before this page had loaded.
+        focus_input();
         wasm_bindgen_futures::spawn_local(load_conversation());
+        wasm_bindgen_futures::spawn_local(load_settings_and_site());
     });
     let on_intent =
         Callback::from(|intent: UiIntent| wasm_bindgen_futures::spawn_local(send_intent(intent)));
-    html! { <GemApp launcher={false} {on_ready} {on_intent} /> }
+    html! { <GemApp launcher={false} closable={true} {on_ready} {on_intent} /> }
 }
 
 /// `chrome.runtime.onMessage` broadcasts (never answered here): the agent events of this tab.
@@ -149,6 +237,9 @@ pub fn on_broadcast(message: JsValue) {
     }) {
         return;
     }
+    if let gg_agent::AgentEvent::PermissionGranted { site, permission } = &event {
+        wasm_bindgen_futures::spawn_local(permission_granted(site.clone(), permission.clone()));
+    }
     for action in convert::event_actions(event) {
         dispatch(action);
     }
@@ -159,4 +250,42 @@ pub fn on_broadcast(message: JsValue) {
 pub fn start() {
     log::info("overlay started");
     yew::Renderer::<OverlayApp>::new().render();
+    focus_input_when_shown();
+}
+
+/// Puts the focus on the message box, unless the user already is somewhere in the panel or
+/// this page does not have the focus (the panel is closed).
+fn focus_input() {
+    let Some(document) = web_sys::window().and_then(|w| w.document()) else {
+        return;
+    };
+    let in_panel = document
+        .active_element()
+        .is_some_and(|el| el.tag_name() != "BODY");
+    if in_panel || !document.has_focus().unwrap_or(false) {
+        return;
+    }
+    if let Some(input) = document
+        .query_selector("[data-testid=gg-input]")
+        .ok()
+        .flatten()
+        .and_then(|el| el.dyn_into::<web_sys::HtmlElement>().ok())
+    {
+        let _ = input.focus();
+    }
+}
+
+/// The content script focuses the iframe when it opens the panel: the message box takes it.
+fn focus_input_when_shown() {
+    let Some(window) = web_sys::window() else {
+        return;
+    };
+    let on_focus = Closure::<dyn FnMut()>::new(focus_input);
+    if window
+        .add_event_listener_with_callback("focus", on_focus.as_ref().unchecked_ref())
+        .is_ok()
+    {
+        // Lives as long as the page.
+        on_focus.forget();
+    }
 }

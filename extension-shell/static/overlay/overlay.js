@@ -1,9 +1,13 @@
 // Loader of the overlay page (Rust/wasm Yew UI, shown in an iframe inside the page).
-import init, { start, on_broadcast } from './gg_overlay.js';
+import init, { start, on_broadcast, on_settings_changed } from './gg_overlay.js';
 await init({ module_or_path: new URL('./gg_overlay_bg.wasm', import.meta.url) });
 // Broadcasts of the agent's events; the service worker answers requests, this page never does.
 chrome.runtime.onMessage.addListener((message, sender) => {
   if (sender.id === chrome.runtime.id) on_broadcast(message);
   return false;
+});
+// Settings changed in any tab apply here at once.
+chrome.storage.onChanged.addListener((changes, area) => {
+  if (area === 'sync' && changes.settings) on_settings_changed(changes.settings.newValue);
 });
 start();

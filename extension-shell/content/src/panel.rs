@@ -1,0 +1,811 @@
+//! The in-page host: `<gemma-gem-host>` with a **closed** shadow root holding the launcher and,
+//! once opened, the overlay page in an iframe.
+//!
+//! - Open/close: the launcher, the keyboard command (service worker → [`Command`]), Escape
+//!   (on the launcher here; inside the overlay the overlay asks the service worker, which sends
+//!   [`Command::Close`] — the page never sees the overlay's key events). Opening moves the focus
+//!   into the overlay; closing gives it back to the element of the page that had it before
+//!   (or to the launcher), so keyboard users lose nothing.
+//! - The launcher can be dragged (pointer) or moved with Alt+arrow keys to any corner of the
+//!   viewport; the corner is remembered in `chrome.storage.local` ([`CORNER_KEY`]).
+//! - Sites listed in the settings' `disabledHosts` get no host at all; the list is watched, so
+//!   disabling or re-enabling a site applies at once, without a reload.
+//! - When the extension is reloaded or updated, this copy's `chrome.runtime` goes away: the next
+//!   interaction removes the host (and a newly injected copy replaces any host left behind).
+
+use alloc::format;
+use alloc::rc::Rc;
+use alloc::string::{String, ToString};
+use core::cell::RefCell;
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+use web_sys::{Document, Element, HtmlElement, ShadowRoot, ShadowRootInit, ShadowRootMode};
+
+use crate::js;
+
+/// Tag name of the host element (a valid custom-element name, so `attachShadow` is allowed).
+pub const HOST_TAG: &str = "gemma-gem-host";
+/// Path of the overlay page inside the extension.
+pub const OVERLAY_PATH: &str = "overlay/overlay.html";
+/// `chrome.storage.local` key of the launcher's corner.
+pub const CORNER_KEY: &str = "launcherCorner";
+/// `chrome.storage.sync` key of the settings (`gg_messages::SETTINGS_KEY`).
+const SETTINGS_KEY: &str = "settings";
+/// Pointer travel (CSS px) before a press on the launcher becomes a drag.
+const DRAG_THRESHOLD: f64 = 5.0;
+/// Distance of the host from the viewport's edges (CSS px).
+const MARGIN: f64 = 16.0;
+/// Size of the collapsed host (CSS px).
+const COLLAPSED: f64 = 56.0;
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = ["chrome", "runtime"], js_name = getURL)]
+    fn runtime_get_url(path: &str) -> String;
+}
+
+/// A corner of the viewport.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Corner {
+    TopLeft,
+    TopRight,
+    BottomLeft,
+    #[default]
+    BottomRight,
+}
+
+impl Corner {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::TopLeft => "top-left",
+            Self::TopRight => "top-right",
+            Self::BottomLeft => "bottom-left",
+            Self::BottomRight => "bottom-right",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::TopLeft,
+            Self::TopRight,
+            Self::BottomLeft,
+            Self::BottomRight,
+        ]
+        .into_iter()
+        .find(|c| c.as_str() == s)
+    }
+
+    fn top(self) -> bool {
+        matches!(self, Self::TopLeft | Self::TopRight)
+    }
+
+    fn left(self) -> bool {
+        matches!(self, Self::TopLeft | Self::BottomLeft)
+    }
+
+    fn from_sides(top: bool, left: bool) -> Self {
+        match (top, left) {
+            (true, true) => Self::TopLeft,
+            (true, false) => Self::TopRight,
+            (false, true) => Self::BottomLeft,
+            (false, false) => Self::BottomRight,
+        }
+    }
+
+    /// The corner nearest to the point `(x, y)` of a `width` × `height` viewport.
+    pub fn nearest(x: f64, y: f64, width: f64, height: f64) -> Self {
+        Self::from_sides(y < height / 2.0, x < width / 2.0)
+    }
+
+    /// The corner an Alt+arrow key moves to (`None` for other keys).
+    pub fn step(self, key: &str) -> Option<Self> {
+        let (top, left) = (self.top(), self.left());
+        Some(match key {
+            "ArrowUp" => Self::from_sides(true, left),
+            "ArrowDown" => Self::from_sides(false, left),
+            "ArrowLeft" => Self::from_sides(top, true),
+            "ArrowRight" => Self::from_sides(top, false),
+            _ => return None,
+        })
+    }
+}
+
+/// The host's inline style. Inline `!important` declarations win over any `!important` rule of
+/// the page's own style sheets, so hostile page CSS cannot hide, move or restyle the host.
+/// `dragged_to`: the top-left point of the collapsed host while it is being dragged.
+pub fn host_style(corner: Corner, open: bool, dragged_to: Option<(f64, f64)>) -> String {
+    let place = match dragged_to {
+        Some((x, y)) => format!("left: {x:.0}px !important; top: {y:.0}px !important;"),
+        None => {
+            let v = if corner.top() { "top" } else { "bottom" };
+            let h = if corner.left() { "left" } else { "right" };
+            format!("{v}: {MARGIN}px !important; {h}: {MARGIN}px !important;")
+        }
+    };
+    let size = if open && dragged_to.is_none() {
+        "width: min(420px, calc(100vw - 32px)) !important; height: min(640px, calc(100vh - 32px)) !important;"
+            .to_string()
+    } else {
+        format!("width: {COLLAPSED}px !important; height: {COLLAPSED}px !important;")
+    };
+    format!(
+        "all: initial !important; display: block !important; position: fixed !important; {place} {size} \
+         z-index: 2147483647 !important; margin: 0 !important; padding: 0 !important; border: 0 !important; \
+         background: transparent !important; visibility: visible !important; opacity: 1 !important; \
+         transform: none !important; pointer-events: auto !important; contain: strict !important;"
+    )
+}
+
+/// Styles inside the shadow root; the page's style sheets cannot reach them.
+const SHADOW_CSS: &str = ":host { all: initial; }\n\
+    .gg { all: initial; display: block; position: absolute; inset: 0; }\n\
+    .launcher { all: initial; box-sizing: border-box; position: absolute; width: 48px; height: 48px; \
+      border-radius: 50%; cursor: pointer; display: flex; align-items: center; justify-content: center; \
+      background: linear-gradient(135deg, #6d5dfc 0%, #3ab0ff 100%); color: #fff; font: 600 20px/1 system-ui, sans-serif; \
+      box-shadow: 0 4px 14px rgba(0, 0, 0, .28); transition: transform .15s ease; touch-action: none; user-select: none; }\n\
+    .gg[data-corner$=right] .launcher { right: 4px; }\n\
+    .gg[data-corner$=left] .launcher { left: 4px; }\n\
+    .gg[data-corner^=bottom] .launcher { bottom: 4px; }\n\
+    .gg[data-corner^=top] .launcher { top: 4px; }\n\
+    .launcher:hover { transform: scale(1.06); }\n\
+    .gg[data-dragging] .launcher { cursor: grabbing; transform: scale(1.1); }\n\
+    .launcher:focus-visible { outline: 3px solid #ffbf47; outline-offset: 2px; }\n\
+    .panel { all: initial; display: block; position: absolute; left: 0; width: 100%; height: calc(100% - 60px); \
+      border: 0; border-radius: 14px; box-shadow: 0 12px 40px rgba(0, 0, 0, .3); background: #fff; }\n\
+    .gg[data-corner^=bottom] .panel { top: 0; }\n\
+    .gg[data-corner^=top] .panel { bottom: 0; }\n\
+    .panel[hidden] { display: none; }\n\
+    @media (prefers-reduced-motion: reduce) { .launcher { transition: none; } }\n";
+
+/// Whether `entry` of the settings' `disabledHosts` names the page's `hostname`. Entries are host
+/// names (`example.com`); origins or URLs (`https://example.com:8443/x`) are accepted too.
+pub fn host_matches(entry: &str, hostname: &str) -> bool {
+    let entry = entry.trim();
+    let entry = entry.split_once("://").map_or(entry, |(_, rest)| rest);
+    let entry = entry.split(['/', '?', '#']).next().unwrap_or("");
+    // `[::1]:8080` keeps its brackets; `host:port` loses the port.
+    let entry = if entry.starts_with('[') {
+        entry.split_inclusive(']').next().unwrap_or(entry)
+    } else {
+        entry.split(':').next().unwrap_or(entry)
+    };
+    let entry = entry.trim_end_matches('.');
+    !entry.is_empty() && entry.eq_ignore_ascii_case(hostname.trim_end_matches('.'))
+}
+
+/// What the service worker may ask of the panel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Command {
+    Toggle,
+    Close,
+}
+
+impl Command {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "toggle" => Some(Self::Toggle),
+            "close" => Some(Self::Close),
+            _ => None,
+        }
+    }
+}
+
+struct Press {
+    pointer: i32,
+    x: f64,
+    y: f64,
+    dragging: bool,
+}
+
+struct Mounted {
+    host: HtmlElement,
+    wrap: Element,
+    button: HtmlElement,
+    frame: Option<HtmlElement>,
+    open: bool,
+    /// The page element that had the focus when the panel opened.
+    return_focus: Option<HtmlElement>,
+    press: Option<Press>,
+    /// A drag just ended: the click that follows it is not a toggle.
+    swallow_click: bool,
+}
+
+/// The host's state, shared by its event listeners.
+pub struct Panel {
+    document: Document,
+    corner: Corner,
+    disabled: bool,
+    mounted: Option<Mounted>,
+}
+
+pub type Shared = Rc<RefCell<Panel>>;
+
+fn log_error(msg: &str) {
+    crate::log_error(msg);
+}
+
+/// `chrome.runtime.id` is gone once the extension was reloaded, updated or removed.
+fn extension_alive() -> bool {
+    let runtime = js::get(&js::get(&js_sys::global(), "chrome"), "runtime");
+    !runtime.is_undefined() && js::get_str(&runtime, "id").is_some()
+}
+
+fn storage_area(area: &str) -> JsValue {
+    js::get(
+        &js::get(&js::get(&js_sys::global(), "chrome"), "storage"),
+        area,
+    )
+}
+
+/// `chrome.storage[area].get(key)`, then `f(value)` (`undefined` when absent or unreadable).
+fn storage_get(area: &str, key: &str, f: impl FnOnce(JsValue) + 'static) {
+    let promise = js::call(&storage_area(area), "get", &[JsValue::from_str(key)]);
+    let key = key.to_string();
+    match promise {
+        Ok(promise) => {
+            let f = Rc::new(RefCell::new(Some(f)));
+            let g = f.clone();
+            let ok = Closure::once_into_js(move |items: JsValue| {
+                if let Some(f) = f.borrow_mut().take() {
+                    f(js::get(&items, &key));
+                }
+            });
+            let err = Closure::once_into_js(move |e: JsValue| {
+                log_error(&format!("could not read chrome.storage: {e:?}"));
+                if let Some(f) = g.borrow_mut().take() {
+                    f(JsValue::UNDEFINED);
+                }
+            });
+            if js::call(&promise, "then", &[ok, err]).is_err() {
+                log_error("chrome.storage did not return a promise");
+            }
+        }
+        Err(e) => {
+            log_error(&format!("could not read chrome.storage: {e:?}"));
+            f(JsValue::UNDEFINED);
+        }
+    }
+}
+
+fn storage_set(area: &str, key: &str, value: JsValue) {
+    let items = js::Obj::new().v(key, value).js();
+    if let Ok(promise) = js::call(&storage_area(area), "set", &[items]) {
+        let err = Closure::once_into_js(move |e: JsValue| {
+            log_error(&format!("could not save to chrome.storage: {e:?}"));
+        });
+        let _ = js::call(&promise, "catch", &[err]);
+    }
+}
+
+/// Whether the stored settings turn Gemma Gem off on `hostname`.
+fn disabled_by(settings: &JsValue, hostname: &str) -> bool {
+    let hosts = js::get(settings, "disabledHosts");
+    if !js_sys::Array::is_array(&hosts) {
+        return false;
+    }
+    js_sys::Array::from(&hosts)
+        .iter()
+        .filter_map(|h| h.as_string())
+        .any(|h| host_matches(&h, hostname))
+}
+
+/// Starts the host on this page: reads the corner and the disabled hosts, mounts unless this
+/// site is disabled, and follows later changes of both.
+pub fn start() -> Result<Shared, JsValue> {
+    let window = web_sys::window().ok_or("no window")?;
+    let document = window.document().ok_or("no document")?;
+    // A previous copy of this script (before an extension reload) leaves its host behind.
+    if let Some(old) = document.query_selector(HOST_TAG)? {
+        old.remove();
+    }
+    let panel: Shared = Rc::new(RefCell::new(Panel {
+        document,
+        corner: Corner::default(),
+        disabled: false,
+        mounted: None,
+    }));
+    let hostname = window.location().hostname().unwrap_or_default();
+    {
+        let panel = panel.clone();
+        storage_get("local", CORNER_KEY, move |corner| {
+            let corner = corner
+                .as_string()
+                .and_then(|c| Corner::parse(&c))
+                .unwrap_or_default();
+            let panel2 = panel.clone();
+            let hostname = hostname.clone();
+            storage_get("sync", SETTINGS_KEY, move |settings| {
+                let mut p = panel2.borrow_mut();
+                p.corner = corner;
+                p.disabled = disabled_by(&settings, &hostname);
+                if !p.disabled {
+                    drop(p);
+                    mount(&panel2);
+                }
+            });
+        });
+    }
+    watch_storage(&panel)?;
+    Ok(panel)
+}
+
+/// `chrome.storage.onChanged`: the disabled hosts (sync `settings`) and the corner (local) apply
+/// live, in every tab.
+fn watch_storage(panel: &Shared) -> Result<(), JsValue> {
+    let hostname = web_sys::window()
+        .and_then(|w| w.location().hostname().ok())
+        .unwrap_or_default();
+    let panel = panel.clone();
+    let listener =
+        Closure::<dyn FnMut(JsValue, JsValue)>::new(move |changes: JsValue, area: JsValue| {
+            let area = area.as_string().unwrap_or_default();
+            if area == "sync" {
+                let change = js::get(&changes, SETTINGS_KEY);
+                if change.is_undefined() {
+                    return;
+                }
+                let disabled = disabled_by(&js::get(&change, "newValue"), &hostname);
+                let was = core::mem::replace(&mut panel.borrow_mut().disabled, disabled);
+                if disabled && !was {
+                    unmount(&panel);
+                } else if !disabled && was {
+                    mount(&panel);
+                }
+            } else if area == "local" {
+                let change = js::get(&changes, CORNER_KEY);
+                if let Some(corner) =
+                    js::get_str(&change, "newValue").and_then(|c| Corner::parse(&c))
+                {
+                    set_corner(&panel, corner, false);
+                }
+            }
+        });
+    let on_changed = js::get(&storage_area_root(), "onChanged");
+    js::call(&on_changed, "addListener", &[listener.as_ref().clone()])?;
+    // The listener lives as long as the page.
+    listener.forget();
+    Ok(())
+}
+
+fn storage_area_root() -> JsValue {
+    js::get(&js::get(&js_sys::global(), "chrome"), "storage")
+}
+
+fn create(document: &Document, tag: &str) -> Result<Element, JsValue> {
+    document.create_element(tag)
+}
+
+fn mount(panel: &Shared) {
+    if let Err(e) = try_mount(panel) {
+        log_error(&format!("could not mount the launcher: {e:?}"));
+    }
+}
+
+fn try_mount(panel: &Shared) -> Result<(), JsValue> {
+    let mut p = panel.borrow_mut();
+    if p.mounted.is_some() || p.disabled {
+        return Ok(());
+    }
+    let document = p.document.clone();
+    let host: HtmlElement = create(&document, HOST_TAG)?.dyn_into()?;
+    host.set_attribute("style", &host_style(p.corner, false, None))?;
+    host.set_attribute("data-gemma-gem", "")?;
+    let root: ShadowRoot = host.attach_shadow(&ShadowRootInit::new(ShadowRootMode::Closed))?;
+
+    let style = create(&document, "style")?;
+    style.set_text_content(Some(SHADOW_CSS));
+    root.append_child(&style)?;
+    let wrap = create(&document, "div")?;
+    wrap.set_class_name("gg");
+    wrap.set_attribute("data-corner", p.corner.as_str())?;
+    root.append_child(&wrap)?;
+
+    let button: HtmlElement = create(&document, "button")?.dyn_into()?;
+    button.set_class_name("launcher");
+    button.set_attribute("type", "button")?;
+    button.set_attribute("data-testid", "gg-launcher")?;
+    button.set_attribute("data-status", "idle")?;
+    button.set_attribute("data-corner", p.corner.as_str())?;
+    button.set_attribute("aria-label", "Open Gemma Gem")?;
+    button.set_attribute("aria-expanded", "false")?;
+    button.set_attribute(
+        "title",
+        "Gemma Gem — drag or Alt+arrow keys to move to another corner",
+    )?;
+    button.set_text_content(Some("\u{25C6}"));
+    wrap.append_child(&button)?;
+
+    listen(panel, &button, "click", |panel, _| on_click(panel))?;
+    listen(panel, &button, "keydown", on_key)?;
+    listen(panel, &button, "pointerdown", on_pointer_down)?;
+    listen(panel, &button, "pointermove", on_pointer_move)?;
+    listen(panel, &button, "pointerup", |panel, e| {
+        on_pointer_end(panel, e, true)
+    })?;
+    listen(panel, &button, "pointercancel", |panel, e| {
+        on_pointer_end(panel, e, false)
+    })?;
+
+    let parent = document.document_element().ok_or("no document element")?;
+    parent.append_child(&host)?;
+    p.mounted = Some(Mounted {
+        host,
+        wrap,
+        button,
+        frame: None,
+        open: false,
+        return_focus: None,
+        press: None,
+        swallow_click: false,
+    });
+    crate::log_debug("launcher mounted");
+    Ok(())
+}
+
+/// Adds an event listener that gets the shared state. The listener lives as long as the element
+/// (it is never invoked after the element is removed, so it is never freed while running).
+fn listen(
+    panel: &Shared,
+    target: &HtmlElement,
+    kind: &str,
+    f: impl Fn(&Shared, web_sys::Event) + 'static,
+) -> Result<(), JsValue> {
+    let panel = panel.clone();
+    let closure = Closure::<dyn FnMut(web_sys::Event)>::new(move |e: web_sys::Event| {
+        if !extension_alive() {
+            // The extension was reloaded or removed: leave the page as we found it.
+            unmount(&panel);
+            return;
+        }
+        f(&panel, e)
+    });
+    target.add_event_listener_with_callback(kind, closure.as_ref().unchecked_ref())?;
+    closure.forget();
+    Ok(())
+}
+
+fn unmount(panel: &Shared) {
+    let mounted = panel.borrow_mut().mounted.take();
+    if let Some(m) = mounted {
+        let had_focus = m.open;
+        m.host.remove();
+        if had_focus && let Some(el) = m.return_focus.filter(|el| el.is_connected()) {
+            let _ = el.focus();
+        }
+        crate::log_debug("launcher removed");
+    }
+}
+
+fn on_click(panel: &Shared) {
+    {
+        let mut p = panel.borrow_mut();
+        if let Some(m) = p.mounted.as_mut()
+            && core::mem::take(&mut m.swallow_click)
+        {
+            return;
+        }
+    }
+    if let Err(e) = run(panel, Command::Toggle) {
+        log_error(&format!("could not open the panel: {e:?}"));
+    }
+}
+
+fn on_key(panel: &Shared, e: web_sys::Event) {
+    let Some(e) = e.dyn_ref::<web_sys::KeyboardEvent>() else {
+        return;
+    };
+    let key = e.key();
+    if key == "Escape" {
+        let open = panel.borrow().mounted.as_ref().is_some_and(|m| m.open);
+        if open {
+            e.prevent_default();
+            let _ = run(panel, Command::Close);
+        }
+        return;
+    }
+    if e.alt_key() && !e.ctrl_key() && !e.meta_key() {
+        let corner = panel.borrow().corner;
+        if let Some(next) = corner.step(&key) {
+            e.prevent_default();
+            if next != corner {
+                set_corner(panel, next, true);
+            }
+        }
+    }
+}
+
+fn pointer(e: &web_sys::Event) -> Option<&web_sys::PointerEvent> {
+    e.dyn_ref::<web_sys::PointerEvent>()
+}
+
+fn on_pointer_down(panel: &Shared, e: web_sys::Event) {
+    let Some(e) = pointer(&e) else { return };
+    if e.button() != 0 {
+        return;
+    }
+    let mut p = panel.borrow_mut();
+    let document = p.document.clone();
+    let Some(m) = p.mounted.as_mut() else { return };
+    // The panel's place follows the launcher; it moves while the panel is closed.
+    if m.open {
+        return;
+    }
+    // Pressing the launcher is about to take the focus: remember who had it.
+    if let Some(el) = page_focus(&document, &m.host) {
+        m.return_focus = Some(el);
+    }
+    let _ = m.button.set_pointer_capture(e.pointer_id());
+    m.press = Some(Press {
+        pointer: e.pointer_id(),
+        x: f64::from(e.client_x()),
+        y: f64::from(e.client_y()),
+        dragging: false,
+    });
+}
+
+fn on_pointer_move(panel: &Shared, e: web_sys::Event) {
+    let Some(e) = pointer(&e) else { return };
+    let mut p = panel.borrow_mut();
+    let corner = p.corner;
+    let Some(m) = p.mounted.as_mut() else { return };
+    let Some(press) = m
+        .press
+        .as_mut()
+        .filter(|press| press.pointer == e.pointer_id())
+    else {
+        return;
+    };
+    let (x, y) = (f64::from(e.client_x()), f64::from(e.client_y()));
+    let (dx, dy) = (x - press.x, y - press.y);
+    if !press.dragging && dx * dx + dy * dy < DRAG_THRESHOLD * DRAG_THRESHOLD {
+        return;
+    }
+    press.dragging = true;
+    let _ = m.wrap.set_attribute("data-dragging", "");
+    let (w, h) = viewport();
+    let half = COLLAPSED / 2.0;
+    let left = (x - half).clamp(0.0, (w - COLLAPSED).max(0.0));
+    let top = (y - half).clamp(0.0, (h - COLLAPSED).max(0.0));
+    let _ = m
+        .host
+        .set_attribute("style", &host_style(corner, false, Some((left, top))));
+}
+
+fn on_pointer_end(panel: &Shared, e: web_sys::Event, commit: bool) {
+    let Some(e) = pointer(&e) else { return };
+    let target = {
+        let mut p = panel.borrow_mut();
+        let corner = p.corner;
+        let Some(m) = p.mounted.as_mut() else { return };
+        let Some(press) = m
+            .press
+            .take()
+            .filter(|press| press.pointer == e.pointer_id())
+        else {
+            return;
+        };
+        let _ = m.button.release_pointer_capture(e.pointer_id());
+        if !press.dragging {
+            return;
+        }
+        let _ = m.wrap.remove_attribute("data-dragging");
+        m.swallow_click = commit;
+        let (w, h) = viewport();
+        let next = if commit {
+            Corner::nearest(f64::from(e.client_x()), f64::from(e.client_y()), w, h)
+        } else {
+            corner
+        };
+        let _ = m
+            .host
+            .set_attribute("style", &host_style(next, false, None));
+        next
+    };
+    if commit {
+        set_corner(panel, target, true);
+    }
+}
+
+fn viewport() -> (f64, f64) {
+    let window = web_sys::window();
+    let size = |v: Option<Result<JsValue, JsValue>>| {
+        v.and_then(|r| r.ok())
+            .and_then(|v| v.as_f64())
+            .unwrap_or(0.0)
+    };
+    (
+        size(window.as_ref().map(|w| w.inner_width())),
+        size(window.as_ref().map(|w| w.inner_height())),
+    )
+}
+
+/// Moves the launcher (and the panel) to `corner`; `save`: remember it for every page.
+fn set_corner(panel: &Shared, corner: Corner, save: bool) {
+    let mut p = panel.borrow_mut();
+    p.corner = corner;
+    if let Some(m) = p.mounted.as_ref() {
+        let _ = m.wrap.set_attribute("data-corner", corner.as_str());
+        let _ = m.button.set_attribute("data-corner", corner.as_str());
+        let _ = m
+            .host
+            .set_attribute("style", &host_style(corner, m.open, None));
+    }
+    drop(p);
+    if save {
+        storage_set("local", CORNER_KEY, JsValue::from_str(corner.as_str()));
+    }
+}
+
+/// Opens or closes the panel (the overlay page in an iframe, created on first use).
+pub fn run(panel: &Shared, command: Command) -> Result<(), JsValue> {
+    let mut p = panel.borrow_mut();
+    let corner = p.corner;
+    let document = p.document.clone();
+    let Some(m) = p.mounted.as_mut() else {
+        return Ok(());
+    };
+    let open = match command {
+        Command::Toggle => !m.open,
+        Command::Close if !m.open => return Ok(()),
+        Command::Close => false,
+    };
+    let frame = match &m.frame {
+        Some(frame) => frame.clone(),
+        None => {
+            let frame: HtmlElement = create(&document, "iframe")?.dyn_into()?;
+            frame.set_class_name("panel");
+            frame.set_attribute("data-testid", "gg-panel-frame")?;
+            frame.set_attribute("title", "Gemma Gem")?;
+            frame.set_attribute("hidden", "")?;
+            frame.set_attribute("src", &runtime_get_url(OVERLAY_PATH))?;
+            // The first opening focuses the frame before its page has loaded: focus it again
+            // once loaded, if the panel is still open.
+            let weak = Rc::downgrade(panel);
+            let on_load = Closure::<dyn FnMut()>::new(move || {
+                if let Some(panel) = weak.upgrade()
+                    && let Ok(p) = panel.try_borrow()
+                    && let Some(m) = p.mounted.as_ref().filter(|m| m.open)
+                    && let Some(frame) = m.frame.as_ref()
+                {
+                    focus_frame(frame);
+                }
+            });
+            frame.add_event_listener_with_callback("load", on_load.as_ref().unchecked_ref())?;
+            on_load.forget();
+            m.wrap.insert_before(&frame, Some(&m.button))?;
+            m.frame = Some(frame.clone());
+            frame
+        }
+    };
+    m.open = open;
+    m.press = None;
+    if open {
+        // Opened from the page (keyboard command) or from the launcher (whose press already
+        // recorded the page's focus).
+        if let Some(el) = page_focus(&document, &m.host) {
+            m.return_focus = Some(el);
+        }
+        frame.remove_attribute("hidden")?;
+    } else {
+        frame.set_attribute("hidden", "")?;
+    }
+    m.host
+        .set_attribute("style", &host_style(corner, open, None))?;
+    m.button
+        .set_attribute("aria-expanded", if open { "true" } else { "false" })?;
+    m.button.set_attribute(
+        "aria-label",
+        if open {
+            "Close Gemma Gem"
+        } else {
+            "Open Gemma Gem"
+        },
+    )?;
+    if open {
+        // Into the overlay (its page puts the focus on the message box).
+        focus_frame(&frame);
+    } else {
+        match m.return_focus.take().filter(|el| el.is_connected()) {
+            Some(el) => el.focus()?,
+            None => m.button.focus()?,
+        }
+    }
+    Ok(())
+}
+
+/// The page element that has the focus, unless it is the body or our own host.
+fn page_focus(document: &Document, host: &HtmlElement) -> Option<HtmlElement> {
+    document
+        .active_element()
+        .filter(|el| el != host.as_ref() && el.tag_name() != "BODY")
+        .and_then(|el| el.dyn_into::<HtmlElement>().ok())
+}
+
+/// Gives the focus to the overlay's window (the iframe is cross-origin: its window's `focus()`
+/// is one of the few things the page side may call on it).
+fn focus_frame(frame: &HtmlElement) {
+    let _ = frame.focus();
+    if let Some(window) = frame
+        .dyn_ref::<web_sys::HtmlIFrameElement>()
+        .and_then(|f| f.content_window())
+    {
+        let _ = window.focus();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn disabled_host_entries() {
+        assert!(host_matches("example.com", "example.com"));
+        assert!(host_matches("Example.COM", "example.com"));
+        assert!(host_matches("https://example.com/some/page", "example.com"));
+        assert!(host_matches("http://127.0.0.1:8080", "127.0.0.1"));
+        assert!(host_matches("127.0.0.1:8080", "127.0.0.1"));
+        assert!(host_matches("example.com.", "example.com"));
+        assert!(host_matches("[::1]:8080", "[::1]"));
+        assert!(!host_matches("example.com", "www.example.com"));
+        assert!(!host_matches("ample.com", "example.com"));
+        assert!(!host_matches("", "example.com"));
+        assert!(!host_matches("https://", "example.com"));
+    }
+
+    #[test]
+    fn corners() {
+        for c in [
+            Corner::TopLeft,
+            Corner::TopRight,
+            Corner::BottomLeft,
+            Corner::BottomRight,
+        ] {
+            assert_eq!(Corner::parse(c.as_str()), Some(c));
+        }
+        assert_eq!(Corner::parse("middle"), None);
+        assert_eq!(Corner::nearest(10.0, 10.0, 1000.0, 800.0), Corner::TopLeft);
+        assert_eq!(
+            Corner::nearest(990.0, 10.0, 1000.0, 800.0),
+            Corner::TopRight
+        );
+        assert_eq!(
+            Corner::nearest(10.0, 790.0, 1000.0, 800.0),
+            Corner::BottomLeft
+        );
+        assert_eq!(
+            Corner::nearest(600.0, 500.0, 1000.0, 800.0),
+            Corner::BottomRight
+        );
+        assert_eq!(Corner::BottomRight.step("ArrowUp"), Some(Corner::TopRight));
+        assert_eq!(Corner::TopRight.step("ArrowLeft"), Some(Corner::TopLeft));
+        assert_eq!(Corner::TopLeft.step("ArrowDown"), Some(Corner::BottomLeft));
+        assert_eq!(
+            Corner::BottomLeft.step("ArrowRight"),
+            Some(Corner::BottomRight)
+        );
+        assert_eq!(Corner::BottomLeft.step("Enter"), None);
+    }
+
+    #[test]
+    fn host_styles() {
+        let s = host_style(Corner::TopLeft, false, None);
+        assert!(
+            s.contains("top: 16px !important; left: 16px !important;"),
+            "{s}"
+        );
+        assert!(s.contains("width: 56px"), "{s}");
+        let s = host_style(Corner::BottomRight, true, None);
+        assert!(
+            s.contains("bottom: 16px !important; right: 16px !important;"),
+            "{s}"
+        );
+        assert!(s.contains("width: min(420px"), "{s}");
+        let s = host_style(Corner::BottomRight, false, Some((100.4, 20.0)));
+        assert!(
+            s.contains("left: 100px !important; top: 20px !important;"),
+            "{s}"
+        );
+        assert!(!s.contains("bottom:"), "{s}");
+        assert!(s.contains("z-index: 2147483647"));
+    }
+}

@@ -1,0 +1,204 @@
+// The in-page host end to end: Escape closes the panel and gives the focus back to the page
+// (without the page seeing the key), the launcher is dragged or Alt+arrow-moved to a corner that
+// is remembered, disabled hosts get no overlay and come back without a reload, and settings
+// changed in one tab show at once in another tab's panel. All UI interaction goes through the
+// real closed shadow root (DevTools protocol with pierce) and the overlay's iframe.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, launchExtension, until, Pierce } from './harness.mjs';
+
+let server, ext;
+
+before(async () => {
+  server = await startServer();
+  ext = await launchExtension(process.env.GG_EXT_DEV);
+});
+after(async () => { await ext?.close(); await server?.close(); });
+
+const setStored = (area, items) => ext.sw.evaluate(([a, i]) => chrome.storage[a].set(i), [area, items]);
+const getStored = (area, key) => ext.sw.evaluate(async ([a, k]) => (await chrome.storage[a].get(k))[k], [area, key]);
+
+/** A new tab on `path` whose page records every key event it can see (capture phase). */
+async function openPage(path = '/basic.html') {
+  const page = await ext.context.newPage();
+  await page.addInitScript(() => {
+    window.__seen = [];
+    for (const target of [window, document]) {
+      for (const type of ['keydown', 'keyup', 'keypress', 'input']) {
+        target.addEventListener(type, (e) => window.__seen.push(`${type}:${e.key ?? ''}`), true);
+      }
+    }
+  });
+  await page.goto(`${server.url}${path}`);
+  await page.bringToFront();
+  const pierce = await Pierce.open(page);
+  return { page, pierce };
+}
+
+async function launcherOf(pierce) {
+  return until(() => pierce.byTestId('gg-launcher'), { what: 'launcher' });
+}
+
+async function openPanel(page, pierce) {
+  await pierce.click(await launcherOf(pierce));
+  const frame = await until(() => page.frames().find((f) => f.url().endsWith('/overlay/overlay.html')), { what: 'overlay frame' });
+  await frame.waitForSelector('[data-testid="gg-input"]', { timeout: 20000 });
+  return frame;
+}
+
+const expanded = async (pierce) => Pierce.attrs(await launcherOf(pierce))['aria-expanded'];
+const hostPresent = (page) => page.evaluate(() => document.querySelector('gemma-gem-host') !== null);
+
+test('Escape in the overlay closes the panel and gives the focus back to the page element that had it', async () => {
+  const { page, pierce } = await openPage();
+  await page.focus('#go');
+  const frame = await openPanel(page, pierce);
+  // Opening moved the focus into the overlay's message box.
+  await until(() => frame.evaluate(() => document.activeElement?.dataset?.testid === 'gg-input'), { what: 'focus in the message box' });
+  assert.equal(await page.evaluate(() => document.activeElement.tagName), 'GEMMA-GEM-HOST');
+  await page.keyboard.type('draft');
+  await page.keyboard.press('Escape');
+  await until(async () => (await expanded(pierce)) === 'false', { what: 'the panel to close' });
+  const frameNode = await pierce.byTestId('gg-panel-frame');
+  assert.ok('hidden' in Pierce.attrs(frameNode), 'the iframe is hidden');
+  await until(() => page.evaluate(() => document.activeElement?.id === 'go'), { what: 'focus back on the page button' });
+  // The page saw none of it: not the typing, not the Escape.
+  assert.deepEqual(await page.evaluate(() => window.__seen), []);
+  // Reopening keeps the draft (the overlay page stays loaded).
+  await pierce.click(await launcherOf(pierce));
+  await until(async () => (await expanded(pierce)) === 'true', { what: 'the panel to reopen' });
+  assert.equal(await frame.inputValue('[data-testid="gg-input"]'), 'draft');
+  // The overlay's close button does the same as Escape.
+  await frame.click('[data-testid="gg-close"]');
+  await until(async () => (await expanded(pierce)) === 'false', { what: 'the close button to close the panel' });
+  await page.close();
+});
+
+test('Escape on the launcher closes the panel; with nothing focused before, the focus goes to the launcher', async () => {
+  const { page, pierce } = await openPage();
+  await openPanel(page, pierce);
+  const launcher = await launcherOf(pierce);
+  await pierce.cdp.send('DOM.focus', { backendNodeId: launcher.backendNodeId });
+  await page.keyboard.press('Escape');
+  await until(async () => (await expanded(pierce)) === 'false', { what: 'the panel to close' });
+  // The closed root hides which element inside it has the focus; the host has it.
+  assert.equal(await page.evaluate(() => document.activeElement.tagName), 'GEMMA-GEM-HOST');
+  await page.close();
+});
+
+test('the launcher is dragged to another corner, which every page then uses; Alt+arrow keys move it too', async () => {
+  const { page, pierce } = await openPage();
+  const launcher = await launcherOf(pierce);
+  const start = await pierce.box(launcher);
+  assert.ok(start.x > 800 && start.y > 600, `starts bottom right: ${JSON.stringify(start)}`);
+  const from = { x: start.x + start.width / 2, y: start.y + start.height / 2 };
+  const mouse = (type, x, y) => pierce.cdp.send('Input.dispatchMouseEvent', { type, x, y, button: 'left', clickCount: 1 });
+  await mouse('mousePressed', from.x, from.y);
+  for (let i = 1; i <= 10; i++) {
+    await mouse('mouseMoved', from.x + (80 - from.x) * (i / 10), from.y + (90 - from.y) * (i / 10));
+  }
+  await mouse('mouseReleased', 80, 90);
+  const moved = await until(async () => {
+    const b = await pierce.box(await launcherOf(pierce));
+    return b.x < 100 && b.y < 100 && b;
+  }, { what: 'the launcher in the top-left corner' });
+  assert.ok(moved.width >= 40, 'still the same launcher');
+  // A drag is not a click: the panel stayed closed.
+  assert.equal(await expanded(pierce), 'false');
+  assert.equal(await getStored('local', 'launcherCorner'), 'top-left');
+
+  // Another page starts in that corner, and its panel opens below the launcher.
+  const second = await openPage();
+  const there = await pierce.box(await launcherOf(second.pierce));
+  assert.ok(there.x < 100 && there.y < 100, `new page uses the corner: ${JSON.stringify(there)}`);
+  await openPanel(second.page, second.pierce);
+  const frameBox = await second.pierce.box(await second.pierce.byTestId('gg-panel-frame'));
+  const launcherBox = await second.pierce.box(await launcherOf(second.pierce));
+  assert.ok(frameBox.y > launcherBox.y, `panel below the launcher: ${JSON.stringify({ frameBox, launcherBox })}`);
+  await second.page.close();
+
+  // Keyboard: Alt+ArrowDown on the focused launcher moves it to the bottom-left corner; the
+  // other open page follows (the corner is shared through storage).
+  await page.bringToFront();
+  await pierce.cdp.send('DOM.focus', { backendNodeId: (await launcherOf(pierce)).backendNodeId });
+  await page.keyboard.press('Alt+ArrowDown');
+  await until(async () => (await getStored('local', 'launcherCorner')) === 'bottom-left', { what: 'the corner saved' });
+  const after = await until(async () => {
+    const b = await pierce.box(await launcherOf(pierce));
+    return b.x < 100 && b.y > 600 && b;
+  }, { what: 'the launcher in the bottom-left corner' });
+  assert.ok(after);
+  await setStored('local', { launcherCorner: 'bottom-right' });
+  await page.close();
+});
+
+test('a disabled host gets no overlay, "Disable on this site" removes it live, and re-enabling brings it back without a reload', async () => {
+  await setStored('sync', { settings: {} });
+  const a = await openPage();
+  const frame = await openPanel(a.page, a.pierce);
+  await frame.click('[data-testid="gg-settings-open"]');
+  await frame.click('[data-testid="gg-disable-site"]');
+  await until(async () => !(await hostPresent(a.page)), { what: 'the host to leave the disabled site' });
+  assert.deepEqual((await getStored('sync', 'settings')).disabledHosts, ['127.0.0.1']);
+  // The page keeps its focus and its own content.
+  assert.equal(await a.page.evaluate(() => document.querySelector('#go') !== null), true);
+
+  const b = await openPage();
+  await b.page.waitForTimeout(1500); // the content script has long run by now
+  assert.equal(await hostPresent(b.page), false, 'no host on a new page of the disabled site');
+
+  await setStored('sync', { settings: { disabledHosts: [] } });
+  for (const p of [a.page, b.page]) {
+    await until(() => hostPresent(p), { what: 'the host back without a reload' });
+  }
+  const launcher = await launcherOf(b.pierce);
+  assert.equal(Pierce.attrs(launcher)['aria-label'], 'Open Gemma Gem');
+  await a.page.close();
+  await b.page.close();
+});
+
+test('settings changed in one tab show at once in the other tabs, and are stored under "settings"', async () => {
+  await setStored('sync', { settings: {} });
+  const a = await openPage();
+  const b = await openPage();
+  const frameB = await openPanel(b.page, b.pierce);
+  await frameB.click('[data-testid="gg-settings-open"]');
+  assert.equal(await frameB.isChecked('[data-testid="gg-setting-thinking"]'), false);
+  await a.page.bringToFront();
+  const frameA = await openPanel(a.page, a.pierce);
+  await frameA.click('[data-testid="gg-settings-open"]');
+  await frameA.click('[data-testid="gg-setting-thinking"]');
+  await b.page.bringToFront();
+  await until(() => frameB.isChecked('[data-testid="gg-setting-thinking"]'), { what: 'the other tab to show thinking on' });
+  const stored = await getStored('sync', 'settings');
+  assert.equal(stored.thinking, true);
+  assert.equal(stored.modelSize, 'E2B');
+  assert.equal(stored.maxIterations, 10);
+  await a.page.close();
+  await b.page.close();
+});
+
+test('the keyboard command (Alt+Shift+G) opens and closes the panel of the tab it is used in', async () => {
+  const commands = await ext.sw.evaluate(() => chrome.commands.getAll());
+  const toggle = commands.find((c) => c.name === 'toggle-overlay');
+  assert.ok(toggle, JSON.stringify(commands));
+  assert.match(toggle.description, /Open or close Gemma Gem/);
+  assert.equal(toggle.shortcut, 'Alt+Shift+G');
+  const { page, pierce } = await openPage();
+  await page.focus('#go');
+  await launcherOf(pierce);
+  // Chrome calls the onCommand listener with the active tab; synthetic key presses do not reach
+  // browser shortcuts, so the test calls that same listener.
+  const command = () => ext.sw.evaluate(async () => {
+    const [tab] = await chrome.tabs.query({ active: true, lastFocusedWindow: true });
+    await globalThis.ggOnCommand('toggle-overlay', tab);
+  });
+  await command();
+  await until(async () => (await expanded(pierce)) === 'true', { what: 'the command to open the panel' });
+  const frame = await until(() => page.frames().find((f) => f.url().endsWith('/overlay/overlay.html')), { what: 'overlay frame' });
+  await until(() => frame.evaluate(() => document.activeElement?.dataset?.testid === 'gg-input'), { what: 'focus in the message box' });
+  await command();
+  await until(async () => (await expanded(pierce)) === 'false', { what: 'the command to close the panel' });
+  await until(() => page.evaluate(() => document.activeElement?.id === 'go'), { what: 'focus back on the page' });
+  await page.close();
+});
