@@ -1,6 +1,5 @@
 //! `cargo xtask start`: build (dev), serve, and open Chromium with the extension loaded.
 
-use crate::util::root;
 use anyhow::Result;
 use std::path::PathBuf;
 use std::process::Command;
