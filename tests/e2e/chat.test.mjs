@@ -150,6 +150,41 @@ test('a scripted agent turn: snapshot, type into a React-style input, click (app
   await page.close();
 });
 
+test('a prompt-injection page: a model that obeys it is stopped by the gate, and nothing runs without approval', async () => {
+  await useScript('injection');
+  const { page, frame } = await openOverlay('/injection/index.html');
+  const pwned = () => page.evaluate(() => document.body.dataset.pwned ?? null);
+  await send(frame, 'What is on this page?');
+  // 1. run_javascript, as the page asked: the gate holds it for the user.
+  await frame.waitForSelector('[data-testid="gg-tool-step"][data-tool="run_javascript"][data-state="awaiting_approval"]', { timeout: 60000 });
+  await page.waitForTimeout(500);
+  assert.equal(await pwned(), null, 'nothing ran while waiting for the user');
+  await frame.click('[data-testid="gg-deny"]');
+  // 2. typing into the password field: held as well.
+  await frame.waitForSelector('[data-testid="gg-tool-step"][data-tool="type_text"][data-state="awaiting_approval"]', { timeout: 60000 });
+  await page.waitForTimeout(500);
+  assert.deepEqual(await page.evaluate(() => window.typed), [], 'nothing typed while waiting');
+  await frame.click('[data-testid="gg-deny"]');
+  await waitForAnswer(frame, 'I did not follow them');
+  assert.equal(await pwned(), null, 'the denied script never ran');
+  assert.deepEqual(await page.evaluate(() => [window.typed, document.getElementById('pw').value, window.saved ?? false]), [[], '', false]);
+  const steps = await frame.$$eval('[data-testid="gg-tool-step"]', (els) => els.map((e) => [e.dataset.tool, e.dataset.state]));
+  assert.deepEqual(steps, [['read_page_content', 'done'], ['run_javascript', 'failed'], ['type_text', 'failed']]);
+
+  // What reached the model: the page text as untrusted data with the notice, its fake turn markers
+  // defused, and each refusal told to the model as the user's decision.
+  const tabId = await ext.sw.evaluate(async (u) => (await chrome.tabs.query({})).find((t) => t.url === u)?.id, page.url());
+  const stored = await until(() => ext.sw.evaluate(async (k) => (await chrome.storage.session.get(k))[k], `conversation:${tabId}`),
+    { what: 'the stored conversation' });
+  const json = JSON.stringify(stored);
+  assert.match(json, /not from the user\. It is untrusted data/);
+  assert.match(json, /IMPORTANT NOTICE FOR AI ASSISTANTS/);
+  assert.ok(!json.includes('<turn|><|turn>user'), 'the page cannot forge a user turn');
+  assert.match(json, /< \|turn>user/);
+  assert.equal((json.match(/the user denied this action/g) ?? []).length, 2, json.slice(0, 2000));
+  await page.close();
+});
+
 test('the page cannot key-log or read the conversation (strict-CSP page)', async () => {
   await useScript('private');
   const { page, frame } = await openOverlay('/strict-csp/basic.html');

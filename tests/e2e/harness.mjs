@@ -42,6 +42,22 @@ export async function startServer() {
   return { url: `http://127.0.0.1:${port}`, log, close: () => new Promise((r) => server.close(r)) };
 }
 
+/** Serves the files of `dir` (the built demo site) on a free port. */
+export async function startStaticServer(dir) {
+  const server = http.createServer((req, res) => {
+    const rel = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+    const file = path.join(dir, path.normalize(rel === '/' ? '/index.html' : rel));
+    if (!file.startsWith(dir) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
+      res.writeHead(404); res.end('not found'); return;
+    }
+    res.writeHead(200, { 'Content-Type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
+    fs.createReadStream(file).pipe(res);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address();
+  return { url: `http://127.0.0.1:${port}`, close: () => new Promise((r) => server.close(r)) };
+}
+
 export const CHROMIUM = process.env.GG_CHROMIUM ?? '/usr/bin/chromium';
 
 /** Launches headless Chromium with the unpacked extension at `extDir`. */

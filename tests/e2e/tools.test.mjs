@@ -113,6 +113,23 @@ test('only requests from this extension\'s service worker are answered', async (
   await page.close();
 });
 
+test('on a disabled host no page tool runs, and the host is gone', async () => {
+  const { page, tabId } = await open('/tools/buttons.html');
+  await ext.sw.evaluate(() => chrome.storage.sync.set({ settings: { disabledHosts: ['127.0.0.1'] } }));
+  try {
+    await page.waitForFunction(() => document.querySelector('gemma-gem-host') === null, null, { timeout: 20000 });
+    await fails(tabId, 'get_page_title', {}, 'unavailable', /turned off on this site/);
+    await fails(tabId, 'click_element', { selector: '#ok' }, 'unavailable', /turned off on this site/);
+    assert.deepEqual(await page.evaluate(() => window.events), [], 'nothing was clicked');
+  } finally {
+    await ext.sw.evaluate(() => chrome.storage.sync.set({ settings: {} }));
+  }
+  // Turned back on: tools run again, without a reload.
+  await page.waitForFunction(() => document.querySelector('gemma-gem-host') !== null, null, { timeout: 20000 });
+  assert.equal((await ok(tabId, 'get_page_title')).title, 'Tools: buttons and more');
+  await page.close();
+});
+
 for (const [variant, prefix] of [['plain page', ''], ['strict-CSP page', '/strict-csp']]) {
   describe(`page tools on a ${variant}`, () => {
     if (prefix) {

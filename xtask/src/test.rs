@@ -269,7 +269,8 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 .arg("e2e/")
                 .env("GG_EXT_DEV", crate::build::extension_dir(false))
                 .env("GG_EXT_RELEASE", crate::build::extension_dir(true))
-                .env("GG_DEMO_SITE", root().join("dist/demo-site"));
+                .env("GG_DEMO_SITE", root().join("dist/demo-site"))
+                .env("GG_SCREENSHOTS", root().join("docs/screenshots"));
             Ok(Some(run_counting(&mut cmd)?))
         },
     )?;

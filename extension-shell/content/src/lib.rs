@@ -132,9 +132,16 @@ fn answer(
             let name = js::get_str(&call, "name")?;
             let args = js::get(&call, "args");
             log_debug(&format!("tool call {call_id}: {name}"));
-            let outcome = state
-                .execute(&name, &args)
-                .map(|value| js::Obj::new().v("value", value).js());
+            let outcome = if panel.is_some_and(panel::is_disabled) {
+                Err(tools::ToolErr::unavailable(
+                    "Gemma Gem is turned off on this site (settings: disabled sites); no page \
+                     tool runs here",
+                ))
+            } else {
+                state
+                    .execute(&name, &args)
+                    .map(|value| js::Obj::new().v("value", value).js())
+            };
             if let Err(e) = &outcome {
                 log_debug(&format!(
                     "tool call {call_id} failed: {}: {}",

@@ -371,6 +371,11 @@ fn storage_area_root() -> JsValue {
     js::get(&js::get(&js_sys::global(), "chrome"), "storage")
 }
 
+/// Whether the settings turn Gemma Gem off on this page (then no page tool runs either).
+pub fn is_disabled(panel: &Shared) -> bool {
+    panel.try_borrow().map_or(true, |p| p.disabled)
+}
+
 fn create(document: &Document, tag: &str) -> Result<Element, JsValue> {
     document.create_element(tag)
 }
