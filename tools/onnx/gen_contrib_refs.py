@@ -25,7 +25,7 @@ F16_TOL = {"rtol": 5e-3, "atol": 5e-3}
 
 def tt(dtype):
     return {np.float32: TensorProto.FLOAT, np.float16: TensorProto.FLOAT16, np.int64: TensorProto.INT64,
-            np.int32: TensorProto.INT32, np.uint8: TensorProto.UINT8}[dtype]
+            np.int32: TensorProto.INT32, np.uint8: TensorProto.UINT8, np.bool_: TensorProto.BOOL}[dtype]
 
 
 def save(out, name, node, inputs, outputs_meta, tol, opset=21, inits=()):
@@ -195,6 +195,56 @@ def gqa(out):
         save(out, f"gqa_{name}", node, inputs, [("y", dt), ("present_k", dt), ("present_v", dt)], F16_TOL if dt == np.float16 else F32_TOL)
 
 
+def standard(out):
+    """A representative case per standard op family (elementwise, cast, matmul, reduce/softmax,
+    norm, movement, shape), also run in the browser by runtime/tests/browser_ops.rs."""
+    f32, f16 = np.float32, np.float16
+    x = lambda *shape, dt=f32: RNG.standard_normal(shape).astype(dt)  # noqa: E731
+    init = lambda name, a: numpy_helper.from_array(np.asarray(a), name)  # noqa: E731
+    save(out, "std_add_broadcast_float32", helper.make_node("Add", ["a", "b"], ["y"]),
+         [("a", x(2, 3, 4)), ("b", x(4))], [("y", f32)], F32_TOL)
+    save(out, "std_mul_float16", helper.make_node("Mul", ["a", "b"], ["y"]),
+         [("a", x(3, 5, dt=f16)), ("b", x(3, 5, dt=f16))], [("y", f16)], F16_TOL)
+    save(out, "std_div_broadcast_float32", helper.make_node("Div", ["a", "b"], ["y"]),
+         [("a", x(2, 1, 4)), ("b", (RNG.random((3, 1)) + 0.5).astype(f32))], [("y", f32)], F32_TOL)
+    save(out, "std_tanh_float32", helper.make_node("Tanh", ["a"], ["y"]), [("a", x(4, 9))], [("y", f32)], F32_TOL)
+    save(out, "std_sqrt_float32", helper.make_node("Sqrt", ["a"], ["y"]),
+         [("a", RNG.random((5, 6)).astype(f32) * 4)], [("y", f32)], F32_TOL)
+    save(out, "std_where_float32", helper.make_node("Where", ["c", "a", "b"], ["y"]),
+         [("c", RNG.random((3, 4)) > 0.5), ("a", x(3, 4)), ("b", x(1, 4))], [("y", f32)], F32_TOL)
+    save(out, "std_cast_float32_to_float16", helper.make_node("Cast", ["a"], ["y"], to=TensorProto.FLOAT16),
+         [("a", x(4, 7))], [("y", f16)], F16_TOL)
+    save(out, "std_cast_float16_to_float32", helper.make_node("Cast", ["a"], ["y"], to=TensorProto.FLOAT),
+         [("a", x(6, 5, dt=f16))], [("y", f32)], F32_TOL)
+    save(out, "std_matmul_batched_float32", helper.make_node("MatMul", ["a", "b"], ["y"]),
+         [("a", x(2, 3, 8)), ("b", x(8, 5))], [("y", f32)], F32_TOL)
+    save(out, "std_matmul_float16", helper.make_node("MatMul", ["a", "b"], ["y"]),
+         [("a", x(4, 16, dt=f16)), ("b", x(16, 8, dt=f16))], [("y", f16)], {"rtol": 1e-2, "atol": 1e-2})
+    save(out, "std_gemm_transb_float32", helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1, alpha=0.5),
+         [("a", x(3, 6)), ("b", x(4, 6)), ("c", x(4))], [("y", f32)], F32_TOL)
+    save(out, "std_softmax_float32", helper.make_node("Softmax", ["a"], ["y"], axis=-1),
+         [("a", x(2, 3, 7) * 4)], [("y", f32)], F32_TOL)
+    save(out, "std_reducemean_float32", helper.make_node("ReduceMean", ["a", "axes"], ["y"], keepdims=1),
+         [("a", x(2, 5, 6))], [("y", f32)], F32_TOL, inits=[init("axes", np.array([-1], np.int64))])
+    save(out, "std_layernorm_float32",
+         helper.make_node("LayerNormalization", ["a", "scale", "bias"], ["y"], axis=-1, epsilon=1e-5),
+         [("a", x(3, 8)), ("scale", x(8)), ("bias", x(8))], [("y", f32)], F32_TOL)
+    save(out, "std_transpose_float32", helper.make_node("Transpose", ["a"], ["y"], perm=[1, 0, 2]),
+         [("a", x(2, 3, 4))], [("y", f32)], F32_TOL)
+    save(out, "std_concat_float32", helper.make_node("Concat", ["a", "b"], ["y"], axis=1),
+         [("a", x(2, 3, 4)), ("b", x(2, 1, 4))], [("y", f32)], F32_TOL)
+    save(out, "std_gather_float32", helper.make_node("Gather", ["table", "ids"], ["y"], axis=0),
+         [("table", x(10, 6)), ("ids", np.array([[3, 0], [9, 3]], np.int64))], [("y", f32)], F32_TOL)
+    save(out, "std_slice_float32", helper.make_node("Slice", ["a", "starts", "ends", "axes", "steps"], ["y"]),
+         [("a", x(4, 10))], [("y", f32)], F32_TOL,
+         inits=[init("starts", np.array([1, -8], np.int64)), init("ends", np.array([4, 9], np.int64)),
+                init("axes", np.array([0, 1], np.int64)), init("steps", np.array([1, 3], np.int64))])
+    save(out, "std_reshape_float32", helper.make_node("Reshape", ["a", "shape"], ["y"]),
+         [("a", x(2, 3, 4))], [("y", f32)], F32_TOL, inits=[init("shape", np.array([-1, 4], np.int64))])
+    save(out, "std_expand_float32", helper.make_node("Expand", ["a", "shape"], ["y"]),
+         [("a", x(3, 1))], [("y", f32)], F32_TOL, inits=[init("shape", np.array([2, 3, 4], np.int64))])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures/ops")
@@ -202,7 +252,7 @@ def main():
     if os.path.exists(args.out):
         shutil.rmtree(args.out)
     os.makedirs(args.out)
-    for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa):
+    for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard):
         gen(args.out)
     print(f"wrote {len(os.listdir(args.out))} cases to {args.out}")
 

@@ -22,10 +22,13 @@ pub struct TestArgs {
     pub no_lint: bool,
 }
 
-/// Crates with `wasm-bindgen-test` suites that run in headless Chromium: (package, features).
-const WASM_TEST_CRATES: &[(&str, &str)] = &[
-    ("gg-components", "csr"),
-    ("gg-demo-site", "gg-components/csr"),
+/// Crates with `wasm-bindgen-test` suites that run in headless Chromium: (package, features,
+/// test target; `None`: all of the crate's tests). Each crate's `webdriver.json` sets the browser.
+const WASM_TEST_CRATES: &[(&str, &str, Option<&str>)] = &[
+    ("gg-components", "csr", None),
+    ("gg-demo-site", "gg-components/csr", None),
+    // The runtime's op families on WebGPU (SwiftShader in headless Chromium).
+    ("gg-runtime", "", Some("browser_ops")),
 ];
 
 #[derive(Default, Debug, Clone, Copy)]
@@ -180,6 +183,18 @@ pub fn run(args: &TestArgs) -> Result<()> {
             crate::util::exec(cargo().args([
                 "clippy",
                 "-p",
+                "gg-runtime",
+                "--target",
+                "wasm32-unknown-unknown",
+                "--test",
+                "browser_ops",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
+            crate::util::exec(cargo().args([
+                "clippy",
+                "-p",
                 "gg-content",
                 "--target",
                 "wasm32v1-none",
@@ -232,18 +247,16 @@ pub fn run(args: &TestArgs) -> Result<()> {
 
     stage("wasm tests (headless Chromium)", &mut || {
         let mut total = Counts::default();
-        for (pkg, features) in WASM_TEST_CRATES {
+        for (pkg, features, test) in WASM_TEST_CRATES {
             let mut cmd = cargo();
-            cmd.args([
-                "test",
-                "--target",
-                "wasm32-unknown-unknown",
-                "-p",
-                pkg,
-                "--features",
-                features,
-            ])
-            .env(
+            cmd.args(["test", "--target", "wasm32-unknown-unknown", "-p", pkg]);
+            if !features.is_empty() {
+                cmd.args(["--features", features]);
+            }
+            if let Some(test) = test {
+                cmd.args(["--test", test]);
+            }
+            cmd.env(
                 "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER",
                 tools.test_runner(),
             )

@@ -3,41 +3,13 @@
 
 use gg_runtime::model::{Graph, decode_tensor};
 use gg_runtime::source::MemorySource;
-use gg_runtime::{Gpu, HostTensor, Session};
+use gg_runtime::{Gpu, Session};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-/// Compares with `|got - exp| <= atol + rtol * |exp|` (floats) or exactly; the error names the
-/// first bad index with got and expected.
-pub fn compare(got: &HostTensor, exp: &HostTensor, rtol: f64, atol: f64) -> Result<(), String> {
-    if got.dtype != exp.dtype {
-        return Err(format!(
-            "dtype {} expected {}",
-            got.dtype.name(),
-            exp.dtype.name()
-        ));
-    }
-    if got.shape != exp.shape {
-        return Err(format!("shape {:?} expected {:?}", got.shape, exp.shape));
-    }
-    if exp.dtype.is_float() {
-        let (g, e) = (got.to_f64(), exp.to_f64());
-        for (i, (a, b)) in g.iter().zip(&e).enumerate() {
-            let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= atol + rtol * b.abs();
-            if !ok {
-                return Err(format!(
-                    "index {i}: got {a} expected {b} (rtol {rtol}, atol {atol})"
-                ));
-            }
-        }
-    } else {
-        let (g, e) = (got.to_i64(), exp.to_i64());
-        if let Some(i) = (0..g.len()).find(|&i| g[i] != e[i]) {
-            return Err(format!("index {i}: got {} expected {}", g[i], e[i]));
-        }
-    }
-    Ok(())
-}
+#[path = "compare.rs"]
+mod compare;
+pub use compare::compare;
 
 /// Runs every data set of a case folder.
 pub fn run_case(
