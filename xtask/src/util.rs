@@ -12,6 +12,16 @@ pub fn root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// Cargo's target directory: `CARGO_TARGET_DIR` when set (worktrees sharing one build cache),
+/// else `target/` in the repository.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(|p| if p.is_absolute() { p } else { root().join(p) })
+        .unwrap_or_else(|| root().join("target"))
+}
+
 /// Cache directory shared across clones and runs (tools that take minutes to build).
 pub fn cache_dir() -> PathBuf {
     std::env::var_os("GEMMA_GEM_CACHE")

@@ -43,9 +43,9 @@ fn pow_(a: f32, b: f32) -> f32 {
     let r = pow(abs(a), b);
     if (a < 0.0) {
         if (fract(b) == 0.0) { return select(r, -r, (i32(b) & 1) != 0); }
-        return bitcast<f32>(0x7fc00000u);
+        return f32_bits(0x7fc00000u);
     }
-    if (a == 0.0) { return select(0.0, bitcast<f32>(0x7f800000u), b < 0.0); }
+    if (a == 0.0) { return select(0.0, f32_bits(0x7f800000u), b < 0.0); }
     return r;
 }
 
