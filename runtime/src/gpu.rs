@@ -377,6 +377,18 @@ pub struct Kernel {
     map_output: Option<String>,
 }
 
+/// An `f32` value as WGSL, bit-exact. Finite values are constant expressions
+/// (`bitcast<f32>(...u)`); NaN and infinities go through the header's `f32_bits`, a function call
+/// and so not a constant expression: Chrome's WGSL compiler (Tint) rejects constant expressions
+/// whose value is not a finite `f32`, which wgpu's naga accepts.
+pub fn wgsl_f32(v: f32) -> String {
+    if v.is_finite() {
+        format!("bitcast<f32>({}u)", v.to_bits())
+    } else {
+        format!("f32_bits({}u)", v.to_bits())
+    }
+}
+
 /// Workgroup size of element-mapped kernels.
 pub const MAP_WG: u32 = 64;
 
@@ -435,8 +447,7 @@ impl Kernel {
 
     /// An `f32` parameter, written exactly (bit pattern through `bitcast`).
     pub fn f32(mut self, key: &str, v: f32) -> Self {
-        self.params
-            .push((key.into(), format!("bitcast<f32>({}u)", v.to_bits())));
+        self.params.push((key.into(), wgsl_f32(v)));
         self
     }
 
@@ -488,7 +499,8 @@ impl Kernel {
     }
 
     fn source(&self) -> Result<String> {
-        let mut s = String::new();
+        // A runtime bitcast for NaN/infinity constants (see `wgsl_f32`).
+        let mut s = String::from("fn f32_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n");
         for (i, b) in self.bindings.iter().enumerate() {
             let n = &b.name;
             let access = if b.write { "read_write" } else { "read" };
@@ -585,5 +597,27 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
             ));
         }
         Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f32_literals_are_bit_exact_and_non_finite_ones_are_not_constant_expressions() {
+        assert_eq!(wgsl_f32(1.5), format!("bitcast<f32>({}u)", 1.5f32.to_bits()));
+        assert_eq!(wgsl_f32(f32::MIN), "bitcast<f32>(4286578687u)");
+        assert_eq!(wgsl_f32(f32::NEG_INFINITY), "f32_bits(4286578688u)");
+        assert!(wgsl_f32(f32::NAN).starts_with("f32_bits("));
+        let k = Kernel::new("t", "fn compute(i: u32) -> f32 { return {{V}}; }")
+            .output("y", Storage::F32)
+            .f32("V", f32::INFINITY)
+            .mapped("y");
+        let src = k.source().unwrap();
+        assert!(src.starts_with("fn f32_bits(b: u32) -> f32"));
+        assert!(src.contains("return f32_bits(2139095040u);"));
+        // No literal a strict WGSL compiler would reject.
+        assert!(!src.contains("e38"));
     }
 }

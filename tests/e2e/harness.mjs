@@ -18,12 +18,24 @@ export const STRICT_CSP = "default-src 'self'; script-src 'self'";
 const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '.mjs': 'text/javascript', '.css': 'text/css',
   '.json': 'application/json', '.png': 'image/png', '.wasm': 'application/wasm', '.jinja': 'text/plain' };
 
-/** Starts the fixture server on a free port. Pages under /strict-csp/ get a CSP that forbids wasm. */
-export async function startServer() {
+/**
+ * Starts the fixture server on a free port. Pages under /strict-csp/ get a CSP that forbids wasm.
+ * Files are served with `ETag`, `Accept-Ranges: bytes`, and `Range: bytes=N-[M]` requests are
+ * answered with 206 + `Content-Range` (416 when unsatisfiable).
+ *
+ * `options` (also changeable later through the returned `options`):
+ * - `throttle: { bytes, delayMs }` — files under /models/ are sent `bytes` at a time with a pause
+ *   between chunks (so that download progress is observable);
+ * - `cutOnce: Set<path>` — the first full GET of each of these paths sends the headers of the
+ *   whole file, then only its first half, then closes the connection; the log entry says `cut`.
+ */
+export async function startServer(options = {}) {
   const log = [];
+  const opts = { throttle: null, cutOnce: new Set(), ...options };
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://x');
-    log.push({ method: req.method, path: url.pathname, range: req.headers.range ?? null });
+    const entry = { method: req.method, path: url.pathname, range: req.headers.range ?? null, status: 0, cut: null };
+    log.push(entry);
     let rel = decodeURIComponent(url.pathname);
     let base = pagesDir;
     const headers = {};
@@ -31,15 +43,54 @@ export async function startServer() {
     else if (rel.startsWith('/strict-csp/')) { rel = rel.slice('/strict-csp'.length); headers['Content-Security-Policy'] = STRICT_CSP; }
     const file = path.join(base, path.normalize(rel));
     if (!file.startsWith(base) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
-      res.writeHead(404); res.end('not found'); return;
+      entry.status = 404; res.writeHead(404); res.end('not found'); return;
     }
+    const stat = fs.statSync(file);
+    const size = stat.size;
     headers['Content-Type'] = TYPES[path.extname(file)] ?? 'application/octet-stream';
-    res.writeHead(200, headers);
-    fs.createReadStream(file).pipe(res);
+    headers['Accept-Ranges'] = 'bytes';
+    headers['ETag'] = `"${size.toString(16)}-${Math.floor(stat.mtimeMs).toString(16)}"`;
+    let start = 0, end = size - 1, status = 200;
+    if (req.headers.range) {
+      const m = /^bytes=(\d+)-(\d*)$/.exec(req.headers.range.trim());
+      const s = m ? Number(m[1]) : NaN;
+      const e = m && m[2] !== '' ? Math.min(Number(m[2]), size - 1) : size - 1;
+      if (!m || s >= size || e < s) {
+        entry.status = 416;
+        res.writeHead(416, { 'Content-Range': `bytes */${size}` }); res.end(); return;
+      }
+      start = s; end = e; status = 206;
+      headers['Content-Range'] = `bytes ${start}-${end}/${size}`;
+    }
+    headers['Content-Length'] = String(end - start + 1);
+    entry.status = status;
+    res.writeHead(status, headers);
+    if (req.method === 'HEAD') { res.end(); return; }
+    const isModel = url.pathname.startsWith('/models/');
+    const cut = req.method === 'GET' && status === 200 && opts.cutOnce.has(url.pathname);
+    if (!cut && !(isModel && opts.throttle)) { fs.createReadStream(file, { start, end }).pipe(res); return; }
+    if (cut) opts.cutOnce.delete(url.pathname);
+    const data = fs.readFileSync(file).subarray(start, end + 1);
+    const stop = cut ? Math.floor(data.length / 2) : data.length;
+    if (cut) entry.cut = stop;
+    const step = opts.throttle?.bytes ?? stop;
+    const delay = opts.throttle?.delayMs ?? 0;
+    let at = 0;
+    const next = () => {
+      if (at >= stop) {
+        // A cut: the client has the first half and then sees the connection close early.
+        if (cut) setTimeout(() => res.socket?.end(), 100); else res.end();
+        return;
+      }
+      const chunk = data.subarray(at, Math.min(at + step, stop));
+      at += chunk.length;
+      res.write(chunk, () => setTimeout(next, delay));
+    };
+    next();
   });
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address();
-  return { url: `http://127.0.0.1:${port}`, log, close: () => new Promise((r) => server.close(r)) };
+  return { url: `http://127.0.0.1:${port}`, log, options: opts, close: () => new Promise((r) => server.close(r)) };
 }
 
 /** Serves the files of `dir` (the built demo site) on a free port. */

@@ -209,6 +209,7 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
                 tab_id,
                 text,
                 model_source: s.model_source,
+                model_size: s.model_size,
                 max_iterations: s.max_iterations,
                 thinking: s.thinking,
                 temperature: s.temperature,
@@ -354,8 +355,9 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
                 .map_err(|e| e.to_string())?;
             Ok(Body::Ack)
         }
-        // Broadcast for the overlays; nothing to do here.
-        (Context::Offscreen, Body::AgentEvent { .. }) => Ok(Body::Ack),
+        (Context::Overlay, Body::GetModelStatus) => to_offscreen(Body::GetModelStatus).await,
+        // Broadcasts for the overlays; nothing to do here.
+        (Context::Offscreen, Body::AgentEvent { .. } | Body::ModelStatus(_)) => Ok(Body::Ack),
         (from, other) => Err(format!("unexpected message {other:?} from {from:?}")),
     }
 }

@@ -21,6 +21,27 @@ pub const SETTINGS_KEY: &str = "settings";
 /// Default model source: the onnx-community export on Hugging Face at a pinned revision.
 pub const DEFAULT_MODEL_SOURCE: &str = "https://huggingface.co/onnx-community/gemma-4-E2B-it-ONNX/resolve/9f4bef82ea6e296bc69f8a2f5939f73af81b07a6";
 
+/// Default source of the E4B model: the onnx-community export on Hugging Face. No revision has been
+/// pinned for it yet, so it follows `main`.
+pub const DEFAULT_E4B_MODEL_SOURCE: &str =
+    "https://huggingface.co/onnx-community/gemma-4-E4B-it-ONNX/resolve/main";
+
+/// The model repository for a `modelSource` and `modelSize` setting: the default source follows
+/// the size (E2B or E4B on Hugging Face); any other source is a repository (a mirror in the Hugging
+/// Face layout) used as it is.
+pub fn model_repository(model_source: &str, model_size: &str) -> String {
+    let source = model_source.trim();
+    if source.is_empty() || source == DEFAULT_MODEL_SOURCE {
+        if model_size.eq_ignore_ascii_case("E4B") {
+            DEFAULT_E4B_MODEL_SOURCE.to_owned()
+        } else {
+            DEFAULT_MODEL_SOURCE.to_owned()
+        }
+    } else {
+        source.trim_end_matches('/').to_owned()
+    }
+}
+
 /// The user's settings, stored in `chrome.storage.sync` under [`SETTINGS_KEY`]. Missing fields take
 /// their defaults, so older stored values keep working.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -155,6 +176,9 @@ pub enum Body {
         tab_id: i64,
         text: String,
         model_source: String,
+        /// `"E2B"` or `"E4B"` (picks the default repository; see [`model_repository`]).
+        #[serde(default)]
+        model_size: String,
         max_iterations: u32,
         thinking: bool,
         /// Sampling temperature (settings `temperature`).
@@ -219,6 +243,12 @@ pub enum Body {
         tab_id: i64,
         messages: Vec<gg_agent::ChatMessage>,
     },
+    /// Offscreen -> every context: where the model stands (download progress, loading, ready,
+    /// failed). Every overlay shows it; the one whose tab asked also shows a failure as an error.
+    /// Also the answer to [`Body::GetModelStatus`].
+    ModelStatus(ModelReport),
+    /// Overlay -> service worker -> offscreen: ask where the model stands (a newly opened overlay).
+    GetModelStatus,
     /// Generic acknowledgement.
     Ack,
     /// A request failed; `message` says why.
@@ -241,6 +271,98 @@ pub enum PanelAction {
 
 /// Name of the keyboard command (manifest `commands`) that toggles the panel.
 pub const TOGGLE_COMMAND: &str = "toggle-overlay";
+
+/// Where the model stands, broadcast by the offscreen document.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ModelReport {
+    /// Increases with every report of one offscreen document; overlays drop older ones. A newly
+    /// created offscreen document starts again from 1 with `epoch` changed.
+    pub seq: u64,
+    /// Identifies one offscreen document's life (a random number chosen when it starts).
+    pub epoch: u64,
+    /// `"E2B"` or `"E4B"`, as the settings asked.
+    pub model_size: String,
+    /// The repository the files come from (base URL).
+    pub source: String,
+    pub state: ModelState,
+}
+
+/// The phases of a model load.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "snake_case")]
+pub enum ModelState {
+    /// Nothing loaded; the next message loads it.
+    NotLoaded,
+    /// Files are downloading into the cache.
+    Downloading(DownloadProgress),
+    /// The files are cached; weights are going to the GPU.
+    Initializing {
+        /// What is being loaded (`embed_tokens_q4.onnx`, ...).
+        stage: String,
+    },
+    /// The model answers.
+    Ready {
+        /// Weight variant (`q4` or `q4f16`).
+        dtype: String,
+        /// The WebGPU adapter.
+        adapter: String,
+    },
+    /// Loading failed, or the GPU was lost.
+    Failed {
+        /// The tab whose message started the load (its overlay shows the error); `None` when no
+        /// tab asked (the GPU went away between turns).
+        tab_id: Option<i64>,
+        kind: ModelErrorKind,
+        /// What went wrong and what to do, for the user.
+        message: String,
+    },
+}
+
+/// What kind of failure a model load met (the overlay explains each differently).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelErrorKind {
+    /// No `navigator.gpu`, no adapter, or limits too small.
+    WebgpuUnavailable,
+    /// A file could not be downloaded.
+    DownloadFailed,
+    /// Not enough storage (quota) or GPU memory.
+    OutOfSpace,
+    /// The files are broken or unsupported.
+    LoadFailed,
+    /// The GPU device was lost; the model reloads on the next message.
+    DeviceLost,
+}
+
+/// Download progress, overall and per file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DownloadProgress {
+    /// Bytes of every file of the model that are in the cache (downloaded earlier or now).
+    pub loaded_bytes: u64,
+    /// Bytes of every file of the model.
+    pub total_bytes: u64,
+    /// 0..=100.
+    pub percent: f64,
+    /// Recent throughput.
+    pub bytes_per_second: Option<f64>,
+    /// Seconds left at that throughput.
+    pub eta_seconds: Option<f64>,
+    pub files: Vec<FileProgress>,
+}
+
+/// Download progress of one file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct FileProgress {
+    /// Repository path (`onnx/decoder_model_merged_q4.onnx_data`).
+    pub path: String,
+    pub loaded_bytes: u64,
+    /// `None` until the server has said.
+    pub total_bytes: Option<u64>,
+    /// 0..=100, when the size is known.
+    pub percent: Option<f64>,
+    /// Seconds left for this file at the current throughput (`Some(0.0)` when done).
+    pub eta_seconds: Option<f64>,
+}
 
 /// What the service worker knows about the extension as a whole.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -442,6 +564,69 @@ mod tests {
             Envelope::from_json(ok).unwrap().body,
             Body::ToolOutcome { result: Ok(_), .. }
         ));
+    }
+
+    #[test]
+    fn model_status_wire_form() {
+        let report = ModelReport {
+            seq: 3,
+            epoch: 9,
+            model_size: "E2B".into(),
+            source: "http://127.0.0.1:1/models/x".into(),
+            state: ModelState::Downloading(DownloadProgress {
+                loaded_bytes: 50,
+                total_bytes: 200,
+                percent: 25.0,
+                bytes_per_second: Some(10.0),
+                eta_seconds: Some(15.0),
+                files: vec![FileProgress {
+                    path: "onnx/a.onnx_data".into(),
+                    loaded_bytes: 50,
+                    total_bytes: Some(100),
+                    percent: Some(50.0),
+                    eta_seconds: Some(5.0),
+                }],
+            }),
+        };
+        let env = Envelope::new(RequestId(4), Context::Offscreen, Body::ModelStatus(report));
+        let json = serde_json::to_value(&env).unwrap();
+        assert_eq!(json["body"]["type"], "model_status");
+        assert_eq!(json["body"]["state"]["phase"], "downloading");
+        assert_eq!(json["body"]["state"]["files"][0]["total_bytes"], 100);
+        assert_eq!(Envelope::from_json(json).unwrap(), env);
+        let failed = serde_json::json!({"protocol": PROTOCOL, "id": 1, "from": "offscreen", "body": {
+            "type": "model_status", "seq": 1, "epoch": 2, "model_size": "E2B", "source": "s",
+            "state": {"phase": "failed", "tab_id": 5, "kind": "download_failed", "message": "m"}}});
+        assert!(matches!(
+            Envelope::from_json(failed).unwrap().body,
+            Body::ModelStatus(ModelReport {
+                state: ModelState::Failed {
+                    tab_id: Some(5),
+                    kind: ModelErrorKind::DownloadFailed,
+                    ..
+                },
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn repositories_for_size_and_source() {
+        assert_eq!(model_repository(DEFAULT_MODEL_SOURCE, "E2B"), DEFAULT_MODEL_SOURCE);
+        assert_eq!(model_repository("", "e2b"), DEFAULT_MODEL_SOURCE);
+        assert_eq!(
+            model_repository(DEFAULT_MODEL_SOURCE, "E4B"),
+            DEFAULT_E4B_MODEL_SOURCE
+        );
+        assert_eq!(
+            model_repository(" http://mirror.example/m/ ", "E4B"),
+            "http://mirror.example/m"
+        );
+        // A RunTurn from an older service worker (no size) still parses.
+        let old = serde_json::json!({"type": "run_turn", "tab_id": 1, "text": "hi",
+            "model_source": "x", "max_iterations": 3, "thinking": false});
+        let body: Body = serde_json::from_value(old).unwrap();
+        assert!(matches!(body, Body::RunTurn { model_size, .. } if model_size.is_empty()));
     }
 
     #[test]

@@ -10,7 +10,7 @@ use gg_agent::{
     ToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolOutput,
 };
 use gg_chrome::log;
-use gg_messages::{Body, Context, RequestId};
+use gg_messages::{Body, Context, ModelState, RequestId};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -57,6 +57,7 @@ pub fn handles(body: &Body) -> bool {
             | Body::ClearConversation { .. }
             | Body::RestoreConversation { .. }
             | Body::GetTabConversation { .. }
+            | Body::GetModelStatus
     )
 }
 
@@ -76,6 +77,7 @@ pub async fn handle(body: Body) -> Result<Body, String> {
             tab_id,
             text,
             model_source,
+            model_size,
             max_iterations,
             thinking,
             temperature,
@@ -95,7 +97,13 @@ pub async fn handle(body: Body) -> Result<Body, String> {
             if with_tab(tab_id, |t| t.running.is_some()) {
                 return Err("an answer is still being written in this tab; stop it first".into());
             }
-            let backend = backend_for(&model_source).await?;
+            let model = match model_source.strip_prefix("script:") {
+                Some(url) => Model::Ready(scripted_backend(url).await?),
+                None => Model::Load {
+                    repo: gg_messages::model_repository(&model_source, &model_size),
+                    size: model_size,
+                },
+            };
             let cancel = CancellationToken::new();
             let agent = with_tab(tab_id, |t| {
                 t.running = Some(cancel.clone());
@@ -109,9 +117,45 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                 agent.set_permissions(permissions);
                 agent
             });
-            wasm_bindgen_futures::spawn_local(run_turn(tab_id, agent, backend, text, cancel));
+            wasm_bindgen_futures::spawn_local(async move {
+                let mut agent = agent;
+                let backend = match model {
+                    Model::Ready(backend) => backend,
+                    Model::Load { repo, size } => match crate::model::backend(&repo, &size).await {
+                        Ok(backend) => {
+                            // The prompt and the answer must fit the model's own context.
+                            if let Some(limit) = crate::model::context_limit(&repo) {
+                                let config = agent.config_mut();
+                                config.context_window = config.context_window.min(limit);
+                                let most = u32::try_from(limit / 4).unwrap_or(u32::MAX).max(1);
+                                config.options.max_new_tokens =
+                                    config.options.max_new_tokens.min(most);
+                            }
+                            backend
+                        }
+                        Err(e) => {
+                            crate::model::report(
+                                &size,
+                                &repo,
+                                ModelState::Failed {
+                                    tab_id: Some(tab_id),
+                                    kind: e.kind,
+                                    message: e.message,
+                                },
+                            );
+                            with_tab(tab_id, |t| {
+                                t.agent = Some(agent);
+                                t.running = None;
+                            });
+                            return;
+                        }
+                    },
+                };
+                run_turn(tab_id, agent, backend, text, cancel).await;
+            });
             Ok(Body::Ack)
         }
+        Body::GetModelStatus => Ok(Body::ModelStatus(crate::model::current_status())),
         Body::CancelTurn { tab_id } => {
             if let Some(cancel) = with_tab(tab_id, |t| t.running.clone()) {
                 cancel.cancel();
@@ -175,26 +219,27 @@ pub async fn handle(body: Body) -> Result<Body, String> {
     }
 }
 
-/// The model for a `modelSource` setting.
-async fn backend_for(source: &str) -> Result<Rc<dyn ModelBackend>, String> {
-    if let Some(url) = source.strip_prefix("script:") {
-        #[cfg(feature = "scripted-model")]
-        {
-            return crate::scripted::ScriptedBackend::for_url(url)
-                .await
-                .map(|b| b as Rc<dyn ModelBackend>);
-        }
-        #[cfg(not(feature = "scripted-model"))]
-        {
-            let _ = url;
-            return Err(
-                "scripted models (`script:` sources) exist only in development builds".into(),
-            );
-        }
+/// Where the model of a turn comes from.
+enum Model {
+    /// A scripted model (development builds).
+    Ready(Rc<dyn ModelBackend>),
+    /// Gemma 4 from a repository (loaded, or loaded first).
+    Load { repo: String, size: String },
+}
+
+/// The scripted model of a `script:URL` source (development builds only).
+async fn scripted_backend(url: &str) -> Result<Rc<dyn ModelBackend>, String> {
+    #[cfg(feature = "scripted-model")]
+    {
+        crate::scripted::ScriptedBackend::for_url(url)
+            .await
+            .map(|b| b as Rc<dyn ModelBackend>)
     }
-    Err(format!(
-        "loading Gemma 4 from {source} in the extension is not wired yet; the runtime runs it natively (gemma-gem generate)"
-    ))
+    #[cfg(not(feature = "scripted-model"))]
+    {
+        let _ = url;
+        Err("scripted models (`script:` sources) exist only in development builds".into())
+    }
 }
 
 async fn run_turn(

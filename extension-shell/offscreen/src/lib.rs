@@ -5,7 +5,10 @@
 //! agent's events are broadcast to the overlays (each shows its own tab's events) with a sequence
 //! number per tab.
 
+mod cache;
+mod download;
 mod host;
+mod model;
 #[cfg(feature = "scripted-model")]
 mod scripted;
 mod webgpu;

@@ -4,7 +4,10 @@
 use gg_agent::{
     AgentError, AgentEvent, ChatMessage as AgentMessage, Role as AgentRole, StopReason,
 };
-use gg_components::{Action, ChatMessage, ErrorKind, ToolState, ToolStep, UiError};
+use gg_components::{
+    Action, ChatMessage, ErrorKind, ModelChoice, ModelStatus, ToolState, ToolStep, UiError,
+};
+use gg_messages::{ModelErrorKind, ModelReport, ModelState};
 
 /// Longest result preview shown in the tool timeline.
 const PREVIEW_CHARS: usize = 280;
@@ -102,6 +105,49 @@ pub fn event_actions(event: AgentEvent) -> Vec<Action> {
     }
 }
 
+/// The UI actions for a model report, in the overlay of tab `tab` (`None` until it knows its
+/// tab): every overlay shows the model's status; a failure is shown as an error in the overlay
+/// of the tab that asked (and in every overlay when no tab asked, e.g. the GPU was lost).
+pub fn model_actions(report: ModelReport, tab: Option<i64>) -> Vec<Action> {
+    let model = if report.model_size.eq_ignore_ascii_case("E4B") {
+        ModelChoice::E4b
+    } else {
+        ModelChoice::E2b
+    };
+    let status = |status| Action::SetModelStatus { status };
+    match report.state {
+        ModelState::NotLoaded => vec![status(ModelStatus::NotLoaded)],
+        ModelState::Downloading(p) => vec![status(ModelStatus::Downloading {
+            model,
+            loaded_bytes: p.loaded_bytes,
+            total_bytes: p.total_bytes,
+            bytes_per_second: p.bytes_per_second,
+        })],
+        ModelState::Initializing { .. } => vec![status(ModelStatus::Initializing { model })],
+        ModelState::Ready { .. } => vec![status(ModelStatus::Ready { model })],
+        ModelState::Failed {
+            tab_id,
+            kind,
+            message,
+        } => {
+            let mut out = vec![status(ModelStatus::NotLoaded)];
+            if tab_id.is_none() || tab_id == tab {
+                let kind = match kind {
+                    ModelErrorKind::WebgpuUnavailable => ErrorKind::WebGpuUnavailable,
+                    ModelErrorKind::DownloadFailed => ErrorKind::DownloadFailed,
+                    ModelErrorKind::OutOfSpace => ErrorKind::OutOfMemory,
+                    ModelErrorKind::LoadFailed => ErrorKind::ModelLoadFailed,
+                    ModelErrorKind::DeviceLost => ErrorKind::GenerationFailed,
+                };
+                out.push(Action::ShowError {
+                    error: UiError::new(kind, message),
+                });
+            }
+            out
+        }
+    }
+}
+
 /// The UI's message list for a saved agent conversation. Model messages of one turn (before and
 /// after tool calls) become one assistant message with its tool steps.
 pub fn conversation(messages: &[AgentMessage]) -> Vec<ChatMessage> {
@@ -169,6 +215,74 @@ mod tests {
     use super::*;
     use gg_agent::{ToolCall, ToolOutput};
     use serde_json::json;
+
+    fn report(state: ModelState) -> ModelReport {
+        ModelReport {
+            seq: 1,
+            epoch: 1,
+            model_size: "E2B".into(),
+            source: "http://x/m".into(),
+            state,
+        }
+    }
+
+    #[test]
+    fn model_reports_become_status_and_errors_for_the_right_tab() {
+        let a = model_actions(
+            report(ModelState::Downloading(gg_messages::DownloadProgress {
+                loaded_bytes: 5,
+                total_bytes: 10,
+                percent: 50.0,
+                bytes_per_second: Some(2.0),
+                eta_seconds: Some(2.5),
+                files: Vec::new(),
+            })),
+            Some(1),
+        );
+        assert_eq!(
+            a,
+            vec![Action::SetModelStatus {
+                status: ModelStatus::Downloading {
+                    model: ModelChoice::E2b,
+                    loaded_bytes: 5,
+                    total_bytes: 10,
+                    bytes_per_second: Some(2.0),
+                }
+            }]
+        );
+        let failed = |tab_id| {
+            report(ModelState::Failed {
+                tab_id,
+                kind: ModelErrorKind::DownloadFailed,
+                message: "cut".into(),
+            })
+        };
+        let mine = model_actions(failed(Some(1)), Some(1));
+        assert_eq!(mine.len(), 2);
+        assert!(matches!(&mine[1], Action::ShowError { error } if error.kind == ErrorKind::DownloadFailed));
+        // Another tab's failure only resets the status here.
+        assert_eq!(
+            model_actions(failed(Some(2)), Some(1)),
+            vec![Action::SetModelStatus {
+                status: ModelStatus::NotLoaded
+            }]
+        );
+        // A failure no tab asked for (the GPU was lost) shows everywhere.
+        assert_eq!(model_actions(failed(None), Some(1)).len(), 2);
+        let mut e4b = report(ModelState::Ready {
+            dtype: "q4".into(),
+            adapter: "a".into(),
+        });
+        e4b.model_size = "E4B".into();
+        assert_eq!(
+            model_actions(e4b, None),
+            vec![Action::SetModelStatus {
+                status: ModelStatus::Ready {
+                    model: ModelChoice::E4b
+                }
+            }]
+        );
+    }
 
     fn call(name: &str, args: serde_json::Value) -> ToolCall {
         ToolCall::new(name, args.as_object().cloned().unwrap_or_default())

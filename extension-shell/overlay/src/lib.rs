@@ -19,6 +19,8 @@ thread_local! {
     static DISPATCHER: RefCell<Option<ChatDispatcher>> = const { RefCell::new(None) };
     static TAB: Cell<Option<i64>> = const { Cell::new(None) };
     static LAST_SEQ: Cell<u64> = const { Cell::new(0) };
+    /// `(epoch, seq)` of the last model report shown.
+    static LAST_MODEL: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
     static NEXT_ID: Cell<u64> = const { Cell::new(1) };
 }
 
@@ -81,6 +83,28 @@ async fn load_conversation() {
         if running {
             log::debug("a turn is running in this tab; its next events will stream in");
         }
+    }
+    // Where the model stands (a download may be running for another tab).
+    if let Some(Body::ModelStatus(report)) = request(Body::GetModelStatus).await {
+        show_model(report);
+    }
+}
+
+/// Shows a model report unless a newer one was shown already.
+fn show_model(report: gg_messages::ModelReport) {
+    let fresh = LAST_MODEL.with(|last| {
+        let (epoch, seq) = last.get();
+        let fresh = report.epoch != epoch || report.seq > seq;
+        if fresh {
+            last.set((report.epoch, report.seq));
+        }
+        fresh
+    });
+    if !fresh {
+        return;
+    }
+    for action in convert::model_actions(report, TAB.with(Cell::get)) {
+        dispatch(action);
     }
 }
 
@@ -212,7 +236,8 @@ fn overlay_app() -> Html {
     html! { <GemApp launcher={false} closable={true} {on_ready} {on_intent} /> }
 }
 
-/// `chrome.runtime.onMessage` broadcasts (never answered here): the agent events of this tab.
+/// `chrome.runtime.onMessage` broadcasts (never answered here): the agent events of this tab,
+/// and the model's status (shown in every tab).
 #[wasm_bindgen]
 pub fn on_broadcast(message: JsValue) {
     let Ok(json) = gg_chrome::from_js(&message) else {
@@ -221,10 +246,15 @@ pub fn on_broadcast(message: JsValue) {
     let Ok(env) = Envelope::from_json(json) else {
         return;
     };
-    let Body::AgentEvent { tab_id, seq, event } = env.body else {
+    if env.from != Context::Offscreen {
         return;
+    }
+    let (tab_id, seq, event) = match env.body {
+        Body::AgentEvent { tab_id, seq, event } => (tab_id, seq, event),
+        Body::ModelStatus(report) => return show_model(report),
+        _ => return,
     };
-    if env.from != Context::Offscreen || TAB.with(Cell::get) != Some(tab_id) {
+    if TAB.with(Cell::get) != Some(tab_id) {
         return;
     }
     // Sequence numbers: drop anything seen already.

@@ -38,26 +38,14 @@ fn gelu_tanh(x: f32) -> f32 {
     return 0.5 * x * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
 
-// NaN and infinity made at run time: WGSL rejects non-finite values in constant expressions
-// (Chrome's compiler reports "value nan cannot be represented as 'f32'"; naga lets it pass).
-fn nan_() -> f32 {
-    var bits = 0x7fc00000u;
-    return bitcast<f32>(bits);
-}
-
-fn inf_() -> f32 {
-    var bits = 0x7f800000u;
-    return bitcast<f32>(bits);
-}
-
 fn pow_(a: f32, b: f32) -> f32 {
     if (b == 0.0) { return 1.0; }
     let r = pow(abs(a), b);
     if (a < 0.0) {
         if (fract(b) == 0.0) { return select(r, -r, (i32(b) & 1) != 0); }
-        return nan_();
+        return f32_bits(0x7fc00000u);
     }
-    if (a == 0.0) { return select(0.0, inf_(), b < 0.0); }
+    if (a == 0.0) { return select(0.0, f32_bits(0x7f800000u), b < 0.0); }
     return r;
 }
 

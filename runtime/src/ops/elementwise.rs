@@ -459,7 +459,7 @@ impl Op for Clip {
             return Ok(vec![Value::Host(r)]);
         }
         let t = cx.to_gpu(x)?;
-        let lit = |v: f64| format!("bitcast<f32>({}u)", (v as f32).to_bits());
+        let lit = |v: f64| crate::gpu::wgsl_f32(v as f32);
         let mut e = "a".to_string();
         if let Some(lo) = lo {
             e = format!("max({e}, {})", lit(lo));

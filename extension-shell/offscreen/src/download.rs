@@ -1,0 +1,326 @@
+//! The platform-independent half of the model download: what the cache holds of each file
+//! ([`FileMeta`]), HTTP `Content-Range` parsing, and download progress with throughput, ETA and
+//! throttling ([`Tracker`]). The browser half (fetch, Cache Storage) is [`crate::cache`].
+
+use gg_messages::{DownloadProgress, FileProgress, ModelErrorKind};
+use serde::{Deserialize, Serialize};
+
+/// Why a model could not be loaded, phrased for the user.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadError {
+    pub kind: ModelErrorKind,
+    pub message: String,
+}
+
+impl LoadError {
+    pub fn new(kind: ModelErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for LoadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// Bytes per cache part. A download is stored as numbered parts of at most this size (the last
+/// part of an interrupted download is shorter), so resuming needs no copy of the whole file and
+/// reading back never holds more than one part.
+pub const PART_BYTES: usize = 8 << 20;
+
+/// What the cache holds of one file (stored as JSON next to its parts).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileMeta {
+    /// Size of the whole file, once a server has said (`Content-Length` / `Content-Range`).
+    pub size: Option<u64>,
+    /// Byte length of each stored part, in order.
+    pub parts: Vec<u64>,
+    /// Every byte is stored and the size was verified.
+    pub complete: bool,
+    /// The server's `ETag` (or `Last-Modified`) of the first response: a resumed download whose
+    /// validator differs starts over instead of mixing two versions of the file.
+    pub validator: Option<String>,
+    /// The server answered 404 (optional files such as `generation_config.json`).
+    #[serde(default)]
+    pub missing: bool,
+}
+
+impl FileMeta {
+    /// Bytes stored so far.
+    pub fn stored(&self) -> u64 {
+        self.parts.iter().sum()
+    }
+
+    /// Forgets everything stored (the parts themselves are overwritten or left unreachable).
+    pub fn reset(&mut self) {
+        *self = Self::default();
+    }
+}
+
+/// A parsed `Content-Range: bytes START-END/TOTAL` header (`TOTAL` may be `*`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContentRange {
+    pub start: u64,
+    /// Inclusive.
+    pub end: u64,
+    pub total: Option<u64>,
+}
+
+/// Parses a `Content-Range` header of a 206 answer.
+pub fn parse_content_range(header: &str) -> Result<ContentRange, String> {
+    let bad = || format!("malformed Content-Range header {header:?}");
+    let rest = header.trim().strip_prefix("bytes ").ok_or_else(bad)?;
+    let (range, total) = rest.split_once('/').ok_or_else(bad)?;
+    let (start, end) = range.split_once('-').ok_or_else(bad)?;
+    let num = |s: &str| s.trim().parse::<u64>().map_err(|_| bad());
+    let (start, end) = (num(start)?, num(end)?);
+    let total = match total.trim() {
+        "*" => None,
+        t => Some(num(t)?),
+    };
+    if end < start || total.is_some_and(|t| end >= t) {
+        return Err(bad());
+    }
+    Ok(ContentRange { start, end, total })
+}
+
+/// Human-readable byte count (`1.5 GB`).
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KB", "MB", "GB", "TB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1000.0 && unit + 1 < UNITS.len() {
+        v /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// Minimum time between two progress reports.
+pub const REPORT_INTERVAL_MS: f64 = 250.0;
+
+#[derive(Clone, Debug)]
+struct FileState {
+    path: String,
+    loaded: u64,
+    total: Option<u64>,
+}
+
+/// Download progress of a set of files: bytes, totals, throughput (bytes fetched in this session
+/// over the time spent fetching them), ETA, and a throttle for reports (at most one per
+/// [`REPORT_INTERVAL_MS`]).
+#[derive(Clone, Debug, Default)]
+pub struct Tracker {
+    files: Vec<FileState>,
+    /// When the first byte of this session was received.
+    started_ms: Option<f64>,
+    /// Bytes received in this session (cached bytes excluded).
+    fetched: u64,
+    last_report_ms: Option<f64>,
+}
+
+impl Tracker {
+    /// Registers a file with what the cache holds and its size, if known.
+    pub fn add_file(&mut self, path: &str, loaded: u64, total: Option<u64>) {
+        self.files.push(FileState {
+            path: path.to_owned(),
+            loaded,
+            total,
+        });
+    }
+
+    fn file(&mut self, path: &str) -> Option<&mut FileState> {
+        self.files.iter_mut().find(|f| f.path == path)
+    }
+
+    /// The server said how large a file is.
+    pub fn set_total(&mut self, path: &str, total: u64) {
+        if let Some(f) = self.file(path) {
+            f.total = Some(total);
+        }
+    }
+
+    /// The cache was found unusable for a file: it starts again from 0.
+    pub fn restart(&mut self, path: &str) {
+        if let Some(f) = self.file(path) {
+            f.loaded = 0;
+        }
+    }
+
+    /// `n` new bytes of `path` arrived at `now_ms`.
+    pub fn received(&mut self, path: &str, n: u64, now_ms: f64) {
+        if self.started_ms.is_none() {
+            self.started_ms = Some(now_ms);
+        }
+        self.fetched += n;
+        if let Some(f) = self.file(path) {
+            f.loaded += n;
+        }
+    }
+
+    /// Whether a report is due at `now_ms` (and if so, counts it as sent).
+    pub fn report_due(&mut self, now_ms: f64) -> bool {
+        let due = self
+            .last_report_ms
+            .is_none_or(|last| now_ms - last >= REPORT_INTERVAL_MS);
+        if due {
+            self.last_report_ms = Some(now_ms);
+        }
+        due
+    }
+
+    /// Throughput so far, once at least half a second of data has been measured.
+    pub fn bytes_per_second(&self, now_ms: f64) -> Option<f64> {
+        let elapsed = (now_ms - self.started_ms?) / 1000.0;
+        (elapsed >= 0.5 && self.fetched > 0).then(|| self.fetched as f64 / elapsed)
+    }
+
+    /// Bytes of every file that are in the cache.
+    pub fn loaded(&self) -> u64 {
+        self.files.iter().map(|f| f.loaded).sum()
+    }
+
+    /// Bytes of every file whose size is known, plus what is loaded of the others.
+    pub fn total(&self) -> u64 {
+        self.files
+            .iter()
+            .map(|f| f.total.unwrap_or(f.loaded).max(f.loaded))
+            .sum()
+    }
+
+    /// The progress report at `now_ms`.
+    pub fn snapshot(&self, now_ms: f64) -> DownloadProgress {
+        let bps = self.bytes_per_second(now_ms);
+        let eta = |left: u64| bps.map(|b| left as f64 / b);
+        let (loaded, total) = (self.loaded(), self.total());
+        DownloadProgress {
+            loaded_bytes: loaded,
+            total_bytes: total,
+            percent: percent(loaded, total),
+            bytes_per_second: bps,
+            eta_seconds: eta(total.saturating_sub(loaded)),
+            files: self
+                .files
+                .iter()
+                .map(|f| FileProgress {
+                    path: f.path.clone(),
+                    loaded_bytes: f.loaded,
+                    total_bytes: f.total,
+                    percent: f.total.map(|t| percent(f.loaded, t)),
+                    eta_seconds: match f.total {
+                        Some(t) if f.loaded >= t => Some(0.0),
+                        Some(t) => eta(t - f.loaded),
+                        None => None,
+                    },
+                })
+                .collect(),
+        }
+    }
+}
+
+fn percent(loaded: u64, total: u64) -> f64 {
+    if total == 0 {
+        100.0
+    } else {
+        (loaded as f64 * 100.0 / total as f64).clamp(0.0, 100.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_ranges() {
+        assert_eq!(
+            parse_content_range("bytes 346220-692439/692440"),
+            Ok(ContentRange {
+                start: 346_220,
+                end: 692_439,
+                total: Some(692_440)
+            })
+        );
+        assert_eq!(
+            parse_content_range("bytes 0-9/*").map(|r| r.total),
+            Ok(None)
+        );
+        for bad in [
+            "",
+            "bytes */100",
+            "items 0-9/10",
+            "bytes 5-4/10",
+            "bytes 0-10/10",
+            "bytes a-b/c",
+            "bytes 0-9",
+        ] {
+            assert!(parse_content_range(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn meta_counts_parts_and_round_trips() {
+        let mut m = FileMeta {
+            size: Some(20),
+            parts: vec![8, 8, 3],
+            validator: Some("\"abc\"".into()),
+            ..FileMeta::default()
+        };
+        assert_eq!(m.stored(), 19);
+        let json = serde_json::to_string(&m).unwrap();
+        assert_eq!(serde_json::from_str::<FileMeta>(&json).unwrap(), m);
+        m.reset();
+        assert_eq!(m, FileMeta::default());
+    }
+
+    #[test]
+    fn progress_overall_per_file_eta_and_throttle() {
+        let mut t = Tracker::default();
+        t.add_file("config.json", 100, Some(100));
+        t.add_file("onnx/a.onnx_data", 0, Some(1000));
+        t.add_file("onnx/b.onnx_data", 0, None);
+        assert!(t.report_due(0.0));
+        assert!(!t.report_due(100.0), "throttled below 250 ms");
+        t.received("onnx/a.onnx_data", 200, 1000.0);
+        t.received("onnx/a.onnx_data", 300, 2000.0);
+        assert!(t.report_due(2000.0));
+        let p = t.snapshot(2000.0);
+        assert_eq!(p.loaded_bytes, 600);
+        assert_eq!(p.total_bytes, 1100);
+        assert!((p.percent - 600.0 * 100.0 / 1100.0).abs() < 1e-9);
+        // 500 bytes in 1 s.
+        assert_eq!(p.bytes_per_second, Some(500.0));
+        assert_eq!(p.eta_seconds, Some(1.0));
+        assert_eq!(p.files[0].eta_seconds, Some(0.0));
+        assert_eq!(p.files[1].percent, Some(50.0));
+        assert_eq!(p.files[1].eta_seconds, Some(1.0));
+        assert_eq!(p.files[2].total_bytes, None);
+        // The server tells the size of the third file: the total grows.
+        t.set_total("onnx/b.onnx_data", 400);
+        assert_eq!(t.snapshot(2000.0).total_bytes, 1500);
+        t.restart("onnx/a.onnx_data");
+        assert_eq!(t.loaded(), 100);
+    }
+
+    #[test]
+    fn no_rate_before_half_a_second() {
+        let mut t = Tracker::default();
+        t.add_file("x", 0, Some(10));
+        t.received("x", 5, 1000.0);
+        assert_eq!(t.bytes_per_second(1200.0), None);
+        assert_eq!(t.snapshot(1200.0).eta_seconds, None);
+    }
+
+    #[test]
+    fn bytes_are_readable() {
+        assert_eq!(human_bytes(999), "999 B");
+        assert_eq!(human_bytes(1_520_000_000), "1.5 GB");
+    }
+}

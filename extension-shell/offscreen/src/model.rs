@@ -1,0 +1,445 @@
+//! The Gemma 4 model of the offscreen document: one at a time, loaded on the first request,
+//! kept across turns and tabs, reloaded when the repository (source or size setting) changes or
+//! after the GPU device was lost.
+//!
+//! Loading: WebGPU checks (with actionable messages), the file list from `config.json` for the
+//! variant the adapter supports (q4f16 with `shader-f16`, else q4), every missing file downloaded
+//! into Cache Storage with progress broadcast to every overlay ([`crate::cache`]), then the
+//! sessions streamed from the cache into GPU memory ([`gg_llm::GemmaModel`]).
+
+use crate::cache::{CacheFetch, DownloadEvent, ModelCache, out_of_space, request_persistence};
+use crate::download::{LoadError, Tracker};
+use futures::FutureExt;
+use futures::future::{LocalBoxFuture, Shared};
+use futures::lock::Mutex;
+use futures::stream::StreamExt;
+use gg_agent::{ChatMessage, ChunkStream, GenerateOptions, ModelBackend, ToolDefinition};
+use gg_chrome::log;
+use gg_llm::{Dtype, GemmaBackend, GemmaModel, LoadOptions, LoadStage, ModelConfig, ModelRepo};
+use gg_messages::{Body, Context, ModelErrorKind, ModelReport, ModelState, RequestId};
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The smallest storage-buffer binding the runtime works with (WebGPU's default limit; larger
+/// weights are split into parts of the adapter's real limit).
+const MIN_BINDING_BYTES: u64 = 128 << 20;
+
+/// Files the repository may lack.
+const OPTIONAL_FILES: &[&str] = &["generation_config.json", "tokenizer_config.json"];
+
+/// A loaded model, shared by every tab.
+pub struct Loaded {
+    repo: String,
+    backend: Rc<QueuedBackend>,
+}
+
+type LoadFuture = Shared<LocalBoxFuture<'static, Result<Rc<Loaded>, LoadError>>>;
+
+enum Slot {
+    Empty,
+    Loading { repo: String, load: LoadFuture },
+    Ready(Rc<Loaded>),
+}
+
+thread_local! {
+    static SLOT: RefCell<Slot> = const { RefCell::new(Slot::Empty) };
+    static STATUS: RefCell<Option<ModelReport>> = const { RefCell::new(None) };
+    static SEQ: Cell<u64> = const { Cell::new(0) };
+    static EPOCH: Cell<u64> = const { Cell::new(0) };
+}
+
+fn epoch() -> u64 {
+    EPOCH.with(|e| {
+        if e.get() == 0 {
+            e.set((js_sys::Math::random() * 9.0e15) as u64 + 1);
+        }
+        e.get()
+    })
+}
+
+/// Broadcasts where the model stands to every context (the overlays show it) and remembers it
+/// for [`current_status`].
+pub fn report(model_size: &str, source: &str, state: ModelState) {
+    let seq = SEQ.with(|s| {
+        s.set(s.get() + 1);
+        s.get()
+    });
+    let report = ModelReport {
+        seq,
+        epoch: epoch(),
+        model_size: model_size.to_owned(),
+        source: source.to_owned(),
+        state,
+    };
+    STATUS.with(|s| *s.borrow_mut() = Some(report.clone()));
+    wasm_bindgen_futures::spawn_local(async move {
+        if let Err(e) = gg_chrome::send(
+            Context::Offscreen,
+            RequestId(seq),
+            Body::ModelStatus(report),
+        )
+        .await
+        {
+            log::debug(&format!("model status not delivered: {e}"));
+        }
+    });
+}
+
+/// The latest report (`NotLoaded` before any).
+pub fn current_status() -> ModelReport {
+    STATUS.with(|s| s.borrow().clone()).unwrap_or(ModelReport {
+        seq: 0,
+        epoch: epoch(),
+        model_size: String::new(),
+        source: String::new(),
+        state: ModelState::NotLoaded,
+    })
+}
+
+/// The model of `repo`, loaded if needed (a load in progress for it is joined, not repeated).
+pub async fn backend(repo: &str, model_size: &str) -> Result<Rc<dyn ModelBackend>, LoadError> {
+    if !(repo.starts_with("http://") || repo.starts_with("https://")) {
+        return Err(LoadError::new(
+            ModelErrorKind::LoadFailed,
+            format!(
+                "The model source {repo:?} is not an http:// or https:// address. Set the model source in the settings to a model repository in the Hugging Face layout."
+            ),
+        ));
+    }
+    loop {
+        let pending = SLOT.with(|slot| {
+            let mut slot = slot.borrow_mut();
+            match &*slot {
+                Slot::Ready(l) if l.repo == repo && !l.backend.lost() => {
+                    Ok(l.backend.clone() as Rc<dyn ModelBackend>)
+                }
+                Slot::Ready(l) => {
+                    if l.backend.lost() {
+                        log::info("the GPU device was lost; loading the model again");
+                    } else {
+                        log::info(&format!("model source changed to {repo}; unloading {}", l.repo));
+                    }
+                    // Dropped before the next load starts, so its GPU memory is released first.
+                    *slot = Slot::Empty;
+                    Err(None)
+                }
+                Slot::Loading { repo: r, load } => Err(Some((load.clone(), r.clone()))),
+                Slot::Empty => {
+                    let load = load(repo.to_owned(), model_size.to_owned())
+                        .boxed_local()
+                        .shared();
+                    *slot = Slot::Loading {
+                        repo: repo.to_owned(),
+                        load: load.clone(),
+                    };
+                    Err(Some((load, repo.to_owned())))
+                }
+            }
+        });
+        match pending {
+            Ok(backend) => return Ok(backend),
+            // A load of this or another repository runs: wait for it; if it was another one,
+            // look again.
+            Err(Some((load, loading))) => {
+                let result = load.await;
+                if loading == repo {
+                    return result.map(|l| l.backend.clone() as Rc<dyn ModelBackend>);
+                }
+            }
+            Err(None) => {}
+        }
+    }
+}
+
+/// Loads the model of `repo` and puts it in the slot (or empties the slot on failure).
+async fn load(repo: String, model_size: String) -> Result<Rc<Loaded>, LoadError> {
+    let result = load_inner(&repo, &model_size).await;
+    SLOT.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        if matches!(&*slot, Slot::Loading { repo: r, .. } if *r == repo) {
+            *slot = match &result {
+                Ok(l) => Slot::Ready(l.clone()),
+                Err(_) => Slot::Empty,
+            };
+        }
+    });
+    match &result {
+        Ok(l) => report(
+            &model_size,
+            &repo,
+            ModelState::Ready {
+                dtype: l.backend.inner.model().dtype.name().to_owned(),
+                adapter: l.backend.inner.model().gpu.adapter.clone(),
+            },
+        ),
+        Err(e) => {
+            log::error(&format!("loading the model from {repo} failed: {e}"));
+            report(&model_size, &repo, ModelState::NotLoaded);
+        }
+    }
+    result
+}
+
+async fn load_inner(repo: &str, model_size: &str) -> Result<Rc<Loaded>, LoadError> {
+    let stage = |s: &str| {
+        report(
+            model_size,
+            repo,
+            ModelState::Initializing {
+                stage: s.to_owned(),
+            },
+        )
+    };
+    stage("checking WebGPU");
+    let gpu = open_gpu().await?;
+    let lost = Arc::new(AtomicBool::new(false));
+    {
+        let lost = lost.clone();
+        let (size, source) = (model_size.to_owned(), repo.to_owned());
+        gpu.device.set_device_lost_callback(move |reason, message| {
+            if reason == wgpu::DeviceLostReason::Destroyed {
+                return;
+            }
+            lost.store(true, Ordering::SeqCst);
+            let (size, source) = (size.clone(), source.clone());
+            wasm_bindgen_futures::spawn_local(async move {
+                device_lost(&size, &source, &message);
+            });
+        });
+    }
+    let dtype = Dtype::for_adapter(gpu.has_shader_f16);
+    log::info(&format!(
+        "model {repo}: {} weights on {}",
+        dtype.name(),
+        gpu.adapter
+    ));
+
+    let cache = ModelCache::open(repo).await?;
+    if !request_persistence().await {
+        log::info("the browser did not grant persistent storage; the model cache may be evicted when disk space runs low");
+    }
+    download_all(&cache, repo, model_size, dtype).await?;
+
+    stage("loading the model into GPU memory");
+    let fetch = Rc::new(CacheFetch {
+        cache: cache.clone(),
+    });
+    let model_repo = ModelRepo::new(fetch, repo);
+    let model = GemmaModel::load_with_progress(
+        Rc::new(gpu),
+        &model_repo,
+        &LoadOptions { dtype: Some(dtype) },
+        &mut |s| match s {
+            LoadStage::TextFiles => stage("reading the tokenizer and chat template"),
+            LoadStage::Session(file) => stage(&format!("loading {file} into GPU memory")),
+            LoadStage::Ready => {}
+        },
+    )
+    .await
+    .map_err(|e| {
+        let message = e.to_string();
+        let kind = if message.to_lowercase().contains("out of memory") {
+            ModelErrorKind::OutOfSpace
+        } else {
+            ModelErrorKind::LoadFailed
+        };
+        LoadError::new(
+            kind,
+            format!("Loading the model from {repo} failed: {message}"),
+        )
+    })?;
+    Ok(Rc::new(Loaded {
+        repo: repo.to_owned(),
+        backend: Rc::new(QueuedBackend {
+            inner: GemmaBackend::new(Rc::new(model)),
+            turn: Mutex::new(()),
+            lost,
+        }),
+    }))
+}
+
+/// The GPU went away: drop the model (it reloads with the next message) and tell every overlay.
+fn device_lost(model_size: &str, source: &str, message: &str) {
+    log::error(&format!("the GPU device was lost: {message}"));
+    SLOT.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        if matches!(&*slot, Slot::Ready(l) if l.backend.lost()) {
+            *slot = Slot::Empty;
+        }
+    });
+    report(
+        model_size,
+        source,
+        ModelState::Failed {
+            tab_id: None,
+            kind: ModelErrorKind::DeviceLost,
+            message: format!(
+                "The GPU stopped working for the model ({message}). It loads again with your next message; if this repeats, close other GPU-heavy tabs or restart the browser."
+            ),
+        },
+    );
+}
+
+/// A WebGPU device with the adapter's limits, after checking that it can hold the model.
+async fn open_gpu() -> Result<gg_runtime::Gpu, LoadError> {
+    let unavailable = |m: String| LoadError::new(ModelErrorKind::WebgpuUnavailable, m);
+    let probe = crate::webgpu::probe_webgpu().await;
+    if let Some(error) = probe.error {
+        return Err(unavailable(error));
+    }
+    let gpu = gg_runtime::Gpu::new(None).await.map_err(|e| {
+        unavailable(format!(
+            "Could not open the GPU for the model ({e}). Check chrome://gpu: WebGPU must be hardware accelerated."
+        ))
+    })?;
+    let binding = gpu.limits.max_storage_buffer_binding_size;
+    let buffer = gpu.limits.max_buffer_size;
+    if binding.min(buffer) < MIN_BINDING_BYTES {
+        return Err(unavailable(format!(
+            "This GPU ({}) allows only {} MiB per storage buffer (binding {} MiB, buffer {} MiB); the model needs at least {} MiB. Try another browser or GPU.",
+            gpu.adapter,
+            binding.min(buffer) >> 20,
+            binding >> 20,
+            buffer >> 20,
+            MIN_BINDING_BYTES >> 20
+        )));
+    }
+    Ok(gpu)
+}
+
+/// Downloads every file of the model variant that the cache lacks, reporting progress.
+async fn download_all(
+    cache: &Rc<ModelCache>,
+    repo: &str,
+    model_size: &str,
+    dtype: Dtype,
+) -> Result<(), LoadError> {
+    // config.json first: it lists the external data chunks of each session.
+    let mut config_meta = cache.meta("config.json").await;
+    cache
+        .download("config.json", &mut config_meta, false, &mut |_| {})
+        .await?;
+    let config_bytes = ModelRepo::new(
+        Rc::new(CacheFetch {
+            cache: cache.clone(),
+        }),
+        repo,
+    )
+    .read("config.json")
+    .await
+    .map_err(|e| LoadError::new(ModelErrorKind::LoadFailed, e.to_string()))?;
+    let config = ModelConfig::parse(&config_bytes, None).map_err(|e| {
+        LoadError::new(
+            ModelErrorKind::LoadFailed,
+            format!("{}: {e}", cache.url("config.json")),
+        )
+    })?;
+
+    let mut files = Vec::new();
+    let mut tracker = Tracker::default();
+    for path in config.files(dtype) {
+        let mut meta = cache.meta(&path).await;
+        let optional = OPTIONAL_FILES.contains(&path.as_str());
+        if !meta.complete && !meta.missing && meta.size.is_none() {
+            match cache.probe(&path).await {
+                Ok(size) => meta.size = size,
+                Err(_) if optional => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if !meta.missing {
+            tracker.add_file(&path, meta.stored(), meta.size);
+        }
+        files.push((path, meta, optional));
+    }
+    let remaining: u64 = files
+        .iter()
+        .filter(|(_, m, _)| !m.complete && !m.missing)
+        .map(|(_, m, _)| m.size.unwrap_or(0).saturating_sub(m.stored()))
+        .sum();
+    if remaining == 0 && files.iter().all(|(_, m, _)| m.complete || m.missing) {
+        log::debug("every model file is in the cache");
+        return Ok(());
+    }
+    if let Some((usage, quota)) = crate::cache::storage_estimate().await {
+        let free = quota.saturating_sub(usage);
+        if free < remaining {
+            return Err(out_of_space(remaining - free, "the remaining model files").await);
+        }
+    }
+    let now = || js_sys::Date::now();
+    let send = |tracker: &Tracker| {
+        report(
+            model_size,
+            repo,
+            ModelState::Downloading(tracker.snapshot(now())),
+        )
+    };
+    tracker.report_due(now());
+    send(&tracker);
+    for (path, meta, optional) in &mut files {
+        if meta.complete || meta.missing {
+            continue;
+        }
+        let result = cache
+            .download(path, meta, *optional, &mut |ev| {
+                match ev {
+                    DownloadEvent::Total(t) => tracker.set_total(path, t),
+                    DownloadEvent::Restart => tracker.restart(path),
+                    DownloadEvent::Bytes(n) => tracker.received(path, n, now()),
+                }
+                if tracker.report_due(now()) {
+                    send(&tracker);
+                }
+            })
+            .await;
+        // The last numbers of a file always go out (also when it failed part-way).
+        send(&tracker);
+        result?;
+    }
+    Ok(())
+}
+
+/// The shared model, one generation at a time: requests from several tabs queue here.
+struct QueuedBackend {
+    inner: GemmaBackend,
+    turn: Mutex<()>,
+    lost: Arc<AtomicBool>,
+}
+
+impl QueuedBackend {
+    fn lost(&self) -> bool {
+        self.lost.load(Ordering::SeqCst)
+    }
+}
+
+impl ModelBackend for QueuedBackend {
+    fn generate<'a>(
+        &'a self,
+        messages: &'a [ChatMessage],
+        tools: &'a [ToolDefinition],
+        options: &'a GenerateOptions,
+    ) -> ChunkStream<'a> {
+        futures::stream::once(async move {
+            let guard = self.turn.lock().await;
+            self.inner
+                .generate(messages, tools, options)
+                .map(move |chunk| {
+                    let _held = &guard;
+                    chunk
+                })
+        })
+        .flatten()
+        .boxed_local()
+    }
+}
+
+/// The context limit (tokens) of the loaded model of `repo`, if its config states it.
+pub fn context_limit(repo: &str) -> Option<usize> {
+    SLOT.with(|s| match &*s.borrow() {
+        Slot::Ready(l) if l.repo == repo => l.backend.inner.model().context_limit(),
+        _ => None,
+    })
+}
