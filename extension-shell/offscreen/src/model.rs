@@ -119,7 +119,10 @@ pub async fn backend(repo: &str, model_size: &str) -> Result<Rc<dyn ModelBackend
                     if l.backend.lost() {
                         log::info("the GPU device was lost; loading the model again");
                     } else {
-                        log::info(&format!("model source changed to {repo}; unloading {}", l.repo));
+                        log::info(&format!(
+                            "model source changed to {repo}; unloading {}",
+                            l.repo
+                        ));
                     }
                     // Dropped before the next load starts, so its GPU memory is released first.
                     *slot = Slot::Empty;
@@ -218,7 +221,9 @@ async fn load_inner(repo: &str, model_size: &str) -> Result<Rc<Loaded>, LoadErro
 
     let cache = ModelCache::open(repo).await?;
     if !request_persistence().await {
-        log::info("the browser did not grant persistent storage; the model cache may be evicted when disk space runs low");
+        log::info(
+            "the browser did not grant persistent storage; the model cache may be evicted when disk space runs low",
+        );
     }
     download_all(&cache, repo, model_size, dtype).await?;
 
