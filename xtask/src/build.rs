@@ -55,7 +55,7 @@ pub fn build_with(tools: &Tools, release: bool) -> Result<Built> {
     } else {
         ("dev", "debug")
     };
-    let target_dir = root().join("target");
+    let target_dir = crate::util::target_dir();
     let ext = extension_dir(release);
     let demo = root().join("dist/demo-site");
     for dir in [&ext, &demo] {

@@ -12,6 +12,14 @@ pub fn root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// The cargo target directory: `CARGO_TARGET_DIR` when set, else `target/` in the workspace.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .map(|p| if p.is_absolute() { p } else { root().join(p) })
+        .unwrap_or_else(|| root().join("target"))
+}
+
 /// Cache directory shared across clones and runs (tools that take minutes to build).
 pub fn cache_dir() -> PathBuf {
     std::env::var_os("GEMMA_GEM_CACHE")
