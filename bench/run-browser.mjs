@@ -3,8 +3,8 @@
 //   node bench/run-browser.mjs CONFIG.json OUT.json
 // CONFIG: { url, chromium, runs, prefill, decodeContext, decodeTokens, models: [{ name, url }] }.
 // For each model and run it alternates our runtime and onnxruntime-web (A/B/A/B), each in a fresh
-// page, samples the JS + ArrayBuffer (wasm memory included) heap through the DevTools protocol
-// while the model loads, and writes every raw sample to OUT; xtask computes medians and ratios.
+// page, samples the JS heap + ArrayBuffers (DevTools protocol) + every wasm memory while the
+// model loads, and writes every raw sample to OUT; xtask computes medians and ratios.
 import { chromium } from 'playwright-core';
 import { readFileSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -25,13 +25,40 @@ const context = await chromium.launchPersistentContext(userDataDir, {
 });
 const log = (m) => console.error(`bench: ${m}`);
 
-/** Peak of (JS heap used + ArrayBuffer backing stores) while `work` runs. */
-async function peakHeap(cdp, work) {
+// Every WebAssembly memory a page creates (ours from wasm-bindgen, onnxruntime-web's from
+// Emscripten), so that the heap samples include wasm linear memory: the DevTools heap numbers
+// count ArrayBuffers but not WebAssembly.Memory.
+await context.addInitScript(() => {
+  const mems = new Set();
+  globalThis.__ggWasmBytes = () => [...mems].reduce((n, m) => n + m.buffer.byteLength, 0);
+  const keep = (exports) => {
+    for (const v of Object.values(exports ?? {})) if (v instanceof WebAssembly.Memory) mems.add(v);
+  };
+  const NativeMemory = WebAssembly.Memory;
+  WebAssembly.Memory = function Memory(desc) {
+    const m = new NativeMemory(desc);
+    mems.add(m);
+    return m;
+  };
+  WebAssembly.Memory.prototype = NativeMemory.prototype;
+  for (const name of ['instantiate', 'instantiateStreaming']) {
+    const native = WebAssembly[name].bind(WebAssembly);
+    WebAssembly[name] = async (...args) => {
+      const r = await native(...args);
+      keep((r.instance ?? r).exports);
+      return r;
+    };
+  }
+});
+
+/** Peak of (JS heap used + ArrayBuffer backing stores + wasm memories) while `work` runs. */
+async function peakHeap(page, cdp, work) {
   let peak = 0;
   let sampling = true;
   const sample = async () => {
     const u = await cdp.send('Runtime.getHeapUsage');
-    peak = Math.max(peak, (u.usedSize ?? 0) + (u.backingStorageSize ?? 0));
+    const wasm = await page.evaluate(() => globalThis.__ggWasmBytes?.() ?? 0);
+    peak = Math.max(peak, (u.usedSize ?? 0) + (u.backingStorageSize ?? 0) + wasm);
   };
   const loop = (async () => {
     while (sampling) {
@@ -59,7 +86,7 @@ async function onePage(runtime, model, dtype) {
     await page.waitForFunction(() => window.bench !== undefined, null, { timeout: 60000 });
     const cdp = await context.newCDPSession(page);
     await cdp.send('HeapProfiler.collectGarbage').catch(() => {});
-    const [load, peak] = await peakHeap(cdp, () =>
+    const [load, peak] = await peakHeap(page, cdp, () =>
       page.evaluate((o) => window.bench.load(o), { runtime, model: model.url, dtype }));
     const m = await page.evaluate((o) => window.bench.measure(o), {
       prefill: cfg.prefill, decodeContext: cfg.decodeContext, decodeTokens: cfg.decodeTokens,
@@ -67,7 +94,8 @@ async function onePage(runtime, model, dtype) {
     return { ...m, load_s: load.load_s, peak_heap_bytes: peak, wasm_memory_bytes: load.wasm_memory_bytes };
   } catch (e) {
     const extra = errors.length ? ` (page: ${errors.slice(-3).join(' | ')})` : '';
-    return { error: `${String(e.message ?? e).split('\n')[0]}${extra}` };
+    const msg = `${String(e.message ?? e).split('\n')[0]}${extra}`;
+    return { error: msg.length > 600 ? `${msg.slice(0, 600)}…` : msg };
   } finally {
     await page.close();
   }

@@ -43,9 +43,12 @@ fn pow_(a: f32, b: f32) -> f32 {
     let r = pow(abs(a), b);
     if (a < 0.0) {
         if (fract(b) == 0.0) { return select(r, -r, (i32(b) & 1) != 0); }
-        return bitcast<f32>(0x7fc00000u);
+        // Through a var: Chrome's WGSL compiler (Tint) rejects NaN / inf constant expressions.
+        var nan_bits = 0x7fc00000u;
+        return bitcast<f32>(nan_bits);
     }
-    if (a == 0.0) { return select(0.0, bitcast<f32>(0x7f800000u), b < 0.0); }
+    var inf_bits = 0x7f800000u;
+    if (a == 0.0) { return select(0.0, bitcast<f32>(inf_bits), b < 0.0); }
     return r;
 }
 

@@ -51,7 +51,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let qbase = ((b * S + s) * H + h) * D;
     let kvbase = (b * KVH + kvh) * T * D;
     let srow = flat * T;
-    var m = -3.4028235e38;
+    var m = -3.4028234e38;
     for (var t = first + i32(tid); t <= last; t = t + i32(WG)) {
         let tt = u32(t);
         var acc = 0.0;

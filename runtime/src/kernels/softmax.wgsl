@@ -12,7 +12,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let j = row % inner;
     let base = o * L * inner + j;
     let t = lid.x;
-    var m = -3.4028235e38;
+    var m = -3.4028234e38;
     for (var l = t; l < L; l = l + WG) { m = max(m, ld_x(base + l * inner)); }
     red[t] = m;
     workgroupBarrier();

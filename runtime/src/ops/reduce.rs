@@ -27,8 +27,8 @@ impl Kind {
         match self {
             Kind::Sum => ("0.0", "acc + v", "acc"),
             Kind::Mean => ("0.0", "acc + v", "acc / cnt"),
-            Kind::Max => ("-3.4028235e38", "max(acc, v)", "acc"),
-            Kind::Min => ("3.4028235e38", "min(acc, v)", "acc"),
+            Kind::Max => ("-3.4028234e38", "max(acc, v)", "acc"),
+            Kind::Min => ("3.4028234e38", "min(acc, v)", "acc"),
             Kind::Prod => ("1.0", "acc * v", "acc"),
             Kind::L2 => ("0.0", "acc + v * v", "sqrt(acc)"),
             Kind::SumSquare => ("0.0", "acc + v * v", "acc"),

@@ -64,6 +64,9 @@ pub struct BenchArgs {
     /// Port of the local server for the browser bench.
     #[arg(long, default_value_t = 8093)]
     pub port: u16,
+    /// Use this prebuilt `gemma-gem` binary instead of building it (bench/device.sh).
+    #[arg(long)]
+    pub gemma_gem: Option<PathBuf>,
     /// Skip `cargo xtask build --release` when dist/chrome-mv3 is missing (sizes are then omitted).
     #[arg(long)]
     pub no_release_build: bool,
@@ -204,7 +207,11 @@ fn ensure_model(model: &BenchModel) -> Result<()> {
         }
         return Ok(());
     }
-    let python = crate::install::ensure_python_venv()?;
+    // GEMMA_GEM_PYTHON: a Python with numpy and onnx (bench/device.sh), else the repo's .venv.
+    let python = match std::env::var_os("GEMMA_GEM_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => crate::install::ensure_python_venv()?,
+    };
     exec(
         Command::new(python)
             .current_dir(root())
@@ -226,15 +233,13 @@ fn layers_of(model: &BenchModel) -> Option<u64> {
 }
 
 fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(Value, Value)> {
-    exec(cargo().args([
-        "build",
-        "--release",
-        "-p",
-        "gg-cli",
-        "--bin",
-        "gemma-gem",
-    ]))?;
-    let bin = target_dir().join("release/gemma-gem");
+    let bin = match &args.gemma_gem {
+        Some(b) => b.clone(),
+        None => {
+            exec(cargo().args(["build", "--release", "-p", "gg-cli", "--bin", "gemma-gem"]))?;
+            target_dir().join("release/gemma-gem")
+        }
+    };
     let list = |v: &[usize]| {
         v.iter()
             .map(ToString::to_string)
@@ -258,7 +263,10 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
         if let Some(d) = &args.dtype {
             cmd.args(["--dtype", d]);
         }
-        eprintln!("xtask: native bench of {} ({} configuration)", m.name, plan.name);
+        eprintln!(
+            "xtask: native bench of {} ({} configuration)",
+            m.name, plan.name
+        );
         let out = output(cmd.stderr(std::process::Stdio::inherit()))?;
         let doc: Value = serde_json::from_str(&out)
             .with_context(|| format!("gemma-gem bench printed no JSON for {}", m.name))?;
@@ -551,7 +559,13 @@ mod tests {
         let quick = Plan::of(&parse(&["--quick"]));
         assert_eq!(quick.name, "quick");
         assert_eq!(quick.prefill, vec![128]);
-        let custom = Plan::of(&parse(&["--quick", "--prefill", "16,32", "--decode-tokens", "2"]));
+        let custom = Plan::of(&parse(&[
+            "--quick",
+            "--prefill",
+            "16,32",
+            "--decode-tokens",
+            "2",
+        ]));
         assert_eq!(custom.name, "custom");
         assert_eq!(custom.prefill, vec![16, 32]);
         assert_eq!(custom.decode_context, vec![128]);

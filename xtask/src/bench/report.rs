@@ -112,7 +112,10 @@ pub fn browser_model(raw: &Value) -> Value {
     };
     let (ours, theirs) = (runs("ours"), runs("ort"));
     let mut out = Map::new();
-    out.insert("dtype".into(), raw.get("dtype").cloned().unwrap_or(Value::Null));
+    out.insert(
+        "dtype".into(),
+        raw.get("dtype").cloned().unwrap_or(Value::Null),
+    );
     let mut o = Map::new();
     let mut t = Map::new();
     for m in BROWSER_METRICS {
@@ -129,7 +132,11 @@ pub fn browser_model(raw: &Value) -> Value {
     ] {
         let v: Vec<f64> = ours
             .iter()
-            .filter_map(|r| r.get("decode").and_then(|d| d.get(key)).and_then(Value::as_f64))
+            .filter_map(|r| {
+                r.get("decode")
+                    .and_then(|d| d.get(key))
+                    .and_then(Value::as_f64)
+            })
             .collect();
         o.insert(key.into(), num(median(&v)));
     }
@@ -164,26 +171,51 @@ pub fn native_model(raw: &Value, layers: Option<u64>) -> Value {
         out.insert(key.into(), raw.get(key).cloned().unwrap_or(Value::Null));
     }
     let mut skipped = Vec::new();
-    let list = |k: &str| raw.get(k).and_then(Value::as_array).cloned().unwrap_or_default();
+    let list = |k: &str| {
+        raw.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
     for p in list("prefill") {
         let n = p.get("tokens").and_then(Value::as_u64).unwrap_or(0);
         if let Some(why) = p.get("skipped") {
-            skipped.push(json!(format!("prefill {n}: {}", why.as_str().unwrap_or(""))));
+            skipped.push(json!(format!(
+                "prefill {n}: {}",
+                why.as_str().unwrap_or("")
+            )));
             continue;
         }
-        let runs = p.get("runs").and_then(Value::as_array).cloned().unwrap_or_default();
-        out.insert(format!("prefill_{n}_tok_s"), num(median(&values(&runs, "tok_s"))));
+        let runs = p
+            .get("runs")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        out.insert(
+            format!("prefill_{n}_tok_s"),
+            num(median(&values(&runs, "tok_s"))),
+        );
         out.insert(format!("ttft_{n}_s"), num(median(&values(&runs, "ttft_s"))));
     }
     let mut first_decode = true;
     for d in list("decode") {
         let c = d.get("context").and_then(Value::as_u64).unwrap_or(0);
         if let Some(why) = d.get("skipped") {
-            skipped.push(json!(format!("decode after {c}: {}", why.as_str().unwrap_or(""))));
+            skipped.push(json!(format!(
+                "decode after {c}: {}",
+                why.as_str().unwrap_or("")
+            )));
             continue;
         }
-        let runs = d.get("runs").and_then(Value::as_array).cloned().unwrap_or_default();
-        out.insert(format!("decode_{c}_tok_s"), num(median(&values(&runs, "tok_s"))));
+        let runs = d
+            .get("runs")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        out.insert(
+            format!("decode_{c}_tok_s"),
+            num(median(&values(&runs, "tok_s"))),
+        );
         if first_decode {
             // Work per token barely depends on the context; report it from the first context.
             first_decode = false;
@@ -202,10 +234,24 @@ pub fn native_model(raw: &Value, layers: Option<u64>) -> Value {
             out.insert("dispatches_per_layer_per_token".into(), num(per_layer));
         }
     }
-    out.insert("decoder_layers".into(), layers.map_or(Value::Null, |l| json!(l)));
-    let mem = |k: &str, f: &str| raw.get(k).and_then(|m| m.get(f)).cloned().unwrap_or(Value::Null);
-    out.insert("gpu_memory_after_load_bytes".into(), mem("gpu_memory_after_load", "allocated_bytes"));
-    out.insert("gpu_memory_peak_bytes".into(), mem("gpu_memory_peak", "allocated_bytes"));
+    out.insert(
+        "decoder_layers".into(),
+        layers.map_or(Value::Null, |l| json!(l)),
+    );
+    let mem = |k: &str, f: &str| {
+        raw.get(k)
+            .and_then(|m| m.get(f))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    out.insert(
+        "gpu_memory_after_load_bytes".into(),
+        mem("gpu_memory_after_load", "allocated_bytes"),
+    );
+    out.insert(
+        "gpu_memory_peak_bytes".into(),
+        mem("gpu_memory_peak", "allocated_bytes"),
+    );
     out.insert("skipped".into(), Value::Array(skipped));
     Value::Object(out)
 }
@@ -362,7 +408,9 @@ pub fn markdown(doc: &Value) -> String {
         if let Some(models) = browser.get("models").and_then(Value::as_object) {
             for (name, m) in models {
                 s.push_str(&format!("### {name} ({})\n\n", text(m, "dtype")));
-                s.push_str("| metric | ours | onnxruntime-web | ours / theirs |\n|---|---|---|---|\n");
+                s.push_str(
+                    "| metric | ours | onnxruntime-web | ours / theirs |\n|---|---|---|---|\n",
+                );
                 for metric in BROWSER_METRICS {
                     let a = get(m, &["ours", metric.key]);
                     let b = get(m, &["onnxruntime_web", metric.key]);
@@ -380,7 +428,8 @@ pub fn markdown(doc: &Value) -> String {
                         r.map_or("–".into(), |x| format!("{x:.2}×"))
                     ));
                 }
-                let plain = |k: &str| get(m, &["ours", k]).map_or("–".into(), |x| format!("{x:.1}"));
+                let plain =
+                    |k: &str| get(m, &["ours", k]).map_or("–".into(), |x| format!("{x:.1}"));
                 s.push_str(&format!(
                     "\nOurs per decoded token: {} dispatches, {} submits, {} bytes read back; wasm memory after load {}.\n",
                     plain("dispatches_per_token"),
@@ -486,7 +535,10 @@ mod tests {
         assert!(s["onnxruntime_web"].get("errors").is_none());
         assert_eq!(s["peak_heap_ratio"], Value::Null);
         let md = markdown(&json!({"date": "d", "browser": {"models": {"tiny": s}}}));
-        assert!(md.contains("| decode (higher is better) | 20.0 tok/s | 10.0 tok/s | 2.00× |"), "{md}");
+        assert!(
+            md.contains("| decode (higher is better) | 20.0 tok/s | 10.0 tok/s | 2.00× |"),
+            "{md}"
+        );
         assert!(md.contains("ours failed a run: boom"), "{md}");
     }
 
