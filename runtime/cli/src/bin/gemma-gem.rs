@@ -233,11 +233,17 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         }
     };
     let progress = |what: &str| eprintln!("gemma-gem bench: {what}");
+    let too_long = |positions: usize| {
+        model
+            .context_limit()
+            .filter(|&limit| positions > limit)
+            .map(|limit| format!("needs {positions} positions; the model's context is {limit}"))
+    };
 
     let mut prefill = Vec::new();
     for &n in &args.prefill {
-        if let Err(e) = bench::check_fits(&model, n + 1) {
-            prefill.push(json!({"tokens": n, "skipped": e.to_string()}));
+        if let Some(why) = too_long(n + 1) {
+            prefill.push(json!({"tokens": n, "skipped": why}));
             continue;
         }
         progress(&format!("prefill {n} tokens: warm-up"));
@@ -260,8 +266,8 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let mut decode = Vec::new();
     let mut warm = false;
     for &c in &args.decode_context {
-        if let Err(e) = bench::check_fits(&model, c + args.decode_tokens + 1) {
-            decode.push(json!({"context": c, "tokens": args.decode_tokens, "skipped": e.to_string()}));
+        if let Some(why) = too_long(c + args.decode_tokens + 1) {
+            decode.push(json!({"context": c, "tokens": args.decode_tokens, "skipped": why}));
             continue;
         }
         if !warm {
@@ -292,7 +298,9 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         decode.push(json!({"context": c, "tokens": args.decode_tokens, "runs": runs}));
     }
     let memory = |m: Option<(u64, u64)>| match m {
-        Some((allocated, reserved)) => json!({"allocated_bytes": allocated, "reserved_bytes": reserved}),
+        Some((allocated, reserved)) => {
+            json!({"allocated_bytes": allocated, "reserved_bytes": reserved})
+        }
         None => Value::Null,
     };
     let doc = json!({
