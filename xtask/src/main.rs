@@ -5,7 +5,10 @@
 //! - `cargo xtask start [--port N] [--no-browser]` builds (dev), serves the demo site and the
 //!   fixture models, and launches Chromium with the extension when it is installed.
 //! - `cargo xtask test [--large]` installs what is missing, then runs every check and test.
+//! - `cargo xtask bench [--native] [--browser] [--model tiny|e2b-bench|all] [--runs N] [--out DIR]`
+//!   measures our runtime natively and against onnxruntime-web in headless Chromium (bench/README.md).
 
+mod bench;
 mod build;
 mod install;
 mod serve;
@@ -34,6 +37,9 @@ enum Command {
     Install(install::InstallArgs),
     /// Serve a directory over HTTP (with Range support), as `start` does, without building.
     Serve(serve::ServeArgs),
+    /// Benchmark: native prefill/decode speed and work per token, and ours vs onnxruntime-web in
+    /// headless Chromium; results under bench/results/ (see bench/README.md).
+    Bench(bench::BenchArgs),
 }
 
 fn main() {
@@ -44,6 +50,7 @@ fn main() {
         Command::Test(args) => test::run(&args),
         Command::Install(args) => install::run(&args).map(|_| ()),
         Command::Serve(args) => serve::run(&args),
+        Command::Bench(args) => bench::run(&args),
     };
     if let Err(e) = result {
         eprintln!("xtask: error: {e:#}");

@@ -4,8 +4,12 @@ use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The workspace root (the parent of `xtask/`).
+/// The workspace root (the parent of `xtask/`; `GEMMA_GEM_ROOT` overrides it for a prebuilt xtask
+/// run from another checkout, as bench/device.sh does).
 pub fn root() -> PathBuf {
+    if let Some(r) = std::env::var_os("GEMMA_GEM_ROOT") {
+        return PathBuf::from(r);
+    }
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(Path::to_path_buf)

@@ -20,6 +20,34 @@ struct Cli {
 enum Cmd {
     /// Generate text for a prompt (rendered with the model's chat template) or raw token ids.
     Generate(GenerateArgs),
+    /// Measure prefill and decode speed and the work per decoded token; prints one JSON document
+    /// (used by `cargo xtask bench --native`).
+    Bench(BenchArgs),
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// Model folder (Hugging Face layout: config.json, onnx/, ...).
+    #[arg(long)]
+    model: String,
+    /// Prompt lengths for the prefill measurements (time to first token), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "128,512")]
+    prefill: Vec<usize>,
+    /// Context lengths before the decode measurements, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "128,1024")]
+    decode_context: Vec<usize>,
+    /// Decode steps measured per decode run.
+    #[arg(long, default_value_t = 32)]
+    decode_tokens: usize,
+    /// Measured runs of each configuration (after one unmeasured warm-up run).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Weight variant (default: q4f16 if the adapter has shader-f16, else q4).
+    #[arg(long)]
+    dtype: Option<Dtype>,
+    /// Adapter to use: a case-insensitive substring of its description.
+    #[arg(long)]
+    adapter: Option<String>,
 }
 
 #[derive(Args)]
@@ -76,6 +104,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Generate(args) => pollster::block_on(generate(args)),
+        Cmd::Bench(args) => pollster::block_on(bench(args)),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
@@ -174,6 +203,117 @@ async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     } else {
         writeln!(out, "{rest}")?;
     }
+    Ok(())
+}
+
+/// GPU memory held by the device's allocator (bytes allocated, bytes reserved), where the
+/// backend reports it (Vulkan, D3D12).
+fn gpu_memory(gpu: &gg_runtime::Gpu) -> Option<(u64, u64)> {
+    gpu.device
+        .generate_allocator_report()
+        .map(|r| (r.total_allocated_bytes, r.total_reserved_bytes))
+}
+
+async fn bench(args: BenchArgs) -> anyhow::Result<()> {
+    use gg_llm::bench;
+    use serde_json::{Value, json};
+    anyhow::ensure!(args.runs > 0, "--runs must be at least 1");
+    anyhow::ensure!(args.decode_tokens > 0, "--decode-tokens must be at least 1");
+    let gpu = Rc::new(gg_runtime::Gpu::new(args.adapter.as_deref()).await?);
+    let repo = ModelRepo::open(&args.model)?;
+    let t0 = std::time::Instant::now();
+    let model = GemmaModel::load(gpu, &repo, &LoadOptions { dtype: args.dtype }).await?;
+    let load_s = t0.elapsed().as_secs_f64();
+    let after_load = gpu_memory(&model.gpu);
+    let mut peak = after_load;
+    let note_memory = |peak: &mut Option<(u64, u64)>| {
+        if let (Some(p), Some(now)) = (peak.as_mut(), gpu_memory(&model.gpu)) {
+            p.0 = p.0.max(now.0);
+            p.1 = p.1.max(now.1);
+        }
+    };
+    let progress = |what: &str| eprintln!("gemma-gem bench: {what}");
+    let too_long = |positions: usize| {
+        model
+            .context_limit()
+            .filter(|&limit| positions > limit)
+            .map(|limit| format!("needs {positions} positions; the model's context is {limit}"))
+    };
+
+    let mut prefill = Vec::new();
+    for &n in &args.prefill {
+        if let Some(why) = too_long(n + 1) {
+            prefill.push(json!({"tokens": n, "skipped": why}));
+            continue;
+        }
+        progress(&format!("prefill {n} tokens: warm-up"));
+        bench::prefill(&model, n).await?;
+        let mut runs = Vec::new();
+        for r in 0..args.runs {
+            let run = bench::prefill(&model, n).await?;
+            progress(&format!(
+                "prefill {n} tokens, run {}: {:.3} s ({:.1} tok/s)",
+                r + 1,
+                run.ttft_s,
+                run.tok_s()
+            ));
+            note_memory(&mut peak);
+            runs.push(json!({"ttft_s": run.ttft_s, "tok_s": run.tok_s()}));
+        }
+        prefill.push(json!({"tokens": n, "runs": runs}));
+    }
+
+    let mut decode = Vec::new();
+    let mut warm = false;
+    for &c in &args.decode_context {
+        if let Some(why) = too_long(c + args.decode_tokens + 1) {
+            decode.push(json!({"context": c, "tokens": args.decode_tokens, "skipped": why}));
+            continue;
+        }
+        if !warm {
+            progress("decode: warm-up");
+            bench::decode(&model, 8.min(c.max(1)), 2).await?;
+            warm = true;
+        }
+        let mut runs = Vec::new();
+        for r in 0..args.runs {
+            let run = bench::decode(&model, c, args.decode_tokens).await?;
+            progress(&format!(
+                "decode {} tokens after {c}, run {}: {:.1} tok/s, {:.1} dispatches/token",
+                run.tokens,
+                r + 1,
+                run.tok_s(),
+                run.dispatches_per_token
+            ));
+            note_memory(&mut peak);
+            runs.push(json!({
+                "decode_s": run.decode_s,
+                "tok_s": run.tok_s(),
+                "dispatches_per_token": run.dispatches_per_token,
+                "submits_per_token": run.submits_per_token,
+                "bytes_read_back_per_token": run.bytes_read_back_per_token,
+                "buffers_created_per_token": run.buffers_created_per_token,
+            }));
+        }
+        decode.push(json!({"context": c, "tokens": args.decode_tokens, "runs": runs}));
+    }
+    let memory = |m: Option<(u64, u64)>| match m {
+        Some((allocated, reserved)) => {
+            json!({"allocated_bytes": allocated, "reserved_bytes": reserved})
+        }
+        None => Value::Null,
+    };
+    let doc = json!({
+        "model": args.model,
+        "adapter": model.gpu.adapter,
+        "dtype": model.dtype.name(),
+        "load_s": load_s,
+        "gpu_memory_after_load": memory(after_load),
+        "gpu_memory_peak": memory(peak),
+        "prefill": prefill,
+        "decode": decode,
+    });
+    println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())
 }
 

@@ -1,0 +1,178 @@
+//! wasm-bindgen exports and a `fetch` implementation of [`gg_llm::source::Fetch`] that streams
+//! response bodies (bounded chunks; a model file is never held whole in wasm memory).
+
+use futures::future::LocalBoxFuture;
+use gg_llm::source::Fetch;
+use gg_llm::{Dtype, GemmaModel, LoadOptions, ModelRepo};
+use gg_runtime::source::ByteStream;
+use js_sys::{Promise, Reflect, Uint8Array};
+use std::rc::Rc;
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::{JsFuture, future_to_promise};
+
+/// Chunks handed to the loader are gathered up to this size (network reads are often 64 KiB).
+const CHUNK: usize = 4 << 20;
+
+fn js_err(e: impl std::fmt::Display) -> JsValue {
+    JsError::new(&e.to_string()).into()
+}
+
+fn io_err(path: &str, message: String) -> gg_runtime::Error {
+    gg_runtime::Error::Io {
+        path: path.to_string(),
+        source: std::io::Error::other(message),
+    }
+}
+
+fn describe(v: &JsValue) -> String {
+    v.as_string()
+        .or_else(|| {
+            v.dyn_ref::<js_sys::Error>()
+                .map(|e| String::from(e.message()))
+        })
+        .unwrap_or_else(|| format!("{v:?}"))
+}
+
+/// Repository files fetched from `base` (an URL ending in `/`).
+struct HttpFetch {
+    base: String,
+}
+
+struct BodyStream {
+    url: String,
+    reader: web_sys::ReadableStreamDefaultReader,
+    done: bool,
+}
+
+impl ByteStream for BodyStream {
+    fn next_chunk(&mut self) -> LocalBoxFuture<'_, gg_runtime::Result<Option<Vec<u8>>>> {
+        Box::pin(async move {
+            let mut out = Vec::new();
+            while !self.done && out.len() < CHUNK {
+                let res = JsFuture::from(self.reader.read())
+                    .await
+                    .map_err(|e| io_err(&self.url, describe(&e)))?;
+                let done = Reflect::get(&res, &"done".into())
+                    .ok()
+                    .and_then(|d| d.as_bool())
+                    .unwrap_or(true);
+                if done {
+                    self.done = true;
+                    break;
+                }
+                let value = Reflect::get(&res, &"value".into())
+                    .map_err(|e| io_err(&self.url, describe(&e)))?;
+                let bytes: Uint8Array = value.unchecked_into();
+                let start = out.len();
+                out.resize(start + bytes.length() as usize, 0);
+                bytes.copy_to(&mut out[start..]);
+            }
+            Ok((!out.is_empty()).then_some(out))
+        })
+    }
+}
+
+impl Fetch for HttpFetch {
+    fn open(&self, path: &str) -> LocalBoxFuture<'_, gg_runtime::Result<Box<dyn ByteStream>>> {
+        let url = format!("{}{path}", self.base);
+        Box::pin(async move {
+            let io = |what: &str, e: &JsValue| io_err(&url, format!("{what}: {}", describe(e)));
+            let window = web_sys::window()
+                .ok_or_else(|| io_err(&url, "the bench page must run in a window".into()))?;
+            let resp = JsFuture::from(window.fetch_with_str(&url))
+                .await
+                .map_err(|e| io("fetch failed", &e))?;
+            let resp: web_sys::Response = resp.unchecked_into();
+            if !resp.ok() {
+                return Err(io_err(&url, format!("HTTP {}", resp.status())));
+            }
+            let body = resp
+                .body()
+                .ok_or_else(|| io_err(&url, "empty body".into()))?;
+            let reader: web_sys::ReadableStreamDefaultReader = body.get_reader().unchecked_into();
+            Ok(Box::new(BodyStream {
+                url,
+                reader,
+                done: false,
+            }) as Box<dyn ByteStream>)
+        })
+    }
+}
+
+/// A loaded model.
+#[wasm_bindgen]
+pub struct BenchModel {
+    model: Rc<GemmaModel>,
+}
+
+/// Loads the model whose files are under `base_url` (`config.json`, `onnx/...`) with weight
+/// variant `dtype` (`q4` or `q4f16`; empty: by the adapter).
+#[wasm_bindgen]
+pub async fn load(base_url: String, dtype: String) -> Result<BenchModel, JsValue> {
+    let dtype = match dtype.as_str() {
+        "" => None,
+        d => Some(d.parse::<Dtype>().map_err(js_err)?),
+    };
+    let gpu = Rc::new(gg_runtime::Gpu::new(None).await.map_err(js_err)?);
+    let base = if base_url.ends_with('/') {
+        base_url
+    } else {
+        format!("{base_url}/")
+    };
+    let repo = ModelRepo::new(Rc::new(HttpFetch { base: base.clone() }), base);
+    let model = GemmaModel::load(gpu, &repo, &LoadOptions { dtype })
+        .await
+        .map_err(js_err)?;
+    Ok(BenchModel {
+        model: Rc::new(model),
+    })
+}
+
+#[wasm_bindgen]
+impl BenchModel {
+    /// The adapter description.
+    pub fn adapter(&self) -> String {
+        self.model.gpu.adapter.clone()
+    }
+
+    /// The weight variant in use (`q4` / `q4f16`).
+    pub fn dtype(&self) -> String {
+        self.model.dtype.name().into()
+    }
+
+    /// Vocabulary size the prompts are drawn from.
+    pub fn vocab(&self) -> usize {
+        gg_llm::bench::vocab_of(&self.model)
+    }
+
+    /// Prefill of `n` synthetic tokens; resolves to `{"tokens", "ttft_s"}`.
+    pub fn prefill(&self, n: usize) -> Promise {
+        let model = self.model.clone();
+        future_to_promise(async move {
+            let r = gg_llm::bench::prefill(&model, n).await.map_err(js_err)?;
+            let doc = serde_json::json!({"tokens": r.tokens, "ttft_s": r.ttft_s});
+            Ok(JsValue::from_str(&doc.to_string()))
+        })
+    }
+
+    /// `tokens` decode steps after `context` tokens; resolves to a JSON string with the time and
+    /// the counters per decoded token.
+    pub fn decode(&self, context: usize, tokens: usize) -> Promise {
+        let model = self.model.clone();
+        future_to_promise(async move {
+            let r = gg_llm::bench::decode(&model, context, tokens)
+                .await
+                .map_err(js_err)?;
+            let doc = serde_json::json!({
+                "context": r.context,
+                "tokens": r.tokens,
+                "decode_s": r.decode_s,
+                "dispatches_per_token": r.dispatches_per_token,
+                "submits_per_token": r.submits_per_token,
+                "bytes_read_back_per_token": r.bytes_read_back_per_token,
+            });
+            Ok(JsValue::from_str(&doc.to_string()))
+        })
+    }
+}

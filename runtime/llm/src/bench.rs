@@ -1,0 +1,165 @@
+//! Benchmark steps shared by the native bench (`gemma-gem bench`) and the browser bench
+//! (`bench/wasm`): a prefill of `n` synthetic prompt tokens (time to first token), and decode steps
+//! after a given context, with the work counters per decoded token.
+//!
+//! Prompts are synthetic ids ([`prompt_ids`]): the bench measures the runtime, not the text, and
+//! the browser bench feeds onnxruntime-web the very same ids (the formula is mirrored in
+//! `bench/web/ort.mjs`). Decoding is greedy and never stops at an end id.
+
+use crate::error::{LlmError, Result};
+use crate::generate::{Generator, now_s};
+use crate::model::GemmaModel;
+use crate::sampler::Sampling;
+
+/// `n` prompt ids: `<bos>` (2), then `3 + (i * 7919) mod (vocab - 3)` — the same formula as the
+/// browser bench's onnxruntime-web side.
+pub fn prompt_ids(n: usize, vocab: usize) -> Vec<u32> {
+    let span = vocab.saturating_sub(3).max(1) as u64;
+    (0..n)
+        .map(|i| {
+            if i == 0 {
+                2
+            } else {
+                (3 + (i as u64 * 7919) % span) as u32
+            }
+        })
+        .collect()
+}
+
+/// One prefill measurement.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PrefillRun {
+    /// Prompt tokens.
+    pub tokens: usize,
+    /// Seconds from the prompt ids to the first token id on the host (embed, decoder, sampling).
+    pub ttft_s: f64,
+}
+
+impl PrefillRun {
+    /// Prompt tokens per second.
+    pub fn tok_s(&self) -> f64 {
+        if self.ttft_s > 0.0 {
+            self.tokens as f64 / self.ttft_s
+        } else {
+            0.0
+        }
+    }
+}
+
+/// One decode measurement: `tokens` decode steps after a prompt of `context` tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeRun {
+    /// Tokens in the cache before the first measured step.
+    pub context: usize,
+    /// Decode steps measured.
+    pub tokens: usize,
+    /// Seconds of those steps.
+    pub decode_s: f64,
+    /// GPU dispatches per decoded token.
+    pub dispatches_per_token: f64,
+    /// Queue submits per decoded token.
+    pub submits_per_token: f64,
+    /// Bytes read back to the host per decoded token.
+    pub bytes_read_back_per_token: f64,
+    /// GPU buffers created per decoded token (0 once the pools are warm).
+    pub buffers_created_per_token: f64,
+}
+
+impl DecodeRun {
+    /// Decoded tokens per second.
+    pub fn tok_s(&self) -> f64 {
+        if self.decode_s > 0.0 {
+            self.tokens as f64 / self.decode_s
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The vocabulary size the synthetic prompts are drawn from.
+pub fn vocab_of(model: &GemmaModel) -> usize {
+    model
+        .config
+        .vocab_size
+        .unwrap_or_else(|| model.tokenizer.vocab_size())
+}
+
+/// Checks that `tokens` fit the model's context.
+pub fn check_fits(model: &GemmaModel, tokens: usize) -> Result<()> {
+    match model.context_limit() {
+        Some(limit) if tokens > limit => Err(LlmError::ContextTooLong { tokens, limit }),
+        _ => Ok(()),
+    }
+}
+
+/// Runs embed + decoder + sampling on a prompt of `n` tokens and times it to the first token.
+pub async fn prefill(model: &GemmaModel, n: usize) -> Result<PrefillRun> {
+    check_fits(model, n + 1)?;
+    let prompt = prompt_ids(n, vocab_of(model));
+    let mut g = Generator::new(model, &prompt, Sampling::Greedy)?;
+    let t0 = now_s();
+    g.next_token().await?;
+    Ok(PrefillRun {
+        tokens: n,
+        ttft_s: now_s() - t0,
+    })
+}
+
+/// Prefills `context` tokens, then times `tokens` decode steps.
+pub async fn decode(model: &GemmaModel, context: usize, tokens: usize) -> Result<DecodeRun> {
+    if tokens == 0 {
+        return Err(LlmError::Options("decode needs at least one token".into()));
+    }
+    // The prefill produces the first token; each further token is one decode step.
+    check_fits(model, context + tokens + 1)?;
+    let prompt = prompt_ids(context, vocab_of(model));
+    let mut g = Generator::new(model, &prompt, Sampling::Greedy)?;
+    for _ in 0..=tokens {
+        g.next_token().await?;
+    }
+    let s = g.stats();
+    let per = |v: u64| v as f64 / s.decode_tokens.max(1) as f64;
+    Ok(DecodeRun {
+        context,
+        tokens: s.decode_tokens,
+        decode_s: s.decode_s,
+        dispatches_per_token: per(s.decode_dispatches),
+        submits_per_token: per(s.decode_submits),
+        bytes_read_back_per_token: per(s.decode_bytes_read_back),
+        buffers_created_per_token: per(s.decode_buffers_created),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompt_ids_start_with_bos_and_stay_in_the_vocabulary() {
+        let ids = prompt_ids(600, 1024);
+        assert_eq!(ids.len(), 600);
+        assert_eq!(ids[0], 2);
+        assert!(ids[1..].iter().all(|&i| (3..1024).contains(&i)));
+        assert_eq!(ids[1], 3 + 7919 % 1021);
+        assert!(prompt_ids(0, 1024).is_empty());
+    }
+
+    #[test]
+    fn rates() {
+        let p = PrefillRun {
+            tokens: 128,
+            ttft_s: 0.5,
+        };
+        assert_eq!(p.tok_s(), 256.0);
+        let d = DecodeRun {
+            context: 128,
+            tokens: 10,
+            decode_s: 0.0,
+            dispatches_per_token: 0.0,
+            submits_per_token: 0.0,
+            bytes_read_back_per_token: 0.0,
+            buffers_created_per_token: 0.0,
+        };
+        assert_eq!(d.tok_s(), 0.0);
+    }
+}

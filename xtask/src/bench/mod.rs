@@ -1,0 +1,595 @@
+//! `cargo xtask bench`: our runtime natively (`gemma-gem bench`) and in headless Chromium against
+//! onnxruntime-web on the same ONNX files; results as JSON + Markdown under `bench/results/`.
+//!
+//! Results document (`bench/results/<date>-<time>.json`):
+//! - `date`, `note`, `native_config`, `native.<model>`: medians per configuration
+//!   (`prefill_<n>_tok_s`, `ttft_<n>_s`, `decode_<context>_tok_s`, `dispatches_per_token`,
+//!   `dispatches_per_layer_per_token`, `submits_per_token`, `bytes_read_back_per_token`,
+//!   `gpu_memory_after_load_bytes`, `gpu_memory_peak_bytes`, `adapter`, `dtype`, `skipped`);
+//! - `browser`: `browser_version`, `adapter`, `config`, and `models.<model>` with `ours` and
+//!   `onnxruntime_web` (medians of each metric in [`report::BROWSER_METRICS`]) and one
+//!   `<metric>_ratio` (ours / theirs) per metric: `decode_tok_s_ratio`, `prefill_tok_s_ratio`,
+//!   `ttft_ratio`, `cold_ttft_ratio`, `load_ratio`, `peak_heap_ratio`;
+//! - `sizes`: shipped bundles, raw and gzip;
+//! - `raw`: every run as measured.
+
+mod report;
+
+use crate::util::{cargo, exec, output, root, target_dir, which};
+use anyhow::{Context, Result, bail};
+use serde_json::{Map, Value, json};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Run the native bench (wgpu on the default adapter; set WGPU_BACKEND=vulkan for lavapipe).
+    /// With neither --native nor --browser, both run.
+    #[arg(long)]
+    pub native: bool,
+    /// Run the browser bench: ours (wasm) vs onnxruntime-web in headless Chromium (WebGPU).
+    #[arg(long)]
+    pub browser: bool,
+    /// Which model(s): the tiny fixture, the E2B-shaped synthetic model (generated on demand
+    /// into bench/cache/), or both.
+    #[arg(long, value_enum, default_value_t = ModelChoice::All)]
+    pub model: ModelChoice,
+    /// Measured runs per configuration (browser: per runtime, alternating A/B/A/B).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Where the results go (JSON + Markdown, named by date and time).
+    #[arg(long, default_value = "bench/results")]
+    pub out: PathBuf,
+    /// Scaled-down configuration for software adapters (lavapipe, SwiftShader): prefill 128,
+    /// decode 8 tokens after 128 (the full one: prefill 128 and 512, decode 32 tokens after 128
+    /// and 1024). Results say which configuration ran.
+    #[arg(long)]
+    pub quick: bool,
+    /// Override the prefill lengths (comma-separated), e.g. `--prefill 16` on a software adapter.
+    #[arg(long, value_delimiter = ',')]
+    pub prefill: Option<Vec<usize>>,
+    /// Override the decode contexts (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    pub decode_context: Option<Vec<usize>>,
+    /// Override the number of decode steps measured.
+    #[arg(long)]
+    pub decode_tokens: Option<usize>,
+    /// Native adapter: a case-insensitive substring of its description.
+    #[arg(long)]
+    pub adapter: Option<String>,
+    /// Native weight variant (q4 or q4f16; default: q4f16 with shader-f16, else q4). The browser
+    /// picks by the same rule for both runtimes.
+    #[arg(long)]
+    pub dtype: Option<String>,
+    /// Port of the local server for the browser bench.
+    #[arg(long, default_value_t = 8093)]
+    pub port: u16,
+    /// Use this prebuilt `gemma-gem` binary instead of building it (bench/device.sh).
+    #[arg(long)]
+    pub gemma_gem: Option<PathBuf>,
+    /// Skip `cargo xtask build --release` when dist/chrome-mv3 is missing (sizes are then omitted).
+    #[arg(long)]
+    pub no_release_build: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelChoice {
+    Tiny,
+    #[value(name = "e2b-bench")]
+    E2bBench,
+    All,
+}
+
+/// A model of the bench: its name in the results and its folder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchModel {
+    pub name: &'static str,
+    pub dir: PathBuf,
+}
+
+/// The measured configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    pub name: &'static str,
+    pub prefill: Vec<usize>,
+    pub decode_context: Vec<usize>,
+    pub decode_tokens: usize,
+}
+
+impl Plan {
+    /// The configuration for `args`: full or quick, with the explicit overrides applied.
+    pub fn of(args: &BenchArgs) -> Self {
+        let mut p = if args.quick {
+            Plan {
+                name: "quick",
+                prefill: vec![128],
+                decode_context: vec![128],
+                decode_tokens: 8,
+            }
+        } else {
+            Plan {
+                name: "full",
+                prefill: vec![128, 512],
+                decode_context: vec![128, 1024],
+                decode_tokens: 32,
+            }
+        };
+        if let Some(v) = &args.prefill {
+            p.prefill = v.clone();
+            p.name = "custom";
+        }
+        if let Some(v) = &args.decode_context {
+            p.decode_context = v.clone();
+            p.name = "custom";
+        }
+        if let Some(n) = args.decode_tokens {
+            p.decode_tokens = n;
+            p.name = "custom";
+        }
+        p
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "name": self.name,
+            "prefill": self.prefill,
+            "decode_context": self.decode_context,
+            "decode_tokens": self.decode_tokens,
+        })
+    }
+
+    /// The browser's single configuration: the longest prefill, the shortest decode context.
+    fn browser(&self) -> (usize, usize, usize) {
+        (
+            self.prefill.iter().copied().max().unwrap_or(128),
+            self.decode_context.iter().copied().min().unwrap_or(128),
+            self.decode_tokens,
+        )
+    }
+}
+
+impl BenchArgs {
+    /// (native, browser): both when neither flag is given.
+    pub fn sides(&self) -> (bool, bool) {
+        if !self.native && !self.browser {
+            (true, true)
+        } else {
+            (self.native, self.browser)
+        }
+    }
+
+    fn check(&self) -> Result<()> {
+        let plan = Plan::of(self);
+        if self.runs == 0 {
+            bail!("--runs must be at least 1");
+        }
+        if plan.prefill.is_empty() || plan.prefill.contains(&0) {
+            bail!("--prefill needs lengths of at least 1 token");
+        }
+        if plan.decode_context.is_empty() || plan.decode_context.contains(&0) {
+            bail!("--decode-context needs lengths of at least 1 token");
+        }
+        if plan.decode_tokens == 0 {
+            bail!("--decode-tokens must be at least 1");
+        }
+        if let Some(d) = &self.dtype
+            && d != "q4"
+            && d != "q4f16"
+        {
+            bail!("--dtype must be q4 or q4f16 (got {d})");
+        }
+        Ok(())
+    }
+}
+
+pub fn models(choice: ModelChoice) -> Vec<BenchModel> {
+    let tiny = BenchModel {
+        name: "gemma4-tiny",
+        dir: root().join("tests/fixtures/models/gemma4-tiny"),
+    };
+    let e2b = BenchModel {
+        name: "gemma4-e2b-bench",
+        dir: root().join("bench/cache/gemma4-e2b-bench"),
+    };
+    match choice {
+        ModelChoice::Tiny => vec![tiny],
+        ModelChoice::E2bBench => vec![e2b],
+        ModelChoice::All => vec![tiny, e2b],
+    }
+}
+
+/// Generates the E2B-shaped model into bench/cache unless the generator's stamp says it is
+/// current (the stamp hashes the generator's code, so a generator change regenerates it).
+fn ensure_model(model: &BenchModel) -> Result<()> {
+    if model.name != "gemma4-e2b-bench" {
+        if !model.dir.join("config.json").is_file() {
+            bail!("{} is missing (a committed fixture)", model.dir.display());
+        }
+        return Ok(());
+    }
+    // GEMMA_GEM_PYTHON: a Python with numpy and onnx (bench/device.sh), else the repo's .venv.
+    let python = match std::env::var_os("GEMMA_GEM_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => crate::install::ensure_python_venv()?,
+    };
+    exec(
+        Command::new(python)
+            .current_dir(root())
+            .arg("tools/fixtures/gen_gemma4.py")
+            .args(["--preset", "e2b-bench", "--out"])
+            .arg(&model.dir)
+            .arg("--skip-existing"),
+    )
+    .context("generating the E2B-shaped bench model")
+}
+
+fn layers_of(model: &BenchModel) -> Option<u64> {
+    let cfg: Value =
+        serde_json::from_slice(&std::fs::read(model.dir.join("config.json")).ok()?).ok()?;
+    cfg.get("text_config")
+        .unwrap_or(&cfg)
+        .get("num_hidden_layers")
+        .and_then(Value::as_u64)
+}
+
+fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(Value, Value)> {
+    let bin = match &args.gemma_gem {
+        Some(b) => b.clone(),
+        None => {
+            exec(cargo().args(["build", "--release", "-p", "gg-cli", "--bin", "gemma-gem"]))?;
+            target_dir().join("release/gemma-gem")
+        }
+    };
+    let list = |v: &[usize]| {
+        v.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let mut summary = Map::new();
+    let mut raw = Map::new();
+    for m in models {
+        let mut cmd = Command::new(&bin);
+        cmd.arg("bench")
+            .arg("--model")
+            .arg(&m.dir)
+            .args(["--prefill", &list(&plan.prefill)])
+            .args(["--decode-context", &list(&plan.decode_context)])
+            .args(["--decode-tokens", &plan.decode_tokens.to_string()])
+            .args(["--runs", &args.runs.to_string()]);
+        if let Some(a) = &args.adapter {
+            cmd.args(["--adapter", a]);
+        }
+        if let Some(d) = &args.dtype {
+            cmd.args(["--dtype", d]);
+        }
+        eprintln!(
+            "xtask: native bench of {} ({} configuration)",
+            m.name, plan.name
+        );
+        let out = output(cmd.stderr(std::process::Stdio::inherit()))?;
+        let doc: Value = serde_json::from_str(&out)
+            .with_context(|| format!("gemma-gem bench printed no JSON for {}", m.name))?;
+        summary.insert(m.name.into(), report::native_model(&doc, layers_of(m)));
+        raw.insert(m.name.into(), doc);
+    }
+    Ok((Value::Object(summary), Value::Object(raw)))
+}
+
+fn find_chromium() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("GEMMA_GEM_BROWSER") {
+        return Ok(PathBuf::from(p));
+    }
+    ["chromium", "chromium-browser"]
+        .iter()
+        .find_map(|b| which(b))
+        .context("no Chromium found: `apt-get install -y chromium`, or set GEMMA_GEM_BROWSER")
+}
+
+fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(Value, Value)> {
+    let bench_dir = root().join("bench");
+    crate::install::ensure_npm(&bench_dir)?;
+    let tools = crate::install::install_build()?;
+    exec(cargo().args([
+        "build",
+        "--release",
+        "--target",
+        "wasm32-unknown-unknown",
+        "-p",
+        "gg-bench-wasm",
+    ]))?;
+    let stage = target_dir().join("bench-web");
+    if stage.exists() {
+        std::fs::remove_dir_all(&stage)?;
+    }
+    crate::util::copy_dir(&bench_dir.join("web"), &stage)?;
+    exec(
+        Command::new(tools.wasm_bindgen())
+            .args(["--target", "web", "--no-typescript", "--out-dir"])
+            .arg(stage.join("pkg"))
+            .arg(target_dir().join("wasm32-unknown-unknown/release/gg_bench_wasm.wasm")),
+    )?;
+    let ort_dist = bench_dir.join("node_modules/onnxruntime-web/dist");
+    let mut mounts = vec![crate::serve::Mount {
+        prefix: "/ort/".into(),
+        dir: ort_dist,
+    }];
+    for m in models {
+        mounts.push(crate::serve::Mount {
+            prefix: format!("/models/{}/", m.name),
+            dir: m.dir.clone(),
+        });
+    }
+    mounts.push(crate::serve::Mount {
+        prefix: "/".into(),
+        dir: stage.clone(),
+    });
+    let _server = crate::serve::start(args.port, mounts)?;
+    let base = format!("http://127.0.0.1:{}/", args.port);
+    let (prefill, decode_context, decode_tokens) = plan.browser();
+    let config = json!({
+        "url": base,
+        "chromium": find_chromium()?,
+        "runs": args.runs,
+        "prefill": prefill,
+        "decodeContext": decode_context,
+        "decodeTokens": decode_tokens,
+        "models": models.iter().map(|m| json!({"name": m.name, "url": format!("{base}models/{}/", m.name)})).collect::<Vec<_>>(),
+    });
+    let cfg_path = stage.join("config.json");
+    let raw_path = stage.join("raw.json");
+    std::fs::write(&cfg_path, serde_json::to_string_pretty(&config)?)?;
+    exec(
+        Command::new("node")
+            .current_dir(&bench_dir)
+            .arg("run-browser.mjs")
+            .arg(&cfg_path)
+            .arg(&raw_path),
+    )?;
+    let raw: Value = serde_json::from_slice(&std::fs::read(&raw_path)?)
+        .context("the browser driver wrote no results")?;
+    let mut per_model = Map::new();
+    if let Some(ms) = raw.get("models").and_then(Value::as_object) {
+        for (name, r) in ms {
+            per_model.insert(name.clone(), report::browser_model(r));
+        }
+    }
+    let summary = json!({
+        "browser_version": raw.get("browser_version"),
+        "user_agent": raw.get("user_agent"),
+        "adapter": raw.get("adapter"),
+        "config": {"prefill": prefill, "decode_context": decode_context, "decode_tokens": decode_tokens, "runs": args.runs,
+                   "order": "alternating ours / onnxruntime-web, a fresh page each run"},
+        "models": per_model,
+    });
+    Ok((summary, raw))
+}
+
+fn gzip_len(path: &Path) -> Result<u64> {
+    let out = Command::new("gzip")
+        .args(["-9", "-c"])
+        .arg(path)
+        .output()
+        .with_context(|| format!("gzip {}", path.display()))?;
+    if !out.status.success() {
+        bail!("gzip failed on {}", path.display());
+    }
+    Ok(out.stdout.len() as u64)
+}
+
+fn bundle(name: &str, base: &Path, files: &[&str]) -> Result<Value> {
+    let (mut raw, mut gz) = (0, 0);
+    for f in files {
+        let p = base.join(f);
+        raw += std::fs::metadata(&p)
+            .with_context(|| format!("{} is missing", p.display()))?
+            .len();
+        gz += gzip_len(&p)?;
+    }
+    Ok(json!({"name": name, "files": files.join(", "), "raw_bytes": raw, "gzip_bytes": gz}))
+}
+
+/// Shipped sizes: our release bundles (dist/chrome-mv3) and onnxruntime-web's WebGPU build.
+fn sizes(args: &BenchArgs) -> Result<Value> {
+    let ext = crate::build::extension_dir(true);
+    if !ext.join("manifest.json").is_file() {
+        if args.no_release_build {
+            return Ok(Value::Null);
+        }
+        crate::build::run(&crate::build::BuildArgs { release: true })?;
+    }
+    let ort = root().join("bench/node_modules/onnxruntime-web/dist");
+    let bench_pkg = target_dir().join("bench-web/pkg");
+    let mut content: Vec<String> = vec!["content.js".into()];
+    let mut entries: Vec<String> = std::fs::read_dir(ext.join("content"))?
+        .filter_map(|e| e.ok())
+        .map(|e| format!("content/{}", e.file_name().to_string_lossy()))
+        .collect();
+    entries.sort();
+    content.extend(entries);
+    let content: Vec<&str> = content.iter().map(String::as_str).collect();
+    let mut list = vec![
+        bundle("our content script (plain JS from wasm2js)", &ext, &content)?,
+        bundle(
+            "our offscreen document (runtime wasm + glue)",
+            &ext,
+            &[
+                "offscreen/gg_offscreen_bg.wasm",
+                "offscreen/gg_offscreen.js",
+                "offscreen/offscreen.js",
+                "offscreen/offscreen.html",
+            ],
+        )?,
+        bundle(
+            "our offscreen runtime wasm alone",
+            &ext,
+            &["offscreen/gg_offscreen_bg.wasm"],
+        )?,
+        bundle(
+            "onnxruntime-web 1.30 WebGPU (ort.webgpu.min.mjs + asyncify wasm + glue)",
+            &ort,
+            &[
+                "ort.webgpu.min.mjs",
+                "ort-wasm-simd-threaded.asyncify.mjs",
+                "ort-wasm-simd-threaded.asyncify.wasm",
+            ],
+        )?,
+    ];
+    if bench_pkg.join("gg_bench_wasm_bg.wasm").is_file() {
+        // The offscreen document does not link gg-llm yet; the bench entry does (runtime + Gemma
+        // session + tokenizer), built with the release profile, without wasm-opt.
+        list.push(bundle(
+            "bench/wasm: runtime + Gemma session + tokenizer (release profile, no wasm-opt)",
+            &bench_pkg,
+            &["gg_bench_wasm_bg.wasm", "gg_bench_wasm.js"],
+        )?);
+    }
+    Ok(Value::Array(list))
+}
+
+const SOFTWARE_NOTE: &str = "Numbers from software adapters (Mesa lavapipe natively, SwiftShader in headless Chromium) measure the work each runtime does on a CPU, not GPU speed: a run on a real GPU is needed to judge the targets.";
+
+pub fn run(args: &BenchArgs) -> Result<()> {
+    args.check()?;
+    let plan = Plan::of(args);
+    let (native, browser) = args.sides();
+    let models = models(args.model);
+    for m in &models {
+        ensure_model(m)?;
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (date, time) = report::utc(now);
+    let mut doc = Map::new();
+    doc.insert("date".into(), json!(format!("{date} {time} UTC")));
+    let mut raw = Map::new();
+    if native {
+        let (summary, r) = run_native(args, &plan, &models)?;
+        doc.insert("native_config".into(), plan.to_json());
+        doc.insert("native".into(), summary);
+        raw.insert("native".into(), r);
+    }
+    if browser {
+        let (summary, r) = run_browser(args, &plan, &models)?;
+        doc.insert("browser".into(), summary);
+        raw.insert("browser".into(), r);
+        match sizes(args) {
+            Ok(s) => {
+                doc.insert("sizes".into(), s);
+            }
+            Err(e) => eprintln!("xtask: note: shipped sizes not measured: {e:#}"),
+        }
+    }
+    let software = doc
+        .get("native")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|m| m.values())
+        .filter_map(|m| m.get("adapter").and_then(Value::as_str))
+        .chain(
+            doc.get("browser")
+                .and_then(|b| b.get("adapter"))
+                .and_then(Value::as_str),
+        )
+        .any(|a| {
+            let a = a.to_lowercase();
+            a.contains("llvmpipe") || a.contains("swiftshader") || a.contains("lavapipe")
+        });
+    if software {
+        doc.insert("note".into(), json!(SOFTWARE_NOTE));
+    }
+    doc.insert("raw".into(), Value::Object(raw));
+    let doc = Value::Object(doc);
+    let out = if args.out.is_absolute() {
+        args.out.clone()
+    } else {
+        root().join(&args.out)
+    };
+    std::fs::create_dir_all(&out)?;
+    let stem = format!("{date}-{}", time.replace(':', ""));
+    let json_path = out.join(format!("{stem}.json"));
+    let md_path = out.join(format!("{stem}.md"));
+    std::fs::write(&json_path, serde_json::to_string_pretty(&doc)? + "\n")?;
+    let md = report::markdown(&doc);
+    std::fs::write(&md_path, &md)?;
+    println!("{md}");
+    eprintln!(
+        "xtask: results written to {} and {}",
+        json_path.display(),
+        md_path.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    fn parse(args: &[&str]) -> BenchArgs {
+        Cli::parse_from(std::iter::once("bench").chain(args.iter().copied())).bench
+    }
+
+    #[test]
+    fn both_sides_by_default() {
+        assert_eq!(parse(&[]).sides(), (true, true));
+        assert_eq!(parse(&["--native"]).sides(), (true, false));
+        assert_eq!(parse(&["--browser"]).sides(), (false, true));
+        assert_eq!(parse(&["--native", "--browser"]).sides(), (true, true));
+    }
+
+    #[test]
+    fn model_choice_and_defaults() {
+        let a = parse(&[]);
+        assert_eq!(a.model, ModelChoice::All);
+        assert_eq!(a.runs, 3);
+        assert_eq!(a.out, PathBuf::from("bench/results"));
+        assert_eq!(models(a.model).len(), 2);
+        let a = parse(&["--model", "e2b-bench", "--runs", "5", "--out", "x"]);
+        assert_eq!(a.model, ModelChoice::E2bBench);
+        assert_eq!(models(a.model)[0].name, "gemma4-e2b-bench");
+        assert_eq!(a.runs, 5);
+        assert_eq!(parse(&["--model", "tiny"]).model, ModelChoice::Tiny);
+        assert!(Cli::try_parse_from(["bench", "--model", "huge"]).is_err());
+    }
+
+    #[test]
+    fn plans() {
+        let full = Plan::of(&parse(&[]));
+        assert_eq!(full.prefill, vec![128, 512]);
+        assert_eq!(full.decode_context, vec![128, 1024]);
+        assert_eq!(full.decode_tokens, 32);
+        assert_eq!(full.browser(), (512, 128, 32));
+        let quick = Plan::of(&parse(&["--quick"]));
+        assert_eq!(quick.name, "quick");
+        assert_eq!(quick.prefill, vec![128]);
+        let custom = Plan::of(&parse(&[
+            "--quick",
+            "--prefill",
+            "16,32",
+            "--decode-tokens",
+            "2",
+        ]));
+        assert_eq!(custom.name, "custom");
+        assert_eq!(custom.prefill, vec![16, 32]);
+        assert_eq!(custom.decode_context, vec![128]);
+        assert_eq!(custom.decode_tokens, 2);
+    }
+
+    #[test]
+    fn argument_checks() {
+        assert!(parse(&["--runs", "0"]).check().is_err());
+        assert!(parse(&["--prefill", "0"]).check().is_err());
+        assert!(parse(&["--decode-tokens", "0"]).check().is_err());
+        assert!(parse(&["--dtype", "fp32"]).check().is_err());
+        assert!(parse(&["--dtype", "q4"]).check().is_ok());
+    }
+}
