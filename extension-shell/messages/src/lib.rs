@@ -557,7 +557,10 @@ mod tests {
 
     #[test]
     fn repositories_for_size_and_source() {
-        assert_eq!(model_repository(DEFAULT_MODEL_SOURCE, "E2B"), DEFAULT_MODEL_SOURCE);
+        assert_eq!(
+            model_repository(DEFAULT_MODEL_SOURCE, "E2B"),
+            DEFAULT_MODEL_SOURCE
+        );
         assert_eq!(model_repository("", "e2b"), DEFAULT_MODEL_SOURCE);
         assert_eq!(
             model_repository(DEFAULT_MODEL_SOURCE, "E4B"),

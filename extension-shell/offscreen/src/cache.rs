@@ -86,7 +86,11 @@ pub async fn request_persistence() -> bool {
     let Ok(p) = w.navigator().storage().persist() else {
         return false;
     };
-    wait(p).await.ok().and_then(|v| v.as_bool()).unwrap_or(false)
+    wait(p)
+        .await
+        .ok()
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false)
 }
 
 /// A quota error that says how much space is needed.
@@ -188,9 +192,8 @@ impl ModelCache {
     }
 
     async fn save_meta(&self, path: &str, meta: &FileMeta) -> Result<(), LoadError> {
-        let mut json = serde_json::to_vec(meta).map_err(|e| {
-            LoadError::new(ModelErrorKind::LoadFailed, format!("cache entry: {e}"))
-        })?;
+        let mut json = serde_json::to_vec(meta)
+            .map_err(|e| LoadError::new(ModelErrorKind::LoadFailed, format!("cache entry: {e}")))?;
         self.put(path, &self.key(path, "meta"), &mut json).await
     }
 
@@ -198,7 +201,11 @@ impl ModelCache {
     async fn reset(&self, path: &str, meta: &mut FileMeta) -> Result<(), LoadError> {
         for i in 0..meta.parts.len() {
             // A part that cannot be deleted is unreachable once the entry says so.
-            let _ = wait(self.cache.delete_with_str(&self.key(path, &format!("part/{i}")))).await;
+            let _ = wait(
+                self.cache
+                    .delete_with_str(&self.key(path, &format!("part/{i}"))),
+            )
+            .await;
         }
         meta.reset();
         self.save_meta(path, meta).await
@@ -209,8 +216,7 @@ impl ModelCache {
         let init = RequestInit::new();
         init.set_method(method);
         init.set_cache(RequestCache::NoStore);
-        let headers =
-            Headers::new().map_err(|e| self.failed(path, "could not request", &e))?;
+        let headers = Headers::new().map_err(|e| self.failed(path, "could not request", &e))?;
         if from > 0 {
             headers
                 .set("Range", &format!("bytes={from}-"))
@@ -516,7 +522,8 @@ fn header(h: &Headers, name: &str) -> Option<String> {
 /// `Content-Length`, unless the body is content-encoded (then it counts the encoded bytes, not
 /// the bytes the stream yields).
 fn plain_length(h: &Headers) -> Option<u64> {
-    let encoded = header(h, "Content-Encoding").is_some_and(|e| !e.eq_ignore_ascii_case("identity"));
+    let encoded =
+        header(h, "Content-Encoding").is_some_and(|e| !e.eq_ignore_ascii_case("identity"));
     if encoded {
         return None;
     }

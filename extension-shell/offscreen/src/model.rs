@@ -32,6 +32,8 @@ const OPTIONAL_FILES: &[&str] = &["generation_config.json", "tokenizer_config.js
 /// A loaded model, shared by every tab.
 pub struct Loaded {
     repo: String,
+    /// The adapter, as WebGPU describes it (`google swiftshader`).
+    adapter: String,
     backend: Rc<QueuedBackend>,
 }
 
@@ -119,7 +121,10 @@ pub async fn backend(repo: &str, model_size: &str) -> Result<Rc<dyn ModelBackend
                     if l.backend.lost() {
                         log::info("the GPU device was lost; loading the model again");
                     } else {
-                        log::info(&format!("model source changed to {repo}; unloading {}", l.repo));
+                        log::info(&format!(
+                            "model source changed to {repo}; unloading {}",
+                            l.repo
+                        ));
                     }
                     // Dropped before the next load starts, so its GPU memory is released first.
                     *slot = Slot::Empty;
@@ -171,7 +176,7 @@ async fn load(repo: String, model_size: String) -> Result<Rc<Loaded>, LoadError>
             &repo,
             ModelState::Ready {
                 dtype: l.backend.inner.model().dtype.name().to_owned(),
-                adapter: l.backend.inner.model().gpu.adapter.clone(),
+                adapter: l.adapter.clone(),
             },
         ),
         Err(e) => {
@@ -193,7 +198,7 @@ async fn load_inner(repo: &str, model_size: &str) -> Result<Rc<Loaded>, LoadErro
         )
     };
     stage("checking WebGPU");
-    let gpu = open_gpu().await?;
+    let (gpu, adapter) = open_gpu().await?;
     let lost = Arc::new(AtomicBool::new(false));
     {
         let lost = lost.clone();
@@ -211,14 +216,15 @@ async fn load_inner(repo: &str, model_size: &str) -> Result<Rc<Loaded>, LoadErro
     }
     let dtype = Dtype::for_adapter(gpu.has_shader_f16);
     log::info(&format!(
-        "model {repo}: {} weights on {}",
+        "model {repo}: {} weights on {adapter}",
         dtype.name(),
-        gpu.adapter
     ));
 
     let cache = ModelCache::open(repo).await?;
     if !request_persistence().await {
-        log::info("the browser did not grant persistent storage; the model cache may be evicted when disk space runs low");
+        log::info(
+            "the browser did not grant persistent storage; the model cache may be evicted when disk space runs low",
+        );
     }
     download_all(&cache, repo, model_size, dtype).await?;
 
@@ -252,6 +258,7 @@ async fn load_inner(repo: &str, model_size: &str) -> Result<Rc<Loaded>, LoadErro
     })?;
     Ok(Rc::new(Loaded {
         repo: repo.to_owned(),
+        adapter,
         backend: Rc::new(QueuedBackend {
             inner: GemmaBackend::new(Rc::new(model)),
             turn: Mutex::new(()),
@@ -282,8 +289,9 @@ fn device_lost(model_size: &str, source: &str, message: &str) {
     );
 }
 
-/// A WebGPU device with the adapter's limits, after checking that it can hold the model.
-async fn open_gpu() -> Result<gg_runtime::Gpu, LoadError> {
+/// A WebGPU device with the adapter's limits, after checking that it can hold the model, and
+/// the adapter's description.
+async fn open_gpu() -> Result<(gg_runtime::Gpu, String), LoadError> {
     let unavailable = |m: String| LoadError::new(ModelErrorKind::WebgpuUnavailable, m);
     let probe = crate::webgpu::probe_webgpu().await;
     if let Some(error) = probe.error {
@@ -306,7 +314,13 @@ async fn open_gpu() -> Result<gg_runtime::Gpu, LoadError> {
             MIN_BINDING_BYTES >> 20
         )));
     }
-    Ok(gpu)
+    let adapter = probe
+        .adapter
+        .map(|a| format!("{} {} {}", a.vendor, a.architecture, a.device))
+        .map(|d| d.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| gpu.adapter.clone());
+    Ok((gpu, adapter))
 }
 
 /// Downloads every file of the model variant that the cache lacks, reporting progress.

@@ -259,7 +259,9 @@ mod tests {
         };
         let mine = model_actions(failed(Some(1)), Some(1));
         assert_eq!(mine.len(), 2);
-        assert!(matches!(&mine[1], Action::ShowError { error } if error.kind == ErrorKind::DownloadFailed));
+        assert!(
+            matches!(&mine[1], Action::ShowError { error } if error.kind == ErrorKind::DownloadFailed)
+        );
         // Another tab's failure only resets the status here.
         assert_eq!(
             model_actions(failed(Some(2)), Some(1)),
