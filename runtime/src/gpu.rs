@@ -606,7 +606,10 @@ mod tests {
 
     #[test]
     fn f32_literals_are_bit_exact_and_non_finite_ones_are_not_constant_expressions() {
-        assert_eq!(wgsl_f32(1.5), format!("bitcast<f32>({}u)", 1.5f32.to_bits()));
+        assert_eq!(
+            wgsl_f32(1.5),
+            format!("bitcast<f32>({}u)", 1.5f32.to_bits())
+        );
         assert_eq!(wgsl_f32(f32::MIN), "bitcast<f32>(4286578687u)");
         assert_eq!(wgsl_f32(f32::NEG_INFINITY), "f32_bits(4286578688u)");
         assert!(wgsl_f32(f32::NAN).starts_with("f32_bits("));
