@@ -32,6 +32,8 @@ const OPTIONAL_FILES: &[&str] = &["generation_config.json", "tokenizer_config.js
 /// A loaded model, shared by every tab.
 pub struct Loaded {
     repo: String,
+    /// The adapter, as WebGPU describes it (`google swiftshader`).
+    adapter: String,
     backend: Rc<QueuedBackend>,
 }
 
@@ -174,7 +176,7 @@ async fn load(repo: String, model_size: String) -> Result<Rc<Loaded>, LoadError>
             &repo,
             ModelState::Ready {
                 dtype: l.backend.inner.model().dtype.name().to_owned(),
-                adapter: l.backend.inner.model().gpu.adapter.clone(),
+                adapter: l.adapter.clone(),
             },
         ),
         Err(e) => {
@@ -196,7 +198,7 @@ async fn load_inner(repo: &str, model_size: &str) -> Result<Rc<Loaded>, LoadErro
         )
     };
     stage("checking WebGPU");
-    let gpu = open_gpu().await?;
+    let (gpu, adapter) = open_gpu().await?;
     let lost = Arc::new(AtomicBool::new(false));
     {
         let lost = lost.clone();
@@ -214,9 +216,8 @@ async fn load_inner(repo: &str, model_size: &str) -> Result<Rc<Loaded>, LoadErro
     }
     let dtype = Dtype::for_adapter(gpu.has_shader_f16);
     log::info(&format!(
-        "model {repo}: {} weights on {}",
+        "model {repo}: {} weights on {adapter}",
         dtype.name(),
-        gpu.adapter
     ));
 
     let cache = ModelCache::open(repo).await?;
@@ -257,6 +258,7 @@ async fn load_inner(repo: &str, model_size: &str) -> Result<Rc<Loaded>, LoadErro
     })?;
     Ok(Rc::new(Loaded {
         repo: repo.to_owned(),
+        adapter,
         backend: Rc::new(QueuedBackend {
             inner: GemmaBackend::new(Rc::new(model)),
             turn: Mutex::new(()),
@@ -287,8 +289,9 @@ fn device_lost(model_size: &str, source: &str, message: &str) {
     );
 }
 
-/// A WebGPU device with the adapter's limits, after checking that it can hold the model.
-async fn open_gpu() -> Result<gg_runtime::Gpu, LoadError> {
+/// A WebGPU device with the adapter's limits, after checking that it can hold the model, and
+/// the adapter's description.
+async fn open_gpu() -> Result<(gg_runtime::Gpu, String), LoadError> {
     let unavailable = |m: String| LoadError::new(ModelErrorKind::WebgpuUnavailable, m);
     let probe = crate::webgpu::probe_webgpu().await;
     if let Some(error) = probe.error {
@@ -311,7 +314,13 @@ async fn open_gpu() -> Result<gg_runtime::Gpu, LoadError> {
             MIN_BINDING_BYTES >> 20
         )));
     }
-    Ok(gpu)
+    let adapter = probe
+        .adapter
+        .map(|a| format!("{} {} {}", a.vendor, a.architecture, a.device))
+        .map(|d| d.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|d| !d.is_empty())
+        .unwrap_or_else(|| gpu.adapter.clone());
+    Ok((gpu, adapter))
 }
 
 /// Downloads every file of the model variant that the cache lacks, reporting progress.
