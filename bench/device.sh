@@ -8,7 +8,7 @@
 #   2. device: run(command: "bash bench/device.sh run", carry: ["bench/device-bin", ".gl"],
 #                  timeout_s: 540)
 #              unpacks the loader, generates the E2B-shaped model (~30 s), runs
-#              `xtask bench --native --model all` (full configuration, 3 runs) and writes the
+#              `xtask bench --native` (both models, full configuration, 3 runs) and writes the
 #              results (JSON + Markdown) to $OUT/;
 #   3. here:   copy the two files from the returned folder into bench/results/ and commit them.
 set -euo pipefail
@@ -24,8 +24,6 @@ prepare)
   mkdir -p "$BIN"
   cp "$CARGO_TARGET_DIR/release/gemma-gem" "$CARGO_TARGET_DIR/release/xtask" "$BIN/"
   strip "$BIN/gemma-gem" "$BIN/xtask" 2>/dev/null || true
-  grep -qx '/.gl/' "$(git rev-parse --git-common-dir)/info/exclude" || echo /.gl/ >> "$(git rev-parse --git-common-dir)/info/exclude"
-  grep -qx '/bench/device-bin/' "$(git rev-parse --git-common-dir)/info/exclude" || echo /bench/device-bin/ >> "$(git rev-parse --git-common-dir)/info/exclude"
   mkdir -p .gl /tmp/amd64/partial
   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
   # shellcheck disable=SC2086
@@ -50,8 +48,10 @@ run)
   mkdir -p "$OUTDIR"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
   set -o pipefail
-  "$BIN/xtask" bench --native --model all --runs "${RUNS:-3}" --gemma-gem "$BIN/gemma-gem" \
-    --out "$OUTDIR" ${ADAPTER:+--adapter "$ADAPTER"} 2>&1 | tee "$OUTDIR/device-log.txt"
+  shift
+  # Extra arguments go to `xtask bench` (e.g. `--model tiny --quick` to try this script here).
+  "$BIN/xtask" bench --native --runs "${RUNS:-3}" --gemma-gem "$BIN/gemma-gem" \
+    --out "$OUTDIR" ${ADAPTER:+--adapter "$ADAPTER"} "$@" 2>&1 | tee "$OUTDIR/device-log.txt"
   ;;
 *)
   echo "usage: bench/device.sh prepare   (here: build the binaries, fetch the Vulkan loader)" >&2

@@ -64,6 +64,9 @@ pub struct BenchArgs {
     /// Port of the local server for the browser bench.
     #[arg(long, default_value_t = 8093)]
     pub port: u16,
+    /// Only rewrite the Markdown report of an existing results JSON (next to it) and print it.
+    #[arg(long, value_name = "RESULTS.json")]
+    pub render: Option<PathBuf>,
     /// Use this prebuilt `gemma-gem` binary instead of building it (bench/device.sh).
     #[arg(long)]
     pub gemma_gem: Option<PathBuf>,
@@ -450,6 +453,17 @@ fn sizes(args: &BenchArgs) -> Result<Value> {
 const SOFTWARE_NOTE: &str = "Numbers from software adapters (Mesa lavapipe natively, SwiftShader in headless Chromium) measure the work each runtime does on a CPU, not GPU speed: a run on a real GPU is needed to judge the targets.";
 
 pub fn run(args: &BenchArgs) -> Result<()> {
+    if let Some(json_path) = &args.render {
+        let doc: Value = serde_json::from_slice(
+            &std::fs::read(json_path)
+                .with_context(|| format!("reading {}", json_path.display()))?,
+        )
+        .with_context(|| format!("{} is not a results JSON", json_path.display()))?;
+        let md = report::markdown(&doc);
+        std::fs::write(json_path.with_extension("md"), &md)?;
+        println!("{md}");
+        return Ok(());
+    }
     args.check()?;
     let plan = Plan::of(args);
     let (native, browser) = args.sides();

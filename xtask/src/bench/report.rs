@@ -282,6 +282,7 @@ fn fmt_num(v: Option<f64>, unit: Unit) -> String {
         Some(x) => match unit {
             Unit::Seconds if x < 1.0 => format!("{:.0} ms", x * 1000.0),
             Unit::Seconds => format!("{x:.2} s"),
+            Unit::TokPerS if x < 1.0 => format!("{x:.3} tok/s"),
             Unit::TokPerS => format!("{x:.1} tok/s"),
             Unit::Bytes => mib(x),
         },
