@@ -29,6 +29,8 @@ const WASM_TEST_CRATES: &[(&str, &str, Option<&str>)] = &[
     ("gg-demo-site", "gg-components/csr", None),
     // The runtime's op families on WebGPU (SwiftShader in headless Chromium).
     ("gg-runtime", "", Some("browser_ops")),
+    // Gemma 4 greedy generation on WebGPU, against ONNX Runtime's tokens.
+    ("gg-llm", "", Some("browser_greedy")),
 ];
 
 #[derive(Default, Debug, Clone, Copy)]
@@ -176,6 +178,18 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 "wasm32-unknown-unknown",
                 "--features",
                 "gg-components/csr",
+                "--",
+                "-D",
+                "warnings",
+            ]))?;
+            crate::util::exec(cargo().args([
+                "clippy",
+                "-p",
+                "gg-llm",
+                "--target",
+                "wasm32-unknown-unknown",
+                "--test",
+                "browser_greedy",
                 "--",
                 "-D",
                 "warnings",

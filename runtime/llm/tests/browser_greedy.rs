@@ -1,0 +1,178 @@
+//! Gemma 4 generation in the browser: each tiny fixture (q4, fp32 activations) loaded through
+//! the same `ModelRepo` / `Fetch` path the extension uses, on headless Chromium's WebGPU
+//! (SwiftShader), must produce exactly ONNX Runtime's greedy tokens (`reference/q4.json`, ≥ 32
+//! tokens per prompt) — as `fixtures.rs` checks natively.
+//!
+//! Run by `cargo xtask test` (stage "wasm tests"; `runtime/llm/webdriver.json` turns WebGPU on).
+#![cfg(target_arch = "wasm32")]
+
+use futures::future::LocalBoxFuture;
+use gg_llm::{Dtype, GemmaModel, Generator, LoadOptions, ModelRepo, Sampling};
+use gg_runtime::Gpu;
+use gg_runtime::source::ByteStream;
+use serde_json::Value;
+use std::rc::Rc;
+use wasm_bindgen_test::*;
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+macro_rules! file {
+    ($fixture:literal, $path:literal) => {
+        (
+            $path,
+            include_bytes!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../tests/fixtures/models/",
+                $fixture,
+                "/",
+                $path
+            )) as &[u8],
+        )
+    };
+}
+
+#[rustfmt::skip]
+const TINY: &[(&str, &[u8])] = &[
+    file!("gemma4-tiny", "config.json"),
+    file!("gemma4-tiny", "generation_config.json"),
+    file!("gemma4-tiny", "tokenizer.json"),
+    file!("gemma4-tiny", "tokenizer_config.json"),
+    file!("gemma4-tiny", "chat_template.jinja"),
+    file!("gemma4-tiny", "onnx/decoder_model_merged_q4.onnx"),
+    file!("gemma4-tiny", "onnx/decoder_model_merged_q4.onnx_data"),
+    file!("gemma4-tiny", "onnx/embed_tokens_q4.onnx"),
+    file!("gemma4-tiny", "onnx/embed_tokens_q4.onnx_data"),
+];
+
+#[rustfmt::skip]
+const TINY_E4B: &[(&str, &[u8])] = &[
+    file!("gemma4-tiny-e4b", "config.json"),
+    file!("gemma4-tiny-e4b", "generation_config.json"),
+    file!("gemma4-tiny-e4b", "tokenizer.json"),
+    file!("gemma4-tiny-e4b", "tokenizer_config.json"),
+    file!("gemma4-tiny-e4b", "chat_template.jinja"),
+    file!("gemma4-tiny-e4b", "onnx/decoder_model_merged_q4.onnx"),
+    file!("gemma4-tiny-e4b", "onnx/decoder_model_merged_q4.onnx_data"),
+    file!("gemma4-tiny-e4b", "onnx/decoder_model_merged_q4.onnx_data_1"),
+    file!("gemma4-tiny-e4b", "onnx/decoder_model_merged_q4.onnx_data_2"),
+    file!("gemma4-tiny-e4b", "onnx/decoder_model_merged_q4.onnx_data_3"),
+    file!("gemma4-tiny-e4b", "onnx/decoder_model_merged_q4.onnx_data_4"),
+    file!("gemma4-tiny-e4b", "onnx/decoder_model_merged_q4.onnx_data_5"),
+    file!("gemma4-tiny-e4b", "onnx/embed_tokens_q4.onnx"),
+    file!("gemma4-tiny-e4b", "onnx/embed_tokens_q4.onnx_data"),
+    file!("gemma4-tiny-e4b", "onnx/embed_tokens_q4.onnx_data_1"),
+    file!("gemma4-tiny-e4b", "onnx/embed_tokens_q4.onnx_data_2"),
+];
+
+const TINY_REFERENCE: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/models/gemma4-tiny/reference/q4.json"
+));
+const TINY_E4B_REFERENCE: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/models/gemma4-tiny-e4b/reference/q4.json"
+));
+
+/// A model repository held in memory, read in small chunks like a network body.
+struct MemoryFetch(&'static [(&'static str, &'static [u8])]);
+
+struct Chunks {
+    data: &'static [u8],
+    pos: usize,
+}
+
+impl ByteStream for Chunks {
+    fn next_chunk(&mut self) -> LocalBoxFuture<'_, gg_runtime::Result<Option<Vec<u8>>>> {
+        let end = (self.pos + 64 * 1024).min(self.data.len());
+        let out = (self.pos < end).then(|| self.data[self.pos..end].to_vec());
+        self.pos = end;
+        Box::pin(async move { Ok(out) })
+    }
+}
+
+impl gg_llm::source::Fetch for MemoryFetch {
+    fn open(&self, path: &str) -> LocalBoxFuture<'_, gg_runtime::Result<Box<dyn ByteStream>>> {
+        let found = self.0.iter().find(|(p, _)| *p == path).map(|(_, d)| *d);
+        let path = path.to_owned();
+        Box::pin(async move {
+            match found {
+                Some(data) => Ok(Box::new(Chunks { data, pos: 0 }) as Box<dyn ByteStream>),
+                None => Err(gg_runtime::Error::Io {
+                    path,
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "not in the test repository",
+                    ),
+                }),
+            }
+        })
+    }
+}
+
+fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("an id array")
+        .iter()
+        .map(|x| u32::try_from(x.as_u64().expect("an id")).expect("a u32 id"))
+        .collect()
+}
+
+async fn greedy_matches(
+    gpu: &Rc<Gpu>,
+    name: &str,
+    files: &'static [(&'static str, &'static [u8])],
+    reference: &str,
+) {
+    let repo = ModelRepo::new(Rc::new(MemoryFetch(files)), name);
+    let model = GemmaModel::load(
+        gpu.clone(),
+        &repo,
+        &LoadOptions {
+            dtype: Some(Dtype::Q4),
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{name}: load: {e}"));
+    let reference: Value = serde_json::from_str(reference).expect("reference json");
+    for prompt in reference["prompts"].as_array().expect("prompts") {
+        let pname = prompt["name"].as_str().expect("name");
+        let want = ids(&prompt["greedy_tokens"]);
+        assert!(
+            want.len() >= 32,
+            "{name} {pname}: at least 32 reference tokens"
+        );
+        let mut g = Generator::new(&model, &ids(&prompt["input_ids"]), Sampling::Greedy)
+            .expect("generator");
+        let mut got = Vec::new();
+        for _ in 0..want.len() {
+            got.push(
+                g.next_token()
+                    .await
+                    .unwrap_or_else(|e| panic!("{name} {pname}: step: {e}")),
+            );
+        }
+        assert_eq!(got, want, "{name} q4 {pname}: greedy tokens in the browser");
+        let stats = g.stats();
+        assert!(
+            stats.bytes_read_back_per_token() <= 16.0,
+            "{name} {pname}: only the token id comes back"
+        );
+        console_log!(
+            "{name} q4 {pname}: {} tokens equal ONNX Runtime's; {:.1} dispatches/token; decode {:.1} tok/s",
+            got.len(),
+            stats.dispatches_per_token(),
+            stats.decode_tok_s()
+        );
+    }
+}
+
+#[wasm_bindgen_test]
+async fn greedy_tokens_equal_onnx_runtime_in_the_browser() {
+    let gpu = Rc::new(
+        Gpu::new(None)
+            .await
+            .expect("a WebGPU adapter (see webdriver.json)"),
+    );
+    greedy_matches(&gpu, "gemma4-tiny", TINY, TINY_REFERENCE).await;
+    greedy_matches(&gpu, "gemma4-tiny-e4b", TINY_E4B, TINY_E4B_REFERENCE).await;
+}
