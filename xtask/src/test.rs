@@ -275,7 +275,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 tools.test_runner(),
             )
             .env("CHROMEDRIVER", "/usr/bin/chromedriver")
-            .env("WASM_BINDGEN_TEST_TIMEOUT", "300");
+            .env("WASM_BINDGEN_TEST_TIMEOUT", "900");
             total.add(run_counting(&mut cmd)?);
         }
         Ok(Some(total))

@@ -1,7 +1,10 @@
 //! Gemma 4 generation in the browser: each tiny fixture (q4, fp32 activations) loaded through
 //! the same `ModelRepo` / `Fetch` path the extension uses, on headless Chromium's WebGPU
 //! (SwiftShader), must produce exactly ONNX Runtime's greedy tokens (`reference/q4.json`, ≥ 32
-//! tokens per prompt) — as `fixtures.rs` checks natively.
+//! tokens per prompt); q4f16 (f16 weights and activations stored packed, computed in f32, no
+//! `shader-f16` needed) must give prefill logits within 0.5 and the same argmax wherever ONNX
+//! Runtime's top-1 margin is clear, teacher-forced over the reference tokens — as `fixtures.rs`
+//! checks natively.
 //!
 //! Run by `cargo xtask test` (stage "wasm tests"; `runtime/llm/webdriver.json` turns WebGPU on).
 #![cfg(target_arch = "wasm32")]
@@ -72,6 +75,33 @@ const TINY_E4B_REFERENCE: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../tests/fixtures/models/gemma4-tiny-e4b/reference/q4.json"
 ));
+
+#[rustfmt::skip]
+const TINY_F16: &[(&str, &[u8])] = &[
+    file!("gemma4-tiny", "config.json"),
+    file!("gemma4-tiny", "generation_config.json"),
+    file!("gemma4-tiny", "tokenizer.json"),
+    file!("gemma4-tiny", "tokenizer_config.json"),
+    file!("gemma4-tiny", "chat_template.jinja"),
+    file!("gemma4-tiny", "onnx/decoder_model_merged_q4f16.onnx"),
+    file!("gemma4-tiny", "onnx/decoder_model_merged_q4f16.onnx_data"),
+    file!("gemma4-tiny", "onnx/embed_tokens_q4f16.onnx"),
+    file!("gemma4-tiny", "onnx/embed_tokens_q4f16.onnx_data"),
+];
+
+#[rustfmt::skip]
+const TINY_F16_LOGITS: &[(&str, &[u8])] = &[
+    file!("gemma4-tiny", "reference/q4f16.chat.prefill_logits.npy"),
+    file!("gemma4-tiny", "reference/q4f16.raw.prefill_logits.npy"),
+];
+
+const TINY_F16_REFERENCE: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/models/gemma4-tiny/reference/q4f16.json"
+));
+
+/// As natively (`fixtures.rs`): q4f16 logits within 0.5 of ONNX Runtime's.
+const Q4F16_LOGIT_TOL: f32 = 0.5;
 
 /// A model repository held in memory, read in small chunks like a network body.
 struct MemoryFetch(&'static [(&'static str, &'static [u8])]);
@@ -175,4 +205,83 @@ async fn greedy_tokens_equal_onnx_runtime_in_the_browser() {
     );
     greedy_matches(&gpu, "gemma4-tiny", TINY, TINY_REFERENCE).await;
     greedy_matches(&gpu, "gemma4-tiny-e4b", TINY_E4B, TINY_E4B_REFERENCE).await;
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, x) in v.iter().enumerate() {
+        if *x > v[best] {
+            best = i;
+        }
+    }
+    u32::try_from(best).expect("a u32 index")
+}
+
+#[wasm_bindgen_test]
+async fn q4f16_logits_and_teacher_forced_argmax_in_the_browser() {
+    let gpu = Rc::new(
+        Gpu::new(None)
+            .await
+            .expect("a WebGPU adapter (see webdriver.json)"),
+    );
+    let repo = ModelRepo::new(Rc::new(MemoryFetch(TINY_F16)), "gemma4-tiny");
+    let model = GemmaModel::load(
+        gpu,
+        &repo,
+        &LoadOptions {
+            dtype: Some(Dtype::Q4F16),
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("gemma4-tiny q4f16: load: {e}"));
+    let reference: Value = serde_json::from_str(TINY_F16_REFERENCE).expect("reference json");
+    let mut compared = 0;
+    for prompt in reference["prompts"].as_array().expect("prompts") {
+        let pname = prompt["name"].as_str().expect("name");
+        let file = format!("reference/q4f16.{pname}.prefill_logits.npy");
+        let (_, bytes) = TINY_F16_LOGITS
+            .iter()
+            .find(|(p, _)| *p == file)
+            .unwrap_or_else(|| panic!("{file}"));
+        let want_prefill = gg_runtime::npy::parse(&file, bytes).expect("npy").to_f32();
+        let tokens = ids(&prompt["greedy_tokens"]);
+        let margins: Vec<f64> = prompt["top1_margins"]
+            .as_array()
+            .expect("margins")
+            .iter()
+            .map(|m| m.as_f64().expect("margin"))
+            .collect();
+        let mut g = Generator::new(&model, &ids(&prompt["input_ids"]), Sampling::Greedy)
+            .expect("generator");
+        let mut feed: Vec<u32> = Vec::new();
+        for (step, &tok) in tokens.iter().enumerate() {
+            let logits = g
+                .logits_for(&feed)
+                .await
+                .unwrap_or_else(|e| panic!("{pname}: step {step}: {e}"));
+            if step == 0 {
+                let d = logits
+                    .iter()
+                    .zip(&want_prefill)
+                    .map(|(a, b)| (a - b).abs())
+                    .fold(0.0f32, f32::max);
+                assert!(
+                    d <= Q4F16_LOGIT_TOL,
+                    "{pname}: prefill logits differ by {d}"
+                );
+            }
+            if margins[step] > f64::from(2.0 * Q4F16_LOGIT_TOL) {
+                assert_eq!(
+                    argmax(&logits),
+                    tok,
+                    "{pname}: step {step} (margin {})",
+                    margins[step]
+                );
+                compared += 1;
+            }
+            feed = vec![tok];
+        }
+    }
+    assert!(compared >= 20, "only {compared} clear steps");
+    console_log!("gemma4-tiny q4f16: {compared} teacher-forced steps agree with ONNX Runtime");
 }
