@@ -230,7 +230,15 @@ pub fn initializer_from_proto(t: &proto::TensorProto) -> Result<Initializer> {
     let bytes = if let Some(raw) = &t.raw_data {
         raw.clone()
     } else {
-        let mut b = Vec::with_capacity(byte_len);
+        // Sized by the values actually present, never by the (untrusted) shape: a header that
+        // claims terabytes must fail the length check below, not abort on allocation.
+        let values = match dtype {
+            DType::F32 => t.float_data.len(),
+            DType::F64 => t.double_data.len(),
+            DType::I64 => t.int64_data.len(),
+            _ => t.int32_data.len(),
+        };
+        let mut b = Vec::with_capacity(values.saturating_mul(dtype.size()).min(byte_len));
         match dtype {
             DType::F32 => t
                 .float_data

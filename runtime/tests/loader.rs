@@ -213,3 +213,20 @@ fn bad_inputs_are_rejected_with_the_input_name() {
         "{err}"
     );
 }
+
+/// Found by the `model_loader` fuzz target: a header whose shape claims terabytes, with no data,
+/// must be a clear error, not an allocation abort.
+#[test]
+fn a_tensor_claiming_terabytes_is_an_error_not_an_abort() {
+    for elem in [1, 7, 10, 11] {
+        let t = proto::TensorProto {
+            name: Some("huge".into()),
+            dims: vec![1 << 20, 1 << 20, 1 << 3],
+            data_type: Some(elem),
+            ..Default::default()
+        };
+        let err = gg_runtime::model::decode_tensor(&t.encode_to_vec(), "huge.pb")
+            .expect_err("a tensor without its data");
+        assert!(err.to_string().contains("needs"), "{err}");
+    }
+}
