@@ -182,30 +182,23 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 "-D",
                 "warnings",
             ]))?;
-            crate::util::exec(cargo().args([
-                "clippy",
-                "-p",
-                "gg-llm",
-                "--target",
-                "wasm32-unknown-unknown",
-                "--test",
-                "browser_greedy",
-                "--",
-                "-D",
-                "warnings",
-            ]))?;
-            crate::util::exec(cargo().args([
-                "clippy",
-                "-p",
-                "gg-runtime",
-                "--target",
-                "wasm32-unknown-unknown",
-                "--test",
-                "browser_ops",
-                "--",
-                "-D",
-                "warnings",
-            ]))?;
+            // The browser test targets of crates whose other tests are native-only.
+            for (pkg, _, test) in WASM_TEST_CRATES {
+                if let Some(test) = test {
+                    crate::util::exec(cargo().args([
+                        "clippy",
+                        "-p",
+                        pkg,
+                        "--target",
+                        "wasm32-unknown-unknown",
+                        "--test",
+                        test,
+                        "--",
+                        "-D",
+                        "warnings",
+                    ]))?;
+                }
+            }
             crate::util::exec(cargo().args([
                 "clippy",
                 "-p",
