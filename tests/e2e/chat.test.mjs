@@ -4,7 +4,7 @@
 // an iframe inside the page's closed shadow root (reached through the DevTools protocol).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, launchExtension, until, Pierce } from './harness.mjs';
+import { startServer, launchExtension, until, openOverlay as openOverlayAt, sendMessage } from './harness.mjs';
 
 let server, ext;
 
@@ -19,24 +19,9 @@ async function useScript(name) {
   await ext.sw.evaluate((s) => chrome.storage.sync.set({ settings: { modelSource: s } }), modelSource);
 }
 
-/** Opens `path` in a new tab, opens the overlay, and returns the overlay's frame. */
-async function openOverlay(path = '/basic.html', page = null) {
-  page ??= await ext.context.newPage();
-  await page.goto(`${server.url}${path}`);
-  await page.bringToFront();
-  await page.waitForFunction(() => document.querySelector('gemma-gem-host') !== null, null, { timeout: 20000 });
-  const pierce = await Pierce.open(page);
-  const launcher = await until(() => pierce.byTestId('gg-launcher'), { what: 'launcher' });
-  await pierce.click(launcher);
-  const frame = await until(() => page.frames().find((f) => f.url().endsWith('/overlay/overlay.html')), { what: 'overlay frame' });
-  await frame.waitForSelector('[data-testid="gg-input"]', { timeout: 20000 });
-  return { page, frame };
-}
-
-async function send(frame, text) {
-  await frame.fill('[data-testid="gg-input"]', text);
-  await frame.click('[data-testid="gg-send"]');
-}
+/** Opens `path` in a tab, opens the overlay, and returns the page and the overlay's frame. */
+const openOverlay = (path = '/basic.html', page = null) => openOverlayAt(ext, `${server.url}${path}`, page);
+const send = sendMessage;
 
 const messages = (frame, role) =>
   frame.$$eval(`[data-testid="gg-message"][data-role="${role}"]`, (els) => els.map((e) => e.innerText.trim()));

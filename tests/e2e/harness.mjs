@@ -186,3 +186,24 @@ export class Pierce {
     }
   }
 }
+
+/** Opens `url` in a tab (a new one unless `page` is given), clicks the launcher through the
+ * closed root, and returns the page and the overlay's frame once its message box is there. */
+export async function openOverlay(ext, url, page = null) {
+  page ??= await ext.context.newPage();
+  await page.goto(url);
+  await page.bringToFront();
+  await page.waitForFunction(() => document.querySelector('gemma-gem-host') !== null, null, { timeout: 20000 });
+  const pierce = await Pierce.open(page);
+  const launcher = await until(() => pierce.byTestId('gg-launcher'), { what: 'launcher' });
+  await pierce.click(launcher);
+  const frame = await until(() => page.frames().find((f) => f.url().endsWith('/overlay/overlay.html')), { what: 'overlay frame' });
+  await frame.waitForSelector('[data-testid="gg-input"]', { timeout: 20000 });
+  return { page, frame };
+}
+
+/** Types `text` into the overlay's message box and sends it. */
+export async function sendMessage(frame, text) {
+  await frame.fill('[data-testid="gg-input"]', text);
+  await frame.click('[data-testid="gg-send"]');
+}

@@ -9,7 +9,7 @@
 // the answers are ended with Stop once model text has arrived (cancellation between steps).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, launchExtension, until, Pierce } from './harness.mjs';
+import { startServer, launchExtension, until, openOverlay as openOverlayAt, sendMessage } from './harness.mjs';
 
 const MODEL = '/models/gemma4-tiny-agent';
 let server, ext;
@@ -26,23 +26,8 @@ async function useModel(base) {
     { modelSource: base, maxIterations: 1, temperature: 1.0 });
 }
 
-async function openOverlay(path = '/basic.html') {
-  const page = await ext.context.newPage();
-  await page.goto(`${server.url}${path}`);
-  await page.bringToFront();
-  await page.waitForFunction(() => document.querySelector('gemma-gem-host') !== null, null, { timeout: 20000 });
-  const pierce = await Pierce.open(page);
-  const launcher = await until(() => pierce.byTestId('gg-launcher'), { what: 'launcher' });
-  await pierce.click(launcher);
-  const frame = await until(() => page.frames().find((f) => f.url().endsWith('/overlay/overlay.html')), { what: 'overlay frame' });
-  await frame.waitForSelector('[data-testid="gg-input"]', { timeout: 20000 });
-  return { page, frame };
-}
-
-async function send(frame, text) {
-  await frame.fill('[data-testid="gg-input"]', text);
-  await frame.click('[data-testid="gg-send"]');
-}
+const openOverlay = (path = '/basic.html') => openOverlayAt(ext, `${server.url}${path}`);
+const send = sendMessage;
 
 const modelStatus = (frame) => frame.$eval('[data-testid="gg-model-status"]',
   (e) => ({ status: e.dataset.status, text: e.innerText.trim() }));
