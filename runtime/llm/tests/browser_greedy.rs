@@ -9,10 +9,14 @@
 //! Run by `cargo xtask test` (stage "wasm tests"; `runtime/llm/webdriver.json` turns WebGPU on).
 #![cfg(target_arch = "wasm32")]
 
+#[path = "common/reference.rs"]
+mod reference;
+
 use futures::future::LocalBoxFuture;
 use gg_llm::{Dtype, GemmaModel, Generator, LoadOptions, ModelRepo, Sampling};
 use gg_runtime::Gpu;
 use gg_runtime::source::ByteStream;
+use reference::{Q4F16_LOGIT_TOL, argmax, ids, margins, max_abs_diff};
 use serde_json::Value;
 use std::rc::Rc;
 use wasm_bindgen_test::*;
@@ -100,9 +104,6 @@ const TINY_F16_REFERENCE: &str = include_str!(concat!(
     "/../../tests/fixtures/models/gemma4-tiny/reference/q4f16.json"
 ));
 
-/// As natively (`fixtures.rs`): q4f16 logits within 0.5 of ONNX Runtime's.
-const Q4F16_LOGIT_TOL: f32 = 0.5;
-
 /// A model repository held in memory, read in small chunks like a network body.
 struct MemoryFetch(&'static [(&'static str, &'static [u8])]);
 
@@ -137,14 +138,6 @@ impl gg_llm::source::Fetch for MemoryFetch {
             }
         })
     }
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("an id array")
-        .iter()
-        .map(|x| u32::try_from(x.as_u64().expect("an id")).expect("a u32 id"))
-        .collect()
 }
 
 async fn greedy_matches(
@@ -207,16 +200,6 @@ async fn greedy_tokens_equal_onnx_runtime_in_the_browser() {
     greedy_matches(&gpu, "gemma4-tiny-e4b", TINY_E4B, TINY_E4B_REFERENCE).await;
 }
 
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    u32::try_from(best).expect("a u32 index")
-}
-
 #[wasm_bindgen_test]
 async fn q4f16_logits_and_teacher_forced_argmax_in_the_browser() {
     let gpu = Rc::new(
@@ -245,12 +228,7 @@ async fn q4f16_logits_and_teacher_forced_argmax_in_the_browser() {
             .unwrap_or_else(|| panic!("{file}"));
         let want_prefill = gg_runtime::npy::parse(&file, bytes).expect("npy").to_f32();
         let tokens = ids(&prompt["greedy_tokens"]);
-        let margins: Vec<f64> = prompt["top1_margins"]
-            .as_array()
-            .expect("margins")
-            .iter()
-            .map(|m| m.as_f64().expect("margin"))
-            .collect();
+        let margins = margins(prompt);
         let mut g = Generator::new(&model, &ids(&prompt["input_ids"]), Sampling::Greedy)
             .expect("generator");
         let mut feed: Vec<u32> = Vec::new();
@@ -260,11 +238,7 @@ async fn q4f16_logits_and_teacher_forced_argmax_in_the_browser() {
                 .await
                 .unwrap_or_else(|e| panic!("{pname}: step {step}: {e}"));
             if step == 0 {
-                let d = logits
-                    .iter()
-                    .zip(&want_prefill)
-                    .map(|(a, b)| (a - b).abs())
-                    .fold(0.0f32, f32::max);
+                let d = max_abs_diff(&logits, &want_prefill);
                 assert!(
                     d <= Q4F16_LOGIT_TOL,
                     "{pname}: prefill logits differ by {d}"

@@ -3,6 +3,9 @@
 //!
 //! GPU: whatever wgpu picks (in CI `WGPU_BACKEND=vulkan` = Mesa lavapipe).
 
+#[path = "common/reference.rs"]
+mod reference;
+
 use futures::StreamExt;
 use gg_agent::{CancellationToken, FinishReason, GenerateOptions, ModelBackend, StreamChunk};
 use gg_llm::{
@@ -10,6 +13,7 @@ use gg_llm::{
     TextOptions,
 };
 use gg_runtime::{Gpu, HostTensor};
+use reference::{Q4F16_LOGIT_TOL, argmax, ids, margins, max_abs_diff};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -18,11 +22,6 @@ const FIXTURES: &[&str] = &["gemma4-tiny", "gemma4-tiny-e4b"];
 
 /// q4 (fp32 activations): max |logit - ONNX Runtime| allowed.
 const Q4_LOGIT_TOL: f32 = 2e-3;
-/// q4f16: max |logit - ONNX Runtime| allowed. ONNX Runtime computes q4f16 in fp16 (its own
-/// fp16 result differs from fp32 by up to ~0.4 logit here, see the reference JSON); this runtime
-/// stores fp16 but computes in f32, so it sits between the two.
-const Q4F16_LOGIT_TOL: f32 = 0.5;
-
 fn fixture_dir(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../tests/fixtures/models")
@@ -43,14 +42,6 @@ fn npy(name: &str, file: &str) -> HostTensor {
     gg_runtime::npy::parse(file, &bytes).expect("npy")
 }
 
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| u32::try_from(x.as_u64().expect("id")).expect("u32"))
-        .collect()
-}
-
 fn gpu() -> Rc<Gpu> {
     Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe in CI)"))
 }
@@ -63,24 +54,6 @@ fn load(gpu: &Rc<Gpu>, name: &str, dtype: Dtype) -> GemmaModel {
         &LoadOptions { dtype: Some(dtype) },
     ))
     .unwrap_or_else(|e| panic!("{name} {dtype}: {e}"))
-}
-
-fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "logit counts");
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs())
-        .fold(0.0, f32::max)
-}
-
-fn argmax(v: &[f32]) -> usize {
-    let mut best = 0;
-    for (i, x) in v.iter().enumerate() {
-        if *x > v[best] {
-            best = i;
-        }
-    }
-    best
 }
 
 /// Logits of the prompt and of the first decode steps, teacher-forced on the reference tokens.
@@ -176,19 +149,14 @@ fn q4f16_logits_within_tolerance_and_teacher_forced_argmax() {
             let pname = prompt["name"].as_str().expect("name");
             let input = ids(&prompt["input_ids"]);
             let want = ids(&prompt["greedy_tokens"]);
-            let margins: Vec<f64> = prompt["top1_margins"]
-                .as_array()
-                .expect("margins")
-                .iter()
-                .map(|m| m.as_f64().expect("margin"))
-                .collect();
+            let margins = margins(prompt);
             let mut g = Generator::new(&model, &input, Sampling::Greedy).expect("generator");
             let mut feed: Vec<u32> = Vec::new();
             for (step, &tok) in want.iter().enumerate() {
                 let logits = pollster::block_on(g.logits_for(&feed)).expect("step");
                 if margins[step] > f64::from(2.0 * Q4F16_LOGIT_TOL) {
                     assert_eq!(
-                        argmax(&logits) as u32,
+                        argmax(&logits),
                         tok,
                         "{name} q4f16 {pname}: step {step} (margin {})",
                         margins[step]
