@@ -301,9 +301,13 @@ pub fn run(args: &TestArgs) -> Result<()> {
             cmd.args([
                 "test",
                 "--release",
-                "--workspace",
+                "-p",
+                "gg-cli",
+                "--test",
+                "large_real_graphs",
                 "--",
                 "--ignored",
+                "--test-threads=1",
                 "large_",
             ])
             .env("WGPU_BACKEND", "vulkan");
