@@ -106,6 +106,34 @@ test('the first message downloads the model with progress in every overlay, then
   await other.page.close();
 });
 
+test('the settings list the downloaded model with its size, and Clear deletes its files from Cache Storage', async () => {
+  // The model of the first test is loaded and its files are stored.
+  await useModel(`${server.url}${MODEL}`);
+  const { page, frame } = await openOverlay();
+  await frame.click('[data-testid="gg-settings-open"]');
+  const stored = await until(() => frame.$$eval('[data-testid="gg-clear-model"]',
+    (els) => els.map((e) => ({ model: e.dataset.model, row: e.closest('li').innerText }))).then((l) => l.length > 0 && l),
+  { timeout: 30000, what: 'the downloaded model in the settings' });
+  assert.equal(stored.length, 1, JSON.stringify(stored));
+  assert.equal(stored[0].model, 'e2b');
+  assert.match(stored[0].row, /Gemma 4 E2B\s+\d+(\.\d+)?\s*(KB|MB)/);
+  const keys = () => frame.evaluate(async (repo) => {
+    const c = await caches.open('gemma-gem-models-v1');
+    return (await c.keys()).filter((r) => decodeURIComponent(r.url).includes(repo)).length;
+  }, `${server.url}${MODEL}/`);
+  assert.ok(await keys() > 5, 'the files are in Cache Storage');
+
+  await frame.click('[data-testid="gg-clear-model"][data-model="e2b"]');
+  await until(async () => (await frame.$$('[data-testid="gg-clear-model"]')).length === 0, { timeout: 30000, what: 'the list to empty' });
+  assert.match(await frame.$eval('[data-testid="gg-settings"]', (e) => e.innerText), /No model files are stored/);
+  assert.equal(await keys(), 0, 'no cache entry of the repository is left');
+  assert.deepEqual(await errors(frame), []);
+  // The loaded model stays loaded.
+  await frame.click('[data-testid="gg-settings-close"]');
+  assert.equal((await modelStatus(frame)).status, 'ready');
+  await page.close();
+});
+
 test('a download cut off halfway fails clearly, and the next attempt resumes with a Range request', async () => {
   const data = `${MODEL}/onnx/decoder_model_merged_q4.onnx_data`;
   const mirror = await startServer({ throttle: { bytes: 32 * 1024, delayMs: 20 }, cutOnce: new Set([data]) });

@@ -356,6 +356,9 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
             Ok(Body::Ack)
         }
         (Context::Overlay, Body::GetModelStatus) => to_offscreen(Body::GetModelStatus).await,
+        (Context::Overlay, body @ (Body::GetStoredModels { .. } | Body::ClearModel { .. })) => {
+            to_offscreen(body).await
+        }
         // Broadcasts for the overlays; nothing to do here.
         (Context::Offscreen, Body::AgentEvent { .. } | Body::ModelStatus(_)) => Ok(Body::Ack),
         (from, other) => Err(format!("unexpected message {other:?} from {from:?}")),

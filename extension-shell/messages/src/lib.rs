@@ -249,6 +249,15 @@ pub enum Body {
     ModelStatus(ModelReport),
     /// Overlay -> service worker -> offscreen: ask where the model stands (a newly opened overlay).
     GetModelStatus,
+    /// Overlay -> service worker -> offscreen: what Cache Storage holds of these model
+    /// repositories (base URLs, see [`model_repository`]). Answered with [`Body::StoredModels`].
+    GetStoredModels { repositories: Vec<String> },
+    /// Overlay -> service worker -> offscreen: delete every stored file of `repository`. Refused
+    /// while that repository is downloading or loading; a loaded model stays loaded. Answered
+    /// with [`Body::StoredModels`] for that repository (now empty).
+    ClearModel { repository: String },
+    /// Offscreen: what is stored, one entry per repository asked about.
+    StoredModels { models: Vec<StoredModel> },
     /// Generic acknowledgement.
     Ack,
     /// A request failed; `message` says why.
@@ -267,6 +276,22 @@ pub enum PanelAction {
     Toggle,
     /// Close the panel (nothing happens when it is closed).
     Close,
+}
+
+/// What Cache Storage holds of one model repository.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredModel {
+    /// The repository (base URL).
+    pub repository: String,
+    /// Bytes stored (complete files and parts of interrupted downloads).
+    pub stored_bytes: u64,
+    /// The size of every file the cache knows of, stored or not (`stored_bytes` when no server
+    /// has said yet).
+    pub total_bytes: u64,
+    /// Files with an entry in the cache.
+    pub files: u32,
+    /// Of those, the ones stored completely (size verified).
+    pub complete_files: u32,
 }
 
 /// Name of the keyboard command (manifest `commands`) that toggles the panel.

@@ -488,6 +488,72 @@ impl ModelCache {
         self.save_meta(path, meta).await
     }
 
+    /// Every cache entry of this repository: `(key, entry, path)` with `entry` = `meta` or
+    /// `part/N`.
+    async fn entries(&self) -> Result<Vec<(String, String, String)>, LoadError> {
+        let keys = wait(self.cache.keys()).await.map_err(|e| {
+            LoadError::new(
+                ModelErrorKind::LoadFailed,
+                format!("could not list Cache Storage: {}", js_message(&e)),
+            )
+        })?;
+        let base = format!("{}/", self.base);
+        let mut out = Vec::new();
+        for key in js_sys::Array::from(&keys).iter() {
+            let Ok(request) = key.dyn_into::<Request>() else {
+                continue;
+            };
+            let key = request.url();
+            if let Some((entry, url)) = split_key(&key)
+                && let Some(path) = url.strip_prefix(&base)
+            {
+                out.push((key.clone(), entry, path.to_owned()));
+            }
+        }
+        Ok(out)
+    }
+
+    /// What the cache holds of this repository.
+    pub async fn stored(&self) -> Result<gg_messages::StoredModel, LoadError> {
+        let mut stored = gg_messages::StoredModel {
+            repository: self.base.clone(),
+            stored_bytes: 0,
+            total_bytes: 0,
+            files: 0,
+            complete_files: 0,
+        };
+        for (_, entry, path) in self.entries().await? {
+            if entry != "meta" {
+                continue;
+            }
+            let meta = self.meta(&path).await;
+            if meta.missing {
+                continue;
+            }
+            let bytes = meta.stored();
+            stored.files += 1;
+            stored.complete_files += u32::from(meta.complete);
+            stored.stored_bytes += bytes;
+            stored.total_bytes += meta.size.unwrap_or(bytes).max(bytes);
+        }
+        Ok(stored)
+    }
+
+    /// Deletes every stored file of this repository; `Err` names the first entry that could not be
+    /// deleted (the others are deleted all the same).
+    pub async fn clear(&self) -> Result<(), LoadError> {
+        let mut first_error = None;
+        // Entries first say a file is empty, so a part left behind is never served.
+        let mut entries = self.entries().await?;
+        entries.sort_by_key(|(_, entry, _)| entry != "meta");
+        for (key, _, path) in entries {
+            if let Err(e) = wait(self.cache.delete_with_str(&key)).await {
+                first_error.get_or_insert_with(|| self.failed(&path, "could not delete", &e));
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
     /// Reads part `i` of `path`, checking its length against the entry.
     async fn read_part(&self, path: &str, i: usize, len: u64) -> Result<Vec<u8>, String> {
         let key = self.key(path, &format!("part/{i}"));
@@ -513,6 +579,13 @@ impl ModelCache {
 enum Attempt {
     Done,
     Restart,
+}
+
+/// `(entry, file URL)` of a cache key made by [`ModelCache::key`].
+fn split_key(key: &str) -> Option<(String, String)> {
+    let (entry, url) = key.strip_prefix(KEY_PREFIX)?.split_once("?u=")?;
+    let url = js_sys::decode_uri_component(url).ok()?.as_string()?;
+    Some((entry.to_owned(), url))
 }
 
 fn header(h: &Headers, name: &str) -> Option<String> {

@@ -46,6 +46,9 @@ fn with_tab<T>(tab_id: i64, f: impl FnOnce(&mut Tab) -> T) -> T {
     TABS.with(|tabs| f(tabs.borrow_mut().entry(tab_id).or_default()))
 }
 
+/// At most this many repositories per [`Body::GetStoredModels`] (the overlay asks about two).
+const MAX_REPOSITORIES_ASKED: usize = 8;
+
 /// The requests of the service worker this document answers.
 pub fn handles(body: &Body) -> bool {
     matches!(
@@ -58,6 +61,8 @@ pub fn handles(body: &Body) -> bool {
             | Body::RestoreConversation { .. }
             | Body::GetTabConversation { .. }
             | Body::GetModelStatus
+            | Body::GetStoredModels { .. }
+            | Body::ClearModel { .. }
     )
 }
 
@@ -156,6 +161,27 @@ pub async fn handle(body: Body) -> Result<Body, String> {
             Ok(Body::Ack)
         }
         Body::GetModelStatus => Ok(Body::ModelStatus(crate::model::current_status())),
+        Body::GetStoredModels { repositories } => {
+            if repositories.len() > MAX_REPOSITORIES_ASKED {
+                return Err(format!(
+                    "too many repositories asked about ({}, at most {MAX_REPOSITORIES_ASKED})",
+                    repositories.len()
+                ));
+            }
+            let mut models = Vec::new();
+            for repo in repositories {
+                models.push(
+                    crate::model::stored(&repo)
+                        .await
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+            Ok(Body::StoredModels { models })
+        }
+        Body::ClearModel { repository } => crate::model::clear_stored(&repository)
+            .await
+            .map(|m| Body::StoredModels { models: vec![m] })
+            .map_err(|e| e.to_string()),
         Body::CancelTurn { tab_id } => {
             if let Some(cancel) = with_tab(tab_id, |t| t.running.clone()) {
                 cancel.cancel();

@@ -50,6 +50,61 @@ thread_local! {
     static STATUS: RefCell<Option<ModelReport>> = const { RefCell::new(None) };
     static SEQ: Cell<u64> = const { Cell::new(0) };
     static EPOCH: Cell<u64> = const { Cell::new(0) };
+    /// Repositories whose stored files are being deleted (no load starts for them meanwhile).
+    static CLEARING: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Whether `repo` is a repository address the cache can hold.
+fn check_repo(repo: &str) -> Result<(), LoadError> {
+    if repo.starts_with("http://") || repo.starts_with("https://") {
+        Ok(())
+    } else {
+        Err(LoadError::new(
+            ModelErrorKind::LoadFailed,
+            format!(
+                "The model source {repo:?} is not an http:// or https:// address. Set the model source in the settings to a model repository in the Hugging Face layout."
+            ),
+        ))
+    }
+}
+
+/// What Cache Storage holds of `repo`.
+pub async fn stored(repo: &str) -> Result<gg_messages::StoredModel, LoadError> {
+    check_repo(repo)?;
+    ModelCache::open(repo).await?.stored().await
+}
+
+/// Deletes the stored files of `repo`. Refused while it downloads or loads; a loaded model stays
+/// loaded (its weights are on the GPU), the next load downloads the files again.
+pub async fn clear_stored(repo: &str) -> Result<gg_messages::StoredModel, LoadError> {
+    check_repo(repo)?;
+    let repo = repo.trim_end_matches('/');
+    let busy =
+        SLOT.with(|slot| matches!(&*slot.borrow(), Slot::Loading { repo: r, .. } if r == repo));
+    if busy {
+        return Err(LoadError::new(
+            ModelErrorKind::LoadFailed,
+            "The model is being downloaded or loaded; clear its files once it is ready.".to_owned(),
+        ));
+    }
+    if CLEARING.with(|c| c.borrow().iter().any(|r| r == repo)) {
+        return Err(LoadError::new(
+            ModelErrorKind::LoadFailed,
+            "The model's files are already being deleted.".to_owned(),
+        ));
+    }
+    CLEARING.with(|c| c.borrow_mut().push(repo.to_owned()));
+    let result = async {
+        let cache = ModelCache::open(repo).await?;
+        cache.clear().await?;
+        cache.stored().await
+    }
+    .await;
+    CLEARING.with(|c| c.borrow_mut().retain(|r| r != repo));
+    if result.is_ok() {
+        log::info(&format!("deleted the stored files of {repo}"));
+    }
+    result
 }
 
 fn epoch() -> u64 {
@@ -102,12 +157,11 @@ pub fn current_status() -> ModelReport {
 
 /// The model of `repo`, loaded if needed (a load in progress for it is joined, not repeated).
 pub async fn backend(repo: &str, model_size: &str) -> Result<Rc<dyn ModelBackend>, LoadError> {
-    if !(repo.starts_with("http://") || repo.starts_with("https://")) {
+    check_repo(repo)?;
+    if CLEARING.with(|c| c.borrow().iter().any(|r| r == repo)) {
         return Err(LoadError::new(
             ModelErrorKind::LoadFailed,
-            format!(
-                "The model source {repo:?} is not an http:// or https:// address. Set the model source in the settings to a model repository in the Hugging Face layout."
-            ),
+            "The model's files are being deleted (settings, Downloaded models); send the message again in a moment.".to_owned(),
         ));
     }
     loop {

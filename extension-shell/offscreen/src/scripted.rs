@@ -7,7 +7,7 @@
 use futures::stream::{self, StreamExt};
 use gg_agent::{
     BackendError, ChatMessage, ChunkStream, FinishReason, GenerateOptions, ModelBackend,
-    StreamChunk, ToolCall, ToolDefinition,
+    StreamChunk, ToolDefinition,
 };
 use gg_gemma::{EndMarker, OutputEvent, OutputParser};
 use js_sys::{Function, Promise, Reflect};
@@ -109,27 +109,18 @@ fn pieces(text: &str) -> Vec<String> {
     out
 }
 
-/// The agent's view of what the parser found. `None` for events the agent does not need.
+/// The agent's view of what the parser found (the same mapping as the real model's backend);
+/// an end marker ends the scripted turn. `None` for events the agent does not need.
 fn to_chunk(event: OutputEvent) -> Option<StreamChunk> {
-    Some(match event {
-        OutputEvent::Text(text) => StreamChunk::Token { text },
-        OutputEvent::Thinking(text) => StreamChunk::Thinking { text },
-        OutputEvent::ToolCall(call) => StreamChunk::ToolCall {
-            call: ToolCall::new(call.name, call.arguments),
-        },
-        OutputEvent::ToolCallError(e) => StreamChunk::MalformedToolCall {
-            name: None,
-            raw: e.raw.clone(),
-            error: e.kind.to_string(),
-        },
-        OutputEvent::End(EndMarker::ToolResponse) => StreamChunk::Done {
+    match event {
+        OutputEvent::End(EndMarker::ToolResponse) => Some(StreamChunk::Done {
             reason: FinishReason::ToolCall,
-        },
-        OutputEvent::End(_) => StreamChunk::Done {
+        }),
+        OutputEvent::End(_) => Some(StreamChunk::Done {
             reason: FinishReason::EndOfTurn,
-        },
-        OutputEvent::ToolCallStart { .. } | OutputEvent::StrayMarker(_) => return None,
-    })
+        }),
+        other => gg_gemma::agent::stream_chunk(other),
+    }
 }
 
 impl ModelBackend for ScriptedBackend {

@@ -103,6 +103,14 @@ fn show_model(report: gg_messages::ModelReport) {
     if !fresh {
         return;
     }
+    // A download that ended (loaded or failed) changed what is stored.
+    if matches!(
+        report.state,
+        gg_messages::ModelState::Ready { .. } | gg_messages::ModelState::NotLoaded
+    ) && report.seq > 0
+    {
+        wasm_bindgen_futures::spawn_local(refresh_stored_models());
+    }
     for action in convert::model_actions(report, TAB.with(Cell::get)) {
         dispatch(action);
     }
@@ -133,6 +141,59 @@ async fn save_settings(next: &Settings) {
     }
 }
 
+/// The panel's "Downloaded models": what Cache Storage holds of the models' repositories.
+async fn refresh_stored_models() {
+    let Ok(stored) = stored_settings().await else {
+        return;
+    };
+    let repos = settings::repositories(&stored);
+    if repos.is_empty() {
+        return dispatch(Action::SetModels { models: Vec::new() });
+    }
+    let repositories = repos.iter().map(|(_, r)| r.clone()).collect();
+    // Background information: a failure is logged, not put in front of the user.
+    match gg_chrome::send(
+        Context::Overlay,
+        next_id(),
+        Body::GetStoredModels { repositories },
+    )
+    .await
+    {
+        Ok(Some(Envelope {
+            body: Body::StoredModels { models },
+            ..
+        })) => dispatch(Action::SetModels {
+            models: settings::model_infos(&repos, &models),
+        }),
+        Ok(other) => log::warn(&format!("could not list the downloaded models: {other:?}")),
+        Err(e) => log::warn(&format!("could not list the downloaded models: {e}")),
+    }
+}
+
+/// The user asked to delete a model's downloaded files.
+async fn clear_model(model: gg_components::ModelChoice) {
+    let stored = match stored_settings().await {
+        Ok(s) => s,
+        Err(e) => return show_error(format!("could not read the settings: {e}")),
+    };
+    let Some((_, repository)) = settings::repositories(&stored)
+        .into_iter()
+        .find(|(m, _)| *m == model)
+    else {
+        return show_error(format!(
+            "{} has no downloaded files with the current model source",
+            model.label()
+        ));
+    };
+    if request(Body::ClearModel { repository }).await.is_some() {
+        log::info(&format!(
+            "deleted the downloaded files of {}",
+            model.label()
+        ));
+    }
+    refresh_stored_models().await;
+}
+
 /// Settings and site for the panel, at start.
 async fn load_settings_and_site() {
     match stored_settings().await {
@@ -141,6 +202,7 @@ async fn load_settings_and_site() {
         }),
         Err(e) => show_error(format!("could not read the settings: {e}")),
     }
+    refresh_stored_models().await;
     if let Some(Body::Site { site }) = request(Body::GetPageSite).await {
         let host = settings::host_of(&site);
         dispatch(Action::SetSite {
@@ -182,6 +244,8 @@ pub fn on_settings_changed(value: JsValue) {
     dispatch(Action::SetSettings {
         settings: settings::to_ui(&stored),
     });
+    // The model source or size may have changed.
+    wasm_bindgen_futures::spawn_local(refresh_stored_models());
 }
 
 fn decision(d: ApprovalDecision) -> AgentDecision {
@@ -214,6 +278,7 @@ async fn send_intent(intent: UiIntent) {
             return;
         }
         UiIntent::PanelToggled { open: false } => Body::ClosePanel,
+        UiIntent::ClearModel { model } => return clear_model(model).await,
         other => {
             log::debug(&format!("not handled yet: {other:?}"));
             return;

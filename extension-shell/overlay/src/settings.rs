@@ -6,8 +6,8 @@
 //! [`SitePermissions`] JSON, shown one row per (site, permission) and forgotten row by row.
 
 use gg_agent::{Permission, SitePermissions};
-use gg_components::{ModelChoice, ModelSource, SitePermission};
-use gg_messages::{DEFAULT_MODEL_SOURCE, Settings};
+use gg_components::{ModelChoice, ModelInfo, ModelSource, SitePermission};
+use gg_messages::{DEFAULT_MODEL_SOURCE, Settings, StoredModel, model_repository};
 
 /// The host name of an origin or URL (`https://example.com:8443/x` -> `example.com`).
 pub fn host_of(site: &str) -> String {
@@ -144,6 +144,42 @@ pub fn from_ui(ui: &gg_components::Settings, stored: &Settings) -> Settings {
     next
 }
 
+/// The repository each model of the panel downloads from with these settings. A mirror serves
+/// whichever size is chosen, so then only the chosen model has one.
+pub fn repositories(stored: &Settings) -> Vec<(ModelChoice, String)> {
+    let chosen = to_ui(stored).model;
+    let mirror = matches!(to_ui(stored).model_source, ModelSource::Mirror(_));
+    ModelChoice::ALL
+        .into_iter()
+        .filter(|m| !mirror || *m == chosen)
+        .map(|m| {
+            let size = match m {
+                ModelChoice::E2b => "E2B",
+                ModelChoice::E4b => "E4B",
+            };
+            (m, model_repository(&stored.model_source, size))
+        })
+        // Development sources (`script:`) have nothing in the cache.
+        .filter(|(_, repo)| repo.starts_with("https://") || repo.starts_with("http://"))
+        .collect()
+}
+
+/// The panel's "Downloaded models" from what the offscreen document found stored: a model with
+/// nothing stored and no known size is left out.
+pub fn model_infos(repos: &[(ModelChoice, String)], stored: &[StoredModel]) -> Vec<ModelInfo> {
+    repos
+        .iter()
+        .filter_map(|(model, repo)| {
+            let s = stored.iter().find(|s| s.repository == *repo)?;
+            (s.total_bytes > 0 || s.stored_bytes > 0).then(|| ModelInfo {
+                model: *model,
+                download_bytes: s.total_bytes.max(s.stored_bytes),
+                cached_bytes: (s.stored_bytes > 0).then_some(s.stored_bytes),
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +193,66 @@ mod tests {
         assert_eq!(host_of("https://user@example.com/"), "example.com");
         assert_eq!(host_of("http://[::1]:8080/"), "[::1]");
         assert_eq!(host_of(""), "");
+    }
+
+    #[test]
+    fn repositories_follow_the_source() {
+        let repos = repositories(&Settings::default());
+        assert_eq!(
+            repos,
+            vec![
+                (ModelChoice::E2b, DEFAULT_MODEL_SOURCE.to_owned()),
+                (
+                    ModelChoice::E4b,
+                    gg_messages::DEFAULT_E4B_MODEL_SOURCE.to_owned()
+                )
+            ]
+        );
+        let mirror = Settings {
+            model_source: "http://127.0.0.1:9/m/".into(),
+            model_size: "E4B".into(),
+            ..Settings::default()
+        };
+        assert_eq!(
+            repositories(&mirror),
+            vec![(ModelChoice::E4b, "http://127.0.0.1:9/m".to_owned())]
+        );
+        let script = Settings {
+            model_source: "script:http://127.0.0.1:1/turns.json".into(),
+            ..Settings::default()
+        };
+        assert!(repositories(&script).is_empty());
+    }
+
+    #[test]
+    fn stored_models_become_the_panel_list() {
+        let repos = repositories(&Settings::default());
+        let stored = |repository: &str, stored_bytes, total_bytes| StoredModel {
+            repository: repository.to_owned(),
+            stored_bytes,
+            total_bytes,
+            files: 1,
+            complete_files: 0,
+        };
+        let infos = model_infos(
+            &repos,
+            &[
+                stored(DEFAULT_MODEL_SOURCE, 300, 1000),
+                stored(gg_messages::DEFAULT_E4B_MODEL_SOURCE, 0, 0),
+                stored("https://elsewhere.example/x", 5, 5),
+            ],
+        );
+        assert_eq!(
+            infos,
+            vec![ModelInfo {
+                model: ModelChoice::E2b,
+                download_bytes: 1000,
+                cached_bytes: Some(300),
+            }]
+        );
+        assert!(!infos[0].is_cached());
+        let done = model_infos(&repos, &[stored(DEFAULT_MODEL_SOURCE, 1000, 1000)]);
+        assert!(done[0].is_cached());
     }
 
     #[test]

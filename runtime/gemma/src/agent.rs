@@ -21,6 +21,32 @@ use crate::chat::{
     ChatMessage, Content, ContentPart, Role, ToolCallRequest, ToolDeclaration, ToolResponse,
 };
 
+/// What the agent sees of one output-parser event: text, thinking, a tool call or a malformed
+/// one (with the function name when it can be read). `None` for the events a backend handles
+/// itself (the end markers, which decide the finish reason) and those the agent does not need.
+/// Every backend (the real model, the scripted test model) maps events through this one function.
+pub fn stream_chunk(event: crate::OutputEvent) -> Option<agent::StreamChunk> {
+    use crate::OutputEvent;
+    Some(match event {
+        OutputEvent::Text(text) => agent::StreamChunk::Token { text },
+        OutputEvent::Thinking(text) => agent::StreamChunk::Thinking { text },
+        OutputEvent::ToolCall(call) => agent::StreamChunk::ToolCall { call: call.into() },
+        OutputEvent::ToolCallError(e) => agent::StreamChunk::MalformedToolCall {
+            name: crate::syntax::peek_call_name(
+                e.raw
+                    .strip_prefix(crate::markers::TOOL_CALL_START)
+                    .unwrap_or(&e.raw),
+            )
+            .map(str::to_string),
+            raw: e.raw.clone(),
+            error: e.to_string(),
+        },
+        OutputEvent::ToolCallStart { .. } | OutputEvent::StrayMarker(_) | OutputEvent::End(_) => {
+            return None;
+        }
+    })
+}
+
 /// Converts the agent's conversation to template messages. See the module documentation.
 pub fn messages_from_agent(messages: &[agent::ChatMessage], with_images: bool) -> Vec<ChatMessage> {
     let mut out: Vec<ChatMessage> = Vec::with_capacity(messages.len());

@@ -66,35 +66,19 @@ fn chunks_of(
     events: Vec<OutputEvent>,
     saw_call: &mut bool,
 ) -> Vec<Result<StreamChunk, BackendError>> {
-    let mut out = Vec::new();
-    for ev in events {
-        match ev {
-            OutputEvent::Text(text) => out.push(Ok(StreamChunk::Token { text })),
-            OutputEvent::Thinking(text) => out.push(Ok(StreamChunk::Thinking { text })),
-            OutputEvent::ToolCall(call) => {
+    events
+        .into_iter()
+        .filter_map(gg_gemma::agent::stream_chunk)
+        .inspect(|c| {
+            if matches!(
+                c,
+                StreamChunk::ToolCall { .. } | StreamChunk::MalformedToolCall { .. }
+            ) {
                 *saw_call = true;
-                out.push(Ok(StreamChunk::ToolCall { call: call.into() }));
             }
-            OutputEvent::ToolCallError(e) => {
-                *saw_call = true;
-                let name = gg_gemma::syntax::peek_call_name(
-                    e.raw
-                        .strip_prefix(gg_gemma::markers::TOOL_CALL_START)
-                        .unwrap_or(&e.raw),
-                )
-                .map(str::to_string);
-                out.push(Ok(StreamChunk::MalformedToolCall {
-                    name,
-                    raw: e.raw.clone(),
-                    error: e.to_string(),
-                }));
-            }
-            OutputEvent::ToolCallStart { .. }
-            | OutputEvent::StrayMarker(_)
-            | OutputEvent::End(_) => {}
-        }
-    }
-    out
+        })
+        .map(Ok)
+        .collect()
 }
 
 struct State<'a> {
