@@ -86,7 +86,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         sp[tid] = p;
         l = l * alpha + wg_sum(tid, p);
         let n = min(WG, T - c0);
-        for (var j = 0u; j < {{NACC}}u; j = j + 1u) {
+        for (var j = 0u; j < {{NACC}}; j = j + 1u) {
             let d = tid + j * WG;
             if (d < DV) {
                 var a = acc[j] * alpha;
@@ -100,7 +100,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         workgroupBarrier();
     }
     let yb = b * prm[16] + h * prm[17] + s * prm[18];
-    for (var j = 0u; j < {{NACC}}u; j = j + 1u) {
+    for (var j = 0u; j < {{NACC}}; j = j + 1u) {
         let d = tid + j * WG;
         if (d < DV) {
             var o = 0.0;

@@ -59,7 +59,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         for (var d = 0u; d < DK; d = d + 1u) { dot = dot + qs[d] * ld_k(kr + d); }
         var sc = dot * {{SCALE}};
         {{SOFTCAP}}
-        if ({{MODE}}u <= 1u) {
+        if ({{MODE}} <= 1u) {
             stf_out(row + t, sc);
         } else if (kbias.y < 0.5) {
             stw_out(row + t, 0xff800000u);
@@ -69,7 +69,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             m = max(m, sc);
         }
     }
-    if ({{MODE}}u == 3u) {
+    if ({{MODE}} == 3u) {
         let mx = wg_max(tid, m);
         var sum = 0.0;
         for (var t = tid; t < T; t = t + WG) {

@@ -205,7 +205,7 @@ impl Plan<'_> {
             Mask::None => {}
             Mask::Onnx(m, ..) | Mask::KeyPadding(m, _) => {
                 k = k.input("mask", m.storage());
-                bind.push(m);
+                bind.push(*m);
             }
         }
         if let Some(n) = self.nonpad {
