@@ -109,10 +109,7 @@ fn multi_head_attention_cases_and_unsupported_forms() {
         },
         "cache_indirection",
     );
-    refused(
-        &|g| g.nodes[0].outputs.push("qk".into()),
-        "qk output",
-    );
+    refused(&|g| g.nodes[0].outputs.push("qk".into()), "qk output");
 }
 
 /// The quantised cases with the packed weight turned into an initializer and split by rows

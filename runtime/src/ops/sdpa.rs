@@ -149,17 +149,15 @@ impl Plan<'_> {
             Mask::KeyPadding(_, st) => (*st, self.t),
         };
         let ab = self.attn_bias.map_or([0; 4], |(_, st)| st);
-        let mut m: Vec<u32> = [
-            self.b, self.s, self.hq, self.hkv, self.dk, self.dv, self.t,
-        ]
-        .iter()
-        .chain(&self.q.1)
-        .chain(&self.k.1)
-        .chain(&self.v.1)
-        .chain(&y)
-        .chain(&ms)
-        .map(|&x| x as u32)
-        .collect();
+        let mut m: Vec<u32> = [self.b, self.s, self.hq, self.hkv, self.dk, self.dv, self.t]
+            .iter()
+            .chain(&self.q.1)
+            .chain(&self.k.1)
+            .chain(&self.v.1)
+            .chain(&y)
+            .chain(&ms)
+            .map(|&x| x as u32)
+            .collect();
         m.push(mt as u32);
         m.push(self.offset as u32);
         m.push(self.window.0 as i32 as u32);
@@ -420,7 +418,9 @@ impl Op for Attention {
                 "nonpad_kv_seqlen cannot be combined with past_key/past_value",
             ));
         }
-        let p = past_k.as_ref().map_or(0, |t| t.shape.get(2).copied().unwrap_or(0));
+        let p = past_k
+            .as_ref()
+            .map_or(0, |t| t.shape.get(2).copied().unwrap_or(0));
         if let (Some(pk), Some(pv)) = (&past_k, &past_v)
             && (pk.shape != [b, hkv, p, dk] || pv.shape != [b, hkv, p, dv])
         {
@@ -535,7 +535,10 @@ fn attention(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
     if !(0..=3).contains(&qk_mode) {
         return Err(a.err(format!("qk_matmul_output_mode {qk_mode} is not 0..3")));
     }
-    let window = (a.i_or("left_window_size", -1), a.i_or("right_window_size", -1));
+    let window = (
+        a.i_or("left_window_size", -1),
+        a.i_or("right_window_size", -1),
+    );
     if window.0 < -1 || window.1 < -1 {
         return Err(a.err(format!(
             "window sizes must be -1 or nonnegative, got {window:?}"
@@ -605,7 +608,9 @@ impl Op for Mha {
         if past_k.is_some() != past_v.is_some() {
             return Err(op_err("past_key and past_value must be given together"));
         }
-        let p = past_k.as_ref().map_or(0, |t| t.shape.get(2).copied().unwrap_or(0));
+        let p = past_k
+            .as_ref()
+            .map_or(0, |t| t.shape.get(2).copied().unwrap_or(0));
         if let (Some(pk), Some(pv)) = (&past_k, &past_v)
             && (pk.shape != [b, n, p, h] || pv.shape != [b, n, p, hv])
         {
@@ -627,7 +632,16 @@ impl Op for Mha {
         let bias_at = |o: usize| bias.as_ref().map(|bt| (bt, o));
         let (qv, qs) = match bias_at(0) {
             Some(bo) => (
-                head_major(cx, &q, bsnh(n, s, h), 0, None, Some(bo), [b, n, s, h], q.dtype)?,
+                head_major(
+                    cx,
+                    &q,
+                    bsnh(n, s, h),
+                    0,
+                    None,
+                    Some(bo),
+                    [b, n, s, h],
+                    q.dtype,
+                )?,
                 bnsh(n, s, h),
             ),
             None => (q.clone(), bsnh(n, s, h)),
@@ -738,9 +752,7 @@ fn mha(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
     }
     let input = |i: usize| a.node.inputs.get(i).is_some_and(|s| !s.is_empty());
     if !input(1) || !input(2) {
-        return Err(a.err(
-            "packed QKV (no separate key and value inputs) is not supported",
-        ));
+        return Err(a.err("packed QKV (no separate key and value inputs) is not supported"));
     }
     for (i, what) in [(8usize, "past_sequence_length"), (9, "cache_indirection")] {
         if input(i) {
