@@ -48,8 +48,15 @@ fn contrib_ops_match_onnx_runtime() {
             &name,
         )
         .expect("decodes");
-        match common::run_case(&gpu, case, graph, rtol, atol) {
-            Ok(()) => println!("ok   {name}"),
+        match common::run_case_diffs(&gpu, case, graph, rtol, atol) {
+            Ok(diffs) => println!(
+                "ok   {name} (rtol {rtol}, atol {atol}; max |diff| {})",
+                diffs
+                    .iter()
+                    .map(|(o, d)| format!("{o} {d:.2e}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
             Err(e) => {
                 println!("FAIL {name}: {e}");
                 failures.push(format!("{name}: {e}"));

@@ -267,6 +267,7 @@ def mha(out):
         ("f16_prompt_bias_kpm", 2, 5, 0, 2, 8, 8, True, "2d", None, 0, 0.0, None, np.float16),
         ("f16_decode_past_uni_attnbias", 1, 1, 7, 2, 6, 6, False, None, (1, 2), 1, 0.0, None, np.float16),
         ("f16_odd_heads_past", 2, 3, 5, 3, 5, 5, True, "2d", None, 1, 0.0, None, np.float16),
+        ("kpm_fully_padded_batch", 2, 3, 2, 2, 8, 8, False, "none_b1", None, 1, 0.0, None, np.float32),
     ]
     for name, b, s, past, n, h, hv, bias, kpm, ab, uni, scale, filt, dt in configs:
         t = past + s
@@ -284,6 +285,9 @@ def mha(out):
             lens = rng.integers(max(1, t - 3), t + 1, (b,))
             m = (np.arange(t)[None, :] < lens[:, None]).astype(np.int32)
             m[:, 0] = 1
+            if kpm == "none_b1":
+                # Batch 1 fully padded: ORT adds mask_filter_value to every key (no zeroed rows).
+                m[1, :] = 0
             if kpm == "3d":
                 m = np.repeat(m[:, None, :], s, axis=1)
                 m[:, -1, t // 2] = 0
