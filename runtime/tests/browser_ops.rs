@@ -77,6 +77,7 @@ const CASES: &[Case] = &[
     case!("mha_f16_decode_past_uni_attnbias", [0, 1, 2, 3, 4, 5], [0, 1, 2]),
     case!("attention_3d_gqa_causal_past_softcap_float32", [0, 1, 2, 3, 4], [0, 1, 2]),
     case!("attention_4d_boolmask_float16", [0, 1, 2, 3], [0]),
+    case!("attention_4d_long_past_neginf_mask_softmax_out_float32", [0, 1, 2, 3, 4, 5], [0, 1, 2, 3]),
 ];
 
 async fn run(gpu: &Rc<Gpu>, case: &Case) -> Result<(), String> {

@@ -336,6 +336,24 @@ def attention(out):
     node = helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"], scale=0.25)
     save(out, "attention_4d_boolmask_float16", node, [("q", q), ("k", k), ("v", v), ("mask", mask)],
          [("y", f16)], F16_TOL, opset=23)
+    # More keys than one 64-key softmax chunk, a float mask with -inf
+    # entries (a fully masked row included), the softmax probabilities as the 4th output.
+    b, s, past, h, d = 1, 3, 90, 2, 16
+    t = past + s
+    q = rng.standard_normal((b, h, s, d)).astype(np.float32)
+    k = rng.standard_normal((b, h, s, d)).astype(np.float32)
+    v = rng.standard_normal((b, h, s, d)).astype(np.float32)
+    pk = rng.standard_normal((b, h, past, d)).astype(np.float32)
+    pv = rng.standard_normal((b, h, past, d)).astype(np.float32)
+    mask = (rng.standard_normal((s, t)) * 0.5).astype(np.float32)
+    mask[rng.random((s, t)) < 0.3] = -np.inf
+    mask[1, :] = -np.inf
+    node = helper.make_node("Attention", ["q", "k", "v", "mask", "pk", "pv"],
+                            ["y", "present_k", "present_v", "qk"], qk_matmul_output_mode=3)
+    save(out, "attention_4d_long_past_neginf_mask_softmax_out_float32", node,
+         [("q", q), ("k", k), ("v", v), ("mask", mask), ("pk", pk), ("pv", pv)],
+         [("y", np.float32), ("present_k", np.float32), ("present_v", np.float32), ("qk", np.float32)],
+         F32_TOL, opset=23)
 
 
 def main():
