@@ -158,6 +158,8 @@ async fn op_families_match_onnx_runtime_on_webgpu() {
         "simplifiedlayernorm",
         "skipsimplifiedlayernorm",
         "gatherblockquantized",
+        "mha",
+        "attention",
     ] {
         assert!(
             CASES.iter().any(|c| c.name.starts_with(family)),
