@@ -174,7 +174,7 @@ impl Plan<'_> {
         out: &'t GpuTensor,
         out_name: &str,
     ) -> Result<(Kernel, Vec<&'t GpuTensor>)> {
-        if self.dk > MAX_HEAD || self.dv > MAX_HEAD * WG {
+        if self.dk > MAX_HEAD || self.dv > MAX_HEAD {
             return Err(op_err(format!(
                 "head size {} / {} exceeds the supported {MAX_HEAD}",
                 self.dk, self.dv
