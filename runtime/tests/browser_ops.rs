@@ -73,6 +73,11 @@ const CASES: &[Case] = &[
     case!("gqa_prompt_rotary", [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2]),
     case!("gqa_window_decode", [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2]),
     case!("gqa_f16_decode_rotary", [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2]),
+    case!("mha_kpm_uni_attnbias_past", [0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2]),
+    case!("mha_f16_decode_past_uni_attnbias", [0, 1, 2, 3, 4, 5], [0, 1, 2]),
+    case!("attention_3d_gqa_causal_past_softcap_float32", [0, 1, 2, 3, 4], [0, 1, 2]),
+    case!("attention_4d_boolmask_float16", [0, 1, 2, 3], [0]),
+    case!("attention_4d_long_past_neginf_mask_softmax_out_float32", [0, 1, 2, 3, 4, 5], [0, 1, 2, 3]),
 ];
 
 async fn run(gpu: &Rc<Gpu>, case: &Case) -> Result<(), String> {
@@ -153,6 +158,8 @@ async fn op_families_match_onnx_runtime_on_webgpu() {
         "simplifiedlayernorm",
         "skipsimplifiedlayernorm",
         "gatherblockquantized",
+        "mha",
+        "attention",
     ] {
         assert!(
             CASES.iter().any(|c| c.name.starts_with(family)),

@@ -245,6 +245,117 @@ def standard(out):
          [("a", x(3, 1))], [("y", f32)], F32_TOL, inits=[init("shape", np.array([2, 3, 4], np.int64))])
 
 
+def mha(out):
+    """com.microsoft MultiHeadAttention: separate Q/K/V [B, S, hidden], optional bias,
+    key_padding_mask (int32 [B, T] or [B, S, T]), attention_bias, past/present KV, unidirectional.
+    Own generator so the cases above stay byte-identical."""
+    rng = np.random.default_rng(2026)
+    configs = [
+        # name, B, S, P, N, H, Hv, bias, kpm, attention_bias, unidirectional, scale, filter, dtype
+        ("prompt", 2, 5, 0, 2, 8, 8, False, None, None, 0, 0.0, None, np.float32),
+        ("prompt_bias", 2, 5, 0, 2, 8, 8, True, None, None, 0, 0.0, None, np.float32),
+        ("prompt_uni", 1, 6, 0, 3, 4, 4, False, None, None, 1, 0.0, None, np.float32),
+        ("decode_past", 2, 1, 6, 2, 8, 8, False, None, None, 0, 0.0, None, np.float32),
+        ("prefill_past_bias_uni", 1, 3, 4, 2, 8, 8, True, None, None, 1, 0.0, None, np.float32),
+        ("kpm_past", 2, 3, 2, 2, 8, 8, False, "2d", None, 0, 0.0, None, np.float32),
+        ("kpm3d_uni_filter", 2, 3, 2, 2, 8, 8, False, "3d", None, 1, 0.0, -1e9, np.float32),
+        ("kpm_uni_attnbias_past", 2, 4, 3, 2, 8, 8, True, "2d", (1, 2), 1, 0.0, None, np.float32),
+        ("attnbias_batch_scale", 2, 3, 0, 2, 8, 8, False, None, (2, 1), 0, 0.2, None, np.float32),
+        ("odd_heads_past", 1, 4, 3, 3, 7, 7, True, "2d", None, 1, 0.0, None, np.float32),
+        ("odd_heads_vsize", 2, 4, 0, 3, 7, 5, True, "2d", None, 0, 0.0, None, np.float32),
+        ("long_past_h80", 1, 2, 150, 1, 80, 80, True, None, (1, 1), 1, 0.0, None, np.float32),
+        ("f16_prompt_bias_kpm", 2, 5, 0, 2, 8, 8, True, "2d", None, 0, 0.0, None, np.float16),
+        ("f16_decode_past_uni_attnbias", 1, 1, 7, 2, 6, 6, False, None, (1, 2), 1, 0.0, None, np.float16),
+        ("f16_odd_heads_past", 2, 3, 5, 3, 5, 5, True, "2d", None, 1, 0.0, None, np.float16),
+        ("kpm_fully_padded_batch", 2, 3, 2, 2, 8, 8, False, "none_b1", None, 1, 0.0, None, np.float32),
+    ]
+    for name, b, s, past, n, h, hv, bias, kpm, ab, uni, scale, filt, dt in configs:
+        t = past + s
+        q = rng.standard_normal((b, s, n * h)).astype(dt)
+        k = rng.standard_normal((b, s, n * h)).astype(dt)
+        v = rng.standard_normal((b, s, n * hv)).astype(dt)
+        names = ["q", "k", "v"]
+        inputs = [("q", q), ("k", k), ("v", v)]
+        names.append("bias" if bias else "")
+        if bias:
+            inputs.append(("bias", (rng.standard_normal((2 * n * h + n * hv,)) * 0.5).astype(dt)))
+        names.append("kpm" if kpm else "")
+        if kpm:
+            # Right padding per batch; every query row keeps at least one key.
+            lens = rng.integers(max(1, t - 3), t + 1, (b,))
+            m = (np.arange(t)[None, :] < lens[:, None]).astype(np.int32)
+            m[:, 0] = 1
+            if kpm == "none_b1":
+                # Batch 1 fully padded: ORT adds mask_filter_value to every key (no zeroed rows).
+                m[1, :] = 0
+            if kpm == "3d":
+                m = np.repeat(m[:, None, :], s, axis=1)
+                m[:, -1, t // 2] = 0
+            inputs.append(("kpm", m))
+        names.append("ab" if ab else "")
+        if ab:
+            inputs.append(("ab", (rng.standard_normal((ab[0], ab[1], s, t)) * 0.5).astype(dt)))
+        names += ["pk" if past else "", "pv" if past else ""]
+        if past:
+            inputs.append(("pk", rng.standard_normal((b, n, past, h)).astype(dt)))
+            inputs.append(("pv", rng.standard_normal((b, n, past, hv)).astype(dt)))
+        while names and not names[-1]:
+            names.pop()
+        attrs = dict(num_heads=n, unidirectional=uni)
+        if scale:
+            attrs["scale"] = scale
+        if filt is not None:
+            attrs["mask_filter_value"] = filt
+        node = helper.make_node("MultiHeadAttention", names, ["y", "present_k", "present_v"], domain=MS, **attrs)
+        save(out, f"mha_{name}", node, inputs, [("y", dt), ("present_k", dt), ("present_v", dt)],
+             F16_TOL if dt == np.float16 else F32_TOL)
+
+
+def attention(out):
+    """ai.onnx Attention (opset 23) as ONNX Runtime runs it: a representative 3-D grouped-query
+    case with a KV cache, causal masking and softcap, and a 4-D float16 case with a boolean mask
+    (the browser test embeds these; the full ONNX node suite runs natively)."""
+    rng = np.random.default_rng(2027)
+    b, s, past, hq, hkv, d = 2, 3, 4, 4, 2, 8
+    q = rng.standard_normal((b, s, hq * d)).astype(np.float32)
+    k = rng.standard_normal((b, s, hkv * d)).astype(np.float32)
+    v = rng.standard_normal((b, s, hkv * d)).astype(np.float32)
+    pk = rng.standard_normal((b, hkv, past, d)).astype(np.float32)
+    pv = rng.standard_normal((b, hkv, past, d)).astype(np.float32)
+    node = helper.make_node("Attention", ["q", "k", "v", "", "pk", "pv"], ["y", "present_k", "present_v"],
+                            q_num_heads=hq, kv_num_heads=hkv, is_causal=1, softcap=2.0)
+    save(out, "attention_3d_gqa_causal_past_softcap_float32", node,
+         [("q", q), ("k", k), ("v", v), ("pk", pk), ("pv", pv)],
+         [("y", np.float32), ("present_k", np.float32), ("present_v", np.float32)], F32_TOL, opset=23)
+    f16 = np.float16
+    q = rng.standard_normal((1, 2, 5, 8)).astype(f16)
+    k = rng.standard_normal((1, 2, 7, 8)).astype(f16)
+    v = rng.standard_normal((1, 2, 7, 6)).astype(f16)
+    mask = rng.random((5, 7)) < 0.7
+    mask[:, 0] = True
+    node = helper.make_node("Attention", ["q", "k", "v", "mask"], ["y"], scale=0.25)
+    save(out, "attention_4d_boolmask_float16", node, [("q", q), ("k", k), ("v", v), ("mask", mask)],
+         [("y", f16)], F16_TOL, opset=23)
+    # More keys than one 64-key softmax chunk, a float mask with -inf
+    # entries (a fully masked row included), the softmax probabilities as the 4th output.
+    b, s, past, h, d = 1, 3, 90, 2, 16
+    t = past + s
+    q = rng.standard_normal((b, h, s, d)).astype(np.float32)
+    k = rng.standard_normal((b, h, s, d)).astype(np.float32)
+    v = rng.standard_normal((b, h, s, d)).astype(np.float32)
+    pk = rng.standard_normal((b, h, past, d)).astype(np.float32)
+    pv = rng.standard_normal((b, h, past, d)).astype(np.float32)
+    mask = (rng.standard_normal((s, t)) * 0.5).astype(np.float32)
+    mask[rng.random((s, t)) < 0.3] = -np.inf
+    mask[1, :] = -np.inf
+    node = helper.make_node("Attention", ["q", "k", "v", "mask", "pk", "pv"],
+                            ["y", "present_k", "present_v", "qk"], qk_matmul_output_mode=3)
+    save(out, "attention_4d_long_past_neginf_mask_softmax_out_float32", node,
+         [("q", q), ("k", k), ("v", v), ("mask", mask), ("pk", pk), ("pv", pv)],
+         [("y", np.float32), ("present_k", np.float32), ("present_v", np.float32), ("qk", np.float32)],
+         F32_TOL, opset=23)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures/ops")
@@ -252,7 +363,7 @@ def main():
     if os.path.exists(args.out):
         shutil.rmtree(args.out)
     os.makedirs(args.out)
-    for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard):
+    for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard, mha, attention):
         gen(args.out)
     print(f"wrote {len(os.listdir(args.out))} cases to {args.out}")
 

@@ -16,6 +16,7 @@ pub mod movement;
 pub mod norm;
 pub mod quant;
 pub mod reduce;
+pub mod sdpa;
 pub mod shape;
 
 /// Microsoft contrib domain.
@@ -122,6 +123,7 @@ impl Default for Registry {
         matmul::register(&mut r);
         quant::register(&mut r);
         attention::register(&mut r);
+        sdpa::register(&mut r);
         r
     }
 }

@@ -19,6 +19,18 @@ pub fn run_case(
     rtol: f64,
     atol: f64,
 ) -> Result<(), String> {
+    run_case_diffs(gpu, dir, graph, rtol, atol).map(|_| ())
+}
+
+/// [`run_case`], returning the largest absolute difference per output (over the data sets).
+pub fn run_case_diffs(
+    gpu: &Rc<Gpu>,
+    dir: &Path,
+    graph: Graph,
+    rtol: f64,
+    atol: f64,
+) -> Result<Vec<(String, f64)>, String> {
+    let mut diffs: Vec<(String, f64)> = Vec::new();
     let session = pollster::block_on(Session::from_graph(
         gpu.clone(),
         graph.clone(),
@@ -48,7 +60,17 @@ pub fn run_case(
             let bytes = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
             let exp = decode_tensor(&bytes, &p.display().to_string()).map_err(|e| e.to_string())?;
             compare(got, &exp, rtol, atol).map_err(|e| format!("output {name}: {e}"))?;
+            let d = got
+                .to_f64()
+                .iter()
+                .zip(exp.to_f64())
+                .map(|(a, b)| if a == &b { 0.0 } else { (a - b).abs() })
+                .fold(0.0, f64::max);
+            match diffs.iter_mut().find(|(n, _)| n == name) {
+                Some((_, m)) => *m = m.max(d),
+                None => diffs.push((name.clone(), d)),
+            }
         }
     }
-    Ok(())
+    Ok(diffs)
 }
