@@ -283,12 +283,12 @@ def tiled(out):
         # name, B, H, kvH, D, S, past, rotary, window, softcap, bias, dtype
         ("tile_prompt_d256", 1, 8, 1, 256, 21, 0, 1, -1, 0.0, False, np.float32),
         ("tile_decode_long_split", 1, 8, 1, 64, 1, 300, 1, -1, 0.0, False, np.float32),
-        ("tile_decode_window_split", 1, 4, 2, 32, 1, 200, 1, 50, 5.0, False, np.float32),
-        ("tile_prefill_past_split", 1, 4, 2, 48, 3, 150, 0, -1, 0.0, False, np.float32),
+        ("tile_decode_window_split", 1, 4, 2, 32, 1, 400, 1, 300, 5.0, False, np.float32),
+        ("tile_prefill_past_split", 1, 4, 2, 48, 3, 300, 0, -1, 0.0, False, np.float32),
         ("tile_decode_d512", 1, 2, 1, 512, 1, 40, 1, -1, 0.0, False, np.float32),
-        ("tile_decode_bias_split", 1, 4, 1, 16, 1, 100, 1, -1, 0.0, True, np.float32),
+        ("tile_decode_bias_split", 1, 4, 1, 16, 1, 260, 1, -1, 0.0, True, np.float32),
         ("tile_prompt_window_mh", 1, 6, 3, 80, 37, 0, 1, 9, 0.0, False, np.float32),
-        ("tile_f16_decode_split", 1, 4, 2, 32, 1, 130, 1, -1, 0.0, False, np.float16),
+        ("tile_f16_decode_split", 1, 4, 2, 32, 1, 270, 1, -1, 0.0, False, np.float16),
         ("tile_batch2_decode", 2, 4, 2, 16, 1, 12, 1, -1, 0.0, False, np.float32),
     ]
     for name, b, h, kvh, d, s, past, rot, window, softcap, bias, dt in configs:

@@ -305,28 +305,25 @@ impl Op for Gqa {
         let bkv = 128 / bq;
         let dpt = d.div_ceil(128);
         let row_tiles = rows.div_ceil(bq);
-        // Flash-decoding: when few workgroups would be busy and the key range is long, split it
-        // into chunks (at least 32 keys each) combined by a second pass.
+        // Flash-decoding: when fewer than 64 workgroups would be busy (decode) and the key range
+        // is long (256 keys or more), split it into chunks of at least 64 keys, combined by a
+        // second pass. Shorter ranges stay one pass (one dispatch).
         let span = if self.window > 0 {
             t_len.min(self.window as usize + s - 1)
         } else {
             t_len
         };
         let groups = row_tiles * b * kvh;
-        let chunks = if groups >= 64 {
+        let chunks = if groups >= 64 || span < 256 {
             1
         } else {
-            span.div_ceil(32).clamp(1, 64usize.div_ceil(groups))
+            span.div_ceil(64).min(64usize.div_ceil(groups))
         };
-        let chunk_len = if chunks == 1 {
-            t_len.max(1)
+        let (chunks, chunk_len) = if chunks > 1 {
+            let len = span.div_ceil(chunks).next_multiple_of(bkv);
+            (span.div_ceil(len), len)
         } else {
-            span.div_ceil(chunks).next_multiple_of(bkv)
-        };
-        let chunks = if chunks == 1 {
-            1
-        } else {
-            span.div_ceil(chunk_len)
+            (1, t_len.max(1))
         };
         let mut kern = Kernel::new("gqa", GQA)
             .workgroup(128)

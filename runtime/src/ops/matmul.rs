@@ -34,18 +34,28 @@ fn gemm(
     out_shape: Vec<usize>,
 ) -> Result<GpuTensor> {
     let dtype = a.t.dtype;
-    // M > 1: the tiled kernel (f32 output, cast after); M == 1: one output per invocation.
-    let tiled = m > 1 && k > 0;
-    let out = cx.alloc(if tiled { DType::F32 } else { dtype }, out_shape)?;
-    let total = out.numel();
-    if total == 0 {
-        return Ok(out);
-    }
     let rm: u32 = match m {
         0..=8 => 1,
         9..=16 => 2,
         _ => 4,
     };
+    let batches: usize = batch.iter().product();
+    let row_tiles = m.div_ceil(8 * rm as usize);
+    // M > 1: the tiled kernel (f32 output, cast after); M == 1 (or a grid beyond the limits):
+    // one output per invocation.
+    let tiled = m > 1
+        && k > 0
+        && n > 0
+        && batches * row_tiles <= cx.gpu.limits.max_compute_workgroups_per_dimension as usize;
+    let out = cx.alloc(if tiled { DType::F32 } else { dtype }, out_shape)?;
+    let total = out.numel();
+    if total == 0 {
+        return if tiled {
+            cast_gpu(cx, &out, dtype)
+        } else {
+            Ok(out)
+        };
+    }
     let mut kern = if tiled {
         Kernel::new("gemm_tiled", GEMM_TILED)
             .workgroup(128)
@@ -82,7 +92,6 @@ fn gemm(
         kern.output("y", out.storage()).mapped("y")
     };
     bind.push(&out);
-    let row_tiles = m.div_ceil(8 * rm as usize);
     let mut meta = vec![
         total as u32,
         m as u32,
@@ -111,7 +120,6 @@ fn gemm(
         )?;
         return Ok(out);
     }
-    let batches: usize = batch.iter().product();
     cx.dispatch_groups(
         &kern,
         &bind,

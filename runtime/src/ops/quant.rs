@@ -108,7 +108,10 @@ impl Op for MatMulNBits {
                     .u32("TK", tk)
                     .u32("A_LEN", tk * 8 * rm)
                     .u32("B_LEN", tk * 64);
-                let grid = (n_part.div_ceil(64) as u32, m.div_ceil(8 * rm as usize) as u32);
+                let grid = (
+                    n_part.div_ceil(64) as u32,
+                    m.div_ceil(8 * rm as usize) as u32,
+                );
                 (k, Some(grid))
             };
             kern = kern
