@@ -317,7 +317,7 @@ impl Op for Gqa {
         let chunks = if groups >= 64 || span < 256 {
             1
         } else {
-            span.div_ceil(64).min(64usize.div_ceil(groups))
+            span.div_ceil(64).min(64usize.div_ceil(groups.max(1)))
         };
         let (chunks, chunk_len) = if chunks > 1 {
             let len = span.div_ceil(chunks).next_multiple_of(bkv);
