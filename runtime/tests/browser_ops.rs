@@ -65,6 +65,8 @@ const CASES: &[Case] = &[
     case!("matmulnbits_b4_blk32_k64_n24_m1_zp_float32", [0, 1, 2, 3], [0]),
     case!("matmulnbits_b4_blk32_k72_n20_m11_zp_float32_bias", [0, 1, 2, 3, 4], [0]),
     case!("matmulnbits_b8_blk64_k64_n10_m1_zp_float16_bias", [0, 1, 2, 3, 4], [0]),
+    case!("matmulnbits_b4_blk32_k100_n65_m33_zp_float32_bias", [0, 1, 2, 3, 4], [0]),
+    case!("matmulnbits_b8_blk64_k72_n66_m17_zp_float16_bias", [0, 1, 2, 3, 4], [0]),
     case!("gatherblockquantized_b4_blk32_zp_float32", [0, 1, 2, 3], [0]),
     case!("simplifiedlayernorm_float32", [0, 1], [0]),
     case!("skipsimplifiedlayernorm_bias_float16", [0, 1, 2, 3], [0, 1]),
@@ -78,6 +80,9 @@ const CASES: &[Case] = &[
     case!("attention_3d_gqa_causal_past_softcap_float32", [0, 1, 2, 3, 4], [0, 1, 2]),
     case!("attention_4d_boolmask_float16", [0, 1, 2, 3], [0]),
     case!("attention_4d_long_past_neginf_mask_softmax_out_float32", [0, 1, 2, 3, 4, 5], [0, 1, 2, 3]),
+    case!("gqa_tile_decode_long_split", [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2]),
+    case!("gqa_tile_prefill_past_split", [0, 1, 2, 3, 4, 5, 6], [0, 1, 2]),
+    case!("gqa_tile_decode_bias_split", [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [0, 1, 2]),
 ];
 
 async fn run(gpu: &Rc<Gpu>, case: &Case) -> Result<(), String> {

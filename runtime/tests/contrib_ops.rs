@@ -217,3 +217,28 @@ fn split_weights_match_onnx_runtime() {
     }
     assert!(n >= 10, "expected the quantised cases, found {n}");
 }
+
+/// Long decode contexts take the flash-decoding path (keys split across workgroups, then a combine
+/// pass: two attention dispatches), short ones a single pass; both match ONNX Runtime above.
+#[test]
+fn long_decode_attention_is_split_and_short_is_one_pass() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/ops");
+    let gpu =
+        Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"));
+    let dispatches = |name: &str| {
+        let case = dir.join(name);
+        let graph = Graph::decode(
+            &std::fs::read(case.join("model.onnx")).expect("model.onnx"),
+            name,
+        )
+        .expect("decodes");
+        let before = gpu.counters.snapshot().dispatches;
+        common::run_case(&gpu, &case, graph, 1e-4, 1e-4).expect("matches");
+        gpu.counters.snapshot().dispatches - before
+    };
+    // Both: rotary Q, rotary K, V copy, two KV appends, then the attention.
+    let short = dispatches("gqa_tile_decode_d512");
+    let long = dispatches("gqa_tile_decode_long_split");
+    assert_eq!(short, 6, "one attention dispatch for 41 keys");
+    assert_eq!(long, 7, "split attention + combine for 301 keys");
+}

@@ -356,6 +356,76 @@ def attention(out):
          F32_TOL, opset=23)
 
 
+def tiled(out):
+    """Edge cases of the tiled MatMulNBits GEMM (M, N not multiples of the tile, M just above 1, a
+    partial last K block) and of the flash / split-K GroupQueryAttention (long contexts split into
+    chunks, head sizes 256 and 512, a head size that is not a multiple of the staged chunk, batch 2).
+    Own generator so the earlier cases stay byte-identical."""
+    rng = np.random.default_rng(4321)
+    for bits, block, k, n, m, zp, dt, bias in [
+        (4, 32, 80, 70, 2, True, np.float32, True),     # M just above 1, partial last block
+        (4, 16, 48, 130, 9, False, np.float16, False),  # two row groups, three column tiles
+        (4, 32, 100, 65, 33, True, np.float32, True),   # second row tile partial, K % block = 4
+        (8, 64, 72, 66, 17, True, np.float16, True),
+        (8, 16, 64, 20, 40, False, np.float32, False),
+        (4, 128, 256, 96, 70, True, np.float32, False),
+    ]:
+        nb = (k + block - 1) // block
+        blob = block * bits // 8
+        a = rng.standard_normal((m, k)).astype(dt)
+        b = rng.integers(0, 256, (n, nb, blob), dtype=np.uint8)
+        scales = (rng.random((n * nb,)) * 0.1 + 0.01).astype(dt)
+        inputs = [("A", a), ("B", b), ("scales", scales)]
+        names = ["A", "B", "scales"]
+        if zp:
+            zb = (nb * bits + 7) // 8
+            inputs.append(("zero_points", rng.integers(0, 256, (n * zb,), dtype=np.uint8)))
+            names.append("zero_points")
+        if bias:
+            if not zp:
+                names.append("")
+            names += ["", "bias"]
+            inputs.append(("bias", rng.standard_normal((n,)).astype(dt)))
+        node = helper.make_node("MatMulNBits", names, ["Y"], domain=MS, K=k, N=n, bits=bits, block_size=block)
+        name = f"matmulnbits_b{bits}_blk{block}_k{k}_n{n}_m{m}_{'zp' if zp else 'nozp'}_{np.dtype(dt).name}{'_bias' if bias else ''}"
+        save(out, name, node, inputs, [("Y", dt)], F16_TOL if dt == np.float16 else F32_TOL)
+
+    configs = [
+        # name, B, H, kvH, D, S, past, rotary, window, softcap, bias, dtype
+        ("tile_prompt_d256", 1, 8, 1, 256, 21, 0, 1, -1, 0.0, False, np.float32),
+        ("tile_decode_long_split", 1, 8, 1, 64, 1, 300, 1, -1, 0.0, False, np.float32),
+        ("tile_decode_window_split", 1, 4, 2, 32, 1, 400, 1, 300, 5.0, False, np.float32),
+        ("tile_prefill_past_split", 1, 4, 2, 48, 3, 300, 0, -1, 0.0, False, np.float32),
+        ("tile_decode_d512", 1, 2, 1, 512, 1, 40, 1, -1, 0.0, False, np.float32),
+        ("tile_decode_bias_split", 1, 4, 1, 16, 1, 260, 1, -1, 0.0, True, np.float32),
+        ("tile_prompt_window_mh", 1, 6, 3, 80, 37, 0, 1, 9, 0.0, False, np.float32),
+        ("tile_f16_decode_split", 1, 4, 2, 32, 1, 270, 1, -1, 0.0, False, np.float16),
+        ("tile_batch2_decode", 2, 4, 2, 16, 1, 12, 1, -1, 0.0, False, np.float32),
+    ]
+    for name, b, h, kvh, d, s, past, rot, window, softcap, bias, dt in configs:
+        total = past + s
+        q = rng.standard_normal((b, s, h * d)).astype(dt)
+        k = rng.standard_normal((b, s, kvh * d)).astype(dt)
+        v = rng.standard_normal((b, s, kvh * d)).astype(dt)
+        pk = rng.standard_normal((b, kvh, past, d)).astype(dt)
+        pv = rng.standard_normal((b, kvh, past, d)).astype(dt)
+        seqlens = np.full((b,), total - 1, dtype=np.int32)
+        tot = np.array(total, dtype=np.int32)
+        cos, sin = rope_cache(total + 1, d // 2)
+        names = ["q", "k", "v", "pk", "pv", "seqlens", "total", "cos" if rot else "", "sin" if rot else ""]
+        inputs = [("q", q), ("k", k), ("v", v), ("pk", pk), ("pv", pv), ("seqlens", seqlens), ("total", tot)]
+        if rot:
+            inputs += [("cos", cos.astype(dt)), ("sin", sin.astype(dt))]
+        if bias:
+            names += ["", "bias"]
+            mask = np.where(rng.random((b, 1, s, total)) < 0.2, -10000.0, rng.standard_normal((b, 1, s, total)) * 0.5)
+            inputs.append(("bias", mask.astype(dt)))
+        attrs = dict(num_heads=h, kv_num_heads=kvh, do_rotary=rot, local_window_size=window, softcap=softcap)
+        node = helper.make_node("GroupQueryAttention", names, ["y", "present_k", "present_v"], domain=MS, **attrs)
+        save(out, f"gqa_{name}", node, inputs, [("y", dt), ("present_k", dt), ("present_v", dt)],
+             F16_TOL if dt == np.float16 else F32_TOL)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures/ops")
@@ -363,7 +433,7 @@ def main():
     if os.path.exists(args.out):
         shutil.rmtree(args.out)
     os.makedirs(args.out)
-    for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard, mha, attention):
+    for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard, mha, attention, tiled):
         gen(args.out)
     print(f"wrote {len(os.listdir(args.out))} cases to {args.out}")
 

@@ -1,7 +1,8 @@
 // MatMulNBits: y[m, n] = sum_k a[m, k] * (q[n, k] - zp[n, k/BLOCK]) * scale[n, k/BLOCK] (+ bias[n]).
 // B packed as [N, n_blocks, BLOCK*BITS/8] bytes, low bits first. One workgroup per (n, tile of up
 // to ROWS rows of A): each weight word is loaded and dequantised once, in registers, and applied
-// to every row of the tile (GEMV when M == 1); threads split the blocks; f32 accumulation.
+// to every row of the tile; threads split the blocks; f32 accumulation. Used as the GEMV for
+// M == 1 (decode, ROWS = 1); M > 1 goes to matmul_nbits_tiled.wgsl.
 // B may be one row range [n_off, n_off + n_part) of a split weight.
 // prm: [M, N, K, n_blocks, zp_row_bytes, n_off, n_part, row_tiles]
 var<workgroup> red: array<f32, {{WG}}>;

@@ -11,6 +11,7 @@ use crate::tensor::DType;
 const ROPE: &str = include_str!("../kernels/rope.wgsl");
 const KV_APPEND: &str = include_str!("../kernels/kv_append.wgsl");
 const GQA: &str = include_str!("../kernels/gqa.wgsl");
+const GQA_COMBINE: &str = include_str!("../kernels/gqa_combine.wgsl");
 
 /// Where rotary positions come from.
 enum Pos<'a> {
@@ -287,7 +288,6 @@ impl Op for Gqa {
             kv_dtype,
         )?;
 
-        let scores = cx.alloc(DType::F32, vec![b * h * s * t_len.max(1)])?;
         let y = cx.alloc(DType::F32, vec![b, s, h * d])?;
         let scale = self.scale.unwrap_or(1.0 / (d as f32).sqrt());
         let softcap = if self.softcap > 0.0 {
@@ -298,8 +298,41 @@ impl Op for Gqa {
         } else {
             String::new()
         };
+        // Rows of one kv head: (query, head of the group); BQ rows per workgroup, BQ * BKV = 128.
+        let g = h / kvh;
+        let rows = s * g;
+        let bq = rows.next_power_of_two().clamp(4, 16);
+        let bkv = 128 / bq;
+        let dpt = d.div_ceil(128);
+        let row_tiles = rows.div_ceil(bq);
+        // Flash-decoding: when fewer than 64 workgroups would be busy (decode) and the key range
+        // is long (256 keys or more), split it into chunks of at least 64 keys, combined by a
+        // second pass. Shorter ranges stay one pass (one dispatch).
+        let span = if self.window > 0 {
+            t_len.min(self.window as usize + s - 1)
+        } else {
+            t_len
+        };
+        let groups = row_tiles * b * kvh;
+        let chunks = if groups >= 64 || span < 256 {
+            1
+        } else {
+            span.div_ceil(64).min(64usize.div_ceil(groups.max(1)))
+        };
+        let (chunks, chunk_len) = if chunks > 1 {
+            let len = span.div_ceil(chunks).next_multiple_of(bkv);
+            (span.div_ceil(len), len)
+        } else {
+            (1, t_len.max(1))
+        };
         let mut kern = Kernel::new("gqa", GQA)
-            .workgroup(64)
+            .workgroup(128)
+            .u32("BQ", bq as u32)
+            .u32("BKV", bkv as u32)
+            .u32("DPT", dpt as u32)
+            .u32("QS_LEN", (bq * 65) as u32)
+            .u32("KS_LEN", (bkv * 65) as u32)
+            .u32("ACC_LEN", (bq * dpt) as u32)
             .f32("SCALE", scale)
             .code("SOFTCAP", &softcap)
             .input("q", Storage::F32)
@@ -307,7 +340,7 @@ impl Op for Gqa {
             .input("v", present_v.storage())
             .input("seqlens", seqlens.storage());
         let mut bind = vec![&q, &present_k, &present_v, &seqlens];
-        let mut bstr = [0u32; 4];
+        let mut bstr = [0u32; 3];
         if let Some(bt) = &bias {
             if bt.shape.len() != 4 || bt.shape[2] != s || bt.shape[3] < t_len.min(total as usize) {
                 return Err(op_err(format!(
@@ -324,7 +357,6 @@ impl Op for Gqa {
                 },
                 if bt.shape[1] == 1 { 0 } else { (s * tb) as u32 },
                 tb as u32,
-                1,
             ];
             kern = kern.input("bias", bt.storage()).code(
                 "BIAS",
@@ -334,11 +366,21 @@ impl Op for Gqa {
         } else {
             kern = kern.code("BIAS", "");
         }
-        let kern = kern
-            .output("scores", Storage::F32)
-            .output("y", Storage::F32);
-        bind.push(&scores);
-        bind.push(&y);
+        let part = if chunks > 1 {
+            Some(cx.alloc(DType::F32, vec![b * h * s * chunks * (d + 2)])?)
+        } else {
+            None
+        };
+        let kern = match &part {
+            Some(pt) => {
+                bind.push(pt);
+                kern.code("STORE", STORE_PART).output("part", Storage::F32)
+            }
+            None => {
+                bind.push(&y);
+                kern.code("STORE", STORE_Y).output("y", Storage::F32)
+            }
+        };
         let window = if self.window > 0 {
             self.window as i32
         } else {
@@ -355,9 +397,30 @@ impl Op for Gqa {
             bstr[0],
             bstr[1],
             bstr[2],
-            bstr[3],
+            chunks as u32,
+            chunk_len as u32,
         ];
-        cx.dispatch(&kern, &bind, &meta, (b * h * s) as u64 * 64)?;
+        cx.dispatch_groups(
+            &kern,
+            &bind,
+            &meta,
+            (row_tiles as u32, (b * kvh * chunks) as u32),
+        )?;
+        if let Some(pt) = &part {
+            let comb = Kernel::new("gqa_combine", GQA_COMBINE)
+                .workgroup(64)
+                .input("part", Storage::F32)
+                .output("y", Storage::F32);
+            let meta = [
+                b as u32,
+                s as u32,
+                h as u32,
+                kvh as u32,
+                d as u32,
+                chunks as u32,
+            ];
+            cx.dispatch(&comb, &[pt, &y], &meta, (b * h * s) as u64 * 64)?;
+        }
         let y = if q_in.dtype == DType::F32 {
             y
         } else {
@@ -370,6 +433,42 @@ impl Op for Gqa {
         ])
     }
 }
+
+/// gqa.wgsl epilogue, one pass: the normalised rows to y [B, S, H, D].
+const STORE_Y: &str = "
+    for (var i = 0u; i < DPT; i = i + 1u) {
+        let d = tid + 128u * i;
+        if (d < D) {
+            for (var q = 0u; q < BQ; q = q + 1u) {
+                let row = r0 + q;
+                if (row < SG) {
+                    let l = row_l[q];
+                    let yv = select(0.0, acc[q * DPT + i] / l, l > 0.0);
+                    stf_y(((b * S + row / G) * H + kvh * G + row % G) * D + d, yv);
+                }
+            }
+        }
+    }";
+
+/// gqa.wgsl epilogue, split keys: (max, sum, acc[D]) per (row, chunk) for gqa_combine.wgsl.
+const STORE_PART: &str = "
+    let W = D + 2u;
+    for (var i = 0u; i < DPT; i = i + 1u) {
+        let d = tid + 128u * i;
+        if (d < D) {
+            for (var q = 0u; q < BQ; q = q + 1u) {
+                let row = r0 + q;
+                if (row < SG) {
+                    stf_part(((bk * SG + row) * chunks + chunk) * W + 2u + d, acc[q * DPT + i]);
+                }
+            }
+        }
+    }
+    if (tid < BQ && r0 + tid < SG) {
+        let o = ((bk * SG + r0 + tid) * chunks + chunk) * W;
+        stf_part(o, row_m[tid]);
+        stf_part(o + 1u, row_l[tid]);
+    }";
 
 fn lit(v: f32) -> String {
     format!("bitcast<f32>({}u)", v.to_bits())

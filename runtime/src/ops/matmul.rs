@@ -1,12 +1,15 @@
 //! MatMul and Gemm (f32 accumulation; f16 inputs unpacked in the shader).
 
+use super::elementwise::cast_gpu;
 use super::host;
 use super::{Attrs, Op, Registry, req};
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::Kernel;
+use crate::tensor::DType;
 
 const GEMM: &str = include_str!("../kernels/gemm.wgsl");
+const GEMM_TILED: &str = include_str!("../kernels/gemm_tiled.wgsl");
 
 /// Strided operand: element (m, k) at `off + m*rs + k*cs`.
 struct Operand<'a> {
@@ -30,12 +33,38 @@ fn gemm(
     beta: f32,
     out_shape: Vec<usize>,
 ) -> Result<GpuTensor> {
-    let out = cx.alloc(a.t.dtype, out_shape)?;
+    let dtype = a.t.dtype;
+    let rm: u32 = match m {
+        0..=8 => 1,
+        9..=16 => 2,
+        _ => 4,
+    };
+    let batches: usize = batch.iter().product();
+    let row_tiles = m.div_ceil(8 * rm as usize);
+    // M > 1: the tiled kernel (f32 output, cast after); M == 1 (or a grid beyond the limits):
+    // one output per invocation.
+    let tiled = m > 1
+        && k > 0
+        && n > 0
+        && batches * row_tiles <= cx.gpu.limits.max_compute_workgroups_per_dimension as usize;
+    let out = cx.alloc(if tiled { DType::F32 } else { dtype }, out_shape)?;
     let total = out.numel();
     if total == 0 {
-        return Ok(out);
+        return if tiled {
+            cast_gpu(cx, &out, dtype)
+        } else {
+            Ok(out)
+        };
     }
-    let mut kern = Kernel::new("gemm", GEMM)
+    let mut kern = if tiled {
+        Kernel::new("gemm_tiled", GEMM_TILED)
+            .workgroup(128)
+            .u32("RM", rm)
+            .u32("A_LEN", 32 * 8 * rm)
+    } else {
+        Kernel::new("gemm", GEMM)
+    };
+    kern = kern
         .f32("ALPHA", alpha)
         .input("a", a.t.storage())
         .input("b", b.t.storage());
@@ -57,7 +86,11 @@ fn gemm(
             (0, 0)
         }
     };
-    let kern = kern.output("y", out.storage()).mapped("y");
+    let kern = if tiled {
+        kern.output("y", out.storage())
+    } else {
+        kern.output("y", out.storage()).mapped("y")
+    };
     bind.push(&out);
     let mut meta = vec![
         total as u32,
@@ -72,16 +105,32 @@ fn gemm(
         crs as u32,
         ccs as u32,
     ];
+    if tiled {
+        meta.push(row_tiles as u32);
+    }
     meta.extend(batch.iter().map(|&d| d as u32));
     meta.extend(a.bstrides.iter().map(|&d| d as u32));
     meta.extend(b.bstrides.iter().map(|&d| d as u32));
-    cx.dispatch(
+    if !tiled {
+        cx.dispatch(
+            &kern,
+            &bind,
+            &meta,
+            total.div_ceil(out.storage().per_word() as usize) as u64,
+        )?;
+        return Ok(out);
+    }
+    cx.dispatch_groups(
         &kern,
         &bind,
         &meta,
-        total.div_ceil(out.storage().per_word() as usize) as u64,
+        (n.div_ceil(64) as u32, (batches * row_tiles) as u32),
     )?;
-    Ok(out)
+    if dtype == DType::F32 {
+        Ok(out)
+    } else {
+        cast_gpu(cx, &out, dtype)
+    }
 }
 
 /// `a @ b` with numpy MatMul semantics (1-D promotion, broadcast batch dims).

@@ -9,6 +9,7 @@ use crate::gpu::{Kernel, Storage};
 use crate::tensor::{DType, numel};
 
 const MNB: &str = include_str!("../kernels/matmul_nbits.wgsl");
+const MNB_TILED: &str = include_str!("../kernels/matmul_nbits_tiled.wgsl");
 const GBQ: &str = include_str!("../kernels/gather_block_quantized.wgsl");
 
 /// WGSL for the zero point of block `b` of row `n` (packed uint8, float, or the default).
@@ -85,16 +86,37 @@ impl Op for MatMulNBits {
         }
         let y = cx.alloc(DType::F32, out_shape)?;
         let zrow = (nb * self.bits as usize).div_ceil(8);
-        // GEMV for one row; otherwise tiles of up to 8 rows share each dequantised weight.
-        let rows_per_tile = m.clamp(1, 8);
-        let tiles = m.div_ceil(rows_per_tile);
         for (n_off, b) in &b_parts {
             let n_part = b.shape.first().copied().unwrap_or(0);
-            let mut kern = Kernel::new("matmul_nbits", MNB)
-                .workgroup(64)
+            let (mut kern, grid) = if m == 1 {
+                // GEMV (decode): one workgroup per output column, threads split the blocks.
+                let k = Kernel::new("matmul_nbits", MNB)
+                    .workgroup(64)
+                    .u32("ROWS", 1);
+                (k, None)
+            } else {
+                // Tiled GEMM (prefill): TM = 8 * RM rows by 64 columns per workgroup.
+                let rm: u32 = match m {
+                    0..=8 => 1,
+                    9..=16 => 2,
+                    _ => 4,
+                };
+                let tk = self.block.min(32) as u32;
+                let k = Kernel::new("matmul_nbits_tiled", MNB_TILED)
+                    .workgroup(128)
+                    .u32("RM", rm)
+                    .u32("TK", tk)
+                    .u32("A_LEN", tk * 8 * rm)
+                    .u32("B_LEN", tk * 64);
+                let grid = (
+                    n_part.div_ceil(64) as u32,
+                    m.div_ceil(8 * rm as usize) as u32,
+                );
+                (k, Some(grid))
+            };
+            kern = kern
                 .u32("BITS", self.bits)
                 .u32("BLOCK", self.block as u32)
-                .u32("ROWS", rows_per_tile as u32)
                 .code("ZP", &zp_code(zp.as_ref(), self.bits))
                 .input("a", a.storage())
                 .input("qw", Storage::U8)
@@ -122,9 +144,12 @@ impl Op for MatMulNBits {
                 zrow as u32,
                 *n_off as u32,
                 n_part as u32,
-                tiles as u32,
+                1,
             ];
-            cx.dispatch(&kern, &bind, &meta, (tiles * n_part) as u64 * 64)?;
+            match grid {
+                Some(g) => cx.dispatch_groups(&kern, &bind, &meta, g)?,
+                None => cx.dispatch(&kern, &bind, &meta, n_part as u64 * 64)?,
+            }
         }
         let out = if a.dtype == DType::F32 {
             y

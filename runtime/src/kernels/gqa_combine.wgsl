@@ -1,0 +1,43 @@
+// Flash-decoding combine for gqa.wgsl with chunks > 1: one workgroup per row (b, kvh, r), r =
+// s * G + g; part[(row * chunks + c) * (D + 2) + {0: max, 1: sum, 2 + d: unnormalised acc}].
+// y[b, s, h, d] = sum_c acc_c[d] * exp(m_c - m) / sum_c l_c * exp(m_c - m), m = max_c m_c.
+// prm: [B, S, H, kvH, D, chunks]
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let B = prm[0];
+    let S = prm[1];
+    let H = prm[2];
+    let KVH = prm[3];
+    let D = prm[4];
+    let CH = prm[5];
+    let flat = wid.x + wid.y * nwg.x;
+    if (flat >= B * H * S) { return; }
+    let G = H / KVH;
+    let SG = S * G;
+    let bk = flat / SG;
+    let row = flat % SG;
+    let b = bk / KVH;
+    let kvh = bk % KVH;
+    let s = row / G;
+    let h = kvh * G + row % G;
+    let W = D + 2u;
+    let base = flat * CH;
+    var m = bitcast<f32>(0xff7fffffu);
+    for (var c = 0u; c < CH; c = c + 1u) {
+        m = max(m, ld_part((base + c) * W));
+    }
+    var l = 0.0;
+    for (var c = 0u; c < CH; c = c + 1u) {
+        l = l + ld_part((base + c) * W + 1u) * exp(ld_part((base + c) * W) - m);
+    }
+    let inv = select(0.0, 1.0 / l, l > 0.0);
+    let ybase = ((b * S + s) * H + h) * D;
+    for (var d = lid.x; d < D; d = d + WG) {
+        var a = 0.0;
+        for (var c = 0u; c < CH; c = c + 1u) {
+            let o = (base + c) * W;
+            a = a + ld_part(o + 2u + d) * exp(ld_part(o) - m);
+        }
+        stf_y(ybase + d, a * inv);
+    }
+}
