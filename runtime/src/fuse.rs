@@ -501,8 +501,9 @@ impl<'a> Graphs<'a> {
             mats,
             epi,
         };
-        // Worth a kernel only when it replaces more than one node.
-        (spec.nodes().len() > 1).then_some(spec)
+        // A lone MatMulNBits is taken too: with f16 activations the kernel stores f16 directly
+        // (the unfused op needs a second dispatch to convert); with f32 it runs the original op.
+        Some(spec)
     }
 }
 
@@ -585,8 +586,13 @@ impl FusedGemv {
     /// The one-kernel path, or `None` when the shapes need the fallback.
     fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>> {
         let k = self.k;
-        let wg_bytes = (k as u64 + 2 * u64::from(WG) + u64::from(WG / TPC)) * 4;
-        if wg_bytes > u64::from(self.limits.workgroup_bytes) {
+        let prologue = self.slots.o.is_some() || self.slots.g2.is_some();
+        let lone = !prologue && self.epi == 0 && self.ns.len() == 1;
+        // Without a prologue the row is read from memory; otherwise it is staged in workgroup memory.
+        let staged = prologue
+            || (k as u64 + 2 * u64::from(WG) + u64::from(WG / TPC)) * 4
+                <= u64::from(self.limits.workgroup_bytes);
+        if !staged && prologue {
             return Ok(None);
         }
         let Some(x) = inputs.get(self.slots.x).copied().flatten() else {
@@ -600,6 +606,7 @@ impl FusedGemv {
             || !matches!(act, DType::F32 | DType::F16)
             || self.slots.f16.is_some_and(|m| m != f16)
             || (f16 && (k % 2 != 0 || self.ns.iter().any(|n| n % 2 != 0)))
+            || (lone && !f16)
         {
             return Ok(None);
         }
@@ -681,11 +688,13 @@ impl FusedGemv {
             let xt = operand!(self.slots.x, row);
             kern = kern.input("x", st(act));
             bind.push(xt);
-            pro.push_str(
-                "var s2 = 0.0;
+            if staged {
+                pro.push_str(
+                    "var s2 = 0.0;
     for (var l = t; l < K; l = l + WG) { let h = ld_x(l); xs[l] = h; s2 = s2 + h * h; }
     ",
-            );
+                );
+            }
         }
         if let Some((g2, eps2)) = self.slots.g2 {
             let g = operand!(g2, gamma);
@@ -732,7 +741,7 @@ impl FusedGemv {
             for (var e = 0u; e < 8u; e = e + 1u) {{
                 let k = k0 + e;
                 if (k < K) {{
-                    let av = xs[k];
+                    let av = xv(k);
                     s1 = s1 + av * f32((word >> (e * 4u)) & 15u);
                     s2 = s2 + av;
                 }}
@@ -876,6 +885,8 @@ impl FusedGemv {
                     "return x;"
                 },
             )
+            .u32("XS_LEN", if staged { k as u32 } else { 1 })
+            .code("XV", if staged { "return xs[k];" } else { "return ld_x(k);" })
             .code("DOTS", &dots)
             .code("PROLOGUE", &pro)
             .code("COMPUTE", &compute)
@@ -1175,7 +1186,30 @@ pub fn fuse(
         }
         specs.push(spec);
     }
-    if specs.is_empty() {
+    // Any other norm between Casts (f16 activations): one kernel instead of three.
+    for (p, node) in graph.nodes.iter().enumerate() {
+        if used.contains(&p) || !g.is(p, "", "SimplifiedLayerNormalization") {
+            continue;
+        }
+        let Some(l) = node
+            .inputs
+            .get(1)
+            .and_then(|gm| g.inits.get(gm.as_str()))
+            .filter(|i| i.shape.len() == 1)
+            .map(|i| i.shape[0])
+        else {
+            continue;
+        };
+        if let Some(u) = g.unit(p, l)
+            && u.f16
+            && u.nodes.iter().all(|n| !used.contains(n))
+            && 4 <= limits.storage_buffers
+        {
+            used.extend(&u.nodes);
+            norm_groups.push(vec![u]);
+        }
+    }
+    if specs.is_empty() && norm_groups.is_empty() {
         return (graph.nodes.clone(), ops, Vec::new());
     }
     let mut ops: Vec<Option<Box<dyn Op>>> = ops.into_iter().map(Some).collect();

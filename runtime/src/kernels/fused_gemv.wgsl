@@ -10,7 +10,7 @@
 // Every workgroup recomputes the prologue into workgroup memory (K floats; cheap next to the
 // weights it reads) and then computes COLS output columns, TPC threads per column; f32 throughout.
 // prm: [scalar (f32 bits), other offset]
-var<workgroup> xs: array<f32, {{K}}>;
+var<workgroup> xs: array<f32, {{XS_LEN}}>;
 var<workgroup> red: array<f32, {{WG}}>;
 var<workgroup> red1: array<f32, {{WG}}>;
 var<workgroup> vals: array<f32, COLS>;
@@ -37,6 +37,11 @@ fn tanh_(x: f32) -> f32 {
 
 fn gelu_tanh(x: f32) -> f32 {
     return 0.5 * x * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// The input row: staged in `xs` by the prologue, or read from memory (no prologue, large K).
+fn xv(k: u32) -> f32 {
+    {{XV}}
 }
 
 fn wg_sum(t: u32, v: f32) -> f32 {
