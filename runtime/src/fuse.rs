@@ -182,9 +182,7 @@ impl<'a> Graphs<'a> {
     /// A node with exactly one (non-empty) output, and inputs `n_in` (all present).
     fn plain(&self, i: usize, n_in: usize) -> bool {
         let n = self.node(i);
-        n.outputs.len() == 1
-            && n.inputs.len() == n_in
-            && n.inputs.iter().all(|s| !s.is_empty())
+        n.outputs.len() == 1 && n.inputs.len() == n_in && n.inputs.iter().all(|s| !s.is_empty())
     }
     /// An RMS norm over the last axis with f32 statistics and an f32 `[k]` scale.
     fn rms_norm(&self, i: usize, k: usize) -> Option<(String, f32)> {
@@ -282,7 +280,8 @@ impl<'a> Graphs<'a> {
             return None;
         }
         let sc = self.inits.get(n.inputs[2].as_str())?;
-        if !matches!(sc.dtype, DType::F32 | DType::F16) || crate::tensor::numel(&sc.shape) != nn * nb
+        if !matches!(sc.dtype, DType::F32 | DType::F16)
+            || crate::tensor::numel(&sc.shape) != nn * nb
         {
             return None;
         }
@@ -309,11 +308,18 @@ impl<'a> Graphs<'a> {
     /// The RMS norm reading `v` (directly or through one Reshape by a constant shape), when it is
     /// the only reader of each value on the way.
     fn norm_after(&self, v: &str) -> Option<Unit> {
-        let single = |v: &str| (self.users(v).len() == 1 && !self.outputs.contains(v)).then(|| self.users(v)[0]);
+        let single = |v: &str| {
+            (self.users(v).len() == 1 && !self.outputs.contains(v)).then(|| self.users(v)[0])
+        };
         let mut n = single(v)?;
         if self.is(n, "", "Reshape") {
             let ins = &self.node(n).inputs;
-            if !self.plain(n, 2) || !self.inits.get(ins[1].as_str()).is_some_and(|i| i.dtype == DType::I64) {
+            if !self.plain(n, 2)
+                || !self
+                    .inits
+                    .get(ins[1].as_str())
+                    .is_some_and(|i| i.dtype == DType::I64)
+            {
                 return None;
             }
             n = single(&self.node(n).outputs[0])?;
@@ -413,9 +419,7 @@ impl<'a> Graphs<'a> {
             x = u.input.clone();
             norm = Some(u);
         }
-        let residual = self
-            .residual(&x, k)
-            .filter(|r| r.nodes.iter().all(|n| free(n)));
+        let residual = self.residual(&x, k).filter(|r| r.nodes.iter().all(&free));
         // Epilogue.
         let single = |v: &str| self.users(v).len() == 1 && !self.outputs.contains(v);
         let mut epi = Epi::Separate;
@@ -491,7 +495,10 @@ impl<'a> Graphs<'a> {
         {
             return None;
         }
-        let f16 = norm.as_ref().map(|u| u.f16).or(residual.as_ref().map(|r| r.f16));
+        let f16 = norm
+            .as_ref()
+            .map(|u| u.f16)
+            .or(residual.as_ref().map(|r| r.f16));
         let spec = Spec {
             f16,
             residual,
@@ -605,7 +612,7 @@ impl FusedGemv {
             || x.numel() != k
             || !matches!(act, DType::F32 | DType::F16)
             || self.slots.f16.is_some_and(|m| m != f16)
-            || (f16 && (k % 2 != 0 || self.ns.iter().any(|n| n % 2 != 0)))
+            || (f16 && (!k.is_multiple_of(2) || self.ns.iter().any(|n| !n.is_multiple_of(2))))
             || (lone && !f16)
         {
             return Ok(None);
@@ -886,7 +893,14 @@ impl FusedGemv {
                 },
             )
             .u32("XS_LEN", if staged { k as u32 } else { 1 })
-            .code("XV", if staged { "return xs[k];" } else { "return ld_x(k);" })
+            .code(
+                "XV",
+                if staged {
+                    "return xs[k];"
+                } else {
+                    "return ld_x(k);"
+                },
+            )
             .code("DOTS", &dots)
             .code("PROLOGUE", &pro)
             .code("COMPUTE", &compute)
@@ -894,7 +908,12 @@ impl FusedGemv {
             .code("STORE", &store);
         let groups = nv.div_ceil((WG / TPC) as usize) as u64;
         let refs: Vec<&GpuTensor> = bind.iter().collect();
-        cx.dispatch(&kern, &refs, &[scalar.to_bits(), other_off], groups * u64::from(WG))?;
+        cx.dispatch(
+            &kern,
+            &refs,
+            &[scalar.to_bits(), other_off],
+            groups * u64::from(WG),
+        )?;
         let mut outs = Vec::new();
         if let Some(h) = h_out {
             outs.push(Value::Gpu(h));
@@ -972,7 +991,7 @@ impl Op for FusedNorms {
                 || gv.dtype() != DType::F32
                 || gv.numel() != l
                 || l == 0
-                || (self.f16 && l % 2 != 0)
+                || (self.f16 && !l.is_multiple_of(2))
             {
                 return self.fallback.run(cx, inputs);
             }

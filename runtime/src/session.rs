@@ -556,7 +556,6 @@ impl Session {
                 reason: "required input not given".into(),
             });
         }
-        let mut profile = self.profile.borrow_mut();
         for (step, &n) in self.order.iter().enumerate() {
             let node = &self.nodes[n];
             let before = self.gpu.counters.dispatches.get();
@@ -596,7 +595,7 @@ impl Session {
             let refs: Vec<Option<&Value>> = ins.iter().map(Option::as_ref).collect();
             let outs = self.ops[n].run(&mut cx, &refs).map_err(wrap)?;
             self.gpu.take_error().map_err(wrap)?;
-            if let Some(p) = profile.as_mut() {
+            if let Some(p) = self.profile.borrow_mut().as_mut() {
                 let e = p.entry(node.op_type.clone()).or_default();
                 e.runs += 1;
                 e.dispatches += self.gpu.counters.dispatches.get() - before;
@@ -609,7 +608,6 @@ impl Session {
                 env[*v] = None;
             }
         }
-        drop(profile);
         cx.flush();
         self.gpu.take_error()?;
         let mut out = Vec::new();

@@ -100,7 +100,11 @@ impl G {
             "",
             &[x, &g],
             out,
-            vec![attr_f("epsilon", 1e-6), attr_i("axis", -1), attr_i("stash_type", 1)],
+            vec![
+                attr_f("epsilon", 1e-6),
+                attr_i("axis", -1),
+                attr_i("stash_type", 1),
+            ],
         )
     }
     fn mnb(&mut self, x: &str, out: &str, n: usize, rng: &mut Rng) -> String {
@@ -176,7 +180,13 @@ fn layer(expose: &[&str]) -> Graph {
     let pg = g.mnb(&h2, "pgate", 32, &mut rng);
     let pge = g.gelu(&pg, "pgelu");
     let idx = g.init("idx", DType::I64, vec![], 1i64.to_le_bytes().to_vec());
-    let pli = g.node("Gather", "", &["per_layer", &idx], "pli", vec![attr_i("axis", 2)]);
+    let pli = g.node(
+        "Gather",
+        "",
+        &["per_layer", &idx],
+        "pli",
+        vec![attr_i("axis", 2)],
+    );
     let p = g.node("Mul", "", &[&pge, &pli], "p", vec![]);
     let proj = mnb_k(&mut g, &p, "proj", 32, K, &mut rng);
     let pn = g.norm(&proj, "pn", &mut rng);

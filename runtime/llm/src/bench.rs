@@ -148,7 +148,11 @@ pub async fn decode_profile(
     let total = model.gpu.counters.snapshot().dispatches - before;
     let mut out: Vec<(String, gg_runtime::OpProfile)> = Vec::new();
     for (tag, s) in [("decoder", &model.decoder), ("embed", &model.embed)] {
-        out.extend(s.profile().into_iter().map(|(k, v)| (format!("{tag}:{k}"), v)));
+        out.extend(
+            s.profile()
+                .into_iter()
+                .map(|(k, v)| (format!("{tag}:{k}"), v)),
+        );
         s.set_profiling(false);
     }
     let counted: u64 = out.iter().map(|(_, p)| p.dispatches).sum();
