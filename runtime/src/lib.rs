@@ -5,6 +5,7 @@
 
 pub mod error;
 pub mod exec;
+pub mod fuse;
 pub mod gpu;
 pub mod model;
 pub mod npy;
@@ -17,5 +18,5 @@ pub mod tensor;
 pub use error::{Error, Result};
 pub use exec::{GpuTensor, Value};
 pub use gpu::Gpu;
-pub use session::Session;
+pub use session::{OpProfile, Session, SessionOptions};
 pub use tensor::{DType, HostTensor};

@@ -4,12 +4,12 @@
 use crate::error::{Error, Result};
 use crate::exec::{Ctx, GpuTensor, PoolState, Value, to_gpu_bytes};
 use crate::gpu::{Gpu, Storage};
-use crate::model::{Dim, Graph, InitData, Initializer};
+use crate::model::{Dim, Graph, InitData, Initializer, Node};
 use crate::ops::{Op, Registry};
 use crate::source::DataSource;
 use crate::tensor::{DType, HostTensor};
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::rc::Rc;
 
 /// Initializers up to this size stay on the host (shape constants, scalars); they are uploaded
@@ -24,6 +24,8 @@ pub struct Session {
     pub gpu: Rc<Gpu>,
     /// The graph.
     pub graph: Graph,
+    /// The nodes actually executed: the graph's nodes with fused groups replaced by one node each.
+    nodes: Vec<Node>,
     ops: Vec<Box<dyn Op>>,
     order: Vec<usize>,
     /// Value ids to drop after each step of `order`.
@@ -34,6 +36,33 @@ pub struct Session {
     consts: Vec<Option<Value>>,
     pool: Rc<RefCell<PoolState>>,
     meta_buf: RefCell<wgpu::Buffer>,
+    fused: Vec<String>,
+    profile: RefCell<Option<BTreeMap<String, OpProfile>>>,
+}
+
+/// Load-time options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionOptions {
+    /// Run the graph fusion pass ([`crate::fuse`]). Default: on, unless the environment variable
+    /// `GG_NO_FUSE` is set (natively).
+    pub fuse: bool,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        Self {
+            fuse: std::env::var_os("GG_NO_FUSE").is_none(),
+        }
+    }
+}
+
+/// Work recorded by one kind of node while profiling ([`Session::set_profiling`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct OpProfile {
+    /// Nodes of this kind run.
+    pub runs: u64,
+    /// GPU dispatches they recorded.
+    pub dispatches: u64,
 }
 
 impl std::fmt::Debug for Session {
@@ -76,8 +105,23 @@ impl Session {
 
     /// Builds ops, plans execution and streams the weights.
     pub async fn from_graph(gpu: Rc<Gpu>, graph: Graph, source: &dyn DataSource) -> Result<Self> {
+        Self::from_graph_with(gpu, graph, source, SessionOptions::default()).await
+    }
+
+    /// [`Session::from_graph`] with explicit options.
+    pub async fn from_graph_with(
+        gpu: Rc<Gpu>,
+        graph: Graph,
+        source: &dyn DataSource,
+        options: SessionOptions,
+    ) -> Result<Self> {
         let registry = Registry::default();
         let ops = registry.build(&graph)?;
+        let (nodes, ops, fused) = if options.fuse {
+            crate::fuse::fuse(&graph, ops, &crate::fuse::Limits::of(&gpu))
+        } else {
+            (graph.nodes.clone(), ops, Vec::new())
+        };
         let mut ids: HashMap<String, usize> = HashMap::new();
         let id = |name: &str, ids: &mut HashMap<String, usize>| -> usize {
             let n = ids.len();
@@ -89,8 +133,7 @@ impl Session {
         for i in &graph.initializers {
             id(&i.name, &mut ids);
         }
-        let node_in: Vec<Vec<Option<usize>>> = graph
-            .nodes
+        let node_in: Vec<Vec<Option<usize>>> = nodes
             .iter()
             .map(|n| {
                 n.inputs
@@ -99,15 +142,14 @@ impl Session {
                     .collect()
             })
             .collect();
-        let node_out: Vec<Vec<usize>> = graph
-            .nodes
+        let node_out: Vec<Vec<usize>> = nodes
             .iter()
             .map(|n| n.outputs.iter().map(|s| id(s, &mut ids)).collect())
             .collect();
         for o in &graph.outputs {
             id(&o.name, &mut ids);
         }
-        let order = topo_order(&graph, &node_in, &node_out, &ids)?;
+        let order = topo_order(nodes.len(), &node_in, &node_out)?;
         // Buffer lifetimes: free each value after its last consumer (graph outputs never).
         let mut last: HashMap<usize, usize> = HashMap::new();
         for (step, &n) in order.iter().enumerate() {
@@ -143,6 +185,9 @@ impl Session {
         });
         let mut s = Self {
             gpu,
+            nodes,
+            fused,
+            profile: RefCell::new(None),
             ops,
             order,
             frees,
@@ -387,6 +432,26 @@ impl Session {
         Ok(())
     }
 
+    /// Starts (clearing earlier counts) or stops counting dispatches per kind of node during
+    /// [`Session::run`]; fused nodes count under their own kind (`Fused[...]`).
+    pub fn set_profiling(&self, on: bool) {
+        *self.profile.borrow_mut() = on.then(BTreeMap::new);
+    }
+
+    /// Dispatches per kind of node since [`Session::set_profiling`] (empty when off).
+    pub fn profile(&self) -> Vec<(String, OpProfile)> {
+        self.profile
+            .borrow()
+            .as_ref()
+            .map(|p| p.iter().map(|(k, v)| (k.clone(), *v)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The groups the fusion pass replaced, one line each (kind and first node).
+    pub fn fused(&self) -> &[String] {
+        &self.fused
+    }
+
     /// Number of weights split by rows across several buffers (above [`Gpu::max_weight_part`]).
     pub fn split_weights(&self) -> usize {
         self.consts
@@ -492,7 +557,8 @@ impl Session {
             });
         }
         for (step, &n) in self.order.iter().enumerate() {
-            let node = &self.graph.nodes[n];
+            let node = &self.nodes[n];
+            let before = self.gpu.counters.dispatches.get();
             let wrap = |e: Error| match e {
                 Error::Op {
                     node: nn, reason, ..
@@ -529,6 +595,11 @@ impl Session {
             let refs: Vec<Option<&Value>> = ins.iter().map(Option::as_ref).collect();
             let outs = self.ops[n].run(&mut cx, &refs).map_err(wrap)?;
             self.gpu.take_error().map_err(wrap)?;
+            if let Some(p) = self.profile.borrow_mut().as_mut() {
+                let e = p.entry(node.op_type.clone()).or_default();
+                e.runs += 1;
+                e.dispatches += self.gpu.counters.dispatches.get() - before;
+            }
             drop(ins);
             for (vid, v) in self.node_out[n].iter().zip(outs) {
                 env[*vid] = Some(v);
@@ -618,10 +689,9 @@ fn fmt_dims(d: &[Dim]) -> String {
 }
 
 fn topo_order(
-    graph: &Graph,
+    n: usize,
     node_in: &[Vec<Option<usize>>],
     node_out: &[Vec<usize>],
-    ids: &HashMap<String, usize>,
 ) -> Result<Vec<usize>> {
     let mut producer: HashMap<usize, usize> = HashMap::new();
     for (n, outs) in node_out.iter().enumerate() {
@@ -629,8 +699,6 @@ fn topo_order(
             producer.insert(v, n);
         }
     }
-    let _ = ids;
-    let n = graph.nodes.len();
     let mut indeg = vec![0usize; n];
     let mut users: Vec<Vec<usize>> = vec![Vec::new(); n];
     for (i, ins) in node_in.iter().enumerate() {

@@ -130,6 +130,42 @@ pub async fn decode(model: &GemmaModel, context: usize, tokens: usize) -> Result
     })
 }
 
+/// Dispatches of one decode step after `context` prompt tokens, per kind of node (the decoder's
+/// and the embedding's, prefixed `decoder:` / `embed:`), plus `other` (sampling, copies outside
+/// the sessions) and the number of decoder layers, for "dispatches / layer / token".
+pub async fn decode_profile(
+    model: &GemmaModel,
+    context: usize,
+) -> Result<(Vec<(String, gg_runtime::OpProfile)>, u64)> {
+    check_fits(model, context + 2)?;
+    let prompt = prompt_ids(context.max(1), vocab_of(model));
+    let mut g = Generator::new(model, &prompt, Sampling::Greedy)?;
+    g.next_token().await?;
+    model.decoder.set_profiling(true);
+    model.embed.set_profiling(true);
+    let before = model.gpu.counters.snapshot().dispatches;
+    g.next_token().await?;
+    let total = model.gpu.counters.snapshot().dispatches - before;
+    let mut out: Vec<(String, gg_runtime::OpProfile)> = Vec::new();
+    for (tag, s) in [("decoder", &model.decoder), ("embed", &model.embed)] {
+        out.extend(
+            s.profile()
+                .into_iter()
+                .map(|(k, v)| (format!("{tag}:{k}"), v)),
+        );
+        s.set_profiling(false);
+    }
+    let counted: u64 = out.iter().map(|(_, p)| p.dispatches).sum();
+    out.push((
+        "other".into(),
+        gg_runtime::OpProfile {
+            runs: 1,
+            dispatches: total.saturating_sub(counted),
+        },
+    ));
+    Ok((out, total))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -297,6 +297,19 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         }
         decode.push(json!({"context": c, "tokens": args.decode_tokens, "runs": runs}));
     }
+    if std::env::var_os("GG_DISPATCH_PROFILE").is_some() {
+        let (rows, total) = bench::decode_profile(&model, 8).await?;
+        progress(&format!("dispatches of one decode step: {total}"));
+        for (kind, p) in rows.iter().filter(|(_, p)| p.dispatches > 0) {
+            progress(&format!(
+                "  {:>5} dispatches  {:>4} nodes  {kind}",
+                p.dispatches, p.runs
+            ));
+        }
+        for f in model.decoder.fused() {
+            progress(&format!("  fused: {f}"));
+        }
+    }
     let memory = |m: Option<(u64, u64)>| match m {
         Some((allocated, reserved)) => {
             json!({"allocated_bytes": allocated, "reserved_bytes": reserved})

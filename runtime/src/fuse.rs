@@ -1,0 +1,1389 @@
+//! Graph fusion at session load: groups of nodes that one kernel can compute are replaced by one
+//! fused node, so that a decode step records fewer dispatches.
+//!
+//! Fused today (each pattern is matched on the real graph structure and guarded by exact checks:
+//! op types and domains, attributes, initializer dtypes and shapes, and every intermediate value
+//! having only consumers inside the group and not being a graph output):
+//!
+//! - **FusedGemv**: one or more `MatMulNBits` (4-bit, no bias, no `g_idx`) that read the same
+//!   input, with
+//!   - a norm prologue: the input is `SimplifiedLayerNormalization(x)` (consumed only by them);
+//!   - a residual prologue: `x = res + SimplifiedLayerNormalization(o)` or `(res + ...) * scalar`
+//!     (Gemma's post-norm + residual add + layer scalar); `x` stays an output when others read it;
+//!   - an epilogue: `Gelu(tanh)(y_gate) * y_up` for two weights (the MLP), or
+//!     `Gelu(tanh)(y) * other` (optionally `other = Gather(per_layer, i, axis=2)`) for one.
+//!
+//! A fused node runs its one kernel when the shapes allow it (one row, `M == 1`: decoding, the
+//! input row fits the workgroup memory, weights not split across buffers); otherwise it runs the
+//! original nodes one by one (prefill), so a fusion never changes what a graph computes beyond f32
+//! rounding. Groups that would need more storage bindings than the adapter allows are not formed.
+
+use crate::error::{Result, op_err};
+use crate::exec::{Ctx, GpuTensor, Value};
+use crate::gpu::{Gpu, Kernel, Storage};
+use crate::model::{Graph, Initializer, Node};
+use crate::ops::{Attrs, MS, Op};
+use crate::tensor::DType;
+use std::collections::{HashMap, HashSet};
+
+const FUSED_GEMV: &str = include_str!("kernels/fused_gemv.wgsl");
+
+/// Domain of fused nodes.
+pub const FUSED_DOMAIN: &str = "gg.fused";
+
+/// Adapter limits the patterns must respect.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Storage buffers one kernel may bind (the parameter buffer included).
+    pub storage_buffers: u32,
+    /// Workgroup memory in bytes.
+    pub workgroup_bytes: u32,
+}
+
+impl Limits {
+    /// The device's limits.
+    pub fn of(gpu: &Gpu) -> Self {
+        Self {
+            storage_buffers: gpu.limits.max_storage_buffers_per_shader_stage,
+            workgroup_bytes: gpu.limits.max_compute_workgroup_storage_size,
+        }
+    }
+}
+
+/// Threads per workgroup of the fused GEMV, and threads per output column.
+const WG: u32 = 64;
+const TPC: u32 = 8;
+
+struct Mat {
+    node: usize,
+    qw: String,
+    sc: String,
+    zp: Option<String>,
+    n: usize,
+    block: usize,
+    out: String,
+}
+
+/// An RMS norm, possibly between Casts (f16 activations).
+struct Unit {
+    nodes: Vec<usize>,
+    input: String,
+    output: String,
+    gamma: String,
+    eps: f32,
+    f16: bool,
+}
+
+struct Residual {
+    f16: bool,
+    nodes: Vec<usize>,
+    o: String,
+    g1: String,
+    eps1: f32,
+    res: String,
+    scalar: Option<String>,
+}
+
+enum Epi {
+    Separate,
+    GeluMul {
+        gate: usize,
+        nodes: Vec<usize>,
+        out: String,
+    },
+    GeluOther {
+        nodes: Vec<usize>,
+        other: String,
+        gather: Option<(String, String)>,
+        out: String,
+    },
+}
+
+struct Spec {
+    /// Whether the norm units say f16 activations (`None`: no norm, decided at run time).
+    f16: Option<bool>,
+    residual: Option<Residual>,
+    /// The input row (the residual prologue's result when there is one).
+    x: String,
+    norm: Option<Unit>,
+    k: usize,
+    mats: Vec<Mat>,
+    epi: Epi,
+}
+
+struct Graphs<'a> {
+    graph: &'a Graph,
+    producer: HashMap<&'a str, usize>,
+    consumers: HashMap<&'a str, Vec<usize>>,
+    outputs: HashSet<&'a str>,
+    inits: HashMap<&'a str, &'a Initializer>,
+}
+
+impl<'a> Graphs<'a> {
+    fn new(graph: &'a Graph) -> Self {
+        let mut producer = HashMap::new();
+        let mut consumers: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, n) in graph.nodes.iter().enumerate() {
+            for o in &n.outputs {
+                producer.insert(o.as_str(), i);
+            }
+            for x in n.inputs.iter().filter(|s| !s.is_empty()) {
+                let c = consumers.entry(x.as_str()).or_default();
+                if !c.contains(&i) {
+                    c.push(i);
+                }
+            }
+        }
+        Self {
+            graph,
+            producer,
+            consumers,
+            outputs: graph.outputs.iter().map(|o| o.name.as_str()).collect(),
+            inits: graph
+                .initializers
+                .iter()
+                .map(|i| (i.name.as_str(), i))
+                .collect(),
+        }
+    }
+    fn node(&self, i: usize) -> &'a Node {
+        &self.graph.nodes[i]
+    }
+    fn attrs(&self, i: usize) -> Attrs<'a> {
+        let node = self.node(i);
+        Attrs {
+            node,
+            opset: self.graph.opset(&node.domain),
+        }
+    }
+    fn is(&self, i: usize, domain: &str, op: &str) -> bool {
+        let n = self.node(i);
+        n.op_type == op && (n.domain == domain || (domain.is_empty() && n.domain == "ai.onnx"))
+    }
+    fn users(&self, v: &str) -> &[usize] {
+        self.consumers.get(v).map_or(&[], Vec::as_slice)
+    }
+    /// `v` is read only by `node` (and is not a graph output).
+    fn only_for(&self, v: &str, node: usize) -> bool {
+        !self.outputs.contains(v) && self.users(v) == [node]
+    }
+    fn producer_of(&self, v: &str, domain: &str, op: &str) -> Option<usize> {
+        self.producer
+            .get(v)
+            .copied()
+            .filter(|&p| self.is(p, domain, op))
+    }
+    /// An initializer of `dtype` with `numel` elements.
+    fn init_is(&self, name: &str, dtype: DType, numel: usize) -> bool {
+        self.inits
+            .get(name)
+            .is_some_and(|i| i.dtype == dtype && crate::tensor::numel(&i.shape) == numel)
+    }
+    /// A node with exactly one (non-empty) output, and inputs `n_in` (all present).
+    fn plain(&self, i: usize, n_in: usize) -> bool {
+        let n = self.node(i);
+        n.outputs.len() == 1 && n.inputs.len() == n_in && n.inputs.iter().all(|s| !s.is_empty())
+    }
+    /// An RMS norm over the last axis with f32 statistics and an f32 `[k]` scale.
+    fn rms_norm(&self, i: usize, k: usize) -> Option<(String, f32)> {
+        if !self.is(i, "", "SimplifiedLayerNormalization") || !self.plain(i, 2) {
+            return None;
+        }
+        let a = self.attrs(i);
+        if a.i_or("axis", -1) != -1 || a.i_or("stash_type", 1) != 1 {
+            return None;
+        }
+        let g = &self.node(i).inputs[1];
+        self.init_is(g, DType::F32, k)
+            .then(|| (g.clone(), a.f_or("epsilon", 1e-5)))
+    }
+    /// A Cast node to `to` (ONNX elem type) with one input and output.
+    fn cast_to(&self, i: usize, to: i64) -> bool {
+        self.is(i, "", "Cast") && self.plain(i, 1) && self.attrs(i).i("to") == Some(to)
+    }
+    /// The RMS-norm unit around norm node `p` over rows of `k`: the norm alone (f32 activations),
+    /// or `Cast(float) -> norm -> Cast(float16)` (f16 activations, the q4f16 exports).
+    fn unit(&self, p: usize, k: usize) -> Option<Unit> {
+        let (gamma, eps) = self.rms_norm(p, k)?;
+        let n = self.node(p);
+        if let Some(c1) = self.producer.get(n.inputs[0].as_str()).copied()
+            && self.cast_to(c1, 1)
+            && self.only_for(&n.inputs[0], p)
+            && self.users(&n.outputs[0]).len() == 1
+            && !self.outputs.contains(n.outputs[0].as_str())
+            && self.cast_to(self.users(&n.outputs[0])[0], 10)
+        {
+            let c2 = self.users(&n.outputs[0])[0];
+            return Some(Unit {
+                nodes: vec![c1, p, c2],
+                input: self.node(c1).inputs[0].clone(),
+                output: self.node(c2).outputs[0].clone(),
+                gamma,
+                eps,
+                f16: true,
+            });
+        }
+        Some(Unit {
+            nodes: vec![p],
+            input: n.inputs[0].clone(),
+            output: n.outputs[0].clone(),
+            gamma,
+            eps,
+            f16: false,
+        })
+    }
+    /// The norm unit whose output is `v`.
+    fn unit_producing(&self, v: &str, k: usize) -> Option<Unit> {
+        let p = self.producer.get(v).copied()?;
+        let p = if self.cast_to(p, 10) {
+            self.producer_of(&self.node(p).inputs[0], "", "SimplifiedLayerNormalization")?
+        } else {
+            p
+        };
+        if !self.is(p, "", "SimplifiedLayerNormalization") {
+            return None;
+        }
+        self.unit(p, k).filter(|u| u.output == v)
+    }
+    /// A float initializer with one element (f32 or f16).
+    fn scalar_init(&self, name: &str) -> bool {
+        self.init_is(name, DType::F32, 1) || self.init_is(name, DType::F16, 1)
+    }
+    fn gelu_tanh(&self, i: usize) -> bool {
+        self.is(i, "", "Gelu")
+            && self.plain(i, 1)
+            && self.attrs(i).s("approximate").as_deref() == Some("tanh")
+    }
+    fn matmul(&self, i: usize, x: &str) -> Option<(usize, Mat)> {
+        if !self.is(i, MS, "MatMulNBits") || self.node(i).outputs.len() != 1 {
+            return None;
+        }
+        let n = self.node(i);
+        let a = self.attrs(i);
+        let (k, nn, bits, block) = (a.i("K")?, a.i("N")?, a.i_or("bits", 4), a.i("block_size")?);
+        let extra = n.inputs.iter().skip(4).any(|s| !s.is_empty());
+        if bits != 4
+            || !(16..=256).contains(&block)
+            || !(block as u64).is_power_of_two()
+            || k <= 0
+            || nn <= 0
+            || extra
+            || n.inputs.len() < 3
+            || n.inputs.first().map(String::as_str) != Some(x)
+            || n.inputs[1..3].iter().any(String::is_empty)
+        {
+            return None;
+        }
+        let (k, nn, block) = (k as usize, nn as usize, block as usize);
+        let nb = k.div_ceil(block);
+        if !self.init_is(&n.inputs[1], DType::U8, nn * nb * block / 2) {
+            return None;
+        }
+        let sc = self.inits.get(n.inputs[2].as_str())?;
+        if !matches!(sc.dtype, DType::F32 | DType::F16)
+            || crate::tensor::numel(&sc.shape) != nn * nb
+        {
+            return None;
+        }
+        let zp = n.inputs.get(3).filter(|s| !s.is_empty()).cloned();
+        if let Some(z) = &zp
+            && !self.init_is(z, DType::U8, nn * nb.div_ceil(2))
+        {
+            return None;
+        }
+        Some((
+            k,
+            Mat {
+                node: i,
+                qw: n.inputs[1].clone(),
+                sc: n.inputs[2].clone(),
+                zp,
+                n: nn,
+                block,
+                out: n.outputs[0].clone(),
+            },
+        ))
+    }
+
+    /// The RMS norm reading `v` (directly or through one Reshape by a constant shape), when it is
+    /// the only reader of each value on the way.
+    fn norm_after(&self, v: &str) -> Option<Unit> {
+        let single = |v: &str| {
+            (self.users(v).len() == 1 && !self.outputs.contains(v)).then(|| self.users(v)[0])
+        };
+        let mut n = single(v)?;
+        if self.is(n, "", "Reshape") {
+            let ins = &self.node(n).inputs;
+            if !self.plain(n, 2)
+                || !self
+                    .inits
+                    .get(ins[1].as_str())
+                    .is_some_and(|i| i.dtype == DType::I64)
+            {
+                return None;
+            }
+            n = single(&self.node(n).outputs[0])?;
+        }
+        let unit_input = self.node(n).inputs.first()?.clone();
+        if self.cast_to(n, 1) {
+            n = single(&self.node(n).outputs[0])?;
+        }
+        if !self.is(n, "", "SimplifiedLayerNormalization") {
+            return None;
+        }
+        let l = self
+            .inits
+            .get(self.node(n).inputs.get(1)?.as_str())
+            .filter(|i| i.shape.len() == 1)?
+            .shape[0];
+        self.unit(n, l).filter(|u| u.input == unit_input)
+    }
+
+    /// `x = res + RMSNorm(o)` or `x = (res + RMSNorm(o)) * scalar`, the norm read only here.
+    fn residual(&self, x: &str, k: usize) -> Option<Residual> {
+        let mut nodes = Vec::new();
+        let mut scalar = None;
+        let mut sum = x.to_string();
+        if let Some(m) = self.producer_of(x, "", "Mul")
+            && self.plain(m, 2)
+        {
+            let ins = &self.node(m).inputs;
+            let (a, s) = if self.scalar_init(&ins[1]) {
+                (&ins[0], &ins[1])
+            } else if self.scalar_init(&ins[0]) {
+                (&ins[1], &ins[0])
+            } else {
+                return None;
+            };
+            if !self.only_for(a, m) {
+                return None;
+            }
+            nodes.push(m);
+            scalar = Some(s.clone());
+            sum = a.clone();
+        }
+        let add = self.producer_of(&sum, "", "Add")?;
+        if !self.plain(add, 2) {
+            return None;
+        }
+        let ins = &self.node(add).inputs;
+        for (ni, ri) in [(1, 0), (0, 1)] {
+            let normed = &ins[ni];
+            let Some(u) = self.unit_producing(normed, k) else {
+                continue;
+            };
+            if ins[0] == ins[1] || !self.only_for(normed, add) {
+                continue;
+            }
+            nodes.push(add);
+            nodes.extend(&u.nodes);
+            return Some(Residual {
+                nodes,
+                o: u.input,
+                g1: u.gamma,
+                eps1: u.eps,
+                f16: u.f16,
+                res: ins[ri].clone(),
+                scalar,
+            });
+        }
+        None
+    }
+
+    /// The group whose MatMulNBits read `v` (node `anchor` is the first of them).
+    fn group(&self, v: &str, used: &HashSet<usize>) -> Option<Spec> {
+        let free = |i: &usize| !used.contains(i);
+        let mut norm = None;
+        let mut x = v.to_string();
+        let mut k = None;
+        let mut mats = Vec::new();
+        for &c in self.users(v).iter().filter(|&&c| free(&c)) {
+            if let Some((kk, m)) = self.matmul(c, v)
+                && k.is_none_or(|k| k == kk)
+                && mats.len() < 3
+            {
+                k = Some(kk);
+                mats.push(m);
+            }
+        }
+        let k = k?;
+        if mats.iter().any(|m| m.block != mats[0].block) {
+            return None;
+        }
+        // Norm prologue: v = RMSNorm(x), read only by these MatMulNBits.
+        if let Some(u) = self.unit_producing(v, k)
+            && u.nodes.iter().all(free)
+            && !self.outputs.contains(v)
+            && self.users(v).len() == mats.len()
+        {
+            x = u.input.clone();
+            norm = Some(u);
+        }
+        let residual = self.residual(&x, k).filter(|r| r.nodes.iter().all(&free));
+        // Epilogue.
+        let single = |v: &str| self.users(v).len() == 1 && !self.outputs.contains(v);
+        let mut epi = Epi::Separate;
+        if mats.len() == 2 {
+            for gate in 0..2 {
+                let (g, u) = (&mats[gate], &mats[1 - gate]);
+                let gl = self.users(&g.out);
+                if g.n != u.n || !single(&g.out) || !single(&u.out) || !self.gelu_tanh(gl[0]) {
+                    continue;
+                }
+                let gelu = gl[0];
+                let gout = &self.node(gelu).outputs[0];
+                if !single(gout) {
+                    continue;
+                }
+                let mul = self.users(gout)[0];
+                let mi = &self.node(mul).inputs;
+                if self.is(mul, "", "Mul")
+                    && self.plain(mul, 2)
+                    && self.users(&u.out) == [mul]
+                    && ((mi[0] == *gout && mi[1] == u.out) || (mi[1] == *gout && mi[0] == u.out))
+                    && free(&gelu)
+                    && free(&mul)
+                {
+                    epi = Epi::GeluMul {
+                        gate,
+                        nodes: vec![gelu, mul],
+                        out: self.node(mul).outputs[0].clone(),
+                    };
+                    break;
+                }
+            }
+        } else if mats.len() == 1 && single(&mats[0].out) {
+            let gelu = self.users(&mats[0].out)[0];
+            if self.gelu_tanh(gelu) && free(&gelu) {
+                let gout = &self.node(gelu).outputs[0];
+                if single(gout) {
+                    let mul = self.users(gout)[0];
+                    let mi = &self.node(mul).inputs;
+                    if self.is(mul, "", "Mul") && self.plain(mul, 2) && free(&mul) && mi[0] != mi[1]
+                    {
+                        let other = if mi[0] == *gout { &mi[1] } else { &mi[0] };
+                        let mut nodes = vec![gelu, mul];
+                        let mut gather = None;
+                        if let Some(g) = self.producer_of(other, "", "Gather")
+                            && free(&g)
+                            && self.plain(g, 2)
+                            && self.only_for(other, mul)
+                            && self.attrs(g).i_or("axis", 0) == 2
+                            && self.init_is(&self.node(g).inputs[1], DType::I64, 1)
+                            && self
+                                .inits
+                                .get(self.node(g).inputs[1].as_str())
+                                .is_some_and(|i| i.shape.is_empty())
+                        {
+                            nodes.push(g);
+                            let gi = &self.node(g).inputs;
+                            gather = Some((gi[0].clone(), gi[1].clone()));
+                        }
+                        epi = Epi::GeluOther {
+                            nodes,
+                            other: other.clone(),
+                            gather,
+                            out: self.node(mul).outputs[0].clone(),
+                        };
+                    }
+                }
+            }
+        }
+        // All norm units agree on the activation type.
+        if let (Some(n), Some(r)) = (&norm, &residual)
+            && n.f16 != r.f16
+        {
+            return None;
+        }
+        let f16 = norm
+            .as_ref()
+            .map(|u| u.f16)
+            .or(residual.as_ref().map(|r| r.f16));
+        let spec = Spec {
+            f16,
+            residual,
+            x,
+            norm,
+            k,
+            mats,
+            epi,
+        };
+        // A lone MatMulNBits is taken too: with f16 activations the kernel stores f16 directly
+        // (the unfused op needs a second dispatch to convert); with f32 it runs the original op.
+        Some(spec)
+    }
+}
+
+impl Spec {
+    fn nodes(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self.mats.iter().map(|m| m.node).collect();
+        if let Some(u) = &self.norm {
+            v.extend(&u.nodes);
+        }
+        if let Some(r) = &self.residual {
+            v.extend(&r.nodes);
+        }
+        match &self.epi {
+            Epi::Separate => {}
+            Epi::GeluMul { nodes, .. } | Epi::GeluOther { nodes, .. } => v.extend(nodes),
+        }
+        v.sort_unstable();
+        v
+    }
+    fn kind(&self) -> String {
+        let mut s = String::from("Fused[");
+        if let Some(r) = &self.residual {
+            s.push_str(if r.scalar.is_some() {
+                "Norm+Add+Mul+"
+            } else {
+                "Norm+Add+"
+            });
+        }
+        if self.norm.is_some() {
+            s.push_str("Norm+");
+        }
+        s.push_str(&format!("{}xMatMulNBits", self.mats.len()));
+        match &self.epi {
+            Epi::Separate => {}
+            Epi::GeluMul { .. } => s.push_str("+Gelu+Mul"),
+            Epi::GeluOther { gather, .. } => s.push_str(if gather.is_some() {
+                "+Gelu+Gather+Mul"
+            } else {
+                "+Gelu+Mul"
+            }),
+        }
+        s.push(']');
+        s
+    }
+}
+
+/// Where the fused kernel finds its operands: positions in the fused node's inputs.
+struct Slots {
+    o: Option<(usize, usize, usize, Option<usize>, f32)>,
+    x: usize,
+    g2: Option<(usize, f32)>,
+    mats: Vec<(usize, usize, Option<usize>, usize)>,
+    other: Option<(usize, Option<usize>)>,
+    /// Whether the residual row is an output (first, before the results).
+    h_out: bool,
+    /// Activation type the norm units expect (`None`: either).
+    f16: Option<bool>,
+}
+
+/// One node of the unfused fallback: its op, input and output slots of the local environment.
+struct Sub {
+    op: Box<dyn Op>,
+    ins: Vec<Option<usize>>,
+    outs: Vec<usize>,
+}
+
+struct FusedGemv {
+    kind: String,
+    k: usize,
+    block: usize,
+    ns: Vec<usize>,
+    epi: u8, // 0 separate, 1 gelu*mul (gate index in `gate`), 2 gelu*other
+    gate: usize,
+    slots: Slots,
+    fallback: Fallback,
+    limits: Limits,
+}
+
+impl FusedGemv {
+    /// The one-kernel path, or `None` when the shapes need the fallback.
+    fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>> {
+        let k = self.k;
+        let prologue = self.slots.o.is_some() || self.slots.g2.is_some();
+        let lone = !prologue && self.epi == 0 && self.ns.len() == 1;
+        // Without a prologue the row is read from memory; otherwise it is staged in workgroup memory.
+        let staged = prologue
+            || (k as u64 + 2 * u64::from(WG) + u64::from(WG / TPC)) * 4
+                <= u64::from(self.limits.workgroup_bytes);
+        if !staged && prologue {
+            return Ok(None);
+        }
+        let Some(x) = inputs.get(self.slots.x).copied().flatten() else {
+            return Ok(None);
+        };
+        // M == 1: the row is the whole input. Activations f32, or f16 (rounded like the graph).
+        let act = x.dtype();
+        let f16 = act == DType::F16;
+        if x.shape().last() != Some(&k)
+            || x.numel() != k
+            || !matches!(act, DType::F32 | DType::F16)
+            || self.slots.f16.is_some_and(|m| m != f16)
+            || (f16 && (!k.is_multiple_of(2) || self.ns.iter().any(|n| !n.is_multiple_of(2))))
+            || (lone && !f16)
+        {
+            return Ok(None);
+        }
+        let row_shape = x.shape().to_vec();
+        // Operands on the GPU (small constants live on the host and are uploaded).
+        macro_rules! operand {
+            ($i:expr, $ok:expr) => {
+                match inputs.get($i).copied().flatten() {
+                    Some(v) if v.dtype() != DType::I64 && $ok(v) => {
+                        let t = cx.to_gpu(v)?;
+                        if t.split.is_some() {
+                            return Ok(None);
+                        }
+                        t
+                    }
+                    _ => return Ok(None),
+                }
+            };
+        }
+        let row = |v: &Value| v.dtype() == act && v.numel() == k;
+        let gamma = |v: &Value| v.dtype() == DType::F32 && v.numel() == k;
+        let mut bind: Vec<GpuTensor> = Vec::new();
+        let mut kern = Kernel::new("fused_gemv", FUSED_GEMV).workgroup(WG);
+        let mut scalar = 1.0f32;
+        let mut pro = String::new();
+        let st = |d: DType| Storage::of(d).unwrap_or(Storage::F32);
+        if let Some((o, res, g1, sc, eps1)) = self.slots.o {
+            let o = operand!(o, row);
+            let res = operand!(res, row);
+            let g1 = operand!(g1, gamma);
+            if res.shape != o.shape {
+                return Ok(None);
+            }
+            if let Some(sc) = sc {
+                match inputs.get(sc).copied().flatten() {
+                    Some(Value::Host(h))
+                        if h.dtype == act && h.numel() == 1 && h.shape.len() <= row_shape.len() =>
+                    {
+                        scalar = h.to_f32()[0];
+                    }
+                    _ => return Ok(None),
+                }
+            }
+            kern = kern
+                .input("o", st(act))
+                .input("res", st(act))
+                .input("g1", Storage::F32);
+            bind.extend([o, res, g1]);
+            pro.push_str(&format!(
+                "var ss = 0.0;
+    for (var l = t; l < K; l = l + WG) {{ let u = ld_o(l); ss = ss + u * u; }}
+    let inv1 = inverseSqrt(wg_sum(t, ss) / f32(K) + {eps});
+    var s2 = 0.0;
+    for (var l = t; l < K; l = l + WG) {{
+        let h = {h};
+        xs[l] = h;
+        s2 = s2 + h * h;
+    }}
+    workgroupBarrier();
+    {store}
+    ",
+                eps = crate::gpu::wgsl_f32(eps1),
+                h = if sc.is_some() {
+                    "rd(rd(ld_res(l) + rd(ld_o(l) * inv1 * ld_g1(l))) * scalar)"
+                } else {
+                    "rd(ld_res(l) + rd(ld_o(l) * inv1 * ld_g1(l)))"
+                },
+                store = if self.slots.h_out {
+                    "if (flat == 0u) {
+        for (var w = t; w < K / EPW_h; w = w + WG) {
+            st_h(w, xs[w * EPW_h], xs[min(w * EPW_h + 1u, K - 1u)]);
+        }
+    }"
+                } else {
+                    ""
+                },
+            ));
+        } else {
+            let xt = operand!(self.slots.x, row);
+            kern = kern.input("x", st(act));
+            bind.push(xt);
+            if staged {
+                pro.push_str(
+                    "var s2 = 0.0;
+    for (var l = t; l < K; l = l + WG) { let h = ld_x(l); xs[l] = h; s2 = s2 + h * h; }
+    ",
+                );
+            }
+        }
+        if let Some((g2, eps2)) = self.slots.g2 {
+            let g = operand!(g2, gamma);
+            kern = kern.input("g2", Storage::F32);
+            bind.push(g);
+            pro.push_str(&format!(
+                "let inv2 = inverseSqrt(wg_sum(t, s2) / f32(K) + {});
+    for (var l = t; l < K; l = l + WG) {{ xs[l] = rd(xs[l] * inv2 * ld_g2(l)); }}",
+                crate::gpu::wgsl_f32(eps2)
+            ));
+        }
+        let nb = k.div_ceil(self.block);
+        let zrow = nb.div_ceil(2);
+        let mut dots = String::new();
+        for (j, &(qw, sc, zp, n)) in self.slots.mats.iter().enumerate() {
+            let q = operand!(qw, |v: &Value| v.dtype() == DType::U8
+                && v.numel() == n * nb * self.block / 2);
+            let s = operand!(sc, |v: &Value| matches!(v.dtype(), DType::F32 | DType::F16)
+                && v.numel() == n * nb);
+            kern = kern
+                .input(&format!("qw{j}"), Storage::U8)
+                .input(&format!("sc{j}"), s.storage());
+            bind.extend([q, s]);
+            let zp_code = match zp {
+                None => "8.0".to_string(),
+                Some(z) => {
+                    let zt = operand!(z, |v: &Value| v.dtype() == DType::U8
+                        && v.numel() == n * zrow);
+                    kern = kern.input(&format!("zp{j}"), Storage::U8);
+                    bind.push(zt);
+                    format!("f32((u32(ldi_zp{j}(n * ZROW + b / 2u)) >> ((b & 1u) * 4u)) & 15u)")
+                }
+            };
+            dots.push_str(&format!(
+                "fn dot{j}(n: u32, lane: u32) -> f32 {{
+    var acc = 0.0;
+    for (var b = lane; b < NB; b = b + TPC) {{
+        let wbase = (n * NB + b) * BLOB_WORDS;
+        var s1 = 0.0;
+        var s2 = 0.0;
+        for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {{
+            let word = ldw_qw{j}(wbase + w);
+            let k0 = b * BLOCK + w * 8u;
+            for (var e = 0u; e < 8u; e = e + 1u) {{
+                let k = k0 + e;
+                if (k < K) {{
+                    let av = xv(k);
+                    s1 = s1 + av * f32((word >> (e * 4u)) & 15u);
+                    s2 = s2 + av;
+                }}
+            }}
+        }}
+        acc = acc + ld_sc{j}(n * NB + b) * (s1 - {zp_code} * s2);
+    }}
+    return acc;
+}}
+"
+            ));
+        }
+        let mut other_off = 0u32;
+        if let Some((other, gather_idx)) = self.slots.other {
+            let n = self.ns[0];
+            let ot = operand!(other, |v: &Value| v.dtype() == act);
+            match gather_idx {
+                Some(gi) => {
+                    // Gather(data [1, 1, L, N], i, axis=2) for one row.
+                    let Some(Value::Host(ih)) = inputs.get(gi).copied().flatten() else {
+                        return Ok(None);
+                    };
+                    let s = &ot.shape;
+                    if s.len() != 4
+                        || s[0] * s[1] != 1
+                        || s[3] != n
+                        || ih.numel() != 1
+                        || row_shape.len() != 3
+                    {
+                        return Ok(None);
+                    }
+                    let i = ih.to_i64()[0];
+                    let i = if i < 0 { i + s[2] as i64 } else { i };
+                    if i < 0 || i as usize >= s[2] {
+                        return Ok(None);
+                    }
+                    other_off = (i as usize * n) as u32;
+                }
+                None => {
+                    let mut want = row_shape.clone();
+                    if let Some(l) = want.last_mut() {
+                        *l = n;
+                    }
+                    if ot.shape != want {
+                        return Ok(None);
+                    }
+                }
+            }
+            kern = kern.input("other", ot.storage());
+            bind.push(ot);
+        }
+        // Outputs.
+        let out_shape = |n: usize| {
+            let mut s = row_shape.clone();
+            if let Some(l) = s.last_mut() {
+                *l = n;
+            }
+            s
+        };
+        let mut results: Vec<GpuTensor> = Vec::new();
+        let mut h_out = None;
+        if self.slots.h_out {
+            let h = cx.alloc(act, row_shape.clone())?;
+            kern = kern.output("h", st(act));
+            bind.push(h.clone());
+            h_out = Some(h);
+        }
+        let (nv, compute, value, store) = match self.epi {
+            0 => {
+                let mut compute = String::new();
+                let mut store = String::new();
+                let mut start = 0usize;
+                for (j, &n) in self.ns.iter().enumerate() {
+                    let y = cx.alloc(act, out_shape(n))?;
+                    kern = kern.output(&format!("y{j}"), st(act));
+                    bind.push(y.clone());
+                    results.push(y);
+                    let end = start + n;
+                    let (cond, els) = if j + 1 == self.ns.len() {
+                        (String::new(), "")
+                    } else {
+                        (format!("if (v < {end}u) "), "else ")
+                    };
+                    compute.push_str(&format!(
+                        "{cond}{{ r0 = dot{j}(v - {start}u, lane); }} {els}"
+                    ));
+                    store.push_str(&format!(
+                        "{cond}{{ st_y{j}((v - {start}u) / EPW, x0, x1); }} {els}"
+                    ));
+                    start = end;
+                }
+                (start, compute, "rd(a0)".to_string(), store)
+            }
+            1 => {
+                let n = self.ns[0];
+                let y = cx.alloc(act, out_shape(n))?;
+                kern = kern.output("y", st(act));
+                bind.push(y.clone());
+                results.push(y);
+                (
+                    n,
+                    format!(
+                        "r0 = dot{}(v, lane); r1 = dot{}(v, lane);",
+                        self.gate,
+                        1 - self.gate
+                    ),
+                    "rd(rd(gelu_tanh(rd(a0))) * rd(a1))".to_string(),
+                    "st_y(v / EPW, x0, x1);".to_string(),
+                )
+            }
+            _ => {
+                let n = self.ns[0];
+                let y = cx.alloc(act, out_shape(n))?;
+                kern = kern.output("y", st(act));
+                bind.push(y.clone());
+                results.push(y);
+                (
+                    n,
+                    "r0 = dot0(v, lane);".to_string(),
+                    "rd(rd(gelu_tanh(rd(a0))) * ld_other(other_off + v))".to_string(),
+                    "st_y(v / EPW, x0, x1);".to_string(),
+                )
+            }
+        };
+        if bind.len() as u32 + 1 > self.limits.storage_buffers {
+            return Ok(None);
+        }
+        let kern = kern
+            .u32("K", k as u32)
+            .u32("NB", nb as u32)
+            .u32("BLOCK", self.block as u32)
+            .u32("ZROW", zrow as u32)
+            .u32("NV", nv as u32)
+            .u32("TPC", TPC)
+            .u32("EPW", if f16 { 2 } else { 1 })
+            .code(
+                "RD",
+                if f16 {
+                    "return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;"
+                } else {
+                    "return x;"
+                },
+            )
+            .u32("XS_LEN", if staged { k as u32 } else { 1 })
+            .code(
+                "XV",
+                if staged {
+                    "return xs[k];"
+                } else {
+                    "return ld_x(k);"
+                },
+            )
+            .code("DOTS", &dots)
+            .code("PROLOGUE", &pro)
+            .code("COMPUTE", &compute)
+            .code("VALUE", &value)
+            .code("STORE", &store);
+        let groups = nv.div_ceil((WG / TPC) as usize) as u64;
+        let refs: Vec<&GpuTensor> = bind.iter().collect();
+        cx.dispatch(
+            &kern,
+            &refs,
+            &[scalar.to_bits(), other_off],
+            groups * u64::from(WG),
+        )?;
+        let mut outs = Vec::new();
+        if let Some(h) = h_out {
+            outs.push(Value::Gpu(h));
+        }
+        outs.extend(results.into_iter().map(Value::Gpu));
+        Ok(Some(outs))
+    }
+}
+
+/// The original nodes of a group, run one by one over a local environment.
+struct Fallback {
+    subs: Vec<Sub>,
+    n_in: usize,
+    out_slots: Vec<usize>,
+    n_slots: usize,
+}
+
+impl Fallback {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let mut env: Vec<Option<Value>> = vec![None; self.n_slots];
+        for (i, v) in inputs.iter().enumerate().take(self.n_in) {
+            env[i] = v.cloned();
+        }
+        for s in &self.subs {
+            let ins: Vec<Option<Value>> = s
+                .ins
+                .iter()
+                .map(|i| i.and_then(|i| env[i].clone()))
+                .collect();
+            let refs: Vec<Option<&Value>> = ins.iter().map(Option::as_ref).collect();
+            let outs = s.op.run(cx, &refs)?;
+            for (slot, v) in s.outs.iter().zip(outs) {
+                env[*slot] = Some(v);
+            }
+        }
+        self.out_slots
+            .iter()
+            .map(|&s| {
+                env[s]
+                    .take()
+                    .ok_or_else(|| op_err("fused fallback did not produce an output"))
+            })
+            .collect()
+    }
+}
+
+const FUSED_NORMS: &str = include_str!("kernels/fused_norms.wgsl");
+
+/// Independent RMS norms in one dispatch: (input slot (gamma = slot + 1), row length, epsilon).
+struct FusedNorms {
+    norms: Vec<(usize, usize, f32)>,
+    /// f16 activations (the norms sit between Casts).
+    f16: bool,
+    fallback: Fallback,
+}
+
+impl Op for FusedNorms {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let act = if self.f16 { DType::F16 } else { DType::F32 };
+        let mut bind = Vec::new();
+        let mut outs = Vec::new();
+        let mut kern = Kernel::new("fused_norms", FUSED_NORMS).workgroup(64);
+        let mut fns = String::new();
+        let mut disp = String::new();
+        let mut row0 = 0usize;
+        for (j, &(xi, l, eps)) in self.norms.iter().enumerate() {
+            let (Some(xv), Some(gv)) = (
+                inputs.get(xi).copied().flatten(),
+                inputs.get(xi + 1).copied().flatten(),
+            ) else {
+                return self.fallback.run(cx, inputs);
+            };
+            if xv.dtype() != act
+                || xv.shape().last() != Some(&l)
+                || gv.dtype() != DType::F32
+                || gv.numel() != l
+                || l == 0
+                || (self.f16 && !l.is_multiple_of(2))
+            {
+                return self.fallback.run(cx, inputs);
+            }
+            let (x, g) = (cx.to_gpu(xv)?, cx.to_gpu(gv)?);
+            if x.split.is_some() {
+                return self.fallback.run(cx, inputs);
+            }
+            let rows = x.numel() / l;
+            let y = cx.alloc(act, x.shape.clone())?;
+            kern = kern
+                .input(&format!("x{j}"), x.storage())
+                .input(&format!("g{j}"), Storage::F32);
+            bind.extend([x, g]);
+            outs.push(y);
+            fns.push_str(&format!(
+                "fn norm{j}(row: u32, t: u32) {{
+    let L = {l}u;
+    let base = row * L;
+    var s2 = 0.0;
+    for (var l = t; l < L; l = l + WG) {{ let v = ld_x{j}(base + l); s2 = s2 + v * v; }}
+    let inv = inverseSqrt(wg_sum(t, s2) / f32(L) + {eps});
+    for (var w = t; w < L / EPW_y{j}; w = w + WG) {{
+        let l0 = w * EPW_y{j};
+        let l1 = min(l0 + 1u, L - 1u);
+        st_y{j}(base / EPW_y{j} + w, ld_x{j}(base + l0) * inv * ld_g{j}(l0), ld_x{j}(base + l1) * inv * ld_g{j}(l1));
+    }}
+}}
+",
+                eps = crate::gpu::wgsl_f32(eps)
+            ));
+            disp.push_str(&format!(
+                "if (row < {end}u) {{ norm{j}(row - {row0}u, t); return; }}\n    ",
+                end = row0 + rows
+            ));
+            row0 += rows;
+        }
+        for (j, y) in outs.iter().enumerate() {
+            kern = kern.output(&format!("y{j}"), y.storage());
+            bind.push(y.clone());
+        }
+        let kern = kern.code("NORMS", &fns).code("DISPATCH", &disp);
+        let refs: Vec<&GpuTensor> = bind.iter().collect();
+        cx.dispatch(&kern, &refs, &[0], row0 as u64 * 64)?;
+        Ok(outs.into_iter().map(Value::Gpu).collect())
+    }
+}
+
+impl Op for FusedGemv {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        match self.fast(cx, inputs)? {
+            Some(v) => Ok(v),
+            None => self.fallback.run(cx, inputs),
+        }
+    }
+}
+
+impl std::fmt::Debug for FusedGemv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.kind)
+    }
+}
+
+/// Whether a path leads from `group`'s outputs, through nodes outside it, back into it (fusing
+/// it would then create a cycle).
+fn reenters(g: &Graphs<'_>, group: &HashSet<usize>) -> bool {
+    let mut stack: Vec<usize> = Vec::new();
+    let mut seen: HashSet<usize> = HashSet::new();
+    for &n in group {
+        for o in &g.node(n).outputs {
+            stack.extend(g.users(o).iter().filter(|u| !group.contains(u)));
+        }
+    }
+    while let Some(n) = stack.pop() {
+        if !seen.insert(n) {
+            continue;
+        }
+        for o in &g.node(n).outputs {
+            for &u in g.users(o) {
+                if group.contains(&u) {
+                    return true;
+                }
+                stack.push(u);
+            }
+        }
+    }
+    false
+}
+
+/// `members` ordered so that each node comes after the members producing its inputs.
+fn topo(g: &Graphs<'_>, members: &[usize]) -> Vec<usize> {
+    let mut done: Vec<usize> = Vec::new();
+    let mut left: Vec<usize> = members.to_vec();
+    while !left.is_empty() {
+        let ready = left.iter().position(|&n| {
+            g.node(n).inputs.iter().all(|s| {
+                g.producer
+                    .get(s.as_str())
+                    .is_none_or(|p| !left.contains(p) || *p == n)
+            })
+        });
+        // A cycle inside one group cannot happen in a valid graph; keep file order then.
+        let i = ready.unwrap_or(0);
+        done.push(left.remove(i));
+    }
+    done
+}
+
+/// The fallback of a group: its nodes in order over a local environment whose first slots are
+/// the fused node's inputs `ext`; the fused node's outputs are `outs`.
+fn fallback_for(
+    g: &Graphs<'_>,
+    members: &[usize],
+    ext: &[String],
+    outs: &[String],
+    ops: &mut [Option<Box<dyn Op>>],
+) -> Fallback {
+    let mut local: HashMap<String, usize> = HashMap::new();
+    for (i, s) in ext.iter().enumerate() {
+        local.entry(s.clone()).or_insert(i);
+    }
+    let mut next = ext.len();
+    let mut subs = Vec::new();
+    for n in topo(g, members) {
+        let node = g.node(n);
+        let ins = node
+            .inputs
+            .iter()
+            .map(|s| (!s.is_empty()).then(|| local[s]))
+            .collect();
+        let o: Vec<usize> = node
+            .outputs
+            .iter()
+            .map(|s| {
+                *local.entry(s.clone()).or_insert_with(|| {
+                    next += 1;
+                    next - 1
+                })
+            })
+            .collect();
+        subs.push(Sub {
+            op: ops[n].take().expect("op not yet taken"),
+            ins,
+            outs: o,
+        });
+    }
+    Fallback {
+        out_slots: outs.iter().map(|s| local[s]).collect(),
+        n_slots: next,
+        n_in: ext.len(),
+        subs,
+    }
+}
+
+/// Runs the pass: returns the nodes to execute (fused groups replaced by one node each, placed
+/// where the group's last node was), their ops, and a description of each fused group.
+pub fn fuse(
+    graph: &Graph,
+    ops: Vec<Box<dyn Op>>,
+    limits: &Limits,
+) -> (Vec<Node>, Vec<Box<dyn Op>>, Vec<String>) {
+    let g = Graphs::new(graph);
+    let mut used: HashSet<usize> = HashSet::new();
+    let mut specs: Vec<Spec> = Vec::new();
+    let mut norm_groups: Vec<Vec<Unit>> = Vec::new();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if used.contains(&i) || !g.is(i, MS, "MatMulNBits") {
+            continue;
+        }
+        let Some(x) = node.inputs.first() else {
+            continue;
+        };
+        let Some(spec) = g.group(x, &used) else {
+            continue;
+        };
+        let set: HashSet<usize> = spec.nodes().into_iter().collect();
+        if set.iter().any(|n| used.contains(n)) || reenters(&g, &set) {
+            continue;
+        }
+        // Storage bindings: operands, outputs and the parameter buffer.
+        let mut bindings = 2 + spec.mats.len() * 2;
+        bindings += spec.mats.iter().filter(|m| m.zp.is_some()).count();
+        bindings += if spec.residual.is_some() { 3 } else { 1 };
+        bindings += usize::from(spec.norm.is_some());
+        bindings += match spec.epi {
+            Epi::Separate => spec.mats.len(),
+            Epi::GeluMul { .. } => 1,
+            Epi::GeluOther { .. } => 2,
+        };
+        if bindings as u32 > limits.storage_buffers {
+            continue;
+        }
+        used.extend(&set);
+        // Sibling norms of the results (per-head q/k/v norms): one more kernel for all of them.
+        if matches!(spec.epi, Epi::Separate) && spec.mats.len() >= 2 {
+            let norms: Vec<Unit> = spec
+                .mats
+                .iter()
+                .filter_map(|m| g.norm_after(&m.out))
+                .filter(|u| u.nodes.iter().all(|p| !used.contains(p)))
+                .collect();
+            let nset: HashSet<usize> = norms.iter().flat_map(|u| u.nodes.clone()).collect();
+            let bindings = norms.len() * 3 + 1;
+            if norms.len() >= 2
+                && norms.iter().all(|u| u.f16 == norms[0].f16)
+                && !reenters(&g, &nset)
+                && bindings as u32 <= limits.storage_buffers
+            {
+                used.extend(&nset);
+                norm_groups.push(norms);
+            }
+        }
+        specs.push(spec);
+    }
+    // Any other norm between Casts (f16 activations): one kernel instead of three.
+    for (p, node) in graph.nodes.iter().enumerate() {
+        if used.contains(&p) || !g.is(p, "", "SimplifiedLayerNormalization") {
+            continue;
+        }
+        let Some(l) = node
+            .inputs
+            .get(1)
+            .and_then(|gm| g.inits.get(gm.as_str()))
+            .filter(|i| i.shape.len() == 1)
+            .map(|i| i.shape[0])
+        else {
+            continue;
+        };
+        if let Some(u) = g.unit(p, l)
+            && u.f16
+            && u.nodes.iter().all(|n| !used.contains(n))
+            && 4 <= limits.storage_buffers
+        {
+            used.extend(&u.nodes);
+            norm_groups.push(vec![u]);
+        }
+    }
+    if specs.is_empty() && norm_groups.is_empty() {
+        return (graph.nodes.clone(), ops, Vec::new());
+    }
+    let mut ops: Vec<Option<Box<dyn Op>>> = ops.into_iter().map(Some).collect();
+    let mut at_last: HashMap<usize, (Node, Box<dyn Op>)> = HashMap::new();
+    let mut fused = Vec::new();
+    for spec in specs {
+        let members = spec.nodes();
+        let set: HashSet<usize> = members.iter().copied().collect();
+        let produced: HashSet<&str> = members
+            .iter()
+            .flat_map(|&n| g.node(n).outputs.iter().map(String::as_str))
+            .collect();
+        // External inputs in first-use order.
+        let mut ext: Vec<String> = Vec::new();
+        for &n in &members {
+            for s in g.node(n).inputs.iter().filter(|s| !s.is_empty()) {
+                if !produced.contains(s.as_str()) && !ext.contains(s) {
+                    ext.push(s.clone());
+                }
+            }
+        }
+        let pos = |name: &str| ext.iter().position(|e| e == name);
+        // Outputs read outside the group (or graph outputs), in node order.
+        let mut outs: Vec<String> = Vec::new();
+        for &n in &members {
+            for o in &g.node(n).outputs {
+                if g.outputs.contains(o.as_str()) || g.users(o).iter().any(|u| !set.contains(u)) {
+                    outs.push(o.clone());
+                }
+            }
+        }
+        // The fast path's outputs must be exactly these.
+        let mut fast_outs: Vec<String> = Vec::new();
+        let h_exposed = outs.contains(&spec.x);
+        if h_exposed {
+            fast_outs.push(spec.x.clone());
+        }
+        match &spec.epi {
+            Epi::Separate => fast_outs.extend(spec.mats.iter().map(|m| m.out.clone())),
+            Epi::GeluMul { out, .. } | Epi::GeluOther { out, .. } => fast_outs.push(out.clone()),
+        }
+        let mut sorted_outs = outs.clone();
+        sorted_outs.sort();
+        let mut sorted_fast = fast_outs.clone();
+        sorted_fast.sort();
+        if sorted_outs != sorted_fast || (h_exposed && spec.residual.is_none()) {
+            // Something in the group is read elsewhere: leave it unfused.
+            continue;
+        }
+        let need = |name: &str| pos(name).expect("external input");
+        let slots = Slots {
+            o: spec.residual.as_ref().map(|r| {
+                (
+                    need(&r.o),
+                    need(&r.res),
+                    need(&r.g1),
+                    r.scalar.as_deref().map(need),
+                    r.eps1,
+                )
+            }),
+            x: if spec.residual.is_some() {
+                // Unused by the fast path (the row comes from the prologue); shape from `o`.
+                spec.residual.as_ref().map_or(0, |r| need(&r.o))
+            } else {
+                need(&spec.x)
+            },
+            g2: spec.norm.as_ref().map(|u| (need(&u.gamma), u.eps)),
+            mats: spec
+                .mats
+                .iter()
+                .map(|m| (need(&m.qw), need(&m.sc), m.zp.as_deref().map(need), m.n))
+                .collect(),
+            other: match &spec.epi {
+                Epi::GeluOther { other, gather, .. } => Some(match gather {
+                    Some((data, idx)) => (need(data), Some(need(idx))),
+                    None => (need(other), None),
+                }),
+                _ => None,
+            },
+            h_out: h_exposed,
+            f16: spec.f16,
+        };
+        let fallback = fallback_for(&g, &members, &ext, &fast_outs, &mut ops);
+        let kind = spec.kind();
+        let first = &g.node(members[0]).name;
+        fused.push(format!("{kind} at {first}"));
+        let (epi, gate) = match &spec.epi {
+            Epi::Separate => (0, 0),
+            Epi::GeluMul { gate, .. } => (1, *gate),
+            Epi::GeluOther { .. } => (2, 0),
+        };
+        let op = FusedGemv {
+            kind: kind.clone(),
+            k: spec.k,
+            block: spec.mats[0].block,
+            ns: spec.mats.iter().map(|m| m.n).collect(),
+            epi,
+            gate,
+            slots,
+            fallback,
+            limits: *limits,
+        };
+        let node = Node {
+            name: format!("fused:{first}"),
+            op_type: kind,
+            domain: FUSED_DOMAIN.into(),
+            inputs: ext,
+            outputs: fast_outs,
+            attributes: Vec::new(),
+        };
+        let last = *members.last().expect("non-empty group");
+        at_last.insert(last, (node, Box::new(op)));
+    }
+    for units in norm_groups {
+        let mut members: Vec<usize> = units.iter().flat_map(|u| u.nodes.clone()).collect();
+        members.sort_unstable();
+        let mut norms = Vec::new();
+        let mut ext: Vec<String> = Vec::new();
+        let mut outs = Vec::new();
+        for u in &units {
+            let l = g.inits[u.gamma.as_str()].shape[0];
+            norms.push((ext.len(), l, u.eps));
+            ext.push(u.input.clone());
+            ext.push(u.gamma.clone());
+            outs.push(u.output.clone());
+        }
+        let kind = format!("Fused[{}xSimplifiedLayerNormalization]", units.len());
+        let first = &g.node(members[0]).name;
+        fused.push(format!("{kind} at {first}"));
+        let op = FusedNorms {
+            norms,
+            f16: units[0].f16,
+            fallback: fallback_for(&g, &members, &ext, &outs, &mut ops),
+        };
+        let node = Node {
+            name: format!("fused:{first}"),
+            op_type: kind,
+            domain: FUSED_DOMAIN.into(),
+            inputs: ext,
+            outputs: outs,
+            attributes: Vec::new(),
+        };
+        let last = *members.last().expect("non-empty group");
+        at_last.insert(last, (node, Box::new(op)));
+    }
+    let mut nodes = Vec::new();
+    let mut out_ops: Vec<Box<dyn Op>> = Vec::new();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if let Some((n, op)) = at_last.remove(&i) {
+            nodes.push(n);
+            out_ops.push(op);
+        } else if let Some(op) = ops[i].take() {
+            nodes.push(node.clone());
+            out_ops.push(op);
+        }
+    }
+    (nodes, out_ops, fused)
+}

@@ -1,0 +1,99 @@
+// Fused GEMV for one row (M == 1), made by the fusion pass (src/fuse.rs):
+//   prologue  x = [ (res + RMSNorm(o) * g1) * scalar ]  or  x = input row;
+//             x = RMSNorm(x) * g2 (optional); the un-normalised x is stored once (workgroup 0)
+//             when the graph needs it elsewhere (the residual stream);
+//   GEMVs     y_j = x @ dequant(W_j)^T for up to three MatMulNBits weights sharing x
+//             (4-bit blocks, w = (q - zp) * scale, low nibble first, as matmul_nbits.wgsl);
+//   epilogue  each y_j stored, or gelu_tanh(y_0) * y_1, or gelu_tanh(y_0) * other[off + n].
+// Activations are f32, or f16 (stored packed, computed in f32 and rounded with rd() wherever the
+// unfused graph stores an f16 value, so results match it up to f32 summation order).
+// Every workgroup recomputes the prologue into workgroup memory (K floats; cheap next to the
+// weights it reads) and then computes COLS output columns, TPC threads per column; f32 throughout.
+// prm: [scalar (f32 bits), other offset]
+var<workgroup> xs: array<f32, {{XS_LEN}}>;
+var<workgroup> red: array<f32, {{WG}}>;
+var<workgroup> red1: array<f32, {{WG}}>;
+var<workgroup> vals: array<f32, COLS>;
+
+const K: u32 = {{K}};
+const NB: u32 = {{NB}};
+const BLOCK: u32 = {{BLOCK}};
+const BLOB_WORDS: u32 = BLOCK / 8u;
+const ZROW: u32 = {{ZROW}};
+const NV: u32 = {{NV}};
+const TPC: u32 = {{TPC}};
+const COLS: u32 = WG / TPC;
+// Elements per output word: 2 when activations are f16 (even columns store pairs).
+const EPW: u32 = {{EPW}};
+
+// Rounds to the activation type (f16 graphs round after every op; f32: identity).
+fn rd(x: f32) -> f32 {
+    {{RD}}
+}
+
+fn tanh_(x: f32) -> f32 {
+    return tanh(clamp(x, -15.0, 15.0));
+}
+
+fn gelu_tanh(x: f32) -> f32 {
+    return 0.5 * x * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+}
+
+// The input row: staged in `xs` by the prologue, or read from memory (no prologue, large K).
+fn xv(k: u32) -> f32 {
+    {{XV}}
+}
+
+fn wg_sum(t: u32, v: f32) -> f32 {
+    red[t] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (t < s) { red[t] = red[t] + red[t + s]; }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+
+{{DOTS}}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let flat = wid.x + wid.y * nwg.x;
+    if (flat * COLS >= NV) { return; }
+    let t = lid.x;
+    let scalar = bitcast<f32>(prm[0]);
+    let other_off = prm[1];
+    {{PROLOGUE}}
+    workgroupBarrier();
+    let c = t / TPC;
+    let lane = t % TPC;
+    let v = flat * COLS + c;
+    var r0 = 0.0;
+    var r1 = 0.0;
+    if (v < NV) {
+        {{COMPUTE}}
+    }
+    red[t] = r0;
+    red1[t] = r1;
+    workgroupBarrier();
+    for (var s = TPC / 2u; s > 0u; s = s / 2u) {
+        if (lane < s) {
+            red[t] = red[t] + red[t + s];
+            red1[t] = red1[t] + red1[t + s];
+        }
+        workgroupBarrier();
+    }
+    if (lane == 0u && v < NV) {
+        let a0 = red[t];
+        let a1 = red1[t];
+        vals[c] = {{VALUE}};
+    }
+    workgroupBarrier();
+    if (lane == 0u && v < NV && c % EPW == 0u) {
+        let x0 = vals[c];
+        let x1 = vals[min(c + 1u, COLS - 1u)];
+        {{STORE}}
+    }
+}

@@ -1,0 +1,26 @@
+// Several independent RMS norms (SimplifiedLayerNormalization, no skip/bias) in one dispatch, made
+// by the fusion pass (src/fuse.rs): e.g. Gemma's per-head q/k/v norms. Workgroup r normalises
+// row r of the inputs' rows taken in turn; the arithmetic is norm.wgsl's (one workgroup per row,
+// f32 sums, the same reduction order). prm: unused.
+var<workgroup> red: array<f32, {{WG}}>;
+
+fn wg_sum(t: u32, v: f32) -> f32 {
+    red[t] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (t < s) { red[t] = red[t] + red[t + s]; }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+
+{{NORMS}}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = wid.x + wid.y * nwg.x;
+    let t = lid.x;
+    {{DISPATCH}}
+}

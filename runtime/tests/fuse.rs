@@ -1,0 +1,345 @@
+//! The fusion pass (src/fuse.rs): on hand-built Gemma-shaped subgraphs, a fused and an unfused
+//! session give the same outputs within f32 tolerance, for one row (the fused kernel) and for
+//! several rows (the fused node's fallback), and the pass leaves a group alone when a guard fails.
+
+use gg_runtime::model::{Graph, InitData, Initializer, Node, ValueInfo};
+use gg_runtime::proto;
+use gg_runtime::source::MemorySource;
+use gg_runtime::{DType, Gpu, HostTensor, Session, SessionOptions, Value};
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+const K: usize = 96; // three blocks of 32 (odd block count: the packed zero points have a pad)
+const BLOCK: usize = 32;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> f32 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+    fn byte(&mut self) -> u8 {
+        self.next();
+        (self.0 >> 33) as u8
+    }
+}
+
+#[derive(Default)]
+struct G {
+    nodes: Vec<Node>,
+    inits: Vec<Initializer>,
+    inputs: Vec<ValueInfo>,
+    outputs: Vec<ValueInfo>,
+}
+
+fn attr_i(name: &str, v: i64) -> proto::AttributeProto {
+    proto::AttributeProto {
+        name: Some(name.into()),
+        i: Some(v),
+        r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
+        ..Default::default()
+    }
+}
+fn attr_f(name: &str, v: f32) -> proto::AttributeProto {
+    proto::AttributeProto {
+        name: Some(name.into()),
+        f: Some(v),
+        r#type: Some(proto::attribute_proto::AttributeType::Float as i32),
+        ..Default::default()
+    }
+}
+fn attr_s(name: &str, v: &str) -> proto::AttributeProto {
+    proto::AttributeProto {
+        name: Some(name.into()),
+        s: Some(v.as_bytes().to_vec()),
+        r#type: Some(proto::attribute_proto::AttributeType::String as i32),
+        ..Default::default()
+    }
+}
+
+impl G {
+    fn node(
+        &mut self,
+        op: &str,
+        domain: &str,
+        ins: &[&str],
+        out: &str,
+        attributes: Vec<proto::AttributeProto>,
+    ) -> String {
+        self.nodes.push(Node {
+            name: format!("n{}_{op}", self.nodes.len()),
+            op_type: op.into(),
+            domain: domain.into(),
+            inputs: ins.iter().map(|s| s.to_string()).collect(),
+            outputs: vec![out.into()],
+            attributes,
+        });
+        out.into()
+    }
+    fn init(&mut self, name: &str, dtype: DType, shape: Vec<usize>, data: Vec<u8>) -> String {
+        self.inits.push(Initializer {
+            name: name.into(),
+            dtype,
+            shape,
+            data: InitData::Inline(data),
+        });
+        name.into()
+    }
+    fn f32s(&mut self, name: &str, shape: Vec<usize>, v: Vec<f32>) -> String {
+        let data = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+        self.init(name, DType::F32, shape, data)
+    }
+    fn norm(&mut self, x: &str, out: &str, rng: &mut Rng) -> String {
+        let g: Vec<f32> = (0..K).map(|_| 1.0 + 0.3 * rng.next()).collect();
+        let g = self.f32s(&format!("{out}.gamma"), vec![K], g);
+        self.node(
+            "SimplifiedLayerNormalization",
+            "",
+            &[x, &g],
+            out,
+            vec![
+                attr_f("epsilon", 1e-6),
+                attr_i("axis", -1),
+                attr_i("stash_type", 1),
+            ],
+        )
+    }
+    fn mnb(&mut self, x: &str, out: &str, n: usize, rng: &mut Rng) -> String {
+        let nb = K.div_ceil(BLOCK);
+        let q: Vec<u8> = (0..n * nb * BLOCK / 2).map(|_| rng.byte()).collect();
+        let s: Vec<f32> = (0..n * nb).map(|_| 0.02 + 0.01 * rng.next()).collect();
+        let z: Vec<u8> = (0..n * nb.div_ceil(2)).map(|_| rng.byte()).collect();
+        let q = self.init(&format!("{out}.q"), DType::U8, vec![n, nb, BLOCK / 2], q);
+        let s = self.f32s(&format!("{out}.s"), vec![n, nb], s);
+        let z = self.init(&format!("{out}.z"), DType::U8, vec![n, nb.div_ceil(2)], z);
+        self.node(
+            "MatMulNBits",
+            "com.microsoft",
+            &[x, &q, &s, &z],
+            out,
+            vec![
+                attr_i("K", K as i64),
+                attr_i("N", n as i64),
+                attr_i("bits", 4),
+                attr_i("block_size", BLOCK as i64),
+            ],
+        )
+    }
+    fn gelu(&mut self, x: &str, out: &str) -> String {
+        self.node("Gelu", "", &[x], out, vec![attr_s("approximate", "tanh")])
+    }
+    fn input(&mut self, name: &str) {
+        self.inputs.push(ValueInfo {
+            name: name.into(),
+            elem_type: 1,
+            dims: None,
+        });
+    }
+    fn output(&mut self, name: &str) {
+        self.outputs.push(ValueInfo {
+            name: name.into(),
+            elem_type: 1,
+            dims: None,
+        });
+    }
+    fn graph(self) -> Graph {
+        Graph {
+            inputs: self.inputs,
+            outputs: self.outputs,
+            initializers: self.inits,
+            nodes: self.nodes,
+            opsets: BTreeMap::from([("".to_string(), 21), ("com.microsoft".to_string(), 1)]),
+        }
+    }
+}
+
+/// One Gemma 4 decoder layer's MLP and per-layer-input parts:
+/// h = (res + norm(o)) ; m = gelu(gate(norm(h))) * up(norm(h)) ; d = down(m) ;
+/// h2 = h + norm(d) ; p = gelu(pli_gate(h2)) * Gather(per_layer, 1, axis 2) ;
+/// h3 = (h2 + norm(proj(p))) * scalar ; q, k, v = (norm(h3) @ Wq, Wk, Wv).
+/// `expose` names intermediate values to make graph outputs as well (guards).
+fn layer(expose: &[&str]) -> Graph {
+    let mut rng = Rng(7);
+    let mut g = G::default();
+    for i in ["o", "res", "per_layer"] {
+        g.input(i);
+    }
+    let on = g.norm("o", "on", &mut rng);
+    let h = g.node("Add", "", &["res", &on], "h", vec![]);
+    let hn = g.norm(&h, "hn", &mut rng);
+    let gate = g.mnb(&hn, "gate", 64, &mut rng);
+    let up = g.mnb(&hn, "up", 64, &mut rng);
+    let ge = g.gelu(&gate, "gelu");
+    let m = g.node("Mul", "", &[&ge, &up], "m", vec![]);
+    let down = mnb_k(&mut g, &m, "down", 64, K, &mut rng);
+    let dn = g.norm(&down, "dn", &mut rng);
+    let h2 = g.node("Add", "", &[&h, &dn], "h2", vec![]);
+    let pg = g.mnb(&h2, "pgate", 32, &mut rng);
+    let pge = g.gelu(&pg, "pgelu");
+    let idx = g.init("idx", DType::I64, vec![], 1i64.to_le_bytes().to_vec());
+    let pli = g.node(
+        "Gather",
+        "",
+        &["per_layer", &idx],
+        "pli",
+        vec![attr_i("axis", 2)],
+    );
+    let p = g.node("Mul", "", &[&pge, &pli], "p", vec![]);
+    let proj = mnb_k(&mut g, &p, "proj", 32, K, &mut rng);
+    let pn = g.norm(&proj, "pn", &mut rng);
+    let h3a = g.node("Add", "", &[&h2, &pn], "h3a", vec![]);
+    let sc = g.f32s("scalar", vec![1], vec![0.75]);
+    let h3 = g.node("Mul", "", &[&h3a, &sc], "h3", vec![]);
+    let h3n = g.norm(&h3, "h3n", &mut rng);
+    for (name, n) in [("q", 64), ("k", 32), ("v", 32)] {
+        let y = g.mnb(&h3n, name, n, &mut rng);
+        g.output(&y);
+    }
+    g.output("h3");
+    for e in expose {
+        g.output(e);
+    }
+    g.graph()
+}
+
+/// A MatMulNBits with its own K.
+fn mnb_k(g: &mut G, x: &str, out: &str, k: usize, n: usize, rng: &mut Rng) -> String {
+    let nb = k.div_ceil(BLOCK);
+    let q: Vec<u8> = (0..n * nb * BLOCK / 2).map(|_| rng.byte()).collect();
+    let s: Vec<f32> = (0..n * nb).map(|_| 0.02 + 0.01 * rng.next()).collect();
+    let q = g.init(&format!("{out}.q"), DType::U8, vec![n, nb, BLOCK / 2], q);
+    let s = g.f32s(&format!("{out}.s"), vec![n, nb], s);
+    g.node(
+        "MatMulNBits",
+        "com.microsoft",
+        &[x, &q, &s],
+        out,
+        vec![
+            attr_i("K", k as i64),
+            attr_i("N", n as i64),
+            attr_i("bits", 4),
+            attr_i("block_size", BLOCK as i64),
+        ],
+    )
+}
+
+fn session(gpu: &Rc<Gpu>, graph: Graph, fuse: bool) -> Session {
+    pollster::block_on(Session::from_graph_with(
+        gpu.clone(),
+        graph,
+        &MemorySource::new(),
+        SessionOptions { fuse },
+    ))
+    .expect("loads")
+}
+
+fn run(s: &Session, rows: usize) -> Vec<(String, Vec<f32>)> {
+    let mut rng = Rng(99);
+    let mut t = |shape: Vec<usize>| {
+        let n = shape.iter().product();
+        let v: Vec<f32> = (0..n).map(|_| rng.next()).collect();
+        Value::Host(HostTensor::from_f32(shape, &v))
+    };
+    let inputs = vec![
+        ("o".to_string(), t(vec![1, rows, K])),
+        ("res".to_string(), t(vec![1, rows, K])),
+        ("per_layer".to_string(), t(vec![1, rows, 3, 32])),
+    ];
+    let outs = pollster::block_on(s.run(inputs)).expect("runs");
+    outs.into_iter()
+        .map(|(n, v)| {
+            let h = pollster::block_on(s.read(&v)).expect("reads");
+            (n, h.to_f32())
+        })
+        .collect()
+}
+
+fn assert_close(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) {
+    assert_eq!(a.len(), b.len());
+    for ((na, va), (nb, vb)) in a.iter().zip(b) {
+        assert_eq!(na, nb);
+        assert_eq!(va.len(), vb.len(), "{na}");
+        for (i, (x, y)) in va.iter().zip(vb).enumerate() {
+            assert!(
+                (x - y).abs() <= 1e-4 + 1e-4 * y.abs(),
+                "{na}[{i}]: fused {x} vs unfused {y}"
+            );
+        }
+    }
+}
+
+fn gpu() -> Rc<Gpu> {
+    Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"))
+}
+
+#[test]
+fn fused_and_unfused_sessions_agree() {
+    let gpu = gpu();
+    let fused = session(&gpu, layer(&[]), true);
+    let plain = session(&gpu, layer(&[]), false);
+    let kinds: Vec<&str> = fused
+        .fused()
+        .iter()
+        .map(|s| s.split(" at ").next().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul]",
+            "Fused[1xMatMulNBits]",
+            "Fused[Norm+Add+1xMatMulNBits+Gelu+Gather+Mul]",
+            "Fused[1xMatMulNBits]",
+            "Fused[Norm+Add+Mul+Norm+3xMatMulNBits]",
+        ],
+        "{:?}",
+        fused.fused()
+    );
+    assert!(plain.fused().is_empty());
+    for rows in [1, 3] {
+        let before = gpu.counters.snapshot().dispatches;
+        let a = run(&fused, rows);
+        let mid = gpu.counters.snapshot().dispatches;
+        let b = run(&plain, rows);
+        let after = gpu.counters.snapshot().dispatches;
+        assert_close(&a, &b);
+        if rows == 1 {
+            // 3 fused kernels + down + proj (f32: their own kernels) vs 21 nodes' worth.
+            assert_eq!(mid - before, 5, "fused dispatches");
+            assert!(after - mid > 15, "unfused dispatches {}", after - mid);
+        }
+    }
+}
+
+#[test]
+fn guards_keep_groups_with_outside_readers_unfused() {
+    let gpu = gpu();
+    // The MLP's normalised input, the gelu output and the per-layer slice are also graph outputs.
+    let exposed = ["hn", "pgelu", "pli"];
+    let fused = session(&gpu, layer(&exposed), true);
+    let plain = session(&gpu, layer(&exposed), false);
+    let kinds: Vec<&str> = fused
+        .fused()
+        .iter()
+        .map(|s| s.split(" at ").next().unwrap_or_default())
+        .collect();
+    // gate/up still share their input but not its norm, and no epilogue is taken; the per-layer
+    // gate keeps its residual prologue only; q/k/v are unaffected.
+    assert_eq!(
+        kinds,
+        [
+            "Fused[2xMatMulNBits+Gelu+Mul]",
+            "Fused[1xMatMulNBits]",
+            "Fused[Norm+Add+1xMatMulNBits]",
+            "Fused[1xMatMulNBits]",
+            "Fused[Norm+Add+Mul+Norm+3xMatMulNBits]",
+        ],
+        "{:?}",
+        fused.fused()
+    );
+    for rows in [1, 2] {
+        assert_close(&run(&fused, rows), &run(&plain, rows));
+    }
+}
