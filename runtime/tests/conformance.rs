@@ -6,7 +6,7 @@
 //! Every case whose ops the registry claims is run; cases with unclaimed ops are skipped. Failures
 //! listed in `tests/fixtures/conformance/known_failures.txt` (case name, reason) are reported but
 //! tolerated; any other failure fails the test. `GG_CONFORMANCE_FILTER=substr` limits the cases,
-//! `GG_ONNX_CASES=dir` points elsewhere. The report is written to target/onnx-conformance-report.txt.
+//! `GG_ONNX_CASES=dir` points elsewhere. The report is written to the cargo target dir: target/onnx-conformance-report.txt.
 
 use gg_runtime::model::Graph;
 use gg_runtime::ops::Registry;
@@ -196,7 +196,14 @@ fn onnx_node_conformance() {
             report.push_str(&format!("  {c}: {r}\n"));
         }
     }
-    let _ = std::fs::write(root().join("target/onnx-conformance-report.txt"), &report);
+    // In the cargo target dir (`CARGO_TARGET_DIR` honoured): `<target>/tmp` is CARGO_TARGET_TMPDIR.
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .map_or_else(|| root().join("target"), Path::to_path_buf);
+    let report_path = target.join("onnx-conformance-report.txt");
+    if let Err(e) = std::fs::write(&report_path, &report) {
+        eprintln!("could not write {}: {e}", report_path.display());
+    }
     println!("{report}");
     assert!(
         unexpected.is_empty(),
