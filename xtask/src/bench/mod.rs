@@ -70,7 +70,7 @@ pub struct BenchArgs {
     /// Use this prebuilt `gemma-gem` binary instead of building it (bench/device.sh).
     #[arg(long)]
     pub gemma_gem: Option<PathBuf>,
-    /// Skip `cargo xtask build --release` when dist/chrome-mv3 is missing (sizes are then omitted).
+    /// Skip `cargo xtask build --release` (sizes of an existing dist/chrome-mv3, or none when missing).
     #[arg(long)]
     pub no_release_build: bool,
 }
@@ -395,11 +395,11 @@ fn bundle(name: &str, base: &Path, files: &[&str]) -> Result<Value> {
 /// Shipped sizes: our release bundles (dist/chrome-mv3) and onnxruntime-web's WebGPU build.
 fn sizes(args: &BenchArgs) -> Result<Value> {
     let ext = crate::build::extension_dir(true);
-    if !ext.join("manifest.json").is_file() {
-        if args.no_release_build {
-            return Ok(Value::Null);
-        }
+    if !args.no_release_build {
+        // Always rebuilt: an earlier dist/chrome-mv3 may be from other sources.
         crate::build::run(&crate::build::BuildArgs { release: true })?;
+    } else if !ext.join("manifest.json").is_file() {
+        return Ok(Value::Null);
     }
     let ort = root().join("bench/node_modules/onnxruntime-web/dist");
     let bench_pkg = target_dir().join("bench-web/pkg");
