@@ -236,9 +236,9 @@ fn long_decode_attention_is_split_and_short_is_one_pass() {
         common::run_case(&gpu, &case, graph, 1e-4, 1e-4).expect("matches");
         gpu.counters.snapshot().dispatches - before
     };
-    // Both: rotary Q, rotary K, V copy, two KV appends, then the attention.
+    // Both: rotary Q, the K append (rotating the new keys) and the V append, then the attention.
     let short = dispatches("gqa_tile_decode_d512");
     let long = dispatches("gqa_tile_decode_long_split");
-    assert_eq!(short, 6, "one attention dispatch for 41 keys");
-    assert_eq!(long, 7, "split attention + combine for 301 keys");
+    assert_eq!(short, 4, "one attention dispatch for 41 keys");
+    assert_eq!(long, 5, "split attention + combine for 301 keys");
 }

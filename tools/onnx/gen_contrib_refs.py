@@ -426,6 +426,33 @@ def tiled(out):
              F16_TOL if dt == np.float16 else F32_TOL)
 
 
+def gqa_packed(out):
+    """GroupQueryAttention with packed QKV (key and value inputs empty: the heads are taken from
+    one [B, S, (H + 2 kvH) D] row), rotary, past > 0 and past 0, f32 and f16. Own generator so the
+    earlier cases stay byte-identical."""
+    rng = np.random.default_rng(77)
+    for name, s, past, inter, dt in [
+        ("packed_prefill_past_rotary", 3, 2, 0, np.float32),
+        ("packed_prompt_rotary_interleaved", 4, 0, 1, np.float32),
+        ("packed_f16_decode_rotary", 1, 5, 0, np.float16),
+    ]:
+        b, h, kvh, d = 1, 4, 2, 16
+        total = past + s
+        qkv = rng.standard_normal((b, s, (h + 2 * kvh) * d)).astype(dt)
+        pk = rng.standard_normal((b, kvh, past, d)).astype(dt)
+        pv = rng.standard_normal((b, kvh, past, d)).astype(dt)
+        seqlens = np.array([total - 1], dtype=np.int32)
+        tot = np.array(total, dtype=np.int32)
+        cos, sin = rope_cache(64, d // 2)
+        names = ["qkv", "", "", "pk", "pv", "seqlens", "total", "cos", "sin"]
+        inputs = [("qkv", qkv), ("pk", pk), ("pv", pv), ("seqlens", seqlens), ("total", tot),
+                  ("cos", cos.astype(dt)), ("sin", sin.astype(dt))]
+        node = helper.make_node("GroupQueryAttention", names, ["y", "present_k", "present_v"], domain=MS,
+                                num_heads=h, kv_num_heads=kvh, do_rotary=1, rotary_interleaved=inter)
+        save(out, f"gqa_{name}", node, inputs, [("y", dt), ("present_k", dt), ("present_v", dt)],
+             F16_TOL if dt == np.float16 else F32_TOL)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures/ops")
@@ -433,7 +460,7 @@ def main():
     if os.path.exists(args.out):
         shutil.rmtree(args.out)
     os.makedirs(args.out)
-    for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard, mha, attention, tiled):
+    for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard, mha, attention, tiled, gqa_packed):
         gen(args.out)
     print(f"wrote {len(os.listdir(args.out))} cases to {args.out}")
 

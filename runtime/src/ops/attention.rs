@@ -241,17 +241,6 @@ impl Op for Gqa {
             strides: [s * k_row, k_row, d],
             off: k_off,
         };
-        let k_new = rope(
-            cx,
-            k_src,
-            &kl,
-            rot,
-            Pos::Seqlens(&seqlens),
-            self.interleaved,
-            rot_dim,
-            false,
-            DType::F32,
-        )?;
         let vl = Layout {
             b,
             s,
@@ -260,20 +249,12 @@ impl Op for Gqa {
             strides: [s * v_row, v_row, d],
             off: v_off,
         };
-        let v_new = rope(
-            cx,
-            v_src,
-            &vl,
-            None,
-            Pos::PerToken,
-            false,
-            0,
-            false,
-            DType::F32,
-        )?;
+        // The new keys are rotated and the new values copied inside the append (one dispatch
+        // each for K and V).
         let present_k = self.append(
             cx,
-            &k_new,
+            (k_src, &kl),
+            rot.map(|(c, sn)| (c, sn, rot_dim)),
             past_k.as_ref(),
             &seqlens,
             [b, kvh, t_len, d, s, p],
@@ -281,7 +262,8 @@ impl Op for Gqa {
         )?;
         let present_v = self.append(
             cx,
-            &v_new,
+            (v_src, &vl),
+            None,
             past_v.as_ref(),
             &seqlens,
             [b, kvh, t_len, d, s, p],
@@ -475,10 +457,14 @@ fn lit(v: f32) -> String {
 }
 
 impl Gqa {
+    /// `present` = past, then the new rows read from `src` (a [B, S, kvH, D] view), rotated
+    /// when `rot` (cos, sin, rotary dim) is given, at positions from `seqlens`.
+    #[allow(clippy::too_many_arguments)] // reason: source view + rotary + past + sizes
     fn append(
         &self,
         cx: &mut Ctx<'_>,
-        new: &GpuTensor,
+        (src, l): (&GpuTensor, &Layout),
+        rot: Option<(&GpuTensor, &GpuTensor, usize)>,
         past: Option<&GpuTensor>,
         seqlens: &GpuTensor,
         dims: [usize; 6],
@@ -488,9 +474,25 @@ impl Gqa {
         let out = cx.alloc(dtype, vec![b, kvh, t, d])?;
         let n = out.numel();
         let mut k = Kernel::new("kv_append", KV_APPEND)
-            .input("knew", Storage::F32)
+            .bool("ROTARY", rot.is_some())
+            .bool("INTERLEAVED", self.interleaved)
+            .input("src", src.storage())
             .input("seqlens", seqlens.storage());
-        let mut bind = vec![new, seqlens];
+        let mut bind = vec![src, seqlens];
+        let (rot_dim, half) = match rot {
+            Some((c, sn, rot_dim)) => {
+                k = k.input("cos", c.storage()).input("sin", sn.storage());
+                bind.push(c);
+                bind.push(sn);
+                (rot_dim, c.shape.last().copied().unwrap_or(1))
+            }
+            None => {
+                k = k.input("cos", src.storage()).input("sin", src.storage());
+                bind.push(src);
+                bind.push(src);
+                (0, 1)
+            }
+        };
         match past {
             Some(pt) if p > 0 => {
                 if pt.shape != [b, kvh, p, d] {
@@ -511,7 +513,20 @@ impl Gqa {
         cx.dispatch(
             &k,
             &bind,
-            &[n as u32, kvh as u32, t as u32, d as u32, s as u32, p as u32],
+            &[
+                n as u32,
+                kvh as u32,
+                t as u32,
+                d as u32,
+                s as u32,
+                p as u32,
+                l.strides[0] as u32,
+                l.strides[1] as u32,
+                l.strides[2] as u32,
+                l.off as u32,
+                rot_dim as u32,
+                half as u32,
+            ],
             n.div_ceil(out.storage().per_word() as usize) as u64,
         )?;
         Ok(out)
