@@ -22,6 +22,9 @@ thread_local! {
     /// `(epoch, seq)` of the last model report shown.
     static LAST_MODEL: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
     static NEXT_ID: Cell<u64> = const { Cell::new(1) };
+    /// The user sent a message from this overlay (a stored conversation that arrives later must
+    /// not replace what is on screen).
+    static SENT: Cell<bool> = const { Cell::new(false) };
 }
 
 fn next_id() -> RequestId {
@@ -77,9 +80,15 @@ async fn load_conversation() {
     }) = request(Body::GetConversation).await
     {
         TAB.with(|t| t.set(Some(tab_id)));
-        dispatch(Action::LoadConversation {
-            messages: convert::conversation(&messages),
-        });
+        if SENT.with(Cell::get) {
+            // The answer was on its way before the user's message: showing it would hide that
+            // message (the agent has the whole conversation either way).
+            log::debug("a message was sent before the stored conversation arrived; kept on screen");
+        } else {
+            dispatch(Action::LoadConversation {
+                messages: convert::conversation(&messages),
+            });
+        }
         if running {
             log::debug("a turn is running in this tab; its next events will stream in");
         }
@@ -88,6 +97,9 @@ async fn load_conversation() {
     if let Some(Body::ModelStatus(report)) = request(Body::GetModelStatus).await {
         show_model(report);
     }
+    // Only then the settings' "Downloaded models": listing the cache must not delay the
+    // conversation's arrival.
+    refresh_stored_models().await;
 }
 
 /// Shows a model report unless a newer one was shown already.
@@ -202,7 +214,6 @@ async fn load_settings_and_site() {
         }),
         Err(e) => show_error(format!("could not read the settings: {e}")),
     }
-    refresh_stored_models().await;
     if let Some(Body::Site { site }) = request(Body::GetPageSite).await {
         let host = settings::host_of(&site);
         dispatch(Action::SetSite {
@@ -258,7 +269,10 @@ fn decision(d: ApprovalDecision) -> AgentDecision {
 
 async fn send_intent(intent: UiIntent) {
     let body = match intent {
-        UiIntent::Send { text } => Body::ChatSend { text },
+        UiIntent::Send { text } => {
+            SENT.with(|s| s.set(true));
+            Body::ChatSend { text }
+        }
         UiIntent::Stop => Body::ChatStop,
         UiIntent::NewChat => Body::ChatNew,
         UiIntent::Approve {
