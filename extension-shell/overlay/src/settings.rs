@@ -147,8 +147,9 @@ pub fn from_ui(ui: &gg_components::Settings, stored: &Settings) -> Settings {
 /// The repository each model of the panel downloads from with these settings. A mirror serves
 /// whichever size is chosen, so then only the chosen model has one.
 pub fn repositories(stored: &Settings) -> Vec<(ModelChoice, String)> {
-    let chosen = to_ui(stored).model;
-    let mirror = matches!(to_ui(stored).model_source, ModelSource::Mirror(_));
+    let ui = to_ui(stored);
+    let chosen = ui.model;
+    let mirror = matches!(ui.model_source, ModelSource::Mirror(_));
     ModelChoice::ALL
         .into_iter()
         .filter(|m| !mirror || *m == chosen)

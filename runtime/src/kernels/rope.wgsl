@@ -22,21 +22,7 @@ fn compute(i: u32) -> f32 {
     }
     let b = i / (D * H * S);
     let base = prm[8] + b * prm[5] + s * prm[6] + h * prm[7];
-    let x = ld_x(base + d);
     let rot = prm[9];
-    if (!{{ROTARY}} || d >= rot) { return x; }
-    let half = prm[10];
-    let row = rot_row(b, s) * half;
-    if ({{INTERLEAVED}}) {
-        let j = d / 2u;
-        let c = ld_cos(row + j);
-        let sn = ld_sin(row + j);
-        if ((d & 1u) == 0u) { return x * c - ld_x(base + d + 1u) * sn; }
-        return x * c + ld_x(base + d - 1u) * sn;
-    }
-    let hr = rot / 2u;
-    if (d < hr) {
-        return x * ld_cos(row + d) - ld_x(base + d + hr) * ld_sin(row + d);
-    }
-    return x * ld_cos(row + d - hr) + ld_x(base + d - hr) * ld_sin(row + d - hr);
+    if (!{{ROTARY}} || d >= rot) { return ld_x(base + d); }
+    return rotate(base, d, rot, rot_row(b, s) * prm[10]);
 }

@@ -8,8 +8,15 @@ use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::tensor::DType;
 
-const ROPE: &str = include_str!("../kernels/rope.wgsl");
-const KV_APPEND: &str = include_str!("../kernels/kv_append.wgsl");
+// Both end with the shared rotation (`rotate.wgsl`).
+const ROPE: &str = concat!(
+    include_str!("../kernels/rope.wgsl"),
+    include_str!("../kernels/rotate.wgsl")
+);
+const KV_APPEND: &str = concat!(
+    include_str!("../kernels/kv_append.wgsl"),
+    include_str!("../kernels/rotate.wgsl")
+);
 const GQA: &str = include_str!("../kernels/gqa.wgsl");
 const GQA_COMBINE: &str = include_str!("../kernels/gqa_combine.wgsl");
 
@@ -476,7 +483,7 @@ impl Gqa {
         let mut k = Kernel::new("kv_append", KV_APPEND)
             .bool("ROTARY", rot.is_some())
             .bool("INTERLEAVED", self.interleaved)
-            .input("src", src.storage())
+            .input("x", src.storage())
             .input("seqlens", seqlens.storage());
         let mut bind = vec![src, seqlens];
         let (rot_dim, half) = match rot {
