@@ -236,9 +236,13 @@ fn long_decode_attention_is_split_and_short_is_one_pass() {
         common::run_case(&gpu, &case, graph, 1e-4, 1e-4).expect("matches");
         gpu.counters.snapshot().dispatches - before
     };
-    // Both: rotary Q, the K append (rotating the new keys) and the V append, then the attention.
+    // Both: one append of K (rotating the new keys) and V, then the attention (rotating Q and
+    // writing y in the query's type), on adapters with 10 storage bindings; with fewer, the K
+    // and V appends and Q's rotary are separate dispatches.
+    let wide = gpu.limits.max_storage_buffers_per_shader_stage >= 10;
+    let base = if wide { 2 } else { 4 };
     let short = dispatches("gqa_tile_decode_d512");
     let long = dispatches("gqa_tile_decode_long_split");
-    assert_eq!(short, 4, "one attention dispatch for 41 keys");
-    assert_eq!(long, 5, "split attention + combine for 301 keys");
+    assert_eq!(short, base, "one attention dispatch for 41 keys");
+    assert_eq!(long, base + 1, "split attention + combine for 301 keys");
 }

@@ -1,24 +1,30 @@
-// Grouped-query attention, flash style (online softmax, no scores buffer). q: [B, S, H, D]
-// (rotated, f32); k, v: [B, kvH, T, D] (present). The G = H / kvH query heads sharing a kv head
-// are taken together: the rows of (b, kvh) are r = s * G + g (query s, head h = kvh * G + g), and a
-// workgroup of 128 invocations takes BQ consecutive rows (for decode, S = 1: the whole head group)
-// and walks the keys they can see in tiles of BKV (BQ * BKV = 128). Per tile: the scores
-// [BQ, BKV] are computed with Q and K staged in workgroup memory DC dimensions at a time (one
-// score per invocation), the running max / sum of each row are updated (one invocation per row),
-// then each invocation rescales and accumulates its share of the [BQ, D] output (dimensions
-// tid + 128 i, i < DPT) in registers, each V element loaded once for all BQ rows.
-// Keys visible to query s: t in [first, last], last = past_b + s, past_b = seqlens[b] + 1 - S,
-// first = max(0, last - window + 1) when window > 0, else 0.
+// Grouped-query attention, flash style (online softmax, no scores buffer). Queries: the logical
+// [B, S, H, D] view of `x` read by `load_q` (Q_FN: the GroupQueryAttention query, rotated
+// here, or the KV-shared layers' normed and rotated query); k, v: [B, kvH, T, D] (present). The
+// G = H / kvH query heads sharing a kv head are taken together: the rows of (b, kvh) are
+// r = s * G + g (query s, head h = kvh * G + g), and a workgroup of 128 invocations takes BQ
+// consecutive rows (for decode, S = 1: the whole head group) and walks the keys they can see in
+// tiles of BKV (BQ * BKV = 128). Per tile: the scores [BQ, BKV] are computed with Q and K staged in
+// workgroup memory DC dimensions at a time (one score per invocation), the running max / sum of
+// each row are updated (one invocation per row), then each invocation rescales and accumulates its
+// share of the [BQ, D] output in registers (dimension pairs 2 tid + 256 j, +1; DPT is even), each V
+// element loaded once for all BQ rows.
+// CAUSAL: keys visible to query s: t in [first, last], last = past_b + s, past_b (PAST_B: from seqlens_k),
+// first = max(0, last - window + 1) when window > 0, else 0. Not CAUSAL: all T keys (the additive
+// bias is the mask).
 // Grid: x = row tile, y = (b * kvH + kvh) * chunks + chunk.
 // Split-K (flash-decoding, chunks > 1): each workgroup takes one chunk of the
 // tile's key range and writes (max, sum, unnormalised acc[D]) per row to `part`; gqa_combine.wgsl
 // merges the chunks. CHUNKS == 1 writes y directly.
-// prm: [B, S, H, kvH, D, T, window(i32), bias_sb, bias_sh, bias_ss, chunks, chunk_len]
+// prm: [B, S, H, kvH, D, T, window(i32), bias_sb, bias_sg, bias_ss, chunks, chunk_len,
+//       q_off, q_sb, q_ss, q_sh, rot_dim, half, bias_skv, bias_off, eps(f32 bits), cos_off,
+//       cos_sb, cos_ss]
 const BQ: u32 = {{BQ}};
 const BKV: u32 = {{BKV}};
 const DPT: u32 = {{DPT}};
 const DC: u32 = 64u;
 const DCP: u32 = 65u; // padded row stride of the staged Q/K chunks
+const CAUSAL: bool = {{CAUSAL}};
 
 var<workgroup> Qs: array<f32, {{QS_LEN}}>; // [BQ][DCP]
 var<workgroup> Ks: array<f32, {{KS_LEN}}>; // [BKV][DCP]
@@ -26,6 +32,18 @@ var<workgroup> Ps: array<f32, 128>;         // [BQ][BKV] scores, then probabilit
 var<workgroup> row_m: array<f32, {{BQ}}>;
 var<workgroup> row_l: array<f32, {{BQ}}>;
 var<workgroup> row_a: array<f32, {{BQ}}>;
+var<workgroup> row_inv: array<f32, {{BQ}}>; // per-row query scale (RMS norm), else 1
+
+fn q_base(b: u32, s: u32, h: u32) -> u32 {
+    return prm[12] + b * prm[13] + s * prm[14] + h * prm[15];
+}
+
+{{Q_FN}}
+
+// Output dimension of accumulator slot i of invocation tid.
+fn acc_dim(tid: u32, i: u32) -> u32 {
+    return (i >> 1u) * 256u + 2u * tid + (i & 1u);
+}
 
 @compute @workgroup_size(128)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -47,13 +65,16 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let chunk = wid.y % chunks;
     let b = bk / KVH;
     let kvh = bk % KVH;
-    let pb = ldi_seqlens(b) + 1 - i32(S);
+    let pb = {{PAST_B}};
     // Key range of the whole tile: from the first row's first key to the last row's last key.
     let s_lo = r0 / G;
     let s_hi = min(r0 + BQ, SG) - 1u;
     var kf = 0;
-    if (window > 0) { kf = max(0, pb + i32(s_lo) - window + 1); }
-    var kl = min(pb + i32(s_hi / G), i32(T) - 1);
+    var kl = i32(T) - 1;
+    if (CAUSAL) {
+        if (window > 0) { kf = max(0, pb + i32(s_lo) - window + 1); }
+        kl = min(pb + i32(s_hi / G), i32(T) - 1);
+    }
     // This workgroup's chunk of it.
     kf = kf + i32(chunk * chunk_len);
     kl = min(kl, kf + i32(chunk_len) - 1);
@@ -66,13 +87,22 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let q_ok = qrow < SG;
     let q_s = qrow / G;
     let q_h = kvh * G + qrow % G;
-    let q_last = pb + i32(q_s);
+    var q_last = i32(T) - 1;
     var q_first = 0;
-    if (window > 0) { q_first = max(0, q_last - window + 1); }
+    if (CAUSAL) {
+        q_last = pb + i32(q_s);
+        if (window > 0) { q_first = max(0, q_last - window + 1); }
+    }
 
     if (tid < BQ) {
         row_m[tid] = NEG;
         row_l[tid] = 0.0;
+        var inv = 1.0;
+        let row = r0 + tid;
+        if (row < SG) {
+            inv = q_scale(b, row / G, kvh * G + row % G);
+        }
+        row_inv[tid] = inv;
     }
     workgroupBarrier();
     var acc: array<f32, {{ACC_LEN}}>;
@@ -86,9 +116,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
                 let row = r0 + rr;
                 var v = 0.0;
                 if (row < SG && d0 + dd < D) {
-                    let s = row / G;
-                    let h = kvh * G + row % G;
-                    v = ld_q(((b * S + s) * H + h) * D + d0 + dd);
+                    v = load_q(b, row / G, kvh * G + row % G, d0 + dd, row_inv[rr]);
                 }
                 Qs[rr * DCP + dd] = v;
             }
@@ -145,7 +173,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         workgroupBarrier();
         // acc = acc * alpha + P · V.
         for (var i = 0u; i < DPT; i = i + 1u) {
-            let d = tid + 128u * i;
+            let d = acc_dim(tid, i);
             if (d < D) {
                 for (var q = 0u; q < BQ; q = q + 1u) {
                     acc[q * DPT + i] = acc[q * DPT + i] * row_a[q];

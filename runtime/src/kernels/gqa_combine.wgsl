@@ -32,12 +32,21 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     let inv = select(0.0, 1.0 / l, l > 0.0);
     let ybase = ((b * S + s) * H + h) * D;
-    for (var d = lid.x; d < D; d = d + WG) {
-        var a = 0.0;
+    // Dimension pairs, so an f16 y (D even) is written a whole word at a time.
+    for (var d = 2u * lid.x; d < D; d = d + 2u * WG) {
+        var a0 = 0.0;
+        var a1 = 0.0;
         for (var c = 0u; c < CH; c = c + 1u) {
             let o = (base + c) * W;
-            a = a + ld_part(o + 2u + d) * exp(ld_part(o) - m);
+            let e = exp(ld_part(o) - m);
+            a0 = a0 + ld_part(o + 2u + d) * e;
+            if (d + 1u < D) { a1 = a1 + ld_part(o + 3u + d) * e; }
         }
-        stf_y(ybase + d, a * inv);
+        if (EPW_y == 2u) {
+            st_y((ybase + d) / 2u, a0 * inv, a1 * inv);
+        } else {
+            st_y(ybase + d, a0 * inv, 0.0);
+            if (d + 1u < D) { st_y(ybase + d + 1u, a1 * inv, 0.0); }
+        }
     }
 }

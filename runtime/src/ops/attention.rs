@@ -18,6 +18,11 @@ const KV_APPEND: &str = concat!(
     include_str!("../kernels/rotate.wgsl")
 );
 const GQA: &str = include_str!("../kernels/gqa.wgsl");
+// The attention kernel with the GroupQueryAttention query's rotary.
+const GQA_ROT: &str = concat!(
+    include_str!("../kernels/gqa.wgsl"),
+    include_str!("../kernels/rotate.wgsl")
+);
 const GQA_COMBINE: &str = include_str!("../kernels/gqa_combine.wgsl");
 
 /// Where rotary positions come from.
@@ -33,13 +38,14 @@ enum Pos<'a> {
 }
 
 /// Logical [B, S, H, D] view of `x`: strides (sb, ss, sh) and element offset.
-struct Layout {
-    b: usize,
-    s: usize,
-    h: usize,
-    d: usize,
-    strides: [usize; 3],
-    off: usize,
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Layout {
+    pub b: usize,
+    pub s: usize,
+    pub h: usize,
+    pub d: usize,
+    pub strides: [usize; 3],
+    pub off: usize,
 }
 
 #[allow(clippy::too_many_arguments)] // reason: rotary = input view + caches + position source + flags
@@ -210,7 +216,8 @@ impl Op for Gqa {
                 "rotary dim {rot_dim} exceeds head size {d}"
             )));
         }
-        // Q (rotated) as f32 [B, S, H, D]; new K (rotated) and V as [B, S, kvH, D].
+        // The query [B, S, H, D] is read (and rotated) by the attention kernel itself; new K
+        // (rotated) and V are read from their [B, S, kvH, D] views by the append.
         let row = if packed { hidden } else { h * d };
         let ql = Layout {
             b,
@@ -220,17 +227,6 @@ impl Op for Gqa {
             strides: [s * row, row, d],
             off: 0,
         };
-        let q = rope(
-            cx,
-            &q_in,
-            &ql,
-            rot,
-            Pos::Seqlens(&seqlens),
-            self.interleaved,
-            rot_dim,
-            false,
-            DType::F32,
-        )?;
         let (k_src, k_off, k_row) = match &key {
             Some(k) => (k, 0, kvh * d),
             None => (&q_in, h * d, hidden),
@@ -256,165 +252,90 @@ impl Op for Gqa {
             strides: [s * v_row, v_row, d],
             off: v_off,
         };
-        // The new keys are rotated and the new values copied inside the append (one dispatch
-        // each for K and V).
-        let present_k = self.append(
+        let (present_k, present_v) = self.append(
             cx,
-            (k_src, &kl),
+            [(k_src, &kl), (v_src, &vl)],
             rot.map(|(c, sn)| (c, sn, rot_dim)),
-            past_k.as_ref(),
+            [past_k.as_ref(), past_v.as_ref()],
             &seqlens,
             [b, kvh, t_len, d, s, p],
             kv_dtype,
         )?;
-        let present_v = self.append(
-            cx,
-            (v_src, &vl),
-            None,
-            past_v.as_ref(),
-            &seqlens,
-            [b, kvh, t_len, d, s, p],
-            kv_dtype,
-        )?;
-
-        let y = cx.alloc(DType::F32, vec![b, s, h * d])?;
-        let scale = self.scale.unwrap_or(1.0 / (d as f32).sqrt());
-        let softcap = if self.softcap > 0.0 {
-            format!(
-                "sc = {0} * tanh(clamp(sc / {0}, -15.0, 15.0));",
-                lit(self.softcap)
-            )
-        } else {
-            String::new()
-        };
-        // Rows of one kv head: (query, head of the group); BQ rows per workgroup, BQ * BKV = 128.
-        let g = h / kvh;
-        let rows = s * g;
-        let bq = rows.next_power_of_two().clamp(4, 16);
-        let bkv = 128 / bq;
-        let dpt = d.div_ceil(128);
-        let row_tiles = rows.div_ceil(bq);
-        // Flash-decoding: when fewer than 64 workgroups would be busy (decode) and the key range
-        // is long (256 keys or more), split it into chunks of at least 64 keys, combined by a
-        // second pass. Shorter ranges stay one pass (one dispatch).
-        let span = if self.window > 0 {
-            t_len.min(self.window as usize + s - 1)
-        } else {
-            t_len
-        };
-        let groups = row_tiles * b * kvh;
-        let chunks = if groups >= 64 || span < 256 {
-            1
-        } else {
-            span.div_ceil(64).min(64usize.div_ceil(groups.max(1)))
-        };
-        let (chunks, chunk_len) = if chunks > 1 {
-            let len = span.div_ceil(chunks).next_multiple_of(bkv);
-            (span.div_ceil(len), len)
-        } else {
-            (1, t_len.max(1))
-        };
-        let mut kern = Kernel::new("gqa", GQA)
-            .workgroup(128)
-            .u32("BQ", bq as u32)
-            .u32("BKV", bkv as u32)
-            .u32("DPT", dpt as u32)
-            .u32("QS_LEN", (bq * 65) as u32)
-            .u32("KS_LEN", (bkv * 65) as u32)
-            .u32("ACC_LEN", (bq * dpt) as u32)
-            .f32("SCALE", scale)
-            .code("SOFTCAP", &softcap)
-            .input("q", Storage::F32)
-            .input("k", present_k.storage())
-            .input("v", present_v.storage())
-            .input("seqlens", seqlens.storage());
-        let mut bind = vec![&q, &present_k, &present_v, &seqlens];
-        let mut bstr = [0u32; 3];
-        if let Some(bt) = &bias {
-            if bt.shape.len() != 4 || bt.shape[2] != s || bt.shape[3] < t_len.min(total as usize) {
-                return Err(op_err(format!(
-                    "attention_bias {:?} is not [B|1, H|1, {s}, {total}]",
-                    bt.shape
-                )));
-            }
-            let tb = bt.shape[3];
-            bstr = [
-                if bt.shape[0] == 1 {
+        let bias = match &bias {
+            Some(bt) => {
+                if bt.shape.len() != 4
+                    || bt.shape[2] != s
+                    || bt.shape[3] < t_len.min(total as usize)
+                {
+                    return Err(op_err(format!(
+                        "attention_bias {:?} is not [B|1, H|1, {s}, {total}]",
+                        bt.shape
+                    )));
+                }
+                let tb = bt.shape[3];
+                let sb = if bt.shape[0] == 1 {
                     0
                 } else {
-                    (bt.shape[1] * s * tb) as u32
+                    bt.shape[1] * s * tb
+                };
+                let sh = if bt.shape[1] == 1 { 0 } else { s * tb };
+                Some(Bias {
+                    t: bt,
+                    off: 0,
+                    sb,
+                    skv: sh * (h / kvh),
+                    sg: sh,
+                    ss: tb,
+                })
+            }
+            None => None,
+        };
+        let mut flash = Flash {
+            q: Query::Gqa {
+                x: &q_in,
+                l: ql,
+                rot: rot.map(|(c, sn)| (c, sn, rot_dim)),
+                interleaved: self.interleaved,
+            },
+            k: &present_k,
+            v: &present_v,
+            seqlens: Some(&seqlens),
+            dims: [b, s, h, kvh, d, t_len],
+            scale: self.scale.unwrap_or(1.0 / (d as f32).sqrt()),
+            softcap: self.softcap,
+            window: self.window,
+            bias,
+            out_dtype: q_in.dtype,
+        };
+        // Too few storage bindings for the query's rotary inside the kernel: rotate it first.
+        let rotated;
+        if rot.is_some() && flash.bindings() > cx.gpu.limits.max_storage_buffers_per_shader_stage {
+            rotated = rope(
+                cx,
+                &q_in,
+                &ql,
+                rot,
+                Pos::Seqlens(&seqlens),
+                self.interleaved,
+                rot_dim,
+                false,
+                DType::F32,
+            )?;
+            flash.q = Query::Gqa {
+                x: &rotated,
+                l: Layout {
+                    b,
+                    s,
+                    h,
+                    d,
+                    strides: [s * h * d, h * d, d],
+                    off: 0,
                 },
-                if bt.shape[1] == 1 { 0 } else { (s * tb) as u32 },
-                tb as u32,
-            ];
-            kern = kern.input("bias", bt.storage()).code(
-                "BIAS",
-                "sc = sc + ld_bias(b * prm[7] + h * prm[8] + s * prm[9] + tt);",
-            );
-            bind.push(bt);
-        } else {
-            kern = kern.code("BIAS", "");
+                rot: None,
+                interleaved: false,
+            };
         }
-        let part = if chunks > 1 {
-            Some(cx.alloc(DType::F32, vec![b * h * s * chunks * (d + 2)])?)
-        } else {
-            None
-        };
-        let kern = match &part {
-            Some(pt) => {
-                bind.push(pt);
-                kern.code("STORE", STORE_PART).output("part", Storage::F32)
-            }
-            None => {
-                bind.push(&y);
-                kern.code("STORE", STORE_Y).output("y", Storage::F32)
-            }
-        };
-        let window = if self.window > 0 {
-            self.window as i32
-        } else {
-            -1
-        };
-        let meta = [
-            b as u32,
-            s as u32,
-            h as u32,
-            kvh as u32,
-            d as u32,
-            t_len as u32,
-            window as u32,
-            bstr[0],
-            bstr[1],
-            bstr[2],
-            chunks as u32,
-            chunk_len as u32,
-        ];
-        cx.dispatch_groups(
-            &kern,
-            &bind,
-            &meta,
-            (row_tiles as u32, (b * kvh * chunks) as u32),
-        )?;
-        if let Some(pt) = &part {
-            let comb = Kernel::new("gqa_combine", GQA_COMBINE)
-                .workgroup(64)
-                .input("part", Storage::F32)
-                .output("y", Storage::F32);
-            let meta = [
-                b as u32,
-                s as u32,
-                h as u32,
-                kvh as u32,
-                d as u32,
-                chunks as u32,
-            ];
-            cx.dispatch(&comb, &[pt, &y], &meta, (b * h * s) as u64 * 64)?;
-        }
-        let y = if q_in.dtype == DType::F32 {
-            y
-        } else {
-            cast_gpu(cx, &y, q_in.dtype)?
-        };
+        let y = flash_attention(cx, &flash)?;
         Ok(vec![
             Value::Gpu(y),
             Value::Gpu(present_k),
@@ -423,17 +344,26 @@ impl Op for Gqa {
     }
 }
 
-/// gqa.wgsl epilogue, one pass: the normalised rows to y [B, S, H, D].
+/// gqa.wgsl epilogue, one pass: the normalised rows to y [B, S, H, D] (dimension pairs, so an
+/// f16 y is written a whole word at a time).
 const STORE_Y: &str = "
-    for (var i = 0u; i < DPT; i = i + 1u) {
-        let d = tid + 128u * i;
+    for (var i = 0u; i < DPT; i = i + 2u) {
+        let d = acc_dim(tid, i);
         if (d < D) {
             for (var q = 0u; q < BQ; q = q + 1u) {
                 let row = r0 + q;
                 if (row < SG) {
                     let l = row_l[q];
-                    let yv = select(0.0, acc[q * DPT + i] / l, l > 0.0);
-                    stf_y(((b * S + row / G) * H + kvh * G + row % G) * D + d, yv);
+                    let inv = select(0.0, 1.0 / l, l > 0.0);
+                    let y0 = acc[q * DPT + i] * inv;
+                    let y1 = acc[q * DPT + i + 1u] * inv;
+                    let o = ((b * S + row / G) * H + kvh * G + row % G) * D + d;
+                    if (EPW_y == 2u) {
+                        st_y(o / 2u, y0, y1);
+                    } else {
+                        st_y(o, y0, 0.0);
+                        if (d + 1u < D) { st_y(o + 1u, y1, 0.0); }
+                    }
                 }
             }
         }
@@ -443,7 +373,7 @@ const STORE_Y: &str = "
 const STORE_PART: &str = "
     let W = D + 2u;
     for (var i = 0u; i < DPT; i = i + 1u) {
-        let d = tid + 128u * i;
+        let d = acc_dim(tid, i);
         if (d < D) {
             for (var q = 0u; q < BQ; q = q + 1u) {
                 let row = r0 + q;
@@ -459,30 +389,439 @@ const STORE_PART: &str = "
         stf_part(o + 1u, row_l[tid]);
     }";
 
+/// gqa.wgsl query reader without rotary: `x` through its view.
+const Q_PLAIN: &str = "
+fn q_scale(b: u32, s: u32, h: u32) -> f32 { return 1.0; }
+fn load_q(b: u32, s: u32, h: u32, d: u32, inv: f32) -> f32 { return ld_x(q_base(b, s, h) + d); }";
+
+/// gqa.wgsl query reader of GroupQueryAttention with rotary: `x` through its view, rotated
+/// (rotate.wgsl) at position `seqlens_k[b] + 1 - S + s`.
+const Q_GQA: &str = "
+fn q_scale(b: u32, s: u32, h: u32) -> f32 { return 1.0; }
+fn load_q(b: u32, s: u32, h: u32, d: u32, inv: f32) -> f32 {
+    let base = q_base(b, s, h);
+    let rot = prm[16];
+    if (d >= rot) { return ld_x(base + d); }
+    let pos = u32(ldi_seqlens(b) + 1 - i32(prm[1]) + i32(s));
+    return rotate(base, d, rot, pos * prm[17]);
+}";
+
+/// gqa.wgsl query reader of the KV-shared layers: RMS norm over the head (statistics in f32,
+/// scale `gamma`) when NORM, then `q * cos + rotate_half(q) * sin` with per-token full-width
+/// cos/sin at `cos_off + b * cos_sb + s * cos_ss + d`.
+const Q_SHARED: &str = "
+fn q_scale(b: u32, s: u32, h: u32) -> f32 {
+    if (!{{NORM}}) { return 1.0; }
+    let base = q_base(b, s, h);
+    let D = prm[4];
+    var ss = 0.0;
+    for (var d = 0u; d < D; d = d + 1u) {
+        let v = ld_x(base + d);
+        ss = ss + v * v;
+    }
+    return inverseSqrt(ss / f32(D) + bitcast<f32>(prm[20]));
+}
+fn qn(base: u32, d: u32, inv: f32) -> f32 {
+    var v = ld_x(base + d);
+    if ({{NORM}}) { v = v * inv * ld_gamma(d); }
+    return v;
+}
+fn load_q(b: u32, s: u32, h: u32, d: u32, inv: f32) -> f32 {
+    let base = q_base(b, s, h);
+    let hr = prm[4] / 2u;
+    let c = prm[21] + b * prm[22] + s * prm[23] + d;
+    var r = 0.0;
+    if (d < hr) { r = -qn(base, d + hr, inv); } else { r = qn(base, d - hr, inv); }
+    return qn(base, d, inv) * ld_cos(c) + r * ld_sin(c);
+}";
+
 fn lit(v: f32) -> String {
     format!("bitcast<f32>({}u)", v.to_bits())
 }
 
+/// Where the flash attention kernel reads the queries.
+pub(crate) enum Query<'a> {
+    /// GroupQueryAttention: `x` through `l`, rotated with the half-width caches (cos, sin,
+    /// rotary dim) at positions from `seqlens_k` when `rot` is given.
+    Gqa {
+        x: &'a GpuTensor,
+        l: Layout,
+        rot: Option<(&'a GpuTensor, &'a GpuTensor, usize)>,
+        interleaved: bool,
+    },
+    /// The KV-shared layers of Gemma 4: `x` through `l`, RMS-normed per head (scale, epsilon)
+    /// when `norm` is given, then rotated by halves with per-token full-width `cos`/`sin` at
+    /// `cs[0] + b * cs[1] + s * cs[2] + d`.
+    Shared {
+        x: &'a GpuTensor,
+        l: Layout,
+        norm: Option<(&'a GpuTensor, f32)>,
+        cos: &'a GpuTensor,
+        sin: &'a GpuTensor,
+        cs: [usize; 3],
+    },
+}
+
+/// An additive attention bias read at `off + b * sb + kvh * skv + g * sg + s * ss + t`.
+pub(crate) struct Bias<'a> {
+    pub t: &'a GpuTensor,
+    pub off: usize,
+    pub sb: usize,
+    pub skv: usize,
+    pub sg: usize,
+    pub ss: usize,
+}
+
+/// One flash attention (gqa.wgsl): queries [B, S, H, D] against `k`, `v` [B, kvH, T, D].
+/// With `seqlens` the keys visible to a query are causal (bottom-right aligned at
+/// `seqlens_k[b] + 1`, within `window` when > 0); without, all T keys (the bias masks).
+pub(crate) struct Flash<'a> {
+    pub q: Query<'a>,
+    pub k: &'a GpuTensor,
+    pub v: &'a GpuTensor,
+    pub seqlens: Option<&'a GpuTensor>,
+    /// [B, S, H, kvH, D, T].
+    pub dims: [usize; 6],
+    pub scale: f32,
+    pub softcap: f32,
+    pub window: i64,
+    pub bias: Option<Bias<'a>>,
+    pub out_dtype: DType,
+}
+
+impl Flash<'_> {
+    /// Storage bindings of the attention kernel (the parameter buffer included).
+    pub(crate) fn bindings(&self) -> u32 {
+        let q = match &self.q {
+            Query::Gqa { rot, .. } => 1 + 2 * u32::from(rot.is_some()),
+            Query::Shared { norm, .. } => 3 + u32::from(norm.is_some()),
+        };
+        q + 2 + u32::from(self.seqlens.is_some()) + u32::from(self.bias.is_some()) + 2
+    }
+}
+
+/// Runs `f`: one dispatch, or two when a decode's long key range is split (flash-decoding).
+/// Returns y [B, S, H * D] in `f.out_dtype`.
+pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTensor> {
+    let [b, s, h, kvh, d, t_len] = f.dims;
+    if f.bindings() > cx.gpu.limits.max_storage_buffers_per_shader_stage {
+        return Err(op_err(format!(
+            "attention needs {} storage buffers, the adapter allows {}",
+            f.bindings(),
+            cx.gpu.limits.max_storage_buffers_per_shader_stage
+        )));
+    }
+    let softcap = if f.softcap > 0.0 {
+        format!(
+            "sc = {0} * tanh(clamp(sc / {0}, -15.0, 15.0));",
+            lit(f.softcap)
+        )
+    } else {
+        String::new()
+    };
+    // Rows of one kv head: (query, head of the group); BQ rows per workgroup, BQ * BKV = 128.
+    let g = h / kvh;
+    let rows = s * g;
+    let bq = rows.next_power_of_two().clamp(4, 16);
+    let bkv = 128 / bq;
+    // Accumulator slots per invocation: dimension pairs, 256 dimensions per pair of slots.
+    let dpt = 2 * d.div_ceil(256);
+    let row_tiles = rows.div_ceil(bq);
+    // Flash-decoding: when fewer than 64 workgroups would be busy (decode) and the key range
+    // is long (256 keys or more), split it into chunks of at least 64 keys, combined by a
+    // second pass. Shorter ranges stay one pass (one dispatch).
+    let span = if f.seqlens.is_some() && f.window > 0 {
+        t_len.min(f.window as usize + s - 1)
+    } else {
+        t_len
+    };
+    let groups = row_tiles * b * kvh;
+    let chunks = if groups >= 64 || span < 256 {
+        1
+    } else {
+        span.div_ceil(64).min(64usize.div_ceil(groups.max(1)))
+    };
+    let (chunks, chunk_len) = if chunks > 1 {
+        let len = span.div_ceil(chunks).next_multiple_of(bkv);
+        (span.div_ceil(len), len)
+    } else {
+        (1, t_len.max(1))
+    };
+    // f16 results are written a word (two dimensions) at a time, so D must be even.
+    let y_dtype = if f.out_dtype == DType::F16 && d % 2 == 0 {
+        DType::F16
+    } else {
+        DType::F32
+    };
+    let y = cx.alloc(y_dtype, vec![b, s, h * d])?;
+    let (name, body) = match &f.q {
+        Query::Gqa { rot: Some(_), .. } => ("gqa_rot", GQA_ROT),
+        Query::Gqa { rot: None, .. } => ("gqa", GQA),
+        Query::Shared { .. } => ("gqa_shared", GQA),
+    };
+    let mut kern = Kernel::new(name, body)
+        .workgroup(128)
+        .u32("BQ", bq as u32)
+        .u32("BKV", bkv as u32)
+        .u32("DPT", dpt as u32)
+        .u32("QS_LEN", (bq * 65) as u32)
+        .u32("KS_LEN", (bkv * 65) as u32)
+        .u32("ACC_LEN", (bq * dpt) as u32)
+        .f32("SCALE", f.scale)
+        .code("SOFTCAP", &softcap)
+        .bool("CAUSAL", f.seqlens.is_some())
+        .code(
+            "PAST_B",
+            if f.seqlens.is_some() {
+                "ldi_seqlens(b) + 1 - i32(S)"
+            } else {
+                "0"
+            },
+        );
+    let mut bind: Vec<&GpuTensor> = Vec::new();
+    let view = |l: &Layout, rot: [u32; 2]| {
+        [
+            l.off as u32,
+            l.strides[0] as u32,
+            l.strides[1] as u32,
+            l.strides[2] as u32,
+            rot[0],
+            rot[1],
+        ]
+    };
+    let qprm;
+    let mut eps = 0f32;
+    let mut cs = [0u32; 3];
+    match &f.q {
+        Query::Gqa {
+            x,
+            l,
+            rot,
+            interleaved,
+        } => {
+            kern = kern
+                .code("Q_FN", if rot.is_some() { Q_GQA } else { Q_PLAIN })
+                .bool("INTERLEAVED", *interleaved)
+                .input("x", x.storage());
+            bind.push(x);
+            let mut r = [0, 1];
+            if let Some((c, sn, rot_dim)) = rot {
+                kern = kern.input("cos", c.storage()).input("sin", sn.storage());
+                bind.push(c);
+                bind.push(sn);
+                r = [*rot_dim as u32, c.shape.last().copied().unwrap_or(1) as u32];
+            }
+            qprm = view(l, r);
+        }
+        Query::Shared {
+            x,
+            l,
+            norm,
+            cos,
+            sin,
+            cs: c,
+        } => {
+            kern = kern
+                .code("Q_FN", Q_SHARED)
+                .bool("NORM", norm.is_some())
+                .input("x", x.storage());
+            bind.push(x);
+            if let Some((gm, e)) = norm {
+                kern = kern.input("gamma", gm.storage());
+                bind.push(gm);
+                eps = *e;
+            }
+            kern = kern.input("cos", cos.storage()).input("sin", sin.storage());
+            bind.push(cos);
+            bind.push(sin);
+            qprm = view(l, [0, 1]);
+            cs = [c[0] as u32, c[1] as u32, c[2] as u32];
+        }
+    }
+    kern = kern.input("k", f.k.storage()).input("v", f.v.storage());
+    bind.push(f.k);
+    bind.push(f.v);
+    if let Some(sl) = f.seqlens {
+        kern = kern.input("seqlens", sl.storage());
+        bind.push(sl);
+    }
+    let mut bstr = [0u32; 5];
+    if let Some(bs) = &f.bias {
+        bstr = [
+            bs.sb as u32,
+            bs.sg as u32,
+            bs.ss as u32,
+            bs.skv as u32,
+            bs.off as u32,
+        ];
+        kern = kern.input("bias", bs.t.storage()).code(
+            "BIAS",
+            "sc = sc + ld_bias(prm[19] + b * prm[7] + kvh * prm[18] + (h % G) * prm[8] + s * prm[9] + tt);",
+        );
+        bind.push(bs.t);
+    } else {
+        kern = kern.code("BIAS", "");
+    }
+    let part = if chunks > 1 {
+        Some(cx.alloc(DType::F32, vec![b * h * s * chunks * (d + 2)])?)
+    } else {
+        None
+    };
+    let kern = match &part {
+        Some(pt) => {
+            bind.push(pt);
+            kern.code("STORE", STORE_PART).output("part", Storage::F32)
+        }
+        None => {
+            bind.push(&y);
+            kern.code("STORE", STORE_Y).output("y", y.storage())
+        }
+    };
+    let window = if f.seqlens.is_some() && f.window > 0 {
+        f.window as i32
+    } else {
+        -1
+    };
+    let meta = [
+        b as u32,
+        s as u32,
+        h as u32,
+        kvh as u32,
+        d as u32,
+        t_len as u32,
+        window as u32,
+        bstr[0],
+        bstr[1],
+        bstr[2],
+        chunks as u32,
+        chunk_len as u32,
+        qprm[0],
+        qprm[1],
+        qprm[2],
+        qprm[3],
+        qprm[4],
+        qprm[5],
+        bstr[3],
+        bstr[4],
+        eps.to_bits(),
+        cs[0],
+        cs[1],
+        cs[2],
+    ];
+    cx.dispatch_groups(
+        &kern,
+        &bind,
+        &meta,
+        (row_tiles as u32, (b * kvh * chunks) as u32),
+    )?;
+    if let Some(pt) = &part {
+        let comb = Kernel::new("gqa_combine", GQA_COMBINE)
+            .workgroup(64)
+            .input("part", Storage::F32)
+            .output("y", y.storage());
+        let meta = [
+            b as u32,
+            s as u32,
+            h as u32,
+            kvh as u32,
+            d as u32,
+            chunks as u32,
+        ];
+        cx.dispatch(&comb, &[pt, &y], &meta, (b * h * s) as u64 * 64)?;
+    }
+    if y.dtype == f.out_dtype {
+        Ok(y)
+    } else {
+        cast_gpu(cx, &y, f.out_dtype)
+    }
+}
+
 impl Gqa {
-    /// `present` = past, then the new rows read from `src` (a [B, S, kvH, D] view), rotated
-    /// when `rot` (cos, sin, rotary dim) is given, at positions from `seqlens`.
-    #[allow(clippy::too_many_arguments)] // reason: source view + rotary + past + sizes
+    /// `present` K and V = past, then the new rows read from the sources (each a
+    /// [B, S, kvH, D] view), the keys rotated when `rot` (cos, sin, rotary dim) is given, at
+    /// positions from `seqlens`. One dispatch for both when the adapter has the storage
+    /// bindings, else one each.
+    #[allow(clippy::too_many_arguments)] // reason: source views + rotary + pasts + sizes
     fn append(
         &self,
         cx: &mut Ctx<'_>,
-        (src, l): (&GpuTensor, &Layout),
+        src: [(&GpuTensor, &Layout); 2],
         rot: Option<(&GpuTensor, &GpuTensor, usize)>,
-        past: Option<&GpuTensor>,
+        past: [Option<&GpuTensor>; 2],
         seqlens: &GpuTensor,
         dims: [usize; 6],
         dtype: DType,
-    ) -> Result<GpuTensor> {
-        let [b, kvh, t, d, s, p] = dims;
-        let out = cx.alloc(dtype, vec![b, kvh, t, d])?;
-        let n = out.numel();
+    ) -> Result<(GpuTensor, GpuTensor)> {
+        let [b, kvh, t, d, _, p] = dims;
+        for pt in past.iter().flatten() {
+            if p > 0 && pt.shape != [b, kvh, p, d] {
+                return Err(op_err(format!(
+                    "past KV {:?} is not [{b}, {kvh}, {p}, {d}]",
+                    pt.shape
+                )));
+            }
+        }
+        let past = past.map(|pt| pt.filter(|_| p > 0));
+        let pair_bindings = 8 + past.iter().flatten().count() as u32;
+        let out_k = cx.alloc(dtype, vec![b, kvh, t, d])?;
+        let out_v = cx.alloc(dtype, vec![b, kvh, t, d])?;
+        if pair_bindings <= cx.gpu.limits.max_storage_buffers_per_shader_stage {
+            self.append_one(
+                cx,
+                src[0],
+                Some(src[1]),
+                rot,
+                past,
+                seqlens,
+                dims,
+                [&out_k, &out_v],
+            )?;
+        } else {
+            self.append_one(
+                cx,
+                src[0],
+                None,
+                rot,
+                [past[0], None],
+                seqlens,
+                dims,
+                [&out_k, &out_k],
+            )?;
+            self.append_one(
+                cx,
+                src[1],
+                None,
+                None,
+                [past[1], None],
+                seqlens,
+                dims,
+                [&out_v, &out_v],
+            )?;
+        }
+        Ok((out_k, out_v))
+    }
+
+    /// One kv_append.wgsl dispatch: `out[0]` from `key` (rotated when `rot`) and `past[0]`;
+    /// with `value`, also `out[1]` from it and `past[1]`.
+    #[allow(clippy::too_many_arguments)] // reason: source views + rotary + pasts + sizes
+    fn append_one(
+        &self,
+        cx: &mut Ctx<'_>,
+        (src, l): (&GpuTensor, &Layout),
+        value: Option<(&GpuTensor, &Layout)>,
+        rot: Option<(&GpuTensor, &GpuTensor, usize)>,
+        past: [Option<&GpuTensor>; 2],
+        seqlens: &GpuTensor,
+        dims: [usize; 6],
+        out: [&GpuTensor; 2],
+    ) -> Result<()> {
+        let [_, kvh, t, d, s, p] = dims;
+        let n = out[0].numel();
         let mut k = Kernel::new("kv_append", KV_APPEND)
+            .workgroup(64)
             .bool("ROTARY", rot.is_some())
             .bool("INTERLEAVED", self.interleaved)
+            .bool("PAIR", value.is_some())
             .input("x", src.storage())
             .input("seqlens", seqlens.storage());
         let mut bind = vec![src, seqlens];
@@ -500,23 +839,51 @@ impl Gqa {
                 (0, 1)
             }
         };
-        match past {
-            Some(pt) if p > 0 => {
-                if pt.shape != [b, kvh, p, d] {
-                    return Err(op_err(format!(
-                        "past KV {:?} is not [{b}, {kvh}, {p}, {d}]",
-                        pt.shape
-                    )));
-                }
+        let mut vl = [0u32; 4];
+        if let Some((vs, l)) = value {
+            k = k
+                .input("xv", vs.storage())
+                .code("NEW_V", "ld_xv(vbase + d)");
+            bind.push(vs);
+            vl = [
+                l.strides[0] as u32,
+                l.strides[1] as u32,
+                l.strides[2] as u32,
+                l.off as u32,
+            ];
+        } else {
+            k = k.code("NEW_V", "0.0");
+        }
+        match past[0] {
+            Some(pt) => {
                 k = k
                     .input("past", pt.storage())
                     .code("PAST", "ld_past(((b * H + h) * P + t) * D + d)");
                 bind.push(pt);
             }
-            _ => k = k.code("PAST", "0.0"),
+            None => k = k.code("PAST", "0.0"),
         }
-        let k = k.output("y", out.storage()).mapped("y");
-        bind.push(&out);
+        match past[1] {
+            Some(pt) if value.is_some() => {
+                k = k
+                    .input("pastv", pt.storage())
+                    .code("PAST_V", "ld_pastv(((b * H + h) * P + t) * D + d)");
+                bind.push(pt);
+            }
+            _ => k = k.code("PAST_V", "0.0"),
+        }
+        k = k.output("y", out[0].storage());
+        bind.push(out[0]);
+        if value.is_some() {
+            k = k
+                .output("yv", out[1].storage())
+                .code("STORE_V", "st_yv(w, v0.y, v1.y);");
+            bind.push(out[1]);
+        } else {
+            // The single form has no second output.
+            k = k.code("STORE_V", "");
+        }
+        let words = n.div_ceil(out[0].storage().per_word() as usize);
         cx.dispatch(
             &k,
             &bind,
@@ -533,10 +900,14 @@ impl Gqa {
                 l.off as u32,
                 rot_dim as u32,
                 half as u32,
+                vl[0],
+                vl[1],
+                vl[2],
+                vl[3],
             ],
-            n.div_ceil(out.storage().per_word() as usize) as u64,
+            words as u64,
         )?;
-        Ok(out)
+        Ok(())
     }
 }
 
