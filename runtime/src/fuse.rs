@@ -26,6 +26,8 @@ use crate::ops::{Attrs, MS, Op};
 use crate::tensor::DType;
 use std::collections::{HashMap, HashSet};
 
+mod shared_attn;
+
 const FUSED_GEMV: &str = include_str!("kernels/fused_gemv.wgsl");
 
 /// Domain of fused nodes.
@@ -1154,6 +1156,15 @@ pub fn fuse(
 ) -> (Vec<Node>, Vec<Box<dyn Op>>, Vec<String>) {
     let g = Graphs::new(graph);
     let mut used: HashSet<usize> = HashSet::new();
+    // KV-shared attention groups first: they hold per-head norms the norm pass would take.
+    let shared = if limits.storage_buffers >= 9 {
+        shared_attn::find(&g, &used)
+    } else {
+        Vec::new()
+    };
+    for p in &shared {
+        used.extend(&p.nodes);
+    }
     let mut specs: Vec<Spec> = Vec::new();
     let mut norm_groups: Vec<Vec<Unit>> = Vec::new();
     for (i, node) in graph.nodes.iter().enumerate() {
@@ -1228,12 +1239,18 @@ pub fn fuse(
             norm_groups.push(vec![u]);
         }
     }
-    if specs.is_empty() && norm_groups.is_empty() {
+    if specs.is_empty() && norm_groups.is_empty() && shared.is_empty() {
         return (graph.nodes.clone(), ops, Vec::new());
     }
     let mut ops: Vec<Option<Box<dyn Op>>> = ops.into_iter().map(Some).collect();
     let mut at_last: HashMap<usize, (Node, Box<dyn Op>)> = HashMap::new();
     let mut fused = Vec::new();
+    for p in shared {
+        let last = *p.nodes.last().expect("non-empty group");
+        let (node, op, desc) = shared_attn::build(&g, p, &mut ops);
+        fused.push(desc);
+        at_last.insert(last, (node, op));
+    }
     for spec in specs {
         let members = spec.nodes();
         let set: HashSet<usize> = members.iter().copied().collect();

@@ -343,3 +343,110 @@ fn guards_keep_groups_with_outside_readers_unfused() {
         assert_close(&run(&fused, rows), &run(&plain, rows));
     }
 }
+
+/// Inputs of a Gemma 4 decoder step: `s` new tokens after `p` cached ones (random embeddings and
+/// cache, all positions visible).
+fn decoder_inputs(s: &Session, new: usize, past: usize, seed: u64) -> Vec<(String, Value)> {
+    let mut rng = Rng(seed);
+    let total = new + past;
+    let mut out = Vec::new();
+    for i in &s.graph.inputs {
+        let dims = i.dims.clone().unwrap_or_default();
+        let shape: Vec<usize> = dims
+            .iter()
+            .map(|d| match d {
+                gg_runtime::model::Dim::Fixed(v) => *v as usize,
+                gg_runtime::model::Dim::Param(p) if p.contains("total") => total,
+                gg_runtime::model::Dim::Param(p) if p.contains("past") => past,
+                gg_runtime::model::Dim::Param(p) if p.contains("sequence") => new,
+                _ => 1,
+            })
+            .collect();
+        let v = match i.name.as_str() {
+            "attention_mask" => HostTensor::from_i64(shape, &vec![1; total]),
+            "position_ids" => {
+                HostTensor::from_i64(shape, &(past as i64..total as i64).collect::<Vec<_>>())
+            }
+            "num_logits_to_keep" => HostTensor::from_i64(vec![], &[1]),
+            _ => {
+                let n: usize = shape.iter().product();
+                let v: Vec<f32> = (0..n).map(|_| rng.next()).collect();
+                let t = HostTensor::from_f32(shape.clone(), &v);
+                if i.dtype().expect("dtype") == DType::F16 {
+                    HostTensor::new(DType::F16, shape, gg_runtime::exec::f16_bytes(&v))
+                        .expect("f16")
+                } else {
+                    t
+                }
+            }
+        };
+        out.push((i.name.clone(), Value::Host(v)));
+    }
+    out
+}
+
+/// The KV-shared layers of the real Gemma 4 exporter graph (tiny fixture: layers 4 and 5 read
+/// layer 3's cache) become one fused attention node each, and fused and unfused sessions give the
+/// same logits and caches for a prompt and for a decode step.
+#[test]
+fn kv_shared_attention_on_the_gemma4_graph() {
+    let gpu = gpu();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/models/gemma4-tiny/onnx");
+    for (file, tol) in [
+        ("decoder_model_merged_q4.onnx", 1e-4f32),
+        ("decoder_model_merged_q4f16.onnx", 2e-2),
+    ] {
+        let path = dir.join(file);
+        let graph = Graph::decode(&std::fs::read(&path).expect("model"), file).expect("decodes");
+        let load = |fuse: bool| {
+            pollster::block_on(Session::from_graph_with(
+                gpu.clone(),
+                graph.clone(),
+                &gg_runtime::source::DirSource::new(&dir),
+                SessionOptions { fuse },
+            ))
+            .expect("loads")
+        };
+        let (fused, plain) = (load(true), load(false));
+        let shared: Vec<&String> = fused
+            .fused()
+            .iter()
+            .filter(|s| s.contains("SharedKVAttention"))
+            .collect();
+        assert_eq!(shared.len(), 2, "{file}: {:?}", fused.fused());
+        assert!(shared[0].starts_with("Fused[Norm+Rotary+SharedKVAttention] at /model/layers.4/"));
+        for (new, past) in [(5, 0), (1, 9), (3, 300)] {
+            let run = |s: &Session| {
+                let outs =
+                    pollster::block_on(s.run(decoder_inputs(s, new, past, 7))).expect("runs");
+                outs.into_iter()
+                    .map(|(n, v)| (n, pollster::block_on(s.read(&v)).expect("reads").to_f32()))
+                    .collect::<Vec<_>>()
+            };
+            let before = gpu.counters.snapshot().dispatches;
+            let a = run(&fused);
+            let mid = gpu.counters.snapshot().dispatches;
+            let b = run(&plain);
+            let after = gpu.counters.snapshot().dispatches;
+            assert!(
+                mid - before < after - mid,
+                "{file}: fused {} vs {}",
+                mid - before,
+                after - mid
+            );
+            assert_eq!(a.len(), b.len());
+            for ((na, va), (_, vb)) in a.iter().zip(&b) {
+                let scale = vb.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
+                let worst = va
+                    .iter()
+                    .zip(vb)
+                    .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+                assert!(
+                    worst <= tol * scale,
+                    "{file} new {new} past {past} {na}: max |fused - unfused| {worst} (scale {scale})"
+                );
+            }
+        }
+    }
+}

@@ -548,7 +548,7 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
         (1, t_len.max(1))
     };
     // f16 results are written a word (two dimensions) at a time, so D must be even.
-    let y_dtype = if f.out_dtype == DType::F16 && d % 2 == 0 {
+    let y_dtype = if f.out_dtype == DType::F16 && d.is_multiple_of(2) {
         DType::F16
     } else {
         DType::F32
