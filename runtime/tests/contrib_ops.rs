@@ -246,3 +246,70 @@ fn long_decode_attention_is_split_and_short_is_one_pass() {
     assert_eq!(short, base, "one attention dispatch for 41 keys");
     assert_eq!(long, base + 1, "split attention + combine for 301 keys");
 }
+
+/// On adapters with fewer storage bindings (WebGPU's default is 8), GroupQueryAttention takes its
+/// narrower paths: below 10, K and V are appended by one dispatch each; when the attention with
+/// Q's rotary does not fit either (7 here), Q is rotated by a kernel of its own first. Both match
+/// ONNX Runtime on every GQA case.
+#[test]
+fn gqa_cases_match_with_fewer_storage_bindings() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/ops");
+    let mut cases: Vec<_> = std::fs::read_dir(&dir)
+        .expect("tests/fixtures/ops exists")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("gqa"))
+        })
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 10, "GQA cases in {}", dir.display());
+    for limit in [9, 7] {
+        let mut gpu = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
+        gpu.limits.max_storage_buffers_per_shader_stage = limit;
+        let gpu = Rc::new(gpu);
+        let (mut d_short, mut d_long) = (0, 0);
+        for case in &cases {
+            let name = case
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
+            let meta: serde_json::Value = serde_json::from_str(
+                &std::fs::read_to_string(case.join("case.json")).expect("case.json"),
+            )
+            .expect("valid case.json");
+            let graph = Graph::decode(
+                &std::fs::read(case.join("model.onnx")).expect("model.onnx"),
+                name,
+            )
+            .expect("decodes");
+            let before = gpu.counters.snapshot().dispatches;
+            common::run_case(
+                &gpu,
+                case,
+                graph,
+                meta["rtol"].as_f64().expect("rtol"),
+                meta["atol"].as_f64().expect("atol"),
+            )
+            .unwrap_or_else(|e| panic!("{name} with {limit} storage bindings: {e}"));
+            let n = gpu.counters.snapshot().dispatches - before;
+            match name {
+                "gqa_tile_decode_d512" => d_short = n,
+                "gqa_tile_decode_long_split" => d_long = n,
+                _ => {}
+            }
+        }
+        let expect = if limit == 9 { 3 } else { 4 };
+        assert_eq!(
+            d_short, expect,
+            "{limit} bindings: K, V appends (+ Q rotary) + attention"
+        );
+        assert_eq!(
+            d_long,
+            expect + 1,
+            "{limit} bindings: + the split's combine"
+        );
+    }
+}
