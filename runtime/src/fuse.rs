@@ -26,6 +26,7 @@ use crate::ops::{Attrs, MS, Op};
 use crate::tensor::DType;
 use std::collections::{HashMap, HashSet};
 
+mod rotary_table;
 mod shared_attn;
 
 const FUSED_GEMV: &str = include_str!("kernels/fused_gemv.wgsl");
@@ -1165,6 +1166,10 @@ pub fn fuse(
     for p in &shared {
         used.extend(&p.nodes);
     }
+    let tables = rotary_table::find(&g, &used);
+    for p in &tables {
+        used.extend(&p.nodes);
+    }
     let mut specs: Vec<Spec> = Vec::new();
     let mut norm_groups: Vec<Vec<Unit>> = Vec::new();
     for (i, node) in graph.nodes.iter().enumerate() {
@@ -1239,7 +1244,7 @@ pub fn fuse(
             norm_groups.push(vec![u]);
         }
     }
-    if specs.is_empty() && norm_groups.is_empty() && shared.is_empty() {
+    if specs.is_empty() && norm_groups.is_empty() && shared.is_empty() && tables.is_empty() {
         return (graph.nodes.clone(), ops, Vec::new());
     }
     let mut ops: Vec<Option<Box<dyn Op>>> = ops.into_iter().map(Some).collect();
@@ -1248,6 +1253,12 @@ pub fn fuse(
     for p in shared {
         let last = *p.nodes.last().expect("non-empty group");
         let (node, op, desc) = shared_attn::build(&g, p, &mut ops);
+        fused.push(desc);
+        at_last.insert(last, (node, op));
+    }
+    for p in tables {
+        let last = *p.nodes.last().expect("non-empty group");
+        let (node, op, desc) = rotary_table::build(&g, p, &mut ops);
         fused.push(desc);
         at_last.insert(last, (node, op));
     }

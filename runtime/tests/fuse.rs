@@ -386,8 +386,9 @@ fn decoder_inputs(s: &Session, new: usize, past: usize, seed: u64) -> Vec<(Strin
 }
 
 /// The KV-shared layers of the real Gemma 4 exporter graph (tiny fixture: layers 4 and 5 read
-/// layer 3's cache) become one fused attention node each, and fused and unfused sessions give the
-/// same logits and caches for a prompt and for a decode step.
+/// layer 3's cache) become one fused attention node each, their rotary tables one node per
+/// position set, and fused and unfused sessions give the same logits and caches for a prompt and
+/// for decode steps (a short and a split long context).
 #[test]
 fn kv_shared_attention_on_the_gemma4_graph() {
     let gpu = gpu();
@@ -416,6 +417,13 @@ fn kv_shared_attention_on_the_gemma4_graph() {
             .collect();
         assert_eq!(shared.len(), 2, "{file}: {:?}", fused.fused());
         assert!(shared[0].starts_with("Fused[Norm+Rotary+SharedKVAttention] at /model/layers.4/"));
+        // Their cos/sin tables (local and global rotary): one dispatch per position set.
+        let tables = fused
+            .fused()
+            .iter()
+            .filter(|s| s.starts_with("Fused[2x(Gather+Concat)]"))
+            .count();
+        assert_eq!(tables, 2, "{file}: {:?}", fused.fused());
         for (new, past) in [(5, 0), (1, 9), (3, 300)] {
             let run = |s: &Session| {
                 let outs =

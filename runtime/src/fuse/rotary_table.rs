@@ -1,0 +1,216 @@
+//! Rotary tables: Gemma 4's exports build the per-token cos and sin of the KV-shared layers as
+//! `Concat(Gather(cache, position_ids), Gather(...), axis=-1)` (the half-width cache row, twice),
+//! two dispatches each. The cos and sin tables read with the same positions become one dispatch
+//! writing both: `out[..., j] = cache[pos, j mod H]`. Out-of-range positions give 0, as Gather does.
+
+use super::{Fallback, Graphs, fallback_for};
+use crate::error::Result;
+use crate::exec::{Ctx, Value};
+use crate::gpu::Kernel;
+use crate::model::Node;
+use crate::ops::Op;
+use crate::tensor::DType;
+use std::collections::HashSet;
+
+const ROTARY_TABLE: &str = include_str!("../kernels/rotary_table.wgsl");
+
+/// One table: the Gather and Concat nodes, the cache initializer and the output.
+pub(super) struct Table {
+    gather: usize,
+    concat: usize,
+    cache: String,
+    out: String,
+}
+
+/// A group of tables (one or two) read at the same positions.
+pub(super) struct Pattern {
+    pub nodes: Vec<usize>,
+    pos: String,
+    tables: Vec<Table>,
+}
+
+impl Graphs<'_> {
+    /// `Concat(Gather(cache, pos, axis 0), same, axis -1)`, the Gather read only by the Concat.
+    fn rotary_table(&self, concat: usize) -> Option<(String, Table)> {
+        if !self.is(concat, "", "Concat") || !self.plain(concat, 2) {
+            return None;
+        }
+        let ci = &self.node(concat).inputs;
+        if ci[0] != ci[1] || self.outputs.contains(ci[0].as_str()) {
+            return None;
+        }
+        let gather = self.producer_of(&ci[0], "", "Gather")?;
+        if !self.plain(gather, 2) || self.attrs(gather).i_or("axis", 0) != 0 {
+            return None;
+        }
+        if self.users(&ci[0]) != [concat] {
+            return None;
+        }
+        let gi = &self.node(gather).inputs;
+        let cache = self.inits.get(gi[0].as_str())?;
+        if cache.shape.len() != 2 || !matches!(cache.dtype, DType::F32 | DType::F16) {
+            return None;
+        }
+        // The Gather's output rank is rank(pos) + 1; the Concat axis must be its last.
+        let axis = self.attrs(concat).i("axis")?;
+        if axis != -1 && axis < 1 {
+            return None;
+        }
+        Some((
+            gi[1].clone(),
+            Table {
+                gather,
+                concat,
+                cache: gi[0].clone(),
+                out: self.node(concat).outputs[0].clone(),
+            },
+        ))
+    }
+}
+
+/// The rotary table groups not in `used`, cos/sin pairs sharing their positions together.
+pub(super) fn find(g: &Graphs<'_>, used: &HashSet<usize>) -> Vec<Pattern> {
+    let mut found: Vec<Pattern> = Vec::new();
+    for i in 0..g.graph.nodes.len() {
+        if used.contains(&i) {
+            continue;
+        }
+        let Some((pos, t)) = g.rotary_table(i) else {
+            continue;
+        };
+        if used.contains(&t.gather) {
+            continue;
+        }
+        // The Concat axis, once the Gather's rank is known at run time, must be the last one.
+        let axis = g.attrs(t.concat).i("axis").unwrap_or(-1);
+        match found.iter_mut().find(|p| {
+            p.pos == pos
+                && p.tables.len() == 1
+                && g.attrs(p.tables[0].concat).i("axis") == Some(axis)
+        }) {
+            Some(p) => {
+                p.nodes.extend([t.gather, t.concat]);
+                p.tables.push(t);
+            }
+            None => found.push(Pattern {
+                nodes: vec![t.gather, t.concat],
+                pos,
+                tables: vec![t],
+            }),
+        }
+    }
+    for p in &mut found {
+        p.nodes.sort_unstable();
+    }
+    found.retain(|p| !super::reenters(g, &p.nodes.iter().copied().collect()));
+    found
+}
+
+pub(super) struct RotaryTables {
+    /// Concat axis as written (-1, or the last axis of the output).
+    axis: i64,
+    fallback: Fallback,
+}
+
+impl RotaryTables {
+    fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>> {
+        // Inputs: pos, then one cache per table.
+        let Some(pos) = inputs.first().copied().flatten() else {
+            return Ok(None);
+        };
+        let caches: Vec<&Value> = inputs[1..].iter().copied().flatten().collect();
+        if caches.len() + 1 != inputs.len()
+            || !matches!(pos.dtype(), DType::I64 | DType::I32)
+            || caches
+                .iter()
+                .any(|c| c.shape().len() != 2 || c.shape() != caches[0].shape())
+            || caches.iter().any(|c| c.dtype() != caches[0].dtype())
+        {
+            return Ok(None);
+        }
+        let rank = pos.shape().len() as i64 + 1;
+        if self.axis != -1 && self.axis != rank - 1 {
+            return Ok(None);
+        }
+        let (p, h) = (caches[0].shape()[0], caches[0].shape()[1]);
+        let dtype = caches[0].dtype();
+        let mut shape = pos.shape().to_vec();
+        shape.push(2 * h);
+        let n = pos.numel() * 2 * h;
+        let pos = cx.to_gpu(pos)?;
+        let mut gc = Vec::new();
+        for c in &caches {
+            let t = cx.to_gpu(c)?;
+            if t.split.is_some() {
+                return Ok(None);
+            }
+            gc.push(t);
+        }
+        let outs: Vec<_> = caches
+            .iter()
+            .map(|_| cx.alloc(dtype, shape.clone()))
+            .collect::<Result<_>>()?;
+        let mut k = Kernel::new("rotary_table", ROTARY_TABLE)
+            .input("pos", pos.storage())
+            .input("c0", gc[0].storage());
+        let mut bind = vec![&pos, &gc[0]];
+        if gc.len() == 2 {
+            k = k
+                .input("c1", gc[1].storage())
+                .code(
+                    "V1",
+                    "fn v1(i: u32) -> f32 { let j = idx(i); if (j < 0) { return 0.0; } return ld_c1(u32(j)); }",
+                )
+                .code("SECOND", "st_y1(w, v1(i0), v1(i1));");
+            bind.push(&gc[1]);
+        } else {
+            k = k.code("V1", "").code("SECOND", "");
+        }
+        k = k.output("y0", outs[0].storage());
+        bind.push(&outs[0]);
+        if outs.len() == 2 {
+            k = k.output("y1", outs[1].storage());
+            bind.push(&outs[1]);
+        }
+        let words = n.div_ceil(outs[0].storage().per_word() as usize);
+        cx.dispatch(&k, &bind, &[n as u32, h as u32, p as u32], words as u64)?;
+        Ok(Some(outs.into_iter().map(Value::Gpu).collect()))
+    }
+}
+
+impl Op for RotaryTables {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        match self.fast(cx, inputs)? {
+            Some(v) => Ok(v),
+            None => self.fallback.run(cx, inputs),
+        }
+    }
+}
+
+/// The fused node and op for `p`.
+pub(super) fn build(
+    g: &Graphs<'_>,
+    p: Pattern,
+    ops: &mut [Option<Box<dyn Op>>],
+) -> (Node, Box<dyn Op>, String) {
+    let mut ext = vec![p.pos.clone()];
+    ext.extend(p.tables.iter().map(|t| t.cache.clone()));
+    let outs: Vec<String> = p.tables.iter().map(|t| t.out.clone()).collect();
+    let fallback = fallback_for(g, &p.nodes, &ext, &outs, ops);
+    let kind = format!("Fused[{}x(Gather+Concat)]", p.tables.len());
+    let first = &g.node(p.nodes[0]).name;
+    let desc = format!("{kind} at {first}");
+    let op = RotaryTables {
+        axis: g.attrs(p.tables[0].concat).i("axis").unwrap_or(-1),
+        fallback,
+    };
+    let node = Node {
+        name: format!("fused:{first}"),
+        op_type: kind,
+        domain: super::FUSED_DOMAIN.into(),
+        inputs: ext,
+        outputs: outs,
+        attributes: Vec::new(),
+    };
+    (node, Box::new(op), desc)
+}
