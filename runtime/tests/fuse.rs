@@ -326,7 +326,8 @@ fn guards_keep_groups_with_outside_readers_unfused() {
         .map(|s| s.split(" at ").next().unwrap_or_default())
         .collect();
     // gate/up still share their input but not its norm, and no epilogue is taken; the per-layer
-    // gate keeps its residual prologue only; q/k/v are unaffected.
+    // gate keeps its residual prologue only; q/k/v are unaffected. The first residual step
+    // (`h = res + norm(o)`, no longer a prologue) is a norm with an Add tail.
     assert_eq!(
         kinds,
         [
@@ -335,6 +336,7 @@ fn guards_keep_groups_with_outside_readers_unfused() {
             "Fused[Norm+Add+1xMatMulNBits]",
             "Fused[1xMatMulNBits]",
             "Fused[Norm+Add+Mul+Norm+3xMatMulNBits]",
+            "Fused[1xSimplifiedLayerNormalization+Add]",
         ],
         "{:?}",
         fused.fused()
