@@ -79,6 +79,9 @@ struct Unit {
 struct Tail {
     nodes: Vec<usize>,
     other: String,
+    /// `other` is read through a `Cast` to float16 (of a float tensor: the q4f16 exports cast the
+    /// per-layer inputs), folded in.
+    cast: bool,
     scalar: Option<String>,
     out: String,
 }
@@ -498,9 +501,19 @@ impl<'a> Graphs<'a> {
         let mut tail = Tail {
             nodes: vec![add],
             other: other.clone(),
+            cast: false,
             scalar: None,
             out: self.node(add).outputs[0].clone(),
         };
+        if let Some(c) = self.producer.get(other.as_str()).copied()
+            && free(&c)
+            && self.cast_to(c, 10)
+            && self.only_for(other, add)
+        {
+            tail.nodes.push(c);
+            tail.other = self.node(c).inputs[0].clone();
+            tail.cast = true;
+        }
         if let Some(m) = single(&tail.out).filter(free)
             && self.is(m, "", "Mul")
             && let Some(s) = self.scalar_operand(m, &tail.out, false)
@@ -1164,8 +1177,8 @@ const FUSED_NORMS: &str = include_str!("kernels/fused_norms.wgsl");
 struct FusedNorms {
     norms: Vec<(usize, usize, f32)>,
     /// Per norm, an `Add(y, other)` epilogue with an optional `Mul` by a scalar: (other slot,
-    /// scalar slot).
-    tails: Vec<Option<(usize, Option<usize>)>>,
+    /// whether `other` is f32 cast to f16 here, scalar slot).
+    tails: Vec<Option<(usize, bool, Option<usize>)>>,
     /// f16 activations (the norms sit between Casts).
     f16: bool,
     fallback: Fallback,
@@ -1207,18 +1220,22 @@ impl Op for FusedNorms {
                 .input(&format!("g{j}"), Storage::F32);
             // The tail: y = rd(rd(rd(y) + other) [* s]), as the Cast, Add and Mul nodes round.
             let mut tail = "rd(y)".to_string();
-            if let Some((oi, si)) = self.tails.get(j).copied().flatten() {
+            if let Some((oi, cast, si)) = self.tails.get(j).copied().flatten() {
                 let Some(ov) = inputs.get(oi).copied().flatten() else {
                     return self.fallback.run(cx, inputs);
                 };
-                if ov.dtype() != act || ov.shape() != x.shape.as_slice() {
+                let want = if cast { DType::F32 } else { act };
+                if ov.dtype() != want
+                    || (cast && act != DType::F16)
+                    || ov.shape() != x.shape.as_slice()
+                {
                     return self.fallback.run(cx, inputs);
                 }
                 let o = cx.to_gpu(ov)?;
                 if o.split.is_some() {
                     return self.fallback.run(cx, inputs);
                 }
-                tail = format!("rd({tail} + ld_o{j}(i))");
+                tail = format!("rd({tail} + rd(ld_o{j}(i)))");
                 if let Some(si) = si {
                     let s = match inputs.get(si).copied().flatten() {
                         Some(Value::Host(h))
@@ -1631,8 +1648,13 @@ pub fn fuse(
                         ext.push(s);
                         ext.len() - 1
                     });
-                    suffix = if si.is_some() { "+Add+Mul" } else { "+Add" };
-                    norm_tails.push(Some((oi, si)));
+                    suffix = match (t.cast, si.is_some()) {
+                        (false, false) => "+Add",
+                        (false, true) => "+Add+Mul",
+                        (true, false) => "+Cast+Add",
+                        (true, true) => "+Cast+Add+Mul",
+                    };
+                    norm_tails.push(Some((oi, t.cast, si)));
                     outs.push(t.out);
                 }
                 None => {
