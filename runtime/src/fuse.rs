@@ -10,13 +10,20 @@
 //!   - a norm prologue: the input is `SimplifiedLayerNormalization(x)` (consumed only by them);
 //!   - a residual prologue: `x = res + SimplifiedLayerNormalization(o)` or `(res + ...) * scalar`
 //!     (Gemma's post-norm + residual add + layer scalar); `x` stays an output when others read it;
-//!   - an epilogue: `Gelu(tanh)(y_gate) * y_up` for two weights (the MLP), or
-//!     `Gelu(tanh)(y) * other` (optionally `other = Gather(per_layer, i, axis=2)`) for one.
+//!   - an epilogue: `Gelu(tanh)(y_gate) * y_up` for two weights (the MLP), or for one weight
+//!     `Gelu(tanh)(y) * other` (optionally `other = Gather(per_layer, i, axis=2)`), the logit
+//!     softcap `Mul(Tanh(Div(y, c)), c)` (the same scalar initializer value twice), or
+//!     `Mul(y, s)` (`s` a scalar initializer).
+//! - **FusedNorms**: the independent RMS norms that follow one FusedGemv's separate results (the
+//!   per-head q/k/v norms) in one dispatch, and any other norm unit between Casts (f16
+//!   activations) or followed by a tail `Add(y, other)` [`-> Mul(., scalar)`] (optionally with
+//!   `other = Cast(float16)(x)`; Gemma's per-layer inputs), f32 or f16.
 //!
 //! A fused node runs its one kernel when the shapes allow it (one row, `M == 1`: decoding, the
-//! input row fits the workgroup memory, weights not split across buffers); otherwise it runs the
-//! original nodes one by one (prefill), so a fusion never changes what a graph computes beyond f32
-//! rounding. Groups that would need more storage bindings than the adapter allows are not formed.
+//! input row fits the workgroup memory, weights not split across buffers except a lone weight's,
+//! which takes one dispatch per part); otherwise it runs the original nodes one by one (prefill),
+//! so a fusion never changes what a graph computes beyond f32 rounding. Groups that would need
+//! more storage bindings than the adapter allows are not formed.
 
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
