@@ -495,3 +495,67 @@ fn epilogues_of_weights_split_across_buffers() {
         }
     }
 }
+
+/// The q4f16 form of the per-layer input tail: f16 activations, the norm between Casts and the
+/// added input cast from float: `(norm(Reshape(f16(res))) + f16(per_layer)) * s`, `s` float16.
+fn f16_tail(expose: &[&str]) -> Graph {
+    let mut rng = Rng(5);
+    let mut g = G::default();
+    for i in ["o", "res", "per_layer"] {
+        g.input(i);
+    }
+    let to = |t: i64| vec![attr_i("to", t)];
+    let r16 = g.node("Cast", "", &["res"], "r16", to(10));
+    let shape: Vec<u8> = [0i64, 0, 3, 32]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let shape = g.init("shape", DType::I64, vec![4], shape);
+    let rr = g.node("Reshape", "", &[&r16, &shape], "rr", vec![]);
+    let r32 = g.node("Cast", "", &[&rr], "r32", to(1));
+    let gamma: Vec<f32> = (0..32).map(|_| 1.0 + 0.3 * rng.next()).collect();
+    let gamma = g.f32s("gamma", vec![32], gamma);
+    let n32 = g.node(
+        "SimplifiedLayerNormalization",
+        "",
+        &[&r32, &gamma],
+        "n32",
+        vec![attr_f("epsilon", 1e-6), attr_i("axis", -1)],
+    );
+    let n16 = g.node("Cast", "", &[&n32], "n16", to(10));
+    let p16 = g.node("Cast", "", &["per_layer"], "p16", to(10));
+    let a = g.node("Add", "", &[&n16, &p16], "a", vec![]);
+    // 0.75 as float16.
+    let s = g.init("s", DType::F16, vec![], 0x3a00u16.to_le_bytes().to_vec());
+    let m = g.node("Mul", "", &[&a, &s], "m", vec![]);
+    let out = g.node("Cast", "", &[&m], "out", to(1));
+    g.output(&out);
+    for e in expose {
+        let o = g.node("Cast", "", &[e], &format!("{e}.f32"), to(1));
+        g.output(&o);
+    }
+    g.graph()
+}
+
+#[test]
+fn f16_norm_tail_folds_the_cast_of_its_added_input() {
+    let gpu = gpu();
+    for (expose, kind) in [
+        (
+            &[][..],
+            "Fused[1xSimplifiedLayerNormalization+Cast+Add+Mul]",
+        ),
+        // The cast input is read elsewhere too: it stays a node of its own.
+        (
+            &["p16"][..],
+            "Fused[1xSimplifiedLayerNormalization+Add+Mul]",
+        ),
+    ] {
+        let fused = session(&gpu, f16_tail(expose), true);
+        let plain = session(&gpu, f16_tail(expose), false);
+        assert_eq!(kinds(&fused), [kind], "{:?}", fused.fused());
+        for rows in [1, 2] {
+            assert_close(&run(&fused, rows), &run(&plain, rows));
+        }
+    }
+}
