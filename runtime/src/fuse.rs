@@ -10,13 +10,20 @@
 //!   - a norm prologue: the input is `SimplifiedLayerNormalization(x)` (consumed only by them);
 //!   - a residual prologue: `x = res + SimplifiedLayerNormalization(o)` or `(res + ...) * scalar`
 //!     (Gemma's post-norm + residual add + layer scalar); `x` stays an output when others read it;
-//!   - an epilogue: `Gelu(tanh)(y_gate) * y_up` for two weights (the MLP), or
-//!     `Gelu(tanh)(y) * other` (optionally `other = Gather(per_layer, i, axis=2)`) for one.
+//!   - an epilogue: `Gelu(tanh)(y_gate) * y_up` for two weights (the MLP), or for one weight
+//!     `Gelu(tanh)(y) * other` (optionally `other = Gather(per_layer, i, axis=2)`), the logit
+//!     softcap `Mul(Tanh(Div(y, c)), c)` (the same scalar initializer value twice), or
+//!     `Mul(y, s)` (`s` a scalar initializer).
+//! - **FusedNorms**: the independent RMS norms that follow one FusedGemv's separate results (the
+//!   per-head q/k/v norms) in one dispatch, and any other norm unit between Casts (f16
+//!   activations) or followed by a tail `Add(y, other)` [`-> Mul(., scalar)`] (optionally with
+//!   `other = Cast(float16)(x)`; Gemma's per-layer inputs), f32 or f16.
 //!
 //! A fused node runs its one kernel when the shapes allow it (one row, `M == 1`: decoding, the
-//! input row fits the workgroup memory, weights not split across buffers); otherwise it runs the
-//! original nodes one by one (prefill), so a fusion never changes what a graph computes beyond f32
-//! rounding. Groups that would need more storage bindings than the adapter allows are not formed.
+//! input row fits the workgroup memory, weights not split across buffers except a lone weight's,
+//! which takes one dispatch per part); otherwise it runs the original nodes one by one (prefill),
+//! so a fusion never changes what a graph computes beyond f32 rounding. Groups that would need
+//! more storage bindings than the adapter allows are not formed.
 
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
@@ -77,6 +84,18 @@ struct Unit {
     f16: bool,
 }
 
+/// What follows a norm unit's result `y`: `Add(y, other)`, then optionally `Mul(., scalar)`
+/// (Gemma's per-layer inputs: `(norm(projection) + per_layer_inputs) * 1/sqrt(2)`).
+struct Tail {
+    nodes: Vec<usize>,
+    other: String,
+    /// `other` is read through a `Cast` to float16 (of a float tensor: the q4f16 exports cast the
+    /// per-layer inputs), folded in.
+    cast: bool,
+    scalar: Option<String>,
+    out: String,
+}
+
 struct Residual {
     f16: bool,
     nodes: Vec<usize>,
@@ -98,6 +117,20 @@ enum Epi {
         nodes: Vec<usize>,
         other: String,
         gather: Option<(String, String)>,
+        out: String,
+    },
+    /// `Mul(Tanh(Div(y, c)), c)` (Gemma's logit softcap), one weight; `div` and `mul` name
+    /// scalar initializers holding the same value.
+    Softcap {
+        nodes: Vec<usize>,
+        div: String,
+        mul: String,
+        out: String,
+    },
+    /// `Mul(y, s)`, one weight, `s` a scalar initializer.
+    Scale {
+        nodes: Vec<usize>,
+        scalar: String,
         out: String,
     },
 }
@@ -393,6 +426,115 @@ impl<'a> Graphs<'a> {
         None
     }
 
+    /// The other input of binary node `i` (`Mul`/`Div`; `v` must be its first input when
+    /// `first`) when it is a scalar float initializer and `v` the operand.
+    fn scalar_operand(&self, i: usize, v: &str, first: bool) -> Option<String> {
+        let ins = &self.node(i).inputs;
+        if !self.plain(i, 2) || ins[0] == ins[1] {
+            return None;
+        }
+        let s = if ins[0] == v {
+            &ins[1]
+        } else if ins[1] == v && !first {
+            &ins[0]
+        } else {
+            return None;
+        };
+        self.scalar_init(s).then(|| s.clone())
+    }
+    /// Whether scalar initializers `a` and `b` hold the same value (same name, or equal inline
+    /// bytes of the same type).
+    fn same_scalar(&self, a: &str, b: &str) -> bool {
+        use crate::model::InitData;
+        if a == b {
+            return true;
+        }
+        match (self.inits.get(a), self.inits.get(b)) {
+            (Some(x), Some(y)) => {
+                x.dtype == y.dtype
+                    && matches!((&x.data, &y.data),
+                        (InitData::Inline(p), InitData::Inline(q)) if p == q)
+            }
+            _ => false,
+        }
+    }
+    /// A scalar epilogue of one MatMulNBits result `y` (read only by it): `Mul(y, s)`, or the
+    /// softcap `Mul(Tanh(Div(y, c)), c)`; every intermediate read only inside, not an output.
+    fn scalar_epilogue(&self, y: &str, free: &dyn Fn(&usize) -> bool) -> Option<Epi> {
+        let single = |v: &str| {
+            (self.users(v).len() == 1 && !self.outputs.contains(v)).then(|| self.users(v)[0])
+        };
+        let n = single(y).filter(free)?;
+        if self.is(n, "", "Mul") {
+            let scalar = self.scalar_operand(n, y, false)?;
+            return Some(Epi::Scale {
+                nodes: vec![n],
+                scalar,
+                out: self.node(n).outputs[0].clone(),
+            });
+        }
+        if !self.is(n, "", "Div") {
+            return None;
+        }
+        let div = self.scalar_operand(n, y, true)?;
+        let d = &self.node(n).outputs[0];
+        let t = single(d).filter(free)?;
+        if !self.is(t, "", "Tanh") || !self.plain(t, 1) {
+            return None;
+        }
+        let tv = &self.node(t).outputs[0];
+        let m = single(tv).filter(free)?;
+        if !self.is(m, "", "Mul") {
+            return None;
+        }
+        let mul = self.scalar_operand(m, tv, false)?;
+        self.same_scalar(&div, &mul).then(|| Epi::Softcap {
+            nodes: vec![n, t, m],
+            div,
+            mul,
+            out: self.node(m).outputs[0].clone(),
+        })
+    }
+
+    /// The `Add(y, other) [-> Mul(., scalar)]` reading the norm unit result `y`, each value on the
+    /// way read only by the next node and not a graph output.
+    fn norm_tail(&self, y: &str, free: &dyn Fn(&usize) -> bool) -> Option<Tail> {
+        let single = |v: &str| {
+            (self.users(v).len() == 1 && !self.outputs.contains(v)).then(|| self.users(v)[0])
+        };
+        let add = single(y).filter(free)?;
+        let ins = &self.node(add).inputs;
+        if !self.is(add, "", "Add") || !self.plain(add, 2) || ins[0] == ins[1] {
+            return None;
+        }
+        let other = if ins[0] == y { &ins[1] } else { &ins[0] };
+        let mut tail = Tail {
+            nodes: vec![add],
+            other: other.clone(),
+            cast: false,
+            scalar: None,
+            out: self.node(add).outputs[0].clone(),
+        };
+        if let Some(c) = self.producer.get(other.as_str()).copied()
+            && free(&c)
+            && self.cast_to(c, 10)
+            && self.only_for(other, add)
+        {
+            tail.nodes.push(c);
+            tail.other = self.node(c).inputs[0].clone();
+            tail.cast = true;
+        }
+        if let Some(m) = single(&tail.out).filter(free)
+            && self.is(m, "", "Mul")
+            && let Some(s) = self.scalar_operand(m, &tail.out, false)
+        {
+            tail.nodes.push(m);
+            tail.scalar = Some(s);
+            tail.out = self.node(m).outputs[0].clone();
+        }
+        Some(tail)
+    }
+
     /// The group whose MatMulNBits read `v` (node `anchor` is the first of them).
     fn group(&self, v: &str, used: &HashSet<usize>) -> Option<Spec> {
         let free = |i: &usize| !used.contains(i);
@@ -491,6 +633,11 @@ impl<'a> Graphs<'a> {
                     }
                 }
             }
+            if matches!(epi, Epi::Separate) {
+                epi = self
+                    .scalar_epilogue(&mats[0].out, &free)
+                    .unwrap_or(Epi::Separate);
+            }
         }
         // All norm units agree on the activation type.
         if let (Some(n), Some(r)) = (&norm, &residual)
@@ -528,7 +675,10 @@ impl Spec {
         }
         match &self.epi {
             Epi::Separate => {}
-            Epi::GeluMul { nodes, .. } | Epi::GeluOther { nodes, .. } => v.extend(nodes),
+            Epi::GeluMul { nodes, .. }
+            | Epi::GeluOther { nodes, .. }
+            | Epi::Softcap { nodes, .. }
+            | Epi::Scale { nodes, .. } => v.extend(nodes),
         }
         v.sort_unstable();
         v
@@ -554,6 +704,8 @@ impl Spec {
             } else {
                 "+Gelu+Mul"
             }),
+            Epi::Softcap { .. } => s.push_str("+Div+Tanh+Mul"),
+            Epi::Scale { .. } => s.push_str("+Mul"),
         }
         s.push(']');
         s
@@ -567,6 +719,8 @@ struct Slots {
     g2: Option<(usize, f32)>,
     mats: Vec<(usize, usize, Option<usize>, usize)>,
     other: Option<(usize, Option<usize>)>,
+    /// The epilogue's scalars (softcap: divisor and multiplier; scale: the factor twice).
+    scalars: Option<(usize, usize)>,
     /// Whether the residual row is an output (first, before the results).
     h_out: bool,
     /// Activation type the norm units expect (`None`: either).
@@ -585,7 +739,7 @@ struct FusedGemv {
     k: usize,
     block: usize,
     ns: Vec<usize>,
-    epi: u8, // 0 separate, 1 gelu*mul (gate index in `gate`), 2 gelu*other
+    epi: u8, // 0 separate, 1 gelu*mul (gate index in `gate`), 2 gelu*other, 3 softcap, 4 scale
     gate: usize,
     slots: Slots,
     fallback: Fallback,
@@ -719,9 +873,28 @@ impl FusedGemv {
         let nb = k.div_ceil(self.block);
         let zrow = nb.div_ceil(2);
         let mut dots = String::new();
+        // A lone weight may be split by rows across buffers (a large vocabulary): one dispatch
+        // per part, each computing that part's columns (`prm[2]..prm[3]`).
+        let mut split: Option<(usize, Vec<(usize, GpuTensor)>)> = None;
         for (j, &(qw, sc, zp, n)) in self.slots.mats.iter().enumerate() {
-            let q = operand!(qw, |v: &Value| v.dtype() == DType::U8
-                && v.numel() == n * nb * self.block / 2);
+            let q = match inputs.get(qw).copied().flatten() {
+                Some(v) if v.dtype() == DType::U8 && v.numel() == n * nb * self.block / 2 => {
+                    let t = cx.to_gpu(v)?;
+                    if let Some(parts) = &t.split {
+                        let odd = |x: usize| f16 && !x.is_multiple_of(2);
+                        if self.ns.len() != 1
+                            || parts.iter().any(|(r0, p)| {
+                                odd(*r0) || odd(p.shape.first().copied().unwrap_or(1))
+                            })
+                        {
+                            return Ok(None);
+                        }
+                        split = Some((bind.len(), parts.as_ref().clone()));
+                    }
+                    t
+                }
+                _ => return Ok(None),
+            };
             let s = operand!(sc, |v: &Value| matches!(v.dtype(), DType::F32 | DType::F16)
                 && v.numel() == n * nb);
             kern = kern
@@ -742,7 +915,7 @@ impl FusedGemv {
                 "fn dot{j}(n: u32, lane: u32) -> f32 {{
     var acc = 0.0;
     for (var b = lane; b < NB; b = b + TPC) {{
-        let wbase = (n * NB + b) * BLOB_WORDS;
+        let wbase = ((n - prm[2]) * NB + b) * BLOB_WORDS;
         var s1 = 0.0;
         var s2 = 0.0;
         for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {{
@@ -862,16 +1035,48 @@ impl FusedGemv {
                     "st_y(v / EPW, x0, x1);".to_string(),
                 )
             }
-            _ => {
+            e => {
                 let n = self.ns[0];
                 let y = cx.alloc(act, out_shape(n))?;
                 kern = kern.output("y", st(act));
                 bind.push(y.clone());
                 results.push(y);
+                let value = match e {
+                    2 => "rd(rd(gelu_tanh(rd(a0))) * ld_other(other_off + v))".to_string(),
+                    _ => {
+                        // The scalars: host constants of the activation type, one element.
+                        let Some((d, m)) = self.slots.scalars else {
+                            return Ok(None);
+                        };
+                        let scalar = |i: usize| match inputs.get(i).copied().flatten() {
+                            Some(Value::Host(h))
+                                if h.dtype == act
+                                    && h.numel() == 1
+                                    && h.shape.len() <= row_shape.len() =>
+                            {
+                                h.to_f32().first().copied()
+                            }
+                            _ => None,
+                        };
+                        let (Some(c), Some(c2)) = (scalar(d), scalar(m)) else {
+                            return Ok(None);
+                        };
+                        let c = crate::gpu::wgsl_f32(c);
+                        if e == 3 {
+                            if c != crate::gpu::wgsl_f32(c2) {
+                                return Ok(None);
+                            }
+                            // As the Div, Tanh (ew.wgsl's clamped tanh_) and Mul nodes.
+                            format!("rd(rd(tanh_(rd(rd(a0) / {c}))) * {c})")
+                        } else {
+                            format!("rd(rd(a0) * {c})")
+                        }
+                    }
+                };
                 (
                     n,
                     "r0 = dot0(v, lane);".to_string(),
-                    "rd(rd(gelu_tanh(rd(a0))) * ld_other(other_off + v))".to_string(),
+                    value,
                     "st_y(v / EPW, x0, x1);".to_string(),
                 )
             }
@@ -909,14 +1114,27 @@ impl FusedGemv {
             .code("COMPUTE", &compute)
             .code("VALUE", &value)
             .code("STORE", &store);
-        let groups = nv.div_ceil((WG / TPC) as usize) as u64;
-        let refs: Vec<&GpuTensor> = bind.iter().collect();
-        cx.dispatch(
-            &kern,
-            &refs,
-            &[scalar.to_bits(), other_off],
-            groups * u64::from(WG),
-        )?;
+        let split_at = split.as_ref().map(|(at, _)| *at);
+        let ranges: Vec<(usize, usize, Option<GpuTensor>)> = match split {
+            Some((_, parts)) => parts
+                .into_iter()
+                .map(|(r0, p)| (r0, p.shape.first().copied().unwrap_or(0), Some(p)))
+                .collect(),
+            None => vec![(0, nv, None)],
+        };
+        for (v0, cnt, part) in ranges {
+            let mut refs: Vec<&GpuTensor> = bind.iter().collect();
+            if let (Some(p), Some(at)) = (&part, split_at) {
+                refs[at] = p;
+            }
+            let groups = cnt.div_ceil((WG / TPC) as usize) as u64;
+            cx.dispatch(
+                &kern,
+                &refs,
+                &[scalar.to_bits(), other_off, v0 as u32, (v0 + cnt) as u32],
+                groups * u64::from(WG),
+            )?;
+        }
         let mut outs = Vec::new();
         if let Some(h) = h_out {
             outs.push(Value::Gpu(h));
@@ -968,6 +1186,9 @@ const FUSED_NORMS: &str = include_str!("kernels/fused_norms.wgsl");
 /// Independent RMS norms in one dispatch: (input slot (gamma = slot + 1), row length, epsilon).
 struct FusedNorms {
     norms: Vec<(usize, usize, f32)>,
+    /// Per norm, an `Add(y, other)` epilogue with an optional `Mul` by a scalar: (other slot,
+    /// whether `other` is f32 cast to f16 here, scalar slot).
+    tails: Vec<Option<(usize, bool, Option<usize>)>>,
     /// f16 activations (the norms sit between Casts).
     f16: bool,
     fallback: Fallback,
@@ -1007,8 +1228,49 @@ impl Op for FusedNorms {
             kern = kern
                 .input(&format!("x{j}"), x.storage())
                 .input(&format!("g{j}"), Storage::F32);
-            bind.extend([x, g]);
+            // The tail: y = rd(rd(rd(y) + other) [* s]), as the Cast, Add and Mul nodes round.
+            let mut tail = "rd(y)".to_string();
+            if let Some((oi, cast, si)) = self.tails.get(j).copied().flatten() {
+                let Some(ov) = inputs.get(oi).copied().flatten() else {
+                    return self.fallback.run(cx, inputs);
+                };
+                let want = if cast { DType::F32 } else { act };
+                if ov.dtype() != want
+                    || (cast && act != DType::F16)
+                    || ov.shape() != x.shape.as_slice()
+                {
+                    return self.fallback.run(cx, inputs);
+                }
+                let o = cx.to_gpu(ov)?;
+                if o.split.is_some() {
+                    return self.fallback.run(cx, inputs);
+                }
+                tail = format!("rd({tail} + rd(ld_o{j}(i)))");
+                if let Some(si) = si {
+                    let s = match inputs.get(si).copied().flatten() {
+                        Some(Value::Host(h))
+                            if h.dtype == act
+                                && h.numel() == 1
+                                && h.shape.len() <= x.shape.len() =>
+                        {
+                            h.to_f32()[0]
+                        }
+                        _ => return self.fallback.run(cx, inputs),
+                    };
+                    tail = format!("rd({tail} * {})", crate::gpu::wgsl_f32(s));
+                }
+                kern = kern.input(&format!("o{j}"), o.storage());
+                bind.extend([x, g, o]);
+            } else {
+                bind.extend([x, g]);
+            }
             outs.push(y);
+            fns.push_str(&format!(
+                "fn tail{j}(i: u32, y: f32) -> f32 {{
+    return {tail};
+}}
+"
+            ));
             fns.push_str(&format!(
                 "fn norm{j}(row: u32, t: u32) {{
     let L = {l}u;
@@ -1019,7 +1281,7 @@ impl Op for FusedNorms {
     for (var w = t; w < L / EPW_y{j}; w = w + WG) {{
         let l0 = w * EPW_y{j};
         let l1 = min(l0 + 1u, L - 1u);
-        st_y{j}(base / EPW_y{j} + w, ld_x{j}(base + l0) * inv * ld_g{j}(l0), ld_x{j}(base + l1) * inv * ld_g{j}(l1));
+        st_y{j}(base / EPW_y{j} + w, tail{j}(base + l0, ld_x{j}(base + l0) * inv * ld_g{j}(l0)), tail{j}(base + l1, ld_x{j}(base + l1) * inv * ld_g{j}(l1)));
     }}
 }}
 ",
@@ -1035,7 +1297,14 @@ impl Op for FusedNorms {
             kern = kern.output(&format!("y{j}"), y.storage());
             bind.push(y.clone());
         }
-        let kern = kern.code("NORMS", &fns).code("DISPATCH", &disp);
+        let kern = kern.code("NORMS", &fns).code("DISPATCH", &disp).code(
+            "RD",
+            if self.f16 {
+                "return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;"
+            } else {
+                "return x;"
+            },
+        );
         let refs: Vec<&GpuTensor> = bind.iter().collect();
         cx.dispatch(&kern, &refs, &[0], row0 as u64 * 64)?;
         Ok(outs.into_iter().map(Value::Gpu).collect())
@@ -1172,6 +1441,8 @@ pub fn fuse(
     }
     let mut specs: Vec<Spec> = Vec::new();
     let mut norm_groups: Vec<Vec<Unit>> = Vec::new();
+    // Tails of standalone norm units, by the unit's output.
+    let mut tails: HashMap<String, Tail> = HashMap::new();
     for (i, node) in graph.nodes.iter().enumerate() {
         if used.contains(&i) || !g.is(i, MS, "MatMulNBits") {
             continue;
@@ -1193,7 +1464,7 @@ pub fn fuse(
         bindings += usize::from(spec.norm.is_some());
         bindings += match spec.epi {
             Epi::Separate => spec.mats.len(),
-            Epi::GeluMul { .. } => 1,
+            Epi::GeluMul { .. } | Epi::Softcap { .. } | Epi::Scale { .. } => 1,
             Epi::GeluOther { .. } => 2,
         };
         if bindings as u32 > limits.storage_buffers {
@@ -1236,12 +1507,23 @@ pub fn fuse(
             continue;
         };
         if let Some(u) = g.unit(p, l)
-            && u.f16
             && u.nodes.iter().all(|n| !used.contains(n))
-            && 4 <= limits.storage_buffers
         {
-            used.extend(&u.nodes);
-            norm_groups.push(vec![u]);
+            // With an `Add [-> Mul]` tail (f32 or f16): one kernel for the norm, add and scale.
+            let free = |i: &usize| !used.contains(i);
+            if let Some(t) = g.norm_tail(&u.output, &free) {
+                let set: HashSet<usize> = u.nodes.iter().chain(&t.nodes).copied().collect();
+                if 5 <= limits.storage_buffers && !reenters(&g, &set) {
+                    used.extend(&set);
+                    tails.insert(u.output.clone(), t);
+                    norm_groups.push(vec![u]);
+                    continue;
+                }
+            }
+            if u.f16 && 4 <= limits.storage_buffers {
+                used.extend(&u.nodes);
+                norm_groups.push(vec![u]);
+            }
         }
     }
     if specs.is_empty() && norm_groups.is_empty() && shared.is_empty() && tables.is_empty() {
@@ -1296,7 +1578,10 @@ pub fn fuse(
         }
         match &spec.epi {
             Epi::Separate => fast_outs.extend(spec.mats.iter().map(|m| m.out.clone())),
-            Epi::GeluMul { out, .. } | Epi::GeluOther { out, .. } => fast_outs.push(out.clone()),
+            Epi::GeluMul { out, .. }
+            | Epi::GeluOther { out, .. }
+            | Epi::Softcap { out, .. }
+            | Epi::Scale { out, .. } => fast_outs.push(out.clone()),
         }
         let mut sorted_outs = outs.clone();
         sorted_outs.sort();
@@ -1336,6 +1621,11 @@ pub fn fuse(
                 }),
                 _ => None,
             },
+            scalars: match &spec.epi {
+                Epi::Softcap { div, mul, .. } => Some((need(div), need(mul))),
+                Epi::Scale { scalar, .. } => Some((need(scalar), need(scalar))),
+                _ => None,
+            },
             h_out: h_exposed,
             f16: spec.f16,
         };
@@ -1347,6 +1637,8 @@ pub fn fuse(
             Epi::Separate => (0, 0),
             Epi::GeluMul { gate, .. } => (1, *gate),
             Epi::GeluOther { .. } => (2, 0),
+            Epi::Softcap { .. } => (3, 0),
+            Epi::Scale { .. } => (4, 0),
         };
         let op = FusedGemv {
             kind: kind.clone(),
@@ -1372,22 +1664,50 @@ pub fn fuse(
     }
     for units in norm_groups {
         let mut members: Vec<usize> = units.iter().flat_map(|u| u.nodes.clone()).collect();
-        members.sort_unstable();
         let mut norms = Vec::new();
         let mut ext: Vec<String> = Vec::new();
         let mut outs = Vec::new();
+        let mut norm_tails = Vec::new();
+        let mut suffix = "";
         for u in &units {
             let l = g.inits[u.gamma.as_str()].shape[0];
             norms.push((ext.len(), l, u.eps));
             ext.push(u.input.clone());
             ext.push(u.gamma.clone());
-            outs.push(u.output.clone());
+            match tails.remove(&u.output) {
+                Some(t) => {
+                    members.extend(&t.nodes);
+                    let oi = ext.len();
+                    ext.push(t.other.clone());
+                    let si = t.scalar.map(|s| {
+                        ext.push(s);
+                        ext.len() - 1
+                    });
+                    suffix = match (t.cast, si.is_some()) {
+                        (false, false) => "+Add",
+                        (false, true) => "+Add+Mul",
+                        (true, false) => "+Cast+Add",
+                        (true, true) => "+Cast+Add+Mul",
+                    };
+                    norm_tails.push(Some((oi, t.cast, si)));
+                    outs.push(t.out);
+                }
+                None => {
+                    norm_tails.push(None);
+                    outs.push(u.output.clone());
+                }
+            }
         }
-        let kind = format!("Fused[{}xSimplifiedLayerNormalization]", units.len());
+        members.sort_unstable();
+        let kind = format!(
+            "Fused[{}xSimplifiedLayerNormalization{suffix}]",
+            units.len()
+        );
         let first = &g.node(members[0]).name;
         fused.push(format!("{kind} at {first}"));
         let op = FusedNorms {
             norms,
+            tails: norm_tails,
             f16: units[0].f16,
             fallback: fallback_for(&g, &members, &ext, &outs, &mut ops),
         };

@@ -326,7 +326,8 @@ fn guards_keep_groups_with_outside_readers_unfused() {
         .map(|s| s.split(" at ").next().unwrap_or_default())
         .collect();
     // gate/up still share their input but not its norm, and no epilogue is taken; the per-layer
-    // gate keeps its residual prologue only; q/k/v are unaffected.
+    // gate keeps its residual prologue only; q/k/v are unaffected. The first residual step
+    // (`h = res + norm(o)`, no longer a prologue) is a norm with an Add tail.
     assert_eq!(
         kinds,
         [
@@ -335,6 +336,7 @@ fn guards_keep_groups_with_outside_readers_unfused() {
             "Fused[Norm+Add+1xMatMulNBits]",
             "Fused[1xMatMulNBits]",
             "Fused[Norm+Add+Mul+Norm+3xMatMulNBits]",
+            "Fused[1xSimplifiedLayerNormalization+Add]",
         ],
         "{:?}",
         fused.fused()
@@ -455,6 +457,220 @@ fn kv_shared_attention_on_the_gemma4_graph() {
                     "{file} new {new} past {past} {na}: max |fused - unfused| {worst} (scale {scale})"
                 );
             }
+        }
+    }
+}
+
+/// Gemma's model-level heads: the logit softcap `Mul(Tanh(Div(lm(o), c)), c2)` and the per-layer
+/// input chain `(norm(Reshape(plp(res) * s)) + per_layer) * t`. `expose` names intermediate values
+/// to make graph outputs as well (guards); `c2` is the softcap's multiplier (the divisor is 0.5).
+fn heads(expose: &[&str], c2: f32) -> Graph {
+    let mut rng = Rng(11);
+    let mut g = G::default();
+    for i in ["o", "res", "per_layer"] {
+        g.input(i);
+    }
+    let y = g.mnb("o", "lm", 64, &mut rng);
+    let c = g.f32s("cap", vec![], vec![0.5]);
+    let c2 = if c2 == 0.5 {
+        // Same value, another initializer: equal by bytes.
+        g.f32s("cap2", vec![], vec![0.5])
+    } else {
+        g.f32s("cap2", vec![], vec![c2])
+    };
+    let d = g.node("Div", "", &[&y, &c], "capd", vec![]);
+    let t = g.node("Tanh", "", &[&d], "capt", vec![]);
+    let logits = g.node("Mul", "", &[&c2, &t], "logits", vec![]);
+    g.output(&logits);
+    let p = g.mnb("res", "plp", 96, &mut rng);
+    let s = g.f32s("pscale", vec![], vec![0.125]);
+    let pm = g.node("Mul", "", &[&p, &s], "pm", vec![]);
+    let shape: Vec<u8> = [0i64, 0, 3, 32]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let shape = g.init("pshape", DType::I64, vec![4], shape);
+    let pr = g.node("Reshape", "", &[&pm, &shape], "pr", vec![]);
+    let gamma: Vec<f32> = (0..32).map(|_| 1.0 + 0.3 * rng.next()).collect();
+    let gamma = g.f32s("pgamma", vec![32], gamma);
+    let pn = g.node(
+        "SimplifiedLayerNormalization",
+        "",
+        &[&pr, &gamma],
+        "pn",
+        vec![attr_f("epsilon", 1e-6), attr_i("axis", -1)],
+    );
+    let pa = g.node("Add", "", &["per_layer", &pn], "pa", vec![]);
+    let ps = g.f32s("pls", vec![1], vec![std::f32::consts::FRAC_1_SQRT_2]);
+    let pli = g.node("Mul", "", &[&pa, &ps], "pli", vec![]);
+    g.output(&pli);
+    for e in expose {
+        g.output(e);
+    }
+    g.graph()
+}
+
+fn kinds(s: &Session) -> Vec<String> {
+    s.fused()
+        .iter()
+        .map(|s| s.split(" at ").next().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn softcap_and_per_layer_input_epilogues_agree_with_the_unfused_graph() {
+    let gpu = gpu();
+    let fused = session(&gpu, heads(&[], 0.5), true);
+    let plain = session(&gpu, heads(&[], 0.5), false);
+    assert_eq!(
+        kinds(&fused),
+        [
+            "Fused[1xMatMulNBits+Div+Tanh+Mul]",
+            "Fused[1xMatMulNBits+Mul]",
+            "Fused[1xSimplifiedLayerNormalization+Add+Mul]",
+        ],
+        "{:?}",
+        fused.fused()
+    );
+    for rows in [1, 3] {
+        let before = gpu.counters.snapshot().dispatches;
+        let a = run(&fused, rows);
+        let mid = gpu.counters.snapshot().dispatches;
+        let b = run(&plain, rows);
+        let after = gpu.counters.snapshot().dispatches;
+        assert_close(&a, &b);
+        // The softcap is not a no-op here: some logits are well inside its nonlinear range.
+        assert!(a[0].1.iter().any(|v| v.abs() > 0.25), "{:?}", &a[0].1[..8]);
+        if rows == 1 {
+            assert_eq!(mid - before, 3, "fused dispatches");
+            assert!(after - mid >= 8, "unfused dispatches {}", after - mid);
+        }
+    }
+}
+
+#[test]
+fn softcap_and_norm_tail_guards() {
+    let gpu = gpu();
+    // Intermediates that are graph outputs too: the softcap's Div, the projection before its
+    // scale, and the Add (its Mul stays outside, the Add is still a tail).
+    let exposed = ["capd", "plp", "pa"];
+    let fused = session(&gpu, heads(&exposed, 0.5), true);
+    let plain = session(&gpu, heads(&exposed, 0.5), false);
+    assert_eq!(
+        kinds(&fused),
+        [
+            "Fused[1xMatMulNBits]",
+            "Fused[1xMatMulNBits]",
+            "Fused[1xSimplifiedLayerNormalization+Add]",
+        ],
+        "{:?}",
+        fused.fused()
+    );
+    for rows in [1, 2] {
+        assert_close(&run(&fused, rows), &run(&plain, rows));
+    }
+    // The norm's own output read elsewhere: no tail (and an f32 norm alone is not fused).
+    let fused = session(&gpu, heads(&["pn"], 0.5), true);
+    assert!(
+        kinds(&fused).iter().all(|k| !k.contains("Normalization")),
+        "{:?}",
+        fused.fused()
+    );
+    // A multiplier that differs from the divisor is no softcap.
+    let fused = session(&gpu, heads(&[], 0.25), true);
+    let plain = session(&gpu, heads(&[], 0.25), false);
+    assert_eq!(
+        kinds(&fused)[0],
+        "Fused[1xMatMulNBits]",
+        "{:?}",
+        fused.fused()
+    );
+    assert_close(&run(&fused, 1), &run(&plain, 1));
+}
+
+#[test]
+fn epilogues_of_weights_split_across_buffers() {
+    // Weights above 1200 bytes are split by rows (25 rows of 48 bytes per part; the scales stay
+    // whole): the lone GEMVs run one dispatch per part.
+    let mut small = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
+    small.max_weight_part = 1200;
+    let small = Rc::new(small);
+    let fused = session(&small, heads(&[], 0.5), true);
+    assert_eq!(fused.split_weights(), 2);
+    let gpu = gpu();
+    let plain = session(&gpu, heads(&[], 0.5), false);
+    for rows in [1, 2] {
+        let before = small.counters.snapshot().dispatches;
+        let a = run(&fused, rows);
+        let after = small.counters.snapshot().dispatches;
+        assert_close(&a, &run(&plain, rows));
+        if rows == 1 {
+            // lm_head: 3 parts, the projection: 4 parts, the norm: 1.
+            assert_eq!(after - before, 8, "fused dispatches");
+        }
+    }
+}
+
+/// The q4f16 form of the per-layer input tail: f16 activations, the norm between Casts and the
+/// added input cast from float: `(norm(Reshape(f16(res))) + f16(per_layer)) * s`, `s` float16.
+fn f16_tail(expose: &[&str]) -> Graph {
+    let mut rng = Rng(5);
+    let mut g = G::default();
+    for i in ["o", "res", "per_layer"] {
+        g.input(i);
+    }
+    let to = |t: i64| vec![attr_i("to", t)];
+    let r16 = g.node("Cast", "", &["res"], "r16", to(10));
+    let shape: Vec<u8> = [0i64, 0, 3, 32]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    let shape = g.init("shape", DType::I64, vec![4], shape);
+    let rr = g.node("Reshape", "", &[&r16, &shape], "rr", vec![]);
+    let r32 = g.node("Cast", "", &[&rr], "r32", to(1));
+    let gamma: Vec<f32> = (0..32).map(|_| 1.0 + 0.3 * rng.next()).collect();
+    let gamma = g.f32s("gamma", vec![32], gamma);
+    let n32 = g.node(
+        "SimplifiedLayerNormalization",
+        "",
+        &[&r32, &gamma],
+        "n32",
+        vec![attr_f("epsilon", 1e-6), attr_i("axis", -1)],
+    );
+    let n16 = g.node("Cast", "", &[&n32], "n16", to(10));
+    let p16 = g.node("Cast", "", &["per_layer"], "p16", to(10));
+    let a = g.node("Add", "", &[&n16, &p16], "a", vec![]);
+    // 0.75 as float16.
+    let s = g.init("s", DType::F16, vec![], 0x3a00u16.to_le_bytes().to_vec());
+    let m = g.node("Mul", "", &[&a, &s], "m", vec![]);
+    let out = g.node("Cast", "", &[&m], "out", to(1));
+    g.output(&out);
+    for e in expose {
+        let o = g.node("Cast", "", &[e], &format!("{e}.f32"), to(1));
+        g.output(&o);
+    }
+    g.graph()
+}
+
+#[test]
+fn f16_norm_tail_folds_the_cast_of_its_added_input() {
+    let gpu = gpu();
+    for (expose, kind) in [
+        (
+            &[][..],
+            "Fused[1xSimplifiedLayerNormalization+Cast+Add+Mul]",
+        ),
+        // The cast input is read elsewhere too: it stays a node of its own.
+        (
+            &["p16"][..],
+            "Fused[1xSimplifiedLayerNormalization+Add+Mul]",
+        ),
+    ] {
+        let fused = session(&gpu, f16_tail(expose), true);
+        let plain = session(&gpu, f16_tail(expose), false);
+        assert_eq!(kinds(&fused), [kind], "{:?}", fused.fused());
+        for rows in [1, 2] {
+            assert_close(&run(&fused, rows), &run(&plain, rows));
         }
     }
 }

@@ -4,12 +4,15 @@
 //             when the graph needs it elsewhere (the residual stream);
 //   GEMVs     y_j = x @ dequant(W_j)^T for up to three MatMulNBits weights sharing x
 //             (4-bit blocks, w = (q - zp) * scale, low nibble first, as matmul_nbits.wgsl);
-//   epilogue  each y_j stored, or gelu_tanh(y_0) * y_1, or gelu_tanh(y_0) * other[off + n].
+//   epilogue  each y_j stored, or gelu_tanh(y_0) * y_1, or gelu_tanh(y_0) * other[off + n], or
+//             c * tanh(y_0 / c) (softcap), or y_0 * s.
 // Activations are f32, or f16 (stored packed, computed in f32 and rounded with rd() wherever the
 // unfused graph stores an f16 value, so results match it up to f32 summation order).
 // Every workgroup recomputes the prologue into workgroup memory (K floats; cheap next to the
 // weights it reads) and then computes COLS output columns, TPC threads per column; f32 throughout.
-// prm: [scalar (f32 bits), other offset]
+// A dispatch computes columns prm[2]..prm[3] (a lone weight split by rows across buffers is
+// bound one part at a time, its rows starting at column prm[2]; otherwise 0..NV).
+// prm: [scalar (f32 bits), other offset, first column, end column]
 var<workgroup> xs: array<f32, {{XS_LEN}}>;
 var<workgroup> red: array<f32, {{WG}}>;
 var<workgroup> red1: array<f32, {{WG}}>;
@@ -61,7 +64,9 @@ fn wg_sum(t: u32, v: f32) -> f32 {
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let flat = wid.x + wid.y * nwg.x;
-    if (flat * COLS >= NV) { return; }
+    let v0 = prm[2];
+    let v_end = prm[3];
+    if (v0 + flat * COLS >= v_end) { return; }
     let t = lid.x;
     let scalar = bitcast<f32>(prm[0]);
     let other_off = prm[1];
@@ -69,10 +74,10 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     workgroupBarrier();
     let c = t / TPC;
     let lane = t % TPC;
-    let v = flat * COLS + c;
+    let v = v0 + flat * COLS + c;
     var r0 = 0.0;
     var r1 = 0.0;
-    if (v < NV) {
+    if (v < v_end) {
         {{COMPUTE}}
     }
     red[t] = r0;
@@ -85,13 +90,13 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         }
         workgroupBarrier();
     }
-    if (lane == 0u && v < NV) {
+    if (lane == 0u && v < v_end) {
         let a0 = red[t];
         let a1 = red1[t];
         vals[c] = {{VALUE}};
     }
     workgroupBarrier();
-    if (lane == 0u && v < NV && c % EPW == 0u) {
+    if (lane == 0u && v < v_end && c % EPW == 0u) {
         let x0 = vals[c];
         let x1 = vals[min(c + 1u, COLS - 1u)];
         {{STORE}}

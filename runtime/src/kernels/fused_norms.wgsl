@@ -1,7 +1,8 @@
 // Several independent RMS norms (SimplifiedLayerNormalization, no skip/bias) in one dispatch, made
 // by the fusion pass (src/fuse.rs): e.g. Gemma's per-head q/k/v norms. Workgroup r normalises
 // row r of the inputs' rows taken in turn; the arithmetic is norm.wgsl's (one workgroup per row,
-// f32 sums, the same reduction order). prm: unused.
+// f32 sums, the same reduction order). A norm may have a tail, `(y + other) [* s]` (rounded like the
+// unfused f16 graph with rd()), e.g. Gemma's per-layer inputs. prm: unused.
 var<workgroup> red: array<f32, {{WG}}>;
 
 fn wg_sum(t: u32, v: f32) -> f32 {
@@ -14,6 +15,11 @@ fn wg_sum(t: u32, v: f32) -> f32 {
     let r = red[0];
     workgroupBarrier();
     return r;
+}
+
+// Rounds to the activation type (f16 graphs round after every op; f32: identity).
+fn rd(x: f32) -> f32 {
+    {{RD}}
 }
 
 {{NORMS}}
