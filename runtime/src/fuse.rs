@@ -18,6 +18,10 @@
 //!   per-head q/k/v norms) in one dispatch, and any other norm unit between Casts (f16
 //!   activations) or followed by a tail `Add(y, other)` [`-> Mul(., scalar)`] (optionally with
 //!   `other = Cast(float16)(x)`; Gemma's per-layer inputs), f32 or f16.
+//! - **SharedAttn** (`shared_attn.rs`): Gemma 4's KV-shared attention (query norm, rotation by
+//!   halves, 5-D MatMul / mask / Softmax / MatMul) as one flash-attention dispatch.
+//! - **RotaryTables** (`rotary_table.rs`): `Concat(Gather(cache, pos), same)` cos/sin tables read
+//!   at the same positions, one dispatch.
 //!
 //! A fused node runs its one kernel when the shapes allow it (one row, `M == 1`: decoding, the
 //! input row fits the workgroup memory, weights not split across buffers except a lone weight's,
