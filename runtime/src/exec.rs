@@ -314,6 +314,14 @@ impl<'a> Ctx<'a> {
         if wg.0 == 0 || wg.1 == 0 {
             return Ok(());
         }
+        if meta.len() > crate::gpu::PARAM_WORDS {
+            return Err(Error::Gpu(format!(
+                "kernel {}: {} parameter words exceed {}",
+                kernel.name(),
+                meta.len(),
+                crate::gpu::PARAM_WORDS
+            )));
+        }
         let pipeline = self.gpu.pipeline(kernel)?;
         let meta_words = meta.len().max(1).next_multiple_of(META_ALIGN_WORDS);
         let cap_words = (self.meta_buf.borrow().size() / 4) as usize;
@@ -323,7 +331,7 @@ impl<'a> Ctx<'a> {
                 let new = self.gpu.device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("meta arena"),
                     size: (meta_words * 4).next_power_of_two() as u64,
-                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+                    usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
                     mapped_at_creation: false,
                 });
                 *self.meta_buf.borrow_mut() = new;

@@ -58,7 +58,8 @@ impl Limits {
     /// The device's limits.
     pub fn of(gpu: &Gpu) -> Self {
         Self {
-            storage_buffers: gpu.limits.max_storage_buffers_per_shader_stage,
+            // The parameter block is a uniform buffer: the adapter's storage buffers plus it.
+            storage_buffers: gpu.max_bindings() + 1,
             workgroup_bytes: gpu.limits.max_compute_workgroup_storage_size,
         }
     }

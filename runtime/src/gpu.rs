@@ -155,9 +155,12 @@ impl Gpu {
         Self::from_adapter(&chosen).await
     }
 
-    /// Opens a device on a given adapter, requesting its real limits.
+    /// Opens a device on a given adapter, requesting its real limits. Natively,
+    /// `GG_MAX_STORAGE_BUFFERS=N` makes the runtime plan for at most N storage buffers per
+    /// kernel (to reproduce a browser adapter's choices; WebGPU's default is 8, Chrome's
+    /// SwiftShader offers 10).
     pub async fn from_adapter(adapter: &wgpu::Adapter) -> Result<Self> {
-        let limits = adapter.limits();
+        let mut limits = adapter.limits();
         let has_shader_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
@@ -168,6 +171,14 @@ impl Gpu {
             })
             .await
             .map_err(|e| Error::Gpu(format!("request_device: {e}")))?;
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(n) = std::env::var("GG_MAX_STORAGE_BUFFERS")
+            .ok()
+            .and_then(|v| v.parse::<u32>().ok())
+        {
+            limits.max_storage_buffers_per_shader_stage =
+                limits.max_storage_buffers_per_shader_stage.min(n);
+        }
         let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = errors.clone();
         device.on_uncaptured_error(std::sync::Arc::new(move |e: wgpu::Error| {
@@ -232,7 +243,16 @@ impl Gpu {
             .enumerate()
             .map(|(i, b)| storage(i, !b.write))
             .collect();
-        entries.push(storage(kernel.bindings.len(), true));
+        entries.push(wgpu::BindGroupLayoutEntry {
+            binding: kernel.bindings.len() as u32,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty: wgpu::BufferBindingType::Uniform,
+                has_dynamic_offset: false,
+                min_binding_size: None,
+            },
+            count: None,
+        });
         let layout = self
             .device
             .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
@@ -276,6 +296,12 @@ impl Gpu {
         }
         let all = std::mem::take(&mut *v);
         Err(Error::Gpu(all.join("; ").replace('\n', " ")))
+    }
+
+    /// Tensors one kernel may bind: the adapter's storage buffers per shader stage (the
+    /// parameter block is a uniform buffer and takes none of them).
+    pub fn max_bindings(&self) -> u32 {
+        self.limits.max_storage_buffers_per_shader_stage
     }
 
     pub(crate) fn count_dispatch(&self) {
@@ -363,7 +389,8 @@ struct Binding {
 /// - inputs `x`: `ld_x(i) -> f32` (any storage), `ldi_x(i) -> i32`, `ldw_x(w) -> u32` (raw word);
 /// - outputs `y`: `st_y(w, v0, v1)` stores word `w` (elements `w*EPW_y`, `+1`), `stw_y(w, u32)`,
 ///   `stf_y(i, f32)` (only for one-element-per-word outputs) and the constant `EPW_y`;
-/// - `prm: array<u32>` (always the last binding) holds per-dispatch sizes/strides.
+/// - `prm[i]` reads word `i` (< 64) of the per-dispatch sizes/strides: a uniform block (always the
+///   last binding), so it takes none of the adapter's storage-buffer slots (`Gpu::max_bindings`).
 ///
 /// Parameters `{{KEY}}` in the body are replaced by typed values; the pipeline cache key is the
 /// kernel name plus every binding storage and parameter.
@@ -387,6 +414,44 @@ pub fn wgsl_f32(v: f32) -> String {
     } else {
         format!("f32_bits({}u)", v.to_bits())
     }
+}
+
+/// Words of the per-dispatch parameter block (`prm`), a uniform `array<vec4<u32>, 16>`.
+pub const PARAM_WORDS: usize = 64;
+
+/// `prm[expr]` -> `prm_at(expr)` (the block is read as vec4 words), brackets matched.
+fn param_reads(src: &str) -> String {
+    let mut out = String::with_capacity(src.len());
+    let mut rest = src;
+    while let Some(i) = rest.find("prm[") {
+        let prev = rest[..i].chars().next_back();
+        out.push_str(&rest[..i]);
+        if prev.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
+            out.push_str("prm[");
+            rest = &rest[i + 4..];
+            continue;
+        }
+        out.push_str("prm_at(");
+        let body = &rest[i + 4..];
+        let mut depth = 0usize;
+        let mut end = body.len();
+        for (j, c) in body.char_indices() {
+            match c {
+                '[' => depth += 1,
+                ']' if depth == 0 => {
+                    end = j;
+                    break;
+                }
+                ']' => depth -= 1,
+                _ => {}
+            }
+        }
+        out.push_str(&body[..end]);
+        out.push(')');
+        rest = body.get(end + 1..).unwrap_or("");
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Workgroup size of element-mapped kernels.
@@ -558,8 +623,10 @@ impl Kernel {
             }
         }
         s.push_str(&format!(
-            "@group(0) @binding({}) var<storage, read> prm: array<u32>;\nconst WG: u32 = {}u;\n",
+            "@group(0) @binding({}) var<uniform> prm_u: array<vec4<u32>, {}>;\n\
+             fn prm_at(i: u32) -> u32 {{ return prm_u[i >> 2u][i & 3u]; }}\nconst WG: u32 = {}u;\n",
             self.bindings.len(),
+            PARAM_WORDS / 4,
             self.workgroup
         ));
         let mut body = self.body.to_string();
@@ -596,7 +663,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
                 wg = self.workgroup
             ));
         }
-        Ok(s)
+        Ok(param_reads(&s))
     }
 }
 

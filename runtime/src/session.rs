@@ -180,7 +180,7 @@ impl Session {
         let meta_buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("meta arena"),
             size: 1 << 20,
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         let mut s = Self {

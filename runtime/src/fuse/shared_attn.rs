@@ -520,7 +520,7 @@ impl SharedAttn {
             }),
             out_dtype: dt,
         };
-        if flash.bindings() > cx.gpu.limits.max_storage_buffers_per_shader_stage {
+        if flash.bindings() > cx.gpu.max_bindings() {
             return Ok(None);
         }
         let y = flash_attention(cx, &flash)?;

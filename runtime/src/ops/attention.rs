@@ -309,7 +309,7 @@ impl Op for Gqa {
         };
         // Too few storage bindings for the query's rotary inside the kernel: rotate it first.
         let rotated;
-        if rot.is_some() && flash.bindings() > cx.gpu.limits.max_storage_buffers_per_shader_stage {
+        if rot.is_some() && flash.bindings() > cx.gpu.max_bindings() {
             rotated = rope(
                 cx,
                 &q_in,
@@ -490,13 +490,13 @@ pub(crate) struct Flash<'a> {
 }
 
 impl Flash<'_> {
-    /// Storage bindings of the attention kernel (the parameter buffer included).
+    /// Storage buffers of the attention kernel (the parameter block is a uniform).
     pub(crate) fn bindings(&self) -> u32 {
         let q = match &self.q {
             Query::Gqa { rot, .. } => 1 + 2 * u32::from(rot.is_some()),
             Query::Shared { norm, .. } => 3 + u32::from(norm.is_some()),
         };
-        q + 2 + u32::from(self.seqlens.is_some()) + u32::from(self.bias.is_some()) + 2
+        q + 2 + u32::from(self.seqlens.is_some()) + u32::from(self.bias.is_some()) + 1
     }
 }
 
@@ -504,11 +504,11 @@ impl Flash<'_> {
 /// Returns y [B, S, H * D] in `f.out_dtype`.
 pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTensor> {
     let [b, s, h, kvh, d, t_len] = f.dims;
-    if f.bindings() > cx.gpu.limits.max_storage_buffers_per_shader_stage {
+    if f.bindings() > cx.gpu.max_bindings() {
         return Err(op_err(format!(
             "attention needs {} storage buffers, the adapter allows {}",
             f.bindings(),
-            cx.gpu.limits.max_storage_buffers_per_shader_stage
+            cx.gpu.max_bindings()
         )));
     }
     let softcap = if f.softcap > 0.0 {
@@ -762,10 +762,10 @@ impl Gqa {
             }
         }
         let past = past.map(|pt| pt.filter(|_| p > 0));
-        let pair_bindings = 8 + past.iter().flatten().count() as u32;
+        let pair_bindings = 7 + past.iter().flatten().count() as u32;
         let out_k = cx.alloc(dtype, vec![b, kvh, t, d])?;
         let out_v = cx.alloc(dtype, vec![b, kvh, t, d])?;
-        if pair_bindings <= cx.gpu.limits.max_storage_buffers_per_shader_stage {
+        if pair_bindings <= cx.gpu.max_bindings() {
             self.append_one(
                 cx,
                 src[0],
