@@ -670,6 +670,18 @@ impl<'a> Graphs<'a> {
 }
 
 impl Spec {
+    /// Storage bindings of the fused kernel: operands, outputs and the parameter block.
+    fn bindings(&self) -> usize {
+        let mut b = 2 + self.mats.len() * 2;
+        b += self.mats.iter().filter(|m| m.zp.is_some()).count();
+        b += if self.residual.is_some() { 3 } else { 1 };
+        b += usize::from(self.norm.is_some());
+        b + match self.epi {
+            Epi::Separate => self.mats.len(),
+            Epi::GeluMul { .. } | Epi::Softcap { .. } | Epi::Scale { .. } => 1,
+            Epi::GeluOther { .. } => 2,
+        }
+    }
     fn nodes(&self) -> Vec<usize> {
         let mut v: Vec<usize> = self.mats.iter().map(|m| m.node).collect();
         if let Some(u) = &self.norm {
@@ -1455,33 +1467,48 @@ pub fn fuse(
         let Some(x) = node.inputs.first() else {
             continue;
         };
-        let Some(spec) = g.group(x, &used) else {
+        let Some(mut spec) = g.group(x, &used) else {
             continue;
         };
+        // The results' sibling norms are looked for among all the weights sharing the input,
+        // also when the group is narrowed below.
+        let outs_all: Vec<String> = spec.mats.iter().map(|m| m.out.clone()).collect();
+        // Storage bindings: operands, outputs and the parameter block. A group that needs more
+        // than the adapter allows is narrowed until it fits: first without the residual
+        // prologue (left to the norm-tail pass), then without the norm prologue, then without
+        // the epilogue, then with fewer weights (the others form groups of their own).
+        while spec.bindings() as u32 > limits.storage_buffers {
+            if spec.residual.is_some() {
+                spec.residual = None;
+            } else if spec.norm.is_some() {
+                spec.norm = None;
+                spec.x = x.clone();
+            } else if !matches!(spec.epi, Epi::Separate) {
+                spec.epi = Epi::Separate;
+            } else if spec.mats.len() > 1 {
+                spec.mats.pop();
+            } else {
+                break;
+            }
+            spec.f16 = spec
+                .norm
+                .as_ref()
+                .map(|u| u.f16)
+                .or(spec.residual.as_ref().map(|r| r.f16));
+        }
+        if spec.bindings() as u32 > limits.storage_buffers {
+            continue;
+        }
         let set: HashSet<usize> = spec.nodes().into_iter().collect();
         if set.iter().any(|n| used.contains(n)) || reenters(&g, &set) {
             continue;
         }
-        // Storage bindings: operands, outputs and the parameter buffer.
-        let mut bindings = 2 + spec.mats.len() * 2;
-        bindings += spec.mats.iter().filter(|m| m.zp.is_some()).count();
-        bindings += if spec.residual.is_some() { 3 } else { 1 };
-        bindings += usize::from(spec.norm.is_some());
-        bindings += match spec.epi {
-            Epi::Separate => spec.mats.len(),
-            Epi::GeluMul { .. } | Epi::Softcap { .. } | Epi::Scale { .. } => 1,
-            Epi::GeluOther { .. } => 2,
-        };
-        if bindings as u32 > limits.storage_buffers {
-            continue;
-        }
         used.extend(&set);
         // Sibling norms of the results (per-head q/k/v norms): one more kernel for all of them.
-        if matches!(spec.epi, Epi::Separate) && spec.mats.len() >= 2 {
-            let norms: Vec<Unit> = spec
-                .mats
+        if matches!(spec.epi, Epi::Separate) && outs_all.len() >= 2 {
+            let norms: Vec<Unit> = outs_all
                 .iter()
-                .filter_map(|m| g.norm_after(&m.out))
+                .filter_map(|o| g.norm_after(o))
                 .filter(|u| u.nodes.iter().all(|p| !used.contains(p)))
                 .collect();
             let nset: HashSet<usize> = norms.iter().flat_map(|u| u.nodes.clone()).collect();

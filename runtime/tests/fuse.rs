@@ -674,3 +674,70 @@ fn f16_norm_tail_folds_the_cast_of_its_added_input() {
         }
     }
 }
+
+/// On adapters with fewer storage buffers per stage (WebGPU's default is 8, Chrome's SwiftShader
+/// offers 10), groups are narrowed until they fit — residual prologue, norm prologue, epilogue,
+/// then weights are left out — instead of not being formed at all; the narrowed groups agree
+/// with the unfused graph.
+#[test]
+fn groups_are_narrowed_to_fit_fewer_storage_buffers() {
+    for (limit, want) in [
+        (
+            10,
+            &[
+                "Fused[Norm+2xMatMulNBits+Gelu+Mul]",
+                "Fused[1xMatMulNBits]",
+                "Fused[Norm+Add+1xMatMulNBits+Gelu+Gather+Mul]",
+                "Fused[1xMatMulNBits]",
+                "Fused[2xMatMulNBits]",
+                "Fused[1xMatMulNBits]",
+                "Fused[1xSimplifiedLayerNormalization+Add]",
+                "Fused[1xSimplifiedLayerNormalization+Add+Mul]",
+            ][..],
+        ),
+        (
+            8,
+            &[
+                "Fused[1xMatMulNBits]",
+                "Fused[1xMatMulNBits]",
+                "Fused[1xMatMulNBits]",
+                "Fused[1xMatMulNBits+Gelu+Gather+Mul]",
+                "Fused[1xMatMulNBits]",
+                "Fused[1xMatMulNBits]",
+                "Fused[1xMatMulNBits]",
+                "Fused[1xMatMulNBits]",
+                "Fused[1xSimplifiedLayerNormalization+Add]",
+                "Fused[1xSimplifiedLayerNormalization+Add]",
+                "Fused[1xSimplifiedLayerNormalization+Add+Mul]",
+            ][..],
+        ),
+    ] {
+        let mut g = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
+        g.limits.max_storage_buffers_per_shader_stage = limit;
+        let gpu = Rc::new(g);
+        let fused = session(&gpu, layer(&[]), true);
+        let plain = session(&gpu, layer(&[]), false);
+        let kinds: Vec<&str> = fused
+            .fused()
+            .iter()
+            .map(|s| s.split(" at ").next().unwrap_or_default())
+            .collect();
+        assert_eq!(kinds, want, "{limit} storage buffers: {:?}", fused.fused());
+        for rows in [1, 3] {
+            let before = gpu.counters.snapshot().dispatches;
+            let a = run(&fused, rows);
+            let mid = gpu.counters.snapshot().dispatches;
+            let b = run(&plain, rows);
+            let after = gpu.counters.snapshot().dispatches;
+            assert_close(&a, &b);
+            if rows == 1 {
+                assert!(
+                    mid - before < after - mid,
+                    "{limit}: {} vs {}",
+                    mid - before,
+                    after - mid
+                );
+            }
+        }
+    }
+}
