@@ -34,10 +34,6 @@ var<workgroup> row_l: array<f32, {{BQ}}>;
 var<workgroup> row_a: array<f32, {{BQ}}>;
 var<workgroup> row_inv: array<f32, {{BQ}}>; // per-row query scale (RMS norm), else 1
 
-fn q_base(b: u32, s: u32, h: u32) -> u32 {
-    return prm[12] + b * prm[13] + s * prm[14] + h * prm[15];
-}
-
 {{Q_FN}}
 
 // Output dimension of accumulator slot i of invocation tid.

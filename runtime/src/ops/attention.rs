@@ -18,6 +18,11 @@ const KV_APPEND: &str = concat!(
     include_str!("../kernels/rotate.wgsl")
 );
 const GQA: &str = include_str!("../kernels/gqa.wgsl");
+const Q_PREP: &str = include_str!("../kernels/q_prep.wgsl");
+const Q_PREP_ROT: &str = concat!(
+    include_str!("../kernels/q_prep.wgsl"),
+    include_str!("../kernels/rotate.wgsl")
+);
 // The attention kernel with the GroupQueryAttention query's rotary.
 const GQA_ROT: &str = concat!(
     include_str!("../kernels/gqa.wgsl"),
@@ -389,6 +394,12 @@ const STORE_PART: &str = "
         stf_part(o + 1u, row_l[tid]);
     }";
 
+/// Where the query row (b, s, h) starts in `x` (prm 12..16: offset, strides).
+const Q_BASE: &str = "
+fn q_base(b: u32, s: u32, h: u32) -> u32 {
+    return prm[12] + b * prm[13] + s * prm[14] + h * prm[15];
+}";
+
 /// gqa.wgsl query reader without rotary: `x` through its view.
 const Q_PLAIN: &str = "
 fn q_scale(b: u32, s: u32, h: u32) -> f32 { return 1.0; }
@@ -437,6 +448,94 @@ fn load_q(b: u32, s: u32, h: u32, d: u32, inv: f32) -> f32 {
 
 fn lit(v: f32) -> String {
     format!("bitcast<f32>({}u)", v.to_bits())
+}
+
+/// The query reader's storage and parameters, as set up by `query_inputs`.
+struct QueryParams {
+    /// Words 12..18 of the parameters: the view (offset, strides) and (rotary dim, half).
+    view: [u32; 6],
+    eps: f32,
+    /// Words 21..24: cos/sin offset and batch / sequence strides.
+    cs: [u32; 3],
+}
+
+/// Adds the query reader (`Q_FN`) of `q` and its bindings to `k` (gqa.wgsl or q_prep.wgsl).
+fn query_inputs<'a>(
+    q: &Query<'a>,
+    mut k: Kernel,
+    bind: &mut Vec<&'a GpuTensor>,
+) -> (Kernel, QueryParams) {
+    let view = |l: &Layout, rot: [u32; 2]| {
+        [
+            l.off as u32,
+            l.strides[0] as u32,
+            l.strides[1] as u32,
+            l.strides[2] as u32,
+            rot[0],
+            rot[1],
+        ]
+    };
+    match q {
+        Query::Gqa {
+            x,
+            l,
+            rot,
+            interleaved,
+        } => {
+            let code = if rot.is_some() { Q_GQA } else { Q_PLAIN };
+            k = k
+                .code("Q_FN", &format!("{Q_BASE}{code}"))
+                .bool("INTERLEAVED", *interleaved)
+                .input("x", x.storage());
+            bind.push(x);
+            let mut r = [0, 1];
+            if let Some((c, sn, rot_dim)) = rot {
+                k = k.input("cos", c.storage()).input("sin", sn.storage());
+                bind.push(c);
+                bind.push(sn);
+                r = [*rot_dim as u32, c.shape.last().copied().unwrap_or(1) as u32];
+            }
+            (
+                k,
+                QueryParams {
+                    view: view(l, r),
+                    eps: 0.0,
+                    cs: [0; 3],
+                },
+            )
+        }
+        Query::Shared {
+            x,
+            l,
+            norm,
+            cos,
+            sin,
+            cs,
+        } => {
+            k = k
+                .code("Q_FN", &format!("{Q_BASE}{Q_SHARED}"))
+                .bool("NORM", norm.is_some())
+                .input("x", x.storage());
+            bind.push(x);
+            let mut eps = 0.0;
+            if let Some((gm, e)) = norm {
+                k = k.input("gamma", gm.storage());
+                bind.push(gm);
+                eps = *e;
+            }
+            k = k.input("cos", cos.storage()).input("sin", sin.storage());
+            bind.push(cos);
+            bind.push(sin);
+            (
+                k,
+                QueryParams {
+                    view: view(l, [0, 1]),
+                    eps,
+                    cs: [cs[0] as u32, cs[1] as u32, cs[2] as u32],
+                },
+            )
+        }
+    }
 }
 
 /// Where the flash attention kernel reads the queries.
@@ -554,7 +653,59 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
         DType::F32
     };
     let y = cx.alloc(y_dtype, vec![b, s, h * d])?;
-    let (name, body) = match &f.q {
+    // A prompt's query is prepared once (q_prep.wgsl); the attention then reads it plainly.
+    let prepped = if s > 1 && !matches!(f.q, Query::Gqa { rot: None, .. }) {
+        let y = cx.alloc(DType::F32, vec![b, s, h, d])?;
+        let mut bind: Vec<&GpuTensor> = Vec::new();
+        let (name, body) = match &f.q {
+            Query::Gqa { .. } => ("q_prep_rot", Q_PREP_ROT),
+            Query::Shared { .. } => ("q_prep", Q_PREP),
+        };
+        let (mut k, qp) = query_inputs(&f.q, Kernel::new(name, body).workgroup(64), &mut bind);
+        if let (Query::Gqa { .. }, Some(sl)) = (&f.q, f.seqlens) {
+            k = k.input("seqlens", sl.storage());
+            bind.push(sl);
+        }
+        let k = k.output("y", Storage::F32);
+        bind.push(&y);
+        let mut meta = [0u32; 24];
+        meta[..6].copy_from_slice(&[
+            b as u32,
+            s as u32,
+            h as u32,
+            kvh as u32,
+            d as u32,
+            t_len as u32,
+        ]);
+        meta[12..18].copy_from_slice(&qp.view);
+        meta[20] = qp.eps.to_bits();
+        meta[21..24].copy_from_slice(&qp.cs);
+        cx.dispatch(&k, &bind, &meta, (b * s * h * 64) as u64)?;
+        Some(y)
+    } else {
+        None
+    };
+    let plain;
+    let q = match &prepped {
+        Some(y) => {
+            plain = Query::Gqa {
+                x: y,
+                l: Layout {
+                    b,
+                    s,
+                    h,
+                    d,
+                    strides: [s * h * d, h * d, d],
+                    off: 0,
+                },
+                rot: None,
+                interleaved: false,
+            };
+            &plain
+        }
+        None => &f.q,
+    };
+    let (name, body) = match q {
         Query::Gqa { rot: Some(_), .. } => ("gqa_rot", GQA_ROT),
         Query::Gqa { rot: None, .. } => ("gqa", GQA),
         Query::Shared { .. } => ("gqa_shared", GQA),
@@ -579,65 +730,9 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
             },
         );
     let mut bind: Vec<&GpuTensor> = Vec::new();
-    let view = |l: &Layout, rot: [u32; 2]| {
-        [
-            l.off as u32,
-            l.strides[0] as u32,
-            l.strides[1] as u32,
-            l.strides[2] as u32,
-            rot[0],
-            rot[1],
-        ]
-    };
-    let qprm;
-    let mut eps = 0f32;
-    let mut cs = [0u32; 3];
-    match &f.q {
-        Query::Gqa {
-            x,
-            l,
-            rot,
-            interleaved,
-        } => {
-            kern = kern
-                .code("Q_FN", if rot.is_some() { Q_GQA } else { Q_PLAIN })
-                .bool("INTERLEAVED", *interleaved)
-                .input("x", x.storage());
-            bind.push(x);
-            let mut r = [0, 1];
-            if let Some((c, sn, rot_dim)) = rot {
-                kern = kern.input("cos", c.storage()).input("sin", sn.storage());
-                bind.push(c);
-                bind.push(sn);
-                r = [*rot_dim as u32, c.shape.last().copied().unwrap_or(1) as u32];
-            }
-            qprm = view(l, r);
-        }
-        Query::Shared {
-            x,
-            l,
-            norm,
-            cos,
-            sin,
-            cs: c,
-        } => {
-            kern = kern
-                .code("Q_FN", Q_SHARED)
-                .bool("NORM", norm.is_some())
-                .input("x", x.storage());
-            bind.push(x);
-            if let Some((gm, e)) = norm {
-                kern = kern.input("gamma", gm.storage());
-                bind.push(gm);
-                eps = *e;
-            }
-            kern = kern.input("cos", cos.storage()).input("sin", sin.storage());
-            bind.push(cos);
-            bind.push(sin);
-            qprm = view(l, [0, 1]);
-            cs = [c[0] as u32, c[1] as u32, c[2] as u32];
-        }
-    }
+    let (k2, qp) = query_inputs(q, kern, &mut bind);
+    kern = k2;
+    let (qprm, eps, cs) = (qp.view, qp.eps, qp.cs);
     kern = kern.input("k", f.k.storage()).input("v", f.v.storage());
     bind.push(f.k);
     bind.push(f.v);
