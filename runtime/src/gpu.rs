@@ -160,7 +160,7 @@ impl Gpu {
     /// kernel (to reproduce a browser adapter's choices; WebGPU's default is 8, Chrome's
     /// SwiftShader offers 10).
     pub async fn from_adapter(adapter: &wgpu::Adapter) -> Result<Self> {
-        let mut limits = adapter.limits();
+        let limits = adapter.limits();
         let has_shader_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
@@ -172,13 +172,17 @@ impl Gpu {
             .await
             .map_err(|e| Error::Gpu(format!("request_device: {e}")))?;
         #[cfg(not(target_arch = "wasm32"))]
-        if let Some(n) = std::env::var("GG_MAX_STORAGE_BUFFERS")
-            .ok()
-            .and_then(|v| v.parse::<u32>().ok())
-        {
-            limits.max_storage_buffers_per_shader_stage =
-                limits.max_storage_buffers_per_shader_stage.min(n);
-        }
+        let limits = {
+            let mut l = limits;
+            if let Some(n) = std::env::var("GG_MAX_STORAGE_BUFFERS")
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+            {
+                l.max_storage_buffers_per_shader_stage =
+                    l.max_storage_buffers_per_shader_stage.min(n);
+            }
+            l
+        };
         let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = errors.clone();
         device.on_uncaptured_error(std::sync::Arc::new(move |e: wgpu::Error| {
