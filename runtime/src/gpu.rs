@@ -676,6 +676,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn parameter_reads_go_through_the_uniform_block() {
+        assert_eq!(
+            param_reads("let a = prm[0] + prm[b[i + 1u]] * qprm[2]; // prm: [n]"),
+            "let a = prm_at(0) + prm_at(b[i + 1u]) * qprm[2]; // prm: [n]"
+        );
+        let src = Kernel::new("t", "fn compute(i: u32) -> f32 { return f32(prm[1]); }")
+            .input("x", Storage::F32)
+            .output("y", Storage::F32)
+            .mapped("y")
+            .source()
+            .expect("source");
+        assert!(
+            src.contains("var<uniform> prm_u: array<vec4<u32>, 16>;"),
+            "{src}"
+        );
+        assert!(!src.contains("prm["), "{src}");
+    }
+
+    #[test]
     fn f32_literals_are_bit_exact_and_non_finite_ones_are_not_constant_expressions() {
         assert_eq!(
             wgsl_f32(1.5),
