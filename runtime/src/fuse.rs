@@ -1390,6 +1390,24 @@ fn topo(g: &Graphs<'_>, members: &[usize]) -> Vec<usize> {
 
 /// The fallback of a group: its nodes in order over a local environment whose first slots are
 /// the fused node's inputs `ext`; the fused node's outputs are `outs`.
+/// The values a group of nodes reads from outside it, in first-use order (the fused node's
+/// inputs).
+fn external_inputs(g: &Graphs<'_>, members: &[usize]) -> Vec<String> {
+    let produced: HashSet<&str> = members
+        .iter()
+        .flat_map(|&n| g.node(n).outputs.iter().map(String::as_str))
+        .collect();
+    let mut ext: Vec<String> = Vec::new();
+    for &n in members {
+        for s in g.node(n).inputs.iter().filter(|s| !s.is_empty()) {
+            if !produced.contains(s.as_str()) && !ext.contains(s) {
+                ext.push(s.clone());
+            }
+        }
+    }
+    ext
+}
+
 fn fallback_for(
     g: &Graphs<'_>,
     members: &[usize],
@@ -1579,19 +1597,7 @@ pub fn fuse(
     for spec in specs {
         let members = spec.nodes();
         let set: HashSet<usize> = members.iter().copied().collect();
-        let produced: HashSet<&str> = members
-            .iter()
-            .flat_map(|&n| g.node(n).outputs.iter().map(String::as_str))
-            .collect();
-        // External inputs in first-use order.
-        let mut ext: Vec<String> = Vec::new();
-        for &n in &members {
-            for s in g.node(n).inputs.iter().filter(|s| !s.is_empty()) {
-                if !produced.contains(s.as_str()) && !ext.contains(s) {
-                    ext.push(s.clone());
-                }
-            }
-        }
+        let ext = external_inputs(&g, &members);
         let pos = |name: &str| ext.iter().position(|e| e == name);
         // Outputs read outside the group (or graph outputs), in node order.
         let mut outs: Vec<String> = Vec::new();

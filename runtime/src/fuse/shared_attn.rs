@@ -15,13 +15,13 @@
 //! constant is checked against the run-time shapes; whenever something does not fit (shapes,
 //! broadcasts, storage bindings) the original nodes run.
 
-use super::{Fallback, Graphs, fallback_for};
+use super::{Fallback, Graphs, external_inputs, fallback_for};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
 use crate::model::{InitData, Node};
 use crate::ops::Op;
 use crate::ops::attention::{Bias, Flash, Layout, Query, flash_attention};
-use crate::tensor::DType;
+use crate::tensor::{DType, HostTensor};
 use std::collections::HashSet;
 
 /// A matched group.
@@ -46,18 +46,16 @@ pub(super) struct Pattern {
     pub out: String,
 }
 
+/// The values of an inline INT64 initializer.
 fn i64s(g: &Graphs<'_>, name: &str) -> Option<Vec<i64>> {
     let init = g.inits.get(name)?;
-    if init.dtype != DType::I64 {
-        return None;
-    }
     match &init.data {
-        InitData::Inline(b) => Some(
-            b.chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
-                .collect(),
-        ),
-        InitData::External { .. } => None,
+        InitData::Inline(b) if init.dtype == DType::I64 => {
+            HostTensor::new(DType::I64, init.shape.clone(), b.clone())
+                .ok()
+                .map(|t| t.to_i64())
+        }
+        _ => None,
     }
 }
 
@@ -544,18 +542,7 @@ pub(super) fn build(
     ops: &mut [Option<Box<dyn Op>>],
 ) -> (Node, Box<dyn Op>, String) {
     let members = &p.nodes;
-    let produced: HashSet<&str> = members
-        .iter()
-        .flat_map(|&n| g.node(n).outputs.iter().map(String::as_str))
-        .collect();
-    let mut ext: Vec<String> = Vec::new();
-    for &n in members {
-        for s in g.node(n).inputs.iter().filter(|s| !s.is_empty()) {
-            if !produced.contains(s.as_str()) && !ext.contains(s) {
-                ext.push(s.clone());
-            }
-        }
-    }
+    let ext = external_inputs(g, members);
     let pos = |name: &str| ext.iter().position(|e| e == name).unwrap_or(usize::MAX);
     let gamma = p.norm.as_ref().map_or(usize::MAX, |n| pos(&n.0));
     let slots = [
