@@ -405,7 +405,8 @@ pub struct Kernel {
     bindings: Vec<Binding>,
     params: Vec<(String, String)>,
     workgroup: u32,
-    map_output: Option<String>,
+    /// Outputs of the element-mapped `main` (none: the body has its own).
+    map_outputs: Vec<String>,
 }
 
 /// An `f32` value as WGSL, bit-exact. Finite values are constant expressions
@@ -470,7 +471,7 @@ impl Kernel {
             bindings: Vec::new(),
             params: Vec::new(),
             workgroup: MAP_WG,
-            map_output: None,
+            map_outputs: Vec::new(),
         }
     }
 
@@ -498,7 +499,14 @@ impl Kernel {
     /// Adds the standard element-mapped `main`: the body defines `fn compute(i: u32) -> f32` and
     /// each invocation writes one word of `output` (meta[0] = element count).
     pub fn mapped(mut self, output: &str) -> Self {
-        self.map_output = Some(output.into());
+        self.map_outputs = vec![output.into()];
+        self
+    }
+
+    /// The element-mapped `main` for two outputs of the same storage: the body defines
+    /// `fn compute2(i: u32) -> vec2<f32>` (element i of `a`, of `b`).
+    pub fn mapped_pair(mut self, a: &str, b: &str) -> Self {
+        self.map_outputs = vec![a.into(), b.into()];
         self
     }
 
@@ -556,7 +564,7 @@ impl Kernel {
     fn key(&self) -> String {
         let mut k = format!(
             "{}|wg={}|map={:?}",
-            self.name, self.workgroup, self.map_output
+            self.name, self.workgroup, self.map_outputs
         );
         for b in &self.bindings {
             k.push_str(&format!("|{}:{:?}:{}", b.name, b.storage, b.write));
@@ -649,7 +657,16 @@ impl Kernel {
             )));
         }
         s.push_str(&body);
-        if let Some(out) = &self.map_output {
+        let (compute, zero, stores) = match self.map_outputs.as_slice() {
+            [] => ("", "", String::new()),
+            [out] => ("compute", "0.0", format!("st_{out}(w, v0, v1);")),
+            [a, b, ..] => (
+                "compute2",
+                "vec2<f32>(0.0, 0.0)",
+                format!("st_{a}(w, v0.x, v1.x);\n    st_{b}(w, v0.y, v1.y);"),
+            ),
+        };
+        if let Some(out) = self.map_outputs.first() {
             s.push_str(&format!(
                 "
 @compute @workgroup_size({wg})
@@ -658,10 +675,10 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     let n = prm[0];
     let i0 = w * EPW_{out};
     if (i0 >= n) {{ return; }}
-    let v0 = compute(i0);
-    var v1 = 0.0;
-    if (EPW_{out} == 2u && i0 + 1u < n) {{ v1 = compute(i0 + 1u); }}
-    st_{out}(w, v0, v1);
+    let v0 = {compute}(i0);
+    var v1 = {zero};
+    if (EPW_{out} == 2u && i0 + 1u < n) {{ v1 = {compute}(i0 + 1u); }}
+    {stores}
 }}
 ",
                 wg = self.workgroup

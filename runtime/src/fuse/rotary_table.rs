@@ -159,18 +159,20 @@ impl RotaryTables {
                 .input("c1", gc[1].storage())
                 .code(
                     "V1",
-                    "fn v1(i: u32) -> f32 { let j = idx(i); if (j < 0) { return 0.0; } return ld_c1(u32(j)); }",
-                )
-                .code("SECOND", "st_y1(w, v1(i0), v1(i1));");
+                    "fn v1(i: u32) -> f32 { let j = idx(i); if (j < 0) { return 0.0; } return ld_c1(u32(j)); }
+fn compute2(i: u32) -> vec2<f32> { return vec2<f32>(v0(i), v1(i)); }",
+                );
             bind.push(&gc[1]);
         } else {
-            k = k.code("V1", "").code("SECOND", "");
+            k = k.code("V1", "");
         }
         k = k.output("y0", outs[0].storage());
         bind.push(&outs[0]);
         if outs.len() == 2 {
-            k = k.output("y1", outs[1].storage());
+            k = k.output("y1", outs[1].storage()).mapped_pair("y0", "y1");
             bind.push(&outs[1]);
+        } else {
+            k = k.mapped("y0");
         }
         let words = n.div_ceil(outs[0].storage().per_word() as usize);
         cx.dispatch(&k, &bind, &[n as u32, h as u32, p as u32], words as u64)?;

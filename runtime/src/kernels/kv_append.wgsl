@@ -37,15 +37,6 @@ fn elem(i: u32) -> vec2<f32> {
     return vec2<f32>(0.0, 0.0);
 }
 
-@compute @workgroup_size(WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let w = gid.x + gid.y * nwg.x * WG;
-    let n = prm[0];
-    let i0 = w * EPW_y;
-    if (i0 >= n) { return; }
-    let v0 = elem(i0);
-    var v1 = vec2<f32>(0.0, 0.0);
-    if (EPW_y == 2u && i0 + 1u < n) { v1 = elem(i0 + 1u); }
-    st_y(w, v0.x, v1.x);
-    {{STORE_V}}
-}
+// The element-mapped main: `compute` (keys only) or `compute2` (PAIR: keys and values).
+fn compute(i: u32) -> f32 { return elem(i).x; }
+fn compute2(i: u32) -> vec2<f32> { return elem(i); }

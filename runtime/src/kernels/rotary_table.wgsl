@@ -18,15 +18,6 @@ fn v0(i: u32) -> f32 {
     return ld_c0(u32(j));
 }
 
+// The element-mapped main: `compute` (one table) or `compute2` (two: c0 -> y0, c1 -> y1).
+fn compute(i: u32) -> f32 { return v0(i); }
 {{V1}}
-
-@compute @workgroup_size(WG)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let w = gid.x + gid.y * nwg.x * WG;
-    let n = prm[0];
-    let i0 = w * EPW_y0;
-    if (i0 >= n) { return; }
-    let i1 = min(i0 + 1u, n - 1u);
-    st_y0(w, v0(i0), v0(i1));
-    {{SECOND}}
-}

@@ -913,10 +913,8 @@ impl Gqa {
         let [_, kvh, t, d, s, p] = dims;
         let n = out[0].numel();
         let mut k = Kernel::new("kv_append", KV_APPEND)
-            .workgroup(64)
             .bool("ROTARY", rot.is_some())
             .bool("INTERLEAVED", self.interleaved)
-            .bool("PAIR", value.is_some())
             .input("x", src.storage())
             .input("seqlens", seqlens.storage());
         let mut bind = vec![src, seqlens];
@@ -970,13 +968,10 @@ impl Gqa {
         k = k.output("y", out[0].storage());
         bind.push(out[0]);
         if value.is_some() {
-            k = k
-                .output("yv", out[1].storage())
-                .code("STORE_V", "st_yv(w, v0.y, v1.y);");
+            k = k.output("yv", out[1].storage()).mapped_pair("y", "yv");
             bind.push(out[1]);
         } else {
-            // The single form has no second output.
-            k = k.code("STORE_V", "");
+            k = k.mapped("y");
         }
         let words = n.div_ceil(out[0].storage().per_word() as usize);
         cx.dispatch(
