@@ -769,10 +769,11 @@ impl FusedGemv {
         let k = self.k;
         let prologue = self.slots.o.is_some() || self.slots.g2.is_some();
         let lone = !prologue && self.epi == 0 && self.ns.len() == 1;
-        // Without a prologue the row is read from memory; otherwise it is staged in workgroup memory.
-        let staged = prologue
-            || (k as u64 + 2 * u64::from(WG) + u64::from(WG / TPC)) * 4
-                <= u64::from(self.limits.workgroup_bytes);
+        let nb = k.div_ceil(self.block);
+        // The row is staged in workgroup memory (padded to whole blocks) when it fits, and must be
+        // for a prologue; otherwise it is read from memory.
+        let staged = ((nb * self.block + nb) as u64 + 2 * u64::from(WG) + u64::from(WG / TPC)) * 4
+            <= u64::from(self.limits.workgroup_bytes);
         if !staged && prologue {
             return Ok(None);
         }
@@ -843,7 +844,7 @@ impl FusedGemv {
     var s2 = 0.0;
     for (var l = t; l < K; l = l + WG) {{
         let h = {h};
-        xs[l] = h;
+        xs_set(l, h);
         s2 = s2 + h * h;
     }}
     workgroupBarrier();
@@ -858,7 +859,7 @@ impl FusedGemv {
                 store = if self.slots.h_out {
                     "if (flat == 0u) {
         for (var w = t; w < K / EPW_h; w = w + WG) {
-            st_h(w, xs[w * EPW_h], xs[min(w * EPW_h + 1u, K - 1u)]);
+            st_h(w, xs_get(w * EPW_h), xs_get(min(w * EPW_h + 1u, K - 1u)));
         }
     }"
                 } else {
@@ -872,7 +873,7 @@ impl FusedGemv {
             if staged {
                 pro.push_str(
                     "var s2 = 0.0;
-    for (var l = t; l < K; l = l + WG) { let h = ld_x(l); xs[l] = h; s2 = s2 + h * h; }
+    for (var l = t; l < K; l = l + WG) { let h = ld_x(l); xs_set(l, h); s2 = s2 + h * h; }
     ",
                 );
             }
@@ -883,11 +884,17 @@ impl FusedGemv {
             bind.push(g);
             pro.push_str(&format!(
                 "let inv2 = inverseSqrt(wg_sum(t, s2) / f32(K) + {});
-    for (var l = t; l < K; l = l + WG) {{ xs[l] = rd(xs[l] * inv2 * ld_g2(l)); }}",
+    for (var l = t; l < K; l = l + WG) {{ xs_set(l, rd(xs_get(l) * inv2 * ld_g2(l))); }}",
                 crate::gpu::wgsl_f32(eps2)
             ));
         }
-        let nb = k.div_ceil(self.block);
+        if staged {
+            // The padding of the last block meets the weights' padding nibbles.
+            pro.push_str(
+                "
+    for (var l = K + t; l < NB * BLOCK; l = l + WG) { xs_set(l, 0.0); }",
+            );
+        }
         let zrow = nb.div_ceil(2);
         let mut dots = String::new();
         // A lone weight may be split by rows across buffers (a large vocabulary): one dispatch
@@ -934,20 +941,12 @@ impl FusedGemv {
     for (var b = lane; b < NB; b = b + TPC) {{
         let wbase = ((n - prm[2]) * NB + b) * BLOB_WORDS;
         var s1 = 0.0;
-        var s2 = 0.0;
         for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {{
             let word = ldw_qw{j}(wbase + w);
-            let k0 = b * BLOCK + w * 8u;
-            for (var e = 0u; e < 8u; e = e + 1u) {{
-                let k = k0 + e;
-                if (k < K) {{
-                    let av = xv(k);
-                    s1 = s1 + av * f32((word >> (e * 4u)) & 15u);
-                    s2 = s2 + av;
-                }}
-            }}
+            let i = b * BLOB_WORDS + w;
+            s1 = s1 + dot(nib_lo(word), xe(i)) + dot(nib_hi(word), xo(i));
         }}
-        acc = acc + ld_sc{j}(n * NB + b) * (s1 - {zp_code} * s2);
+        acc = acc + ld_sc{j}(n * NB + b) * (s1 - {zp_code} * bsum[b]);
     }}
     return acc;
 }}
@@ -1117,13 +1116,31 @@ impl FusedGemv {
                     "return x;"
                 },
             )
-            .u32("XS_LEN", if staged { k as u32 } else { 1 })
+            .u32("XS_LEN", if staged { (nb * self.block / 4) as u32 } else { 2 })
             .code(
-                "XV",
+                "XM",
                 if staged {
-                    "return xs[k];"
-                } else {
+                    "return 0.0;"
+                } else if k.is_multiple_of(8) {
                     "return ld_x(k);"
+                } else {
+                    "return select(0.0, ld_x(min(k, K - 1u)), k < K);"
+                },
+            )
+            .code(
+                "XE",
+                if staged {
+                    "return xs[2u * i];"
+                } else {
+                    "let k = 8u * i; return vec4<f32>(xm(k), xm(k + 2u), xm(k + 4u), xm(k + 6u));"
+                },
+            )
+            .code(
+                "XO",
+                if staged {
+                    "return xs[2u * i + 1u];"
+                } else {
+                    "let k = 8u * i + 1u; return vec4<f32>(xm(k), xm(k + 2u), xm(k + 4u), xm(k + 6u));"
                 },
             )
             .code("DOTS", &dots)

@@ -10,10 +10,15 @@
 // unfused graph stores an f16 value, so results match it up to f32 summation order).
 // Every workgroup recomputes the prologue into workgroup memory (K floats; cheap next to the
 // weights it reads) and then computes COLS output columns, TPC threads per column; f32 throughout.
+// The row is held by weight word: for the 8 elements k0..k0+8 of word i, `xe(i)` holds the even
+// ones and `xo(i)` the odd ones, so that the low and high nibbles of the word's four bytes, taken
+// as two vec4 at once, meet them in two dot products. The row's sum over each quant block (the
+// zero point's term) is computed once per workgroup into `bsum`.
 // A dispatch computes columns prm[2]..prm[3] (a lone weight split by rows across buffers is
 // bound one part at a time, its rows starting at column prm[2]; otherwise 0..NV).
 // prm: [scalar (f32 bits), other offset, first column, end column]
-var<workgroup> xs: array<f32, {{XS_LEN}}>;
+var<workgroup> xs: array<vec4<f32>, {{XS_LEN}}>;
+var<workgroup> bsum: array<f32, {{NB}}>;
 var<workgroup> red: array<f32, {{WG}}>;
 var<workgroup> red1: array<f32, {{WG}}>;
 var<workgroup> vals: array<f32, COLS>;
@@ -28,6 +33,9 @@ const TPC: u32 = {{TPC}};
 const COLS: u32 = WG / TPC;
 // Elements per output word: 2 when activations are f16 (even columns store pairs).
 const EPW: u32 = {{EPW}};
+// Nibble shifts of the even (low) and odd (high) elements of a word's four bytes.
+const SH_LO: vec4<u32> = vec4<u32>(0u, 8u, 16u, 24u);
+const SH_HI: vec4<u32> = vec4<u32>(4u, 12u, 20u, 28u);
 
 // Rounds to the activation type (f16 graphs round after every op; f32: identity).
 fn rd(x: f32) -> f32 {
@@ -42,9 +50,34 @@ fn gelu_tanh(x: f32) -> f32 {
     return 0.5 * x * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
 
-// The input row: staged in `xs` by the prologue, or read from memory (no prologue, large K).
-fn xv(k: u32) -> f32 {
-    {{XV}}
+// Element k of the staged row (word k / 8: even elements in xs[2w], odd ones in xs[2w + 1]).
+fn xs_set(k: u32, v: f32) {
+    xs[2u * (k >> 3u) + (k & 1u)][(k >> 1u) & 3u] = v;
+}
+fn xs_get(k: u32) -> f32 {
+    return xs[2u * (k >> 3u) + (k & 1u)][(k >> 1u) & 3u];
+}
+
+// Element k of the input row read from memory (no prologue and a row too large to stage);
+// zero past K.
+fn xm(k: u32) -> f32 {
+    {{XM}}
+}
+
+// The even and odd elements of weight word i: staged in `xs` by the prologue, or read from memory.
+fn xe(i: u32) -> vec4<f32> {
+    {{XE}}
+}
+fn xo(i: u32) -> vec4<f32> {
+    {{XO}}
+}
+
+// The four low (even elements) and high (odd elements) nibbles of a weight word.
+fn nib_lo(w: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> SH_LO) & vec4<u32>(15u));
+}
+fn nib_hi(w: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> SH_HI) & vec4<u32>(15u));
 }
 
 fn wg_sum(t: u32, v: f32) -> f32 {
@@ -71,6 +104,15 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let scalar = bitcast<f32>(prm[0]);
     let other_off = prm[1];
     {{PROLOGUE}}
+    workgroupBarrier();
+    for (var b = t; b < NB; b = b + WG) {
+        var s = vec4<f32>(0.0);
+        for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {
+            let i = b * BLOB_WORDS + w;
+            s = s + xe(i) + xo(i);
+        }
+        bsum[b] = dot(s, vec4<f32>(1.0));
+    }
     workgroupBarrier();
     let c = t / TPC;
     let lane = t % TPC;

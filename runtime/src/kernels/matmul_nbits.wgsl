@@ -1,8 +1,11 @@
 // MatMulNBits: y[m, n] = sum_k a[m, k] * (q[n, k] - zp[n, k/BLOCK]) * scale[n, k/BLOCK] (+ bias[n]).
-// B packed as [N, n_blocks, BLOCK*BITS/8] bytes, low bits first. One workgroup per (n, tile of up
-// to ROWS rows of A): each weight word is loaded and dequantised once, in registers, and applied
-// to every row of the tile; threads split the blocks; f32 accumulation. Used as the GEMV for
-// M == 1 (decode, ROWS = 1); M > 1 goes to matmul_nbits_tiled.wgsl.
+// B packed as [N, n_blocks, BLOCK*BITS/8] bytes, low bits first. A workgroup computes COLS items
+// (an item: one column n for a tile of up to ROWS rows of A), TPC threads per item splitting the
+// blocks: each weight word is loaded and dequantised once, in registers, and applied to every row
+// of the tile; f32 accumulation. Used as the GEMV for M == 1 (decode, ROWS = 1); M > 1 goes to
+// matmul_nbits_tiled.wgsl. With 4 bits and K a multiple of 8, a word's eight nibbles
+// are taken as two vec4 (the even elements in the low nibbles of its four bytes, the odd ones in
+// the high nibbles) and meet the row in two dot products.
 // B may be one row range [n_off, n_off + n_part) of a split weight.
 // prm: [M, N, K, n_blocks, zp_row_bytes, n_off, n_part, row_tiles]
 var<workgroup> red: array<f32, {{WG}}>;
@@ -10,12 +13,21 @@ var<workgroup> red: array<f32, {{WG}}>;
 const BITS: u32 = {{BITS}};
 const BLOCK: u32 = {{BLOCK}};
 const ROWS: u32 = {{ROWS}};
+const TPC: u32 = {{TPC}};
+const COLS: u32 = WG / TPC;
 const PER_WORD: u32 = 32u / BITS;
 const MASK: u32 = (1u << BITS) - 1u;
 const BLOB_WORDS: u32 = BLOCK * BITS / 32u;
 
 fn zero_point(n: u32, b: u32, nb: u32, zrow: u32) -> f32 {
     {{ZP}}
+}
+
+fn nib_lo(w: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(15u));
+}
+fn nib_hi(w: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> vec4<u32>(4u, 12u, 20u, 28u)) & vec4<u32>(15u));
 }
 
 @compute @workgroup_size({{WG}})
@@ -28,48 +40,41 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let n_off = prm[5];
     let n_part = prm[6];
     let tiles = prm[7];
-    let flat = wid.x + wid.y * nwg.x;
-    if (flat >= tiles * n_part) { return; }
-    let n_local = flat % n_part;
-    let n = n_off + n_local;
-    let m0 = (flat / n_part) * ROWS;
-    let rows = min(ROWS, M - m0);
     let t = lid.x;
+    let lane = t % TPC;
+    let item = (wid.x + wid.y * nwg.x) * COLS + t / TPC;
+    let live = item < tiles * n_part;
+    let n_local = item % n_part;
+    let n = n_off + n_local;
+    let m0 = (item / n_part) * ROWS;
+    let rows = select(0u, min(ROWS, M - m0), live);
     var acc: array<f32, ROWS>;
-    for (var b = t; b < nb; b = b + WG) {
-        let wbase = (n_local * nb + b) * BLOB_WORDS;
-        var s1: array<f32, ROWS>;
-        var s2: array<f32, ROWS>;
-        for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {
-            let word = ldw_qw(wbase + w);
-            let k0 = b * BLOCK + w * PER_WORD;
-            for (var j = 0u; j < PER_WORD; j = j + 1u) {
-                let k = k0 + j;
-                if (k < K) {
-                    let q = f32((word >> (j * BITS)) & MASK);
-                    for (var r = 0u; r < rows; r = r + 1u) {
-                        let av = ld_a((m0 + r) * K + k);
-                        s1[r] = s1[r] + av * q;
-                        s2[r] = s2[r] + av;
-                    }
-                }
+    if (live) {
+        for (var b = lane; b < nb; b = b + TPC) {
+            let wbase = (n_local * nb + b) * BLOB_WORDS;
+            var s1: array<f32, ROWS>;
+            var s2: array<f32, ROWS>;
+            for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {
+                let word = ldw_qw(wbase + w);
+                let k0 = b * BLOCK + w * PER_WORD;
+                {{INNER}}
             }
-        }
-        let sc = ld_scales(n * nb + b);
-        let zp = zero_point(n, b, nb, zrow);
-        for (var r = 0u; r < rows; r = r + 1u) {
-            acc[r] = acc[r] + sc * (s1[r] - zp * s2[r]);
+            let sc = ld_scales(n * nb + b);
+            let zp = zero_point(n, b, nb, zrow);
+            for (var r = 0u; r < rows; r = r + 1u) {
+                acc[r] = acc[r] + sc * (s1[r] - zp * s2[r]);
+            }
         }
     }
     for (var r = 0u; r < ROWS; r = r + 1u) {
         red[t] = acc[r];
         workgroupBarrier();
-        for (var s = WG / 2u; s > 0u; s = s / 2u) {
-            if (t < s) { red[t] = red[t] + red[t + s]; }
+        for (var s = TPC / 2u; s > 0u; s = s / 2u) {
+            if (lane < s) { red[t] = red[t] + red[t + s]; }
             workgroupBarrier();
         }
-        if (t == 0u && r < rows) {
-            stf_y((m0 + r) * N + n, red[0] {{BIAS}});
+        if (lane == 0u && r < rows) {
+            stf_y((m0 + r) * N + n, red[t] {{BIAS}});
         }
         workgroupBarrier();
     }

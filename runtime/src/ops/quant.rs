@@ -22,6 +22,38 @@ fn zp_code(zp: Option<&GpuTensor>, bits: u32) -> String {
     }
 }
 
+/// Threads per output column of the GEMV kernel, by the number of quant blocks in a row.
+fn tpc_of(nb: usize) -> u32 {
+    if nb >= 128 { 16 } else { 8 }
+}
+
+/// The GEMV kernel's inner step over one weight word (`word`, first element `k0`): any width.
+const GEMV_INNER: &str = "for (var j = 0u; j < PER_WORD; j = j + 1u) {
+                    let k = k0 + j;
+                    if (k < K) {
+                        let q = f32((word >> (j * BITS)) & MASK);
+                        for (var r = 0u; r < rows; r = r + 1u) {
+                            let av = ld_a((m0 + r) * K + k);
+                            s1[r] = s1[r] + av * q;
+                            s2[r] = s2[r] + av;
+                        }
+                    }
+                }";
+
+/// The same for 4 bits and K a multiple of 8 (a word lies wholly before K or after it): the
+/// nibbles as two vec4, against the row's even and odd elements.
+const GEMV_INNER_4BIT: &str = "if (k0 < K) {
+                    let ql = nib_lo(word);
+                    let qh = nib_hi(word);
+                    for (var r = 0u; r < rows; r = r + 1u) {
+                        let o = (m0 + r) * K + k0;
+                        let ae = vec4<f32>(ld_a(o), ld_a(o + 2u), ld_a(o + 4u), ld_a(o + 6u));
+                        let ao = vec4<f32>(ld_a(o + 1u), ld_a(o + 3u), ld_a(o + 5u), ld_a(o + 7u));
+                        s1[r] = s1[r] + dot(ql, ae) + dot(qh, ao);
+                        s2[r] = s2[r] + dot(ae + ao, vec4<f32>(1.0));
+                    }
+                }";
+
 /// The row ranges of a weight: one part for an ordinary tensor, several for a split one.
 fn parts(cx: &mut Ctx<'_>, v: &Value) -> Result<Vec<(usize, GpuTensor)>> {
     let t = cx.to_gpu(v)?;
@@ -89,28 +121,40 @@ impl Op for MatMulNBits {
         for (n_off, b) in &b_parts {
             let n_part = b.shape.first().copied().unwrap_or(0);
             let (mut kern, grid) = if m == 1 {
-                // GEMV (decode): one workgroup per output column, threads split the blocks.
+                // GEMV (decode): TPC threads per output column split its blocks, 64 / TPC
+                // columns per workgroup.
+                let tpc = tpc_of(nb);
+                let inner = if self.bits == 4 && k.is_multiple_of(8) {
+                    GEMV_INNER_4BIT
+                } else {
+                    GEMV_INNER
+                };
                 let k = Kernel::new("matmul_nbits", MNB)
                     .workgroup(64)
-                    .u32("ROWS", 1);
+                    .u32("ROWS", 1)
+                    .u32("TPC", tpc)
+                    .code("INNER", inner);
                 (k, None)
             } else {
-                // Tiled GEMM (prefill): TM = 8 * RM rows by 64 columns per workgroup.
-                let rm: u32 = match m {
-                    0..=8 => 1,
-                    9..=16 => 2,
-                    _ => 4,
+                // Tiled GEMM (prefill): TM = 4 * TMR rows by 64 columns per workgroup of
+                // 16 * TMR invocations.
+                let tmr: u32 = match m {
+                    0..=4 => 1,
+                    5..=8 => 2,
+                    9..=16 => 4,
+                    17..=32 => 8,
+                    _ => 16,
                 };
                 let tk = self.block.min(32) as u32;
                 let k = Kernel::new("matmul_nbits_tiled", MNB_TILED)
-                    .workgroup(128)
-                    .u32("RM", rm)
+                    .workgroup(16 * tmr)
+                    .u32("TMR", tmr)
                     .u32("TK", tk)
-                    .u32("A_LEN", tk * 8 * rm)
-                    .u32("B_LEN", tk * 64);
+                    .u32("A_LEN", tk * tmr)
+                    .u32("B_LEN", tk * 16);
                 let grid = (
                     n_part.div_ceil(64) as u32,
-                    m.div_ceil(8 * rm as usize) as u32,
+                    m.div_ceil(4 * tmr as usize) as u32,
                 );
                 (k, Some(grid))
             };
@@ -148,7 +192,10 @@ impl Op for MatMulNBits {
             ];
             match grid {
                 Some(g) => cx.dispatch_groups(&kern, &bind, &meta, g)?,
-                None => cx.dispatch(&kern, &bind, &meta, n_part as u64 * 64)?,
+                None => {
+                    let cols = n_part.div_ceil((64 / tpc_of(nb)) as usize) as u64;
+                    cx.dispatch(&kern, &bind, &meta, cols * 64)?
+                }
             }
         }
         let out = if a.dtype == DType::F32 {
