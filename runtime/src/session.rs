@@ -63,6 +63,45 @@ pub struct OpProfile {
     pub runs: u64,
     /// GPU dispatches they recorded.
     pub dispatches: u64,
+    /// Wall time of their work, GPU included, in microseconds: while profiling, natively, the
+    /// run waits for the GPU before and after every node (so nothing overlaps; for finding where
+    /// time goes, not for speed figures). Zero in the browser, which cannot wait.
+    pub micros: u64,
+}
+
+/// A clock for the profile: native only.
+#[cfg(not(target_arch = "wasm32"))]
+type Clock = std::time::Instant;
+#[cfg(target_arch = "wasm32")]
+type Clock = ();
+
+fn profile_clock(cx: &mut Ctx<'_>, gpu: &Gpu) -> Option<Clock> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        cx.flush();
+        gpu.poll_wait();
+        Some(std::time::Instant::now())
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = (cx, gpu);
+        None
+    }
+}
+
+fn profile_micros(cx: &mut Ctx<'_>, gpu: &Gpu, since: Option<Clock>) -> u64 {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let Some(t0) = since else { return 0 };
+        cx.flush();
+        gpu.poll_wait();
+        t0.elapsed().as_micros() as u64
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = (cx, gpu, since);
+        0
+    }
 }
 
 impl std::fmt::Debug for Session {
@@ -593,12 +632,21 @@ impl Session {
                 }
             }
             let refs: Vec<Option<&Value>> = ins.iter().map(Option::as_ref).collect();
+            let clock = if self.profile.borrow().is_some() {
+                profile_clock(&mut cx, &self.gpu)
+            } else {
+                None
+            };
             let outs = self.ops[n].run(&mut cx, &refs).map_err(wrap)?;
             self.gpu.take_error().map_err(wrap)?;
-            if let Some(p) = self.profile.borrow_mut().as_mut() {
-                let e = p.entry(node.op_type.clone()).or_default();
-                e.runs += 1;
-                e.dispatches += self.gpu.counters.dispatches.get() - before;
+            if self.profile.borrow().is_some() {
+                let micros = profile_micros(&mut cx, &self.gpu, clock);
+                if let Some(p) = self.profile.borrow_mut().as_mut() {
+                    let e = p.entry(node.op_type.clone()).or_default();
+                    e.runs += 1;
+                    e.dispatches += self.gpu.counters.dispatches.get() - before;
+                    e.micros += micros;
+                }
             }
             drop(ins);
             for (vid, v) in self.node_out[n].iter().zip(outs) {

@@ -132,7 +132,8 @@ pub async fn decode(model: &GemmaModel, context: usize, tokens: usize) -> Result
 
 /// Dispatches of one decode step after `context` prompt tokens, per kind of node (the decoder's
 /// and the embedding's, prefixed `decoder:` / `embed:`), plus `other` (sampling, copies outside
-/// the sessions) and the number of decoder layers, for "dispatches / layer / token".
+/// the sessions), and their total. Natively each kind also has its wall time (see
+/// [`gg_runtime::OpProfile::micros`]).
 pub async fn decode_profile(
     model: &GemmaModel,
     context: usize,
@@ -141,10 +142,28 @@ pub async fn decode_profile(
     let prompt = prompt_ids(context.max(1), vocab_of(model));
     let mut g = Generator::new(model, &prompt, Sampling::Greedy)?;
     g.next_token().await?;
+    profiled(model, g.next_token()).await
+}
+
+/// The same for the prompt's step: `tokens` prompt tokens up to the first token.
+pub async fn prefill_profile(
+    model: &GemmaModel,
+    tokens: usize,
+) -> Result<(Vec<(String, gg_runtime::OpProfile)>, u64)> {
+    check_fits(model, tokens + 1)?;
+    let prompt = prompt_ids(tokens.max(1), vocab_of(model));
+    let mut g = Generator::new(model, &prompt, Sampling::Greedy)?;
+    profiled(model, g.next_token()).await
+}
+
+async fn profiled<T>(
+    model: &GemmaModel,
+    step: impl std::future::Future<Output = Result<T>>,
+) -> Result<(Vec<(String, gg_runtime::OpProfile)>, u64)> {
     model.decoder.set_profiling(true);
     model.embed.set_profiling(true);
     let before = model.gpu.counters.snapshot().dispatches;
-    g.next_token().await?;
+    let r = step.await;
     let total = model.gpu.counters.snapshot().dispatches - before;
     let mut out: Vec<(String, gg_runtime::OpProfile)> = Vec::new();
     for (tag, s) in [("decoder", &model.decoder), ("embed", &model.embed)] {
@@ -155,12 +174,14 @@ pub async fn decode_profile(
         );
         s.set_profiling(false);
     }
+    r?;
     let counted: u64 = out.iter().map(|(_, p)| p.dispatches).sum();
     out.push((
         "other".into(),
         gg_runtime::OpProfile {
             runs: 1,
             dispatches: total.saturating_sub(counted),
+            micros: 0,
         },
     ));
     Ok((out, total))

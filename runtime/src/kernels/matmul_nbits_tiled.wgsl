@@ -5,7 +5,8 @@
 // each invocation accumulates a 4 x 4 register block (rows 4 * tm + i, columns 4 * tn + j) in f32.
 // The K loop steps by TK (a divisor of BLOCK, so a step lies in one quant block): the A tile
 // [TM, TK] (as vec4 along k) and the dequantised B tile [TK, TN] (as vec4 along n) are staged in
-// workgroup memory as f32, and every four k the invocation reads 4 + 4 vec4 for 16 vec4 products.
+// workgroup memory as f32 (B dequantised four columns at a time), and every four k the invocation
+// reads 4 + 4 vec4 for 16 vec4 products.
 // Edges (M, N, K not multiples of the tile) are zero-filled on load and skipped on store.
 // prm: [M, N, K, n_blocks, zp_row_bytes, n_off, n_part]
 const BITS: u32 = {{BITS}};
@@ -58,26 +59,26 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         }
         let b = k0 / BLOCK;
         let wofs = (k0 % BLOCK) / PER_WORD;
-        for (var e = tid; e < TN * TKW; e = e + WG) {
-            let c = e / TKW;
+        // Four columns at a time (a quad of Bs), one weight word each: vec4 dequantisation.
+        for (var e = tid; e < 16u * TKW; e = e + WG) {
+            let quad = e / TKW;
             let w = e % TKW;
-            let nl = n0 + c;
             let kb = w * PER_WORD;
-            let quad = c / 4u;
-            let lane = c % 4u;
-            if (nl < n_part) {
-                let n = n_off + nl;
-                let word = ldw_qw((nl * nb + b) * BLOB_WORDS + wofs + w);
-                let sc = ld_scales(n * nb + b);
-                let zp = zero_point(n, b, nb, zrow);
-                for (var j = 0u; j < PER_WORD; j = j + 1u) {
-                    let q = f32((word >> (j * BITS)) & MASK);
-                    Bs[(kb + j) * 16u + quad][lane] = select(0.0, (q - zp) * sc, k0 + kb + j < K);
+            var words = vec4<u32>(0u);
+            var sc = vec4<f32>(0.0);
+            var zp = vec4<f32>(0.0);
+            for (var l = 0u; l < 4u; l = l + 1u) {
+                let nl = n0 + 4u * quad + l;
+                if (nl < n_part) {
+                    let n = n_off + nl;
+                    words[l] = ldw_qw((nl * nb + b) * BLOB_WORDS + wofs + w);
+                    sc[l] = ld_scales(n * nb + b);
+                    zp[l] = zero_point(n, b, nb, zrow);
                 }
-            } else {
-                for (var j = 0u; j < PER_WORD; j = j + 1u) {
-                    Bs[(kb + j) * 16u + quad][lane] = 0.0;
-                }
+            }
+            for (var j = 0u; j < PER_WORD; j = j + 1u) {
+                let q = vec4<f32>((words >> vec4<u32>(j * BITS)) & vec4<u32>(MASK));
+                Bs[(kb + j) * 16u + quad] = select(vec4<f32>(0.0), (q - zp) * sc, k0 + kb + j < K);
             }
         }
         workgroupBarrier();

@@ -299,13 +299,10 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     }
     if std::env::var_os("GG_DISPATCH_PROFILE").is_some() {
         let (rows, total) = bench::decode_profile(&model, 8).await?;
-        progress(&format!("dispatches of one decode step: {total}"));
-        for (kind, p) in rows.iter().filter(|(_, p)| p.dispatches > 0) {
-            progress(&format!(
-                "  {:>5} dispatches  {:>4} nodes  {kind}",
-                p.dispatches, p.runs
-            ));
-        }
+        print_profile("one decode step", &rows, total);
+        let n = args.prefill.first().copied().unwrap_or(16);
+        let (rows, total) = bench::prefill_profile(&model, n).await?;
+        print_profile(&format!("a prompt of {n} tokens"), &rows, total);
         for f in model.decoder.fused() {
             progress(&format!("  fused: {f}"));
         }
@@ -332,4 +329,29 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
 
 fn round(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
+}
+
+/// Prints a `GG_DISPATCH_PROFILE` table: dispatches and wall time per kind of node, slowest first.
+fn print_profile(what: &str, rows: &[(String, gg_runtime::OpProfile)], total: u64) {
+    let ms: u64 = rows.iter().map(|(_, p)| p.micros).sum();
+    eprintln!(
+        "gemma-gem bench: {}",
+        format!(
+            "dispatches of {what}: {total} ({:.1} ms with a wait after every node)",
+            ms as f64 / 1e3
+        )
+    );
+    let mut rows: Vec<_> = rows.iter().filter(|(_, p)| p.dispatches > 0).collect();
+    rows.sort_by_key(|(_, p)| std::cmp::Reverse(p.micros));
+    for (kind, p) in rows {
+        eprintln!(
+            "gemma-gem bench: {}",
+            format!(
+                "  {:>5} dispatches  {:>4} nodes  {:>9.1} ms  {kind}",
+                p.dispatches,
+                p.runs,
+                p.micros as f64 / 1e3
+            )
+        );
+    }
 }
