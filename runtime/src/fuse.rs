@@ -68,6 +68,8 @@ impl Limits {
 /// Threads per workgroup of the fused GEMV, and threads per output column.
 const WG: u32 = 64;
 const TPC: u32 = 8;
+/// Output columns per group (one per TPC threads).
+const COLS: usize = (WG / TPC) as usize;
 
 struct Mat {
     node: usize,
@@ -1100,6 +1102,9 @@ impl FusedGemv {
         if bind.len() as u32 + 1 > self.limits.storage_buffers {
             return Ok(None);
         }
+        // Wide outputs (the vocabulary): each workgroup computes up to 8 groups of columns, so
+        // the prologue it recomputes serves more of them, while leaving at least ~512 workgroups.
+        let reps = (nv / (COLS * 512)).clamp(1, 8).next_power_of_two().min(8) as u32;
         let kern = kern
             .u32("K", k as u32)
             .u32("NB", nb as u32)
@@ -1107,6 +1112,7 @@ impl FusedGemv {
             .u32("ZROW", zrow as u32)
             .u32("NV", nv as u32)
             .u32("TPC", TPC)
+            .u32("REPS", reps)
             .u32("EPW", if f16 { 2 } else { 1 })
             .code(
                 "RD",
@@ -1161,7 +1167,7 @@ impl FusedGemv {
             if let (Some(p), Some(at)) = (&part, split_at) {
                 refs[at] = p;
             }
-            let groups = cnt.div_ceil((WG / TPC) as usize) as u64;
+            let groups = cnt.div_ceil(COLS * reps as usize) as u64;
             cx.dispatch(
                 &kern,
                 &refs,
@@ -1479,11 +1485,11 @@ pub fn fuse(
     let g = Graphs::new(graph);
     let mut used: HashSet<usize> = HashSet::new();
     // KV-shared attention groups first: they hold per-head norms the norm pass would take.
-    let shared = if limits.storage_buffers >= 9 {
-        shared_attn::find(&g, &used)
-    } else {
-        Vec::new()
-    };
+    // (Each only when its attention kernel fits the adapter's storage buffers.)
+    let shared: Vec<_> = shared_attn::find(&g, &used)
+        .into_iter()
+        .filter(|p| p.bindings() < limits.storage_buffers)
+        .collect();
     for p in &shared {
         used.extend(&p.nodes);
     }

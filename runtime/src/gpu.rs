@@ -409,6 +409,17 @@ pub struct Kernel {
     map_outputs: Vec<String>,
 }
 
+/// The attention-score softcap `v = c * tanh(v / c)` as a WGSL statement on variable `v` (the
+/// clamp keeps `tanh` finite on every backend); empty when `c <= 0` (no softcap).
+pub fn softcap_wgsl(v: &str, c: f32) -> String {
+    if c > 0.0 {
+        let c = wgsl_f32(c);
+        format!("{v} = {c} * tanh(clamp({v} / {c}, -15.0, 15.0));")
+    } else {
+        String::new()
+    }
+}
+
 /// An `f32` value as WGSL, bit-exact. Finite values are constant expressions
 /// (`bitcast<f32>(...u)`); NaN and infinities go through the header's `f32_bits`, a function call
 /// and so not a constant expression: Chrome's WGSL compiler (Tint) rejects constant expressions

@@ -20,7 +20,9 @@ use crate::error::Result;
 use crate::exec::{Ctx, Value};
 use crate::model::{InitData, Node};
 use crate::ops::Op;
-use crate::ops::attention::{Bias, Flash, Layout, Query, flash_attention};
+use crate::ops::attention::{
+    Bias, Flash, Layout, Query, flash_attention, flash_bindings, shared_query_bindings,
+};
 use crate::tensor::{DType, HostTensor};
 use std::collections::HashSet;
 
@@ -47,6 +49,13 @@ pub(super) struct Pattern {
 }
 
 /// The values of an inline INT64 initializer.
+impl Pattern {
+    /// Storage buffers of its attention kernel (the parameter block aside).
+    pub fn bindings(&self) -> u32 {
+        flash_bindings(shared_query_bindings(self.norm.is_some()), false, true)
+    }
+}
+
 fn i64s(g: &Graphs<'_>, name: &str) -> Option<Vec<i64>> {
     let init = g.inits.get(name)?;
     match &init.data {

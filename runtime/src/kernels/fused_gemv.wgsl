@@ -9,7 +9,8 @@
 // Activations are f32, or f16 (stored packed, computed in f32 and rounded with rd() wherever the
 // unfused graph stores an f16 value, so results match it up to f32 summation order).
 // Every workgroup recomputes the prologue into workgroup memory (K floats; cheap next to the
-// weights it reads) and then computes COLS output columns, TPC threads per column; f32 throughout.
+// weights it reads) and then computes REPS x COLS output columns, TPC threads per column; f32
+// throughout.
 // The row is held by weight word: for the 8 elements k0..k0+8 of word i, `xe(i)` holds the even
 // ones and `xo(i)` the odd ones, so that the low and high nibbles of the word's four bytes, taken
 // as two vec4 at once, meet them in two dot products. The row's sum over each quant block (the
@@ -31,6 +32,8 @@ const ZROW: u32 = {{ZROW}};
 const NV: u32 = {{NV}};
 const TPC: u32 = {{TPC}};
 const COLS: u32 = WG / TPC;
+// Column groups of COLS computed one after another by a workgroup (amortising the prologue).
+const REPS: u32 = {{REPS}};
 // Elements per output word: 2 when activations are f16 (even columns store pairs).
 const EPW: u32 = {{EPW}};
 // Nibble shifts of the even (low) and odd (high) elements of a word's four bytes.
@@ -99,7 +102,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let flat = wid.x + wid.y * nwg.x;
     let v0 = prm[2];
     let v_end = prm[3];
-    if (v0 + flat * COLS >= v_end) { return; }
+    if (v0 + flat * COLS * REPS >= v_end) { return; }
     let t = lid.x;
     let scalar = bitcast<f32>(prm[0]);
     let other_off = prm[1];
@@ -116,31 +119,34 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     workgroupBarrier();
     let c = t / TPC;
     let lane = t % TPC;
-    let v = v0 + flat * COLS + c;
-    var r0 = 0.0;
-    var r1 = 0.0;
-    if (v < v_end) {
-        {{COMPUTE}}
-    }
-    red[t] = r0;
-    red1[t] = r1;
-    workgroupBarrier();
-    for (var s = TPC / 2u; s > 0u; s = s / 2u) {
-        if (lane < s) {
-            red[t] = red[t] + red[t + s];
-            red1[t] = red1[t] + red1[t + s];
+    for (var rep = 0u; rep < REPS; rep = rep + 1u) {
+        let v = v0 + (flat * REPS + rep) * COLS + c;
+        var r0 = 0.0;
+        var r1 = 0.0;
+        if (v < v_end) {
+            {{COMPUTE}}
+        }
+        red[t] = r0;
+        red1[t] = r1;
+        workgroupBarrier();
+        for (var s = TPC / 2u; s > 0u; s = s / 2u) {
+            if (lane < s) {
+                red[t] = red[t] + red[t + s];
+                red1[t] = red1[t] + red1[t + s];
+            }
+            workgroupBarrier();
+        }
+        if (lane == 0u && v < v_end) {
+            let a0 = red[t];
+            let a1 = red1[t];
+            vals[c] = {{VALUE}};
         }
         workgroupBarrier();
-    }
-    if (lane == 0u && v < v_end) {
-        let a0 = red[t];
-        let a1 = red1[t];
-        vals[c] = {{VALUE}};
-    }
-    workgroupBarrier();
-    if (lane == 0u && v < v_end && c % EPW == 0u) {
-        let x0 = vals[c];
-        let x1 = vals[min(c + 1u, COLS - 1u)];
-        {{STORE}}
+        if (lane == 0u && v < v_end && c % EPW == 0u) {
+            let x0 = vals[c];
+            let x1 = vals[min(c + 1u, COLS - 1u)];
+            {{STORE}}
+        }
+        workgroupBarrier();
     }
 }

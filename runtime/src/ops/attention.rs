@@ -446,10 +446,6 @@ fn load_q(b: u32, s: u32, h: u32, d: u32, inv: f32) -> f32 {
     return qn(base, d, inv) * ld_cos(c) + r * ld_sin(c);
 }";
 
-fn lit(v: f32) -> String {
-    format!("bitcast<f32>({}u)", v.to_bits())
-}
-
 /// The query reader's storage and parameters, as set up by `query_inputs`.
 struct QueryParams {
     /// Words 12..18 of the parameters: the view (offset, strides) and (rotary dim, half).
@@ -593,10 +589,22 @@ impl Flash<'_> {
     pub(crate) fn bindings(&self) -> u32 {
         let q = match &self.q {
             Query::Gqa { rot, .. } => 1 + 2 * u32::from(rot.is_some()),
-            Query::Shared { norm, .. } => 3 + u32::from(norm.is_some()),
+            Query::Shared { norm, .. } => shared_query_bindings(norm.is_some()),
         };
-        q + 2 + u32::from(self.seqlens.is_some()) + u32::from(self.bias.is_some()) + 1
+        flash_bindings(q, self.seqlens.is_some(), self.bias.is_some())
     }
+}
+
+/// Storage buffers of the attention kernel whose query reader takes `q`: those, K, V, the
+/// optional `seqlens_k` and bias, and y.
+pub(crate) fn flash_bindings(q: u32, seqlens: bool, bias: bool) -> u32 {
+    q + 2 + u32::from(seqlens) + u32::from(bias) + 1
+}
+
+/// Storage buffers of the KV-shared query reader ([`Query::Shared`]): the query, cos, sin and
+/// the norm's scale when it norms.
+pub(crate) fn shared_query_bindings(norm: bool) -> u32 {
+    3 + u32::from(norm)
 }
 
 /// Runs `f`: one dispatch, or two when a decode's long key range is split (flash-decoding).
@@ -610,14 +618,7 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
             cx.gpu.max_bindings()
         )));
     }
-    let softcap = if f.softcap > 0.0 {
-        format!(
-            "sc = {0} * tanh(clamp(sc / {0}, -15.0, 15.0));",
-            lit(f.softcap)
-        )
-    } else {
-        String::new()
-    };
+    let softcap = crate::gpu::softcap_wgsl("sc", f.softcap);
     // Rows of one kv head: (query, head of the group); BQ rows per workgroup, BQ * BKV = 128.
     let g = h / kvh;
     let rows = s * g;

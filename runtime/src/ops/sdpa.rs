@@ -180,14 +180,7 @@ impl Plan<'_> {
                 self.dk, self.dv
             )));
         }
-        let softcap = if self.softcap > 0.0 {
-            format!(
-                "sc = {0} * tanh(clamp(sc / {0}, -15.0, 15.0));",
-                wgsl_f32(self.softcap)
-            )
-        } else {
-            String::new()
-        };
+        let softcap = crate::gpu::softcap_wgsl("sc", self.softcap);
         let mut k = Kernel::new(name, body)
             .workgroup(WG as u32)
             .u32("QCAP", self.dk.max(1) as u32)
