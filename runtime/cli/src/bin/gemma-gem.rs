@@ -335,23 +335,17 @@ fn round(x: f64) -> f64 {
 fn print_profile(what: &str, rows: &[(String, gg_runtime::OpProfile)], total: u64) {
     let ms: u64 = rows.iter().map(|(_, p)| p.micros).sum();
     eprintln!(
-        "gemma-gem bench: {}",
-        format!(
-            "dispatches of {what}: {total} ({:.1} ms with a wait after every node)",
-            ms as f64 / 1e3
-        )
+        "gemma-gem bench: dispatches of {what}: {total} ({:.1} ms with a wait after every node)",
+        ms as f64 / 1e3
     );
     let mut rows: Vec<_> = rows.iter().filter(|(_, p)| p.dispatches > 0).collect();
     rows.sort_by_key(|(_, p)| std::cmp::Reverse(p.micros));
     for (kind, p) in rows {
         eprintln!(
-            "gemma-gem bench: {}",
-            format!(
-                "  {:>5} dispatches  {:>4} nodes  {:>9.1} ms  {kind}",
-                p.dispatches,
-                p.runs,
-                p.micros as f64 / 1e3
-            )
+            "gemma-gem bench:   {:>5} dispatches  {:>4} nodes  {:>9.1} ms  {kind}",
+            p.dispatches,
+            p.runs,
+            p.micros as f64 / 1e3
         );
     }
 }
