@@ -774,7 +774,7 @@ impl FusedGemv {
         let nb = k.div_ceil(self.block);
         // The row is staged in workgroup memory (padded to whole blocks) when it fits, and must be
         // for a prologue; otherwise it is read from memory.
-        let staged = ((nb * self.block + nb) as u64 + 2 * u64::from(WG) + u64::from(WG / TPC)) * 4
+        let staged = ((nb * self.block + nb + COLS) as u64 + 2 * u64::from(WG)) * 4
             <= u64::from(self.limits.workgroup_bytes);
         if !staged && prologue {
             return Ok(None);
@@ -1104,7 +1104,7 @@ impl FusedGemv {
         }
         // Wide outputs (the vocabulary): each workgroup computes up to 8 groups of columns, so
         // the prologue it recomputes serves more of them, while leaving at least ~512 workgroups.
-        let reps = (nv / (COLS * 512)).clamp(1, 8).next_power_of_two().min(8) as u32;
+        let reps = (nv / (COLS * 512)).clamp(1, 8).next_power_of_two() as u32;
         let kern = kern
             .u32("K", k as u32)
             .u32("NB", nb as u32)
@@ -1149,6 +1149,7 @@ impl FusedGemv {
                     "let k = 8u * i + 1u; return vec4<f32>(xm(k), xm(k + 2u), xm(k + 4u), xm(k + 6u));"
                 },
             )
+            .code("NIBBLES", crate::ops::quant::NIBBLES_WGSL)
             .code("DOTS", &dots)
             .code("PROLOGUE", &pro)
             .code("COMPUTE", &compute)
@@ -1411,8 +1412,6 @@ fn topo(g: &Graphs<'_>, members: &[usize]) -> Vec<usize> {
     done
 }
 
-/// The fallback of a group: its nodes in order over a local environment whose first slots are
-/// the fused node's inputs `ext`; the fused node's outputs are `outs`.
 /// The values a group of nodes reads from outside it, in first-use order (the fused node's
 /// inputs).
 fn external_inputs(g: &Graphs<'_>, members: &[usize]) -> Vec<String> {
@@ -1431,6 +1430,8 @@ fn external_inputs(g: &Graphs<'_>, members: &[usize]) -> Vec<String> {
     ext
 }
 
+/// The fallback of a group: its nodes in order over a local environment whose first slots are
+/// the fused node's inputs `ext`; the fused node's outputs are `outs`.
 fn fallback_for(
     g: &Graphs<'_>,
     members: &[usize],

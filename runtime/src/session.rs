@@ -632,14 +632,15 @@ impl Session {
                 }
             }
             let refs: Vec<Option<&Value>> = ins.iter().map(Option::as_ref).collect();
-            let clock = if self.profile.borrow().is_some() {
+            let profiling = self.profile.borrow().is_some();
+            let clock = if profiling {
                 profile_clock(&mut cx, &self.gpu)
             } else {
                 None
             };
             let outs = self.ops[n].run(&mut cx, &refs).map_err(wrap)?;
             self.gpu.take_error().map_err(wrap)?;
-            if self.profile.borrow().is_some() {
+            if profiling {
                 let micros = profile_micros(&mut cx, &self.gpu, clock);
                 if let Some(p) = self.profile.borrow_mut().as_mut() {
                     let e = p.entry(node.op_type.clone()).or_default();

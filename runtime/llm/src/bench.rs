@@ -92,11 +92,16 @@ pub fn check_fits(model: &GemmaModel, tokens: usize) -> Result<()> {
     }
 }
 
+/// A greedy generator on a synthetic prompt of `n` tokens, after checking that `total` tokens
+/// (the prompt and what the caller will generate) fit the model's context.
+fn greedy_on_prompt(model: &GemmaModel, n: usize, total: usize) -> Result<Generator<'_>> {
+    check_fits(model, total)?;
+    Generator::new(model, &prompt_ids(n, vocab_of(model)), Sampling::Greedy)
+}
+
 /// Runs embed + decoder + sampling on a prompt of `n` tokens and times it to the first token.
 pub async fn prefill(model: &GemmaModel, n: usize) -> Result<PrefillRun> {
-    check_fits(model, n + 1)?;
-    let prompt = prompt_ids(n, vocab_of(model));
-    let mut g = Generator::new(model, &prompt, Sampling::Greedy)?;
+    let mut g = greedy_on_prompt(model, n, n + 1)?;
     let t0 = now_s();
     g.next_token().await?;
     Ok(PrefillRun {
@@ -111,9 +116,7 @@ pub async fn decode(model: &GemmaModel, context: usize, tokens: usize) -> Result
         return Err(LlmError::Options("decode needs at least one token".into()));
     }
     // The prefill produces the first token; each further token is one decode step.
-    check_fits(model, context + tokens + 1)?;
-    let prompt = prompt_ids(context, vocab_of(model));
-    let mut g = Generator::new(model, &prompt, Sampling::Greedy)?;
+    let mut g = greedy_on_prompt(model, context, context + tokens + 1)?;
     for _ in 0..=tokens {
         g.next_token().await?;
     }
@@ -138,9 +141,7 @@ pub async fn decode_profile(
     model: &GemmaModel,
     context: usize,
 ) -> Result<(Vec<(String, gg_runtime::OpProfile)>, u64)> {
-    check_fits(model, context + 2)?;
-    let prompt = prompt_ids(context.max(1), vocab_of(model));
-    let mut g = Generator::new(model, &prompt, Sampling::Greedy)?;
+    let mut g = greedy_on_prompt(model, context.max(1), context + 2)?;
     g.next_token().await?;
     profiled(model, g.next_token()).await
 }
@@ -150,9 +151,7 @@ pub async fn prefill_profile(
     model: &GemmaModel,
     tokens: usize,
 ) -> Result<(Vec<(String, gg_runtime::OpProfile)>, u64)> {
-    check_fits(model, tokens + 1)?;
-    let prompt = prompt_ids(tokens.max(1), vocab_of(model));
-    let mut g = Generator::new(model, &prompt, Sampling::Greedy)?;
+    let mut g = greedy_on_prompt(model, tokens.max(1), tokens + 1)?;
     profiled(model, g.next_token()).await
 }
 

@@ -48,7 +48,6 @@ pub(super) struct Pattern {
     pub out: String,
 }
 
-/// The values of an inline INT64 initializer.
 impl Pattern {
     /// Storage buffers of its attention kernel (the parameter block aside).
     pub fn bindings(&self) -> u32 {
@@ -56,6 +55,7 @@ impl Pattern {
     }
 }
 
+/// The values of an inline INT64 initializer.
 fn i64s(g: &Graphs<'_>, name: &str) -> Option<Vec<i64>> {
     let init = g.inits.get(name)?;
     match &init.data {

@@ -36,9 +36,6 @@ const COLS: u32 = WG / TPC;
 const REPS: u32 = {{REPS}};
 // Elements per output word: 2 when activations are f16 (even columns store pairs).
 const EPW: u32 = {{EPW}};
-// Nibble shifts of the even (low) and odd (high) elements of a word's four bytes.
-const SH_LO: vec4<u32> = vec4<u32>(0u, 8u, 16u, 24u);
-const SH_HI: vec4<u32> = vec4<u32>(4u, 12u, 20u, 28u);
 
 // Rounds to the activation type (f16 graphs round after every op; f32: identity).
 fn rd(x: f32) -> f32 {
@@ -75,13 +72,7 @@ fn xo(i: u32) -> vec4<f32> {
     {{XO}}
 }
 
-// The four low (even elements) and high (odd elements) nibbles of a weight word.
-fn nib_lo(w: u32) -> vec4<f32> {
-    return vec4<f32>((vec4<u32>(w) >> SH_LO) & vec4<u32>(15u));
-}
-fn nib_hi(w: u32) -> vec4<f32> {
-    return vec4<f32>((vec4<u32>(w) >> SH_HI) & vec4<u32>(15u));
-}
+{{NIBBLES}}
 
 fn wg_sum(t: u32, v: f32) -> f32 {
     red[t] = v;

@@ -23,12 +23,7 @@ fn zero_point(n: u32, b: u32, nb: u32, zrow: u32) -> f32 {
     {{ZP}}
 }
 
-fn nib_lo(w: u32) -> vec4<f32> {
-    return vec4<f32>((vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(15u));
-}
-fn nib_hi(w: u32) -> vec4<f32> {
-    return vec4<f32>((vec4<u32>(w) >> vec4<u32>(4u, 12u, 20u, 28u)) & vec4<u32>(15u));
-}
+{{NIBBLES}}
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {

@@ -22,6 +22,16 @@ fn zp_code(zp: Option<&GpuTensor>, bits: u32) -> String {
     }
 }
 
+/// WGSL `nib_lo(w)` / `nib_hi(w)`: the four low nibbles of a 4-bit weight word's bytes (its even
+/// elements) and the four high ones (its odd elements), as vec4 — the word layout both 4-bit
+/// GEMVs (`matmul_nbits.wgsl`, the fused GEMV) read.
+pub(crate) const NIBBLES_WGSL: &str = "fn nib_lo(w: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> vec4<u32>(0u, 8u, 16u, 24u)) & vec4<u32>(15u));
+}
+fn nib_hi(w: u32) -> vec4<f32> {
+    return vec4<f32>((vec4<u32>(w) >> vec4<u32>(4u, 12u, 20u, 28u)) & vec4<u32>(15u));
+}";
+
 /// Threads per output column of the GEMV kernel, by the number of quant blocks in a row.
 fn tpc_of(nb: usize) -> u32 {
     if nb >= 128 { 16 } else { 8 }
@@ -118,12 +128,12 @@ impl Op for MatMulNBits {
         }
         let y = cx.alloc(DType::F32, out_shape)?;
         let zrow = (nb * self.bits as usize).div_ceil(8);
+        // GEMV (decode): TPC threads per output column split its blocks, 64 / TPC columns per
+        // workgroup.
+        let tpc = tpc_of(nb);
         for (n_off, b) in &b_parts {
             let n_part = b.shape.first().copied().unwrap_or(0);
             let (mut kern, grid) = if m == 1 {
-                // GEMV (decode): TPC threads per output column split its blocks, 64 / TPC
-                // columns per workgroup.
-                let tpc = tpc_of(nb);
                 let inner = if self.bits == 4 && k.is_multiple_of(8) {
                     GEMV_INNER_4BIT
                 } else {
@@ -133,6 +143,7 @@ impl Op for MatMulNBits {
                     .workgroup(64)
                     .u32("ROWS", 1)
                     .u32("TPC", tpc)
+                    .code("NIBBLES", NIBBLES_WGSL)
                     .code("INNER", inner);
                 (k, None)
             } else {
@@ -193,7 +204,7 @@ impl Op for MatMulNBits {
             match grid {
                 Some(g) => cx.dispatch_groups(&kern, &bind, &meta, g)?,
                 None => {
-                    let cols = n_part.div_ceil((64 / tpc_of(nb)) as usize) as u64;
+                    let cols = n_part.div_ceil((64 / tpc) as usize) as u64;
                     cx.dispatch(&kern, &bind, &meta, cols * 64)?
                 }
             }
