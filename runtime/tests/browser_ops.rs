@@ -67,6 +67,8 @@ const CASES: &[Case] = &[
     case!("matmulnbits_b8_blk64_k64_n10_m1_zp_float16_bias", [0, 1, 2, 3, 4], [0]),
     case!("matmulnbits_b4_blk32_k100_n65_m33_zp_float32_bias", [0, 1, 2, 3, 4], [0]),
     case!("matmulnbits_b8_blk64_k72_n66_m17_zp_float16_bias", [0, 1, 2, 3, 4], [0]),
+    case!("matmulnbits_b4_blk32_k96_n100_m6_zp_float32_bias", [0, 1, 2, 3, 4], [0]),
+    case!("matmulnbits_b4_blk32_k64_n72_m20_zp_float16_bias", [0, 1, 2, 3, 4], [0]),
     case!("gatherblockquantized_b4_blk32_zp_float32", [0, 1, 2, 3], [0]),
     case!("simplifiedlayernorm_float32", [0, 1], [0]),
     case!("skipsimplifiedlayernorm_bias_float16", [0, 1, 2, 3], [0, 1]),

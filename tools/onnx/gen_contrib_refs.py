@@ -56,6 +56,29 @@ def save(out, name, node, inputs, outputs_meta, tol, opset=21, inits=()):
         json.dump(tol, f)
 
 
+def nbits_case(out, rng, bits, block, k, n, m, zp, dt, bias):
+    """One MatMulNBits case: A [m, k], random B blocks, scales, optional zero points and bias."""
+    nb = (k + block - 1) // block
+    blob = block * bits // 8
+    a = rng.standard_normal((m, k)).astype(dt)
+    b = rng.integers(0, 256, (n, nb, blob), dtype=np.uint8)
+    scales = (rng.random((n * nb,)) * 0.1 + 0.01).astype(dt)
+    inputs = [("A", a), ("B", b), ("scales", scales)]
+    names = ["A", "B", "scales"]
+    if zp:
+        zb = (nb * bits + 7) // 8
+        inputs.append(("zero_points", rng.integers(0, 256, (n * zb,), dtype=np.uint8)))
+        names.append("zero_points")
+    if bias:
+        if not zp:
+            names.append("")
+        names += ["", "bias"]
+        inputs.append(("bias", rng.standard_normal((n,)).astype(dt)))
+    node = helper.make_node("MatMulNBits", names, ["Y"], domain=MS, K=k, N=n, bits=bits, block_size=block)
+    name = f"matmulnbits_b{bits}_blk{block}_k{k}_n{n}_m{m}_{'zp' if zp else 'nozp'}_{np.dtype(dt).name}{'_bias' if bias else ''}"
+    save(out, name, node, inputs, [("Y", dt)], F16_TOL if dt == np.float16 else F32_TOL)
+
+
 def matmul_nbits(out):
     for bits, block, k, n, m, zp, dt, bias in [
         (4, 32, 64, 24, 1, True, np.float32, False),
@@ -69,25 +92,7 @@ def matmul_nbits(out):
         (4, 32, 72, 20, 11, True, np.float32, True),    # two row tiles, the second partial
         (4, 32, 64, 18, 9, False, np.float16, False),
     ]:
-        nb = (k + block - 1) // block
-        blob = block * bits // 8
-        a = RNG.standard_normal((m, k)).astype(dt)
-        b = RNG.integers(0, 256, (n, nb, blob), dtype=np.uint8)
-        scales = (RNG.random((n * nb,)) * 0.1 + 0.01).astype(dt)
-        inputs = [("A", a), ("B", b), ("scales", scales)]
-        names = ["A", "B", "scales"]
-        if zp:
-            zb = (nb * bits + 7) // 8
-            inputs.append(("zero_points", RNG.integers(0, 256, (n * zb,), dtype=np.uint8)))
-            names.append("zero_points")
-        if bias:
-            if not zp:
-                names.append("")
-            names += ["", "bias"]
-            inputs.append(("bias", RNG.standard_normal((n,)).astype(dt)))
-        node = helper.make_node("MatMulNBits", names, ["Y"], domain=MS, K=k, N=n, bits=bits, block_size=block)
-        name = f"matmulnbits_b{bits}_blk{block}_k{k}_n{n}_m{m}_{'zp' if zp else 'nozp'}_{np.dtype(dt).name}{'_bias' if bias else ''}"
-        save(out, name, node, inputs, [("Y", dt)], F16_TOL if dt == np.float16 else F32_TOL)
+        nbits_case(out, RNG, bits, block, k, n, m, zp, dt, bias)
 
 
 def gather_block_quantized(out):
@@ -370,25 +375,7 @@ def tiled(out):
         (8, 16, 64, 20, 40, False, np.float32, False),
         (4, 128, 256, 96, 70, True, np.float32, False),
     ]:
-        nb = (k + block - 1) // block
-        blob = block * bits // 8
-        a = rng.standard_normal((m, k)).astype(dt)
-        b = rng.integers(0, 256, (n, nb, blob), dtype=np.uint8)
-        scales = (rng.random((n * nb,)) * 0.1 + 0.01).astype(dt)
-        inputs = [("A", a), ("B", b), ("scales", scales)]
-        names = ["A", "B", "scales"]
-        if zp:
-            zb = (nb * bits + 7) // 8
-            inputs.append(("zero_points", rng.integers(0, 256, (n * zb,), dtype=np.uint8)))
-            names.append("zero_points")
-        if bias:
-            if not zp:
-                names.append("")
-            names += ["", "bias"]
-            inputs.append(("bias", rng.standard_normal((n,)).astype(dt)))
-        node = helper.make_node("MatMulNBits", names, ["Y"], domain=MS, K=k, N=n, bits=bits, block_size=block)
-        name = f"matmulnbits_b{bits}_blk{block}_k{k}_n{n}_m{m}_{'zp' if zp else 'nozp'}_{np.dtype(dt).name}{'_bias' if bias else ''}"
-        save(out, name, node, inputs, [("Y", dt)], F16_TOL if dt == np.float16 else F32_TOL)
+        nbits_case(out, rng, bits, block, k, n, m, zp, dt, bias)
 
     configs = [
         # name, B, H, kvH, D, S, past, rotary, window, softcap, bias, dtype
@@ -426,6 +413,20 @@ def tiled(out):
              F16_TOL if dt == np.float16 else F32_TOL)
 
 
+def register_block(out):
+    """The tiled MatMulNBits GEMM at each register-block width (column quads per invocation 2 for
+    5..8 rows, 4 from 9 rows; M above and below a row tile, N not a multiple of the 64-column
+    tile). Own generator so the earlier cases stay byte-identical."""
+    rng = np.random.default_rng(2468)
+    for bits, block, k, n, m, zp, dt, bias in [
+        (4, 32, 96, 100, 6, True, np.float32, True),
+        (4, 16, 64, 130, 7, False, np.float16, False),
+        (4, 32, 64, 72, 20, True, np.float16, True),
+        (8, 32, 64, 68, 130, True, np.float32, False),
+    ]:
+        nbits_case(out, rng, bits, block, k, n, m, zp, dt, bias)
+
+
 def gqa_packed(out):
     """GroupQueryAttention with packed QKV (key and value inputs empty: the heads are taken from
     one [B, S, (H + 2 kvH) D] row), rotary, past > 0 and past 0, f32 and f16. Own generator so the
@@ -460,7 +461,8 @@ def main():
     if os.path.exists(args.out):
         shutil.rmtree(args.out)
     os.makedirs(args.out)
-    for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard, mha, attention, tiled, gqa_packed):
+    for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard, mha, attention, tiled, gqa_packed,
+                register_block):
         gen(args.out)
     print(f"wrote {len(os.listdir(args.out))} cases to {args.out}")
 

@@ -64,6 +64,32 @@ const GEMV_INNER_4BIT: &str = "if (k0 < K) {
                     }
                 }";
 
+/// The tiled GEMM's register block, unrolled: accumulators `acc{c}{i}` (column quad c, row i).
+fn tiled_code(cq: u32) -> (String, String, String) {
+    let mut acc = String::new();
+    let mut compute = String::new();
+    let mut store = String::new();
+    for i in 0..4 {
+        compute.push_str(&format!("let a{i} = As[(4u * tm + {i}u) * TKQ + q];\n"));
+    }
+    for c in 0..cq {
+        compute.push_str(&format!("let bo{c} = 64u * q + tn + {c}u * LN;\n"));
+        for j in 0..4 {
+            compute.push_str(&format!("let b{c}{j} = Bs[bo{c} + {}u];\n", 16 * j));
+        }
+        for i in 0..4 {
+            acc.push_str(&format!("var acc{c}{i} = vec4<f32>(0.0);\n"));
+            compute.push_str(&format!(
+                "acc{c}{i} = acc{c}{i} + a{i}.x * b{c}0 + a{i}.y * b{c}1 + a{i}.z * b{c}2 + a{i}.w * b{c}3;\n"
+            ));
+            store.push_str(&format!(
+                "{{ let m = m0 + 4u * tm + {i}u; if (m < M) {{ for (var j = 0u; j < 4u; j = j + 1u) {{ let nl = n0 + 4u * (tn + {c}u * LN) + j; if (nl < n_part) {{ let n = n_off + nl; stf_y(m * N + n, acc{c}{i}[j] {{{{BIAS}}}}); }} }} }} }}\n"
+            ));
+        }
+    }
+    (acc, compute, store)
+}
+
 /// The row ranges of a weight: one part for an ordinary tensor, several for a split one.
 fn parts(cx: &mut Ctx<'_>, v: &Value) -> Result<Vec<(usize, GpuTensor)>> {
     let t = cx.to_gpu(v)?;
@@ -148,7 +174,7 @@ impl Op for MatMulNBits {
                 (k, None)
             } else {
                 // Tiled GEMM (prefill): TM = 4 * TMR rows by 64 columns per workgroup of
-                // 16 * TMR invocations.
+                // 16 / CQ * TMR invocations.
                 let tmr: u32 = match m {
                     0..=4 => 1,
                     5..=8 => 2,
@@ -157,8 +183,16 @@ impl Op for MatMulNBits {
                     _ => 16,
                 };
                 let tk = self.block.min(32) as u32;
+                // Column quads per invocation: a 4 x 4·CQ register block, at least 16
+                // invocations per workgroup.
+                let cq = tmr.min(4);
+                let (acc, compute, store) = tiled_code(cq);
                 let k = Kernel::new("matmul_nbits_tiled", MNB_TILED)
-                    .workgroup(16 * tmr)
+                    .workgroup(16 / cq * tmr)
+                    .u32("CQ", cq)
+                    .code("ACC", &acc)
+                    .code("COMPUTE", &compute)
+                    .code("STORE", &store)
                     .u32("TMR", tmr)
                     .u32("TK", tk)
                     .u32("A_LEN", tk * tmr)
