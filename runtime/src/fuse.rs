@@ -898,6 +898,20 @@ impl FusedGemv {
             );
         }
         let zrow = nb.div_ceil(2);
+        // Wide outputs (the vocabulary, the wide MLPs): each invocation computes REPS columns at
+        // once (COLS apart, sharing each load of the row), so a workgroup's prologue serves
+        // COLS * REPS columns, while leaving at least ~512 workgroups. Several separate outputs
+        // (their columns in consecutive ranges) keep one column per invocation.
+        let nv = if self.epi == 0 {
+            self.ns.iter().sum()
+        } else {
+            self.ns[0]
+        };
+        let reps = if self.epi == 0 && self.ns.len() > 1 {
+            1
+        } else {
+            (nv / (COLS * 512)).clamp(1, 8).next_power_of_two() as u32
+        };
         let mut dots = String::new();
         // A lone weight may be split by rows across buffers (a large vocabulary): one dispatch
         // per part, each computing that part's columns (`prm[2]..prm[3]`).
@@ -938,22 +952,9 @@ impl FusedGemv {
                 }
             };
             dots.push_str(&format!(
-                "fn dot{j}(n: u32, lane: u32) -> f32 {{
-    var acc = 0.0;
-    for (var b = lane; b < NB; b = b + TPC) {{
-        let wbase = ((n - prm[2]) * NB + b) * BLOB_WORDS;
-        var s1 = 0.0;
-        for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {{
-            let word = ldw_qw{j}(wbase + w);
-            let i = b * BLOB_WORDS + w;
-            s1 = s1 + dot(nib_lo(word), xe(i)) + dot(nib_hi(word), xo(i));
-        }}
-        acc = acc + ld_sc{j}(n * NB + b) * (s1 - {zp_code} * bsum[b]);
-    }}
-    return acc;
-}}
-"
+                "fn zero{j}(n: u32, b: u32) -> f32 {{ return {zp_code}; }}\n"
             ));
+            dots.push_str(&gemv_dot(j, reps));
         }
         let mut other_off = 0u32;
         if let Some((other, gather_idx)) = self.slots.other {
@@ -1010,7 +1011,7 @@ impl FusedGemv {
             bind.push(h.clone());
             h_out = Some(h);
         }
-        let (nv, compute, value, store) = match self.epi {
+        let (compute, value, store) = match self.epi {
             0 => {
                 let mut compute = String::new();
                 let mut store = String::new();
@@ -1027,14 +1028,14 @@ impl FusedGemv {
                         (format!("if (v < {end}u) "), "else ")
                     };
                     compute.push_str(&format!(
-                        "{cond}{{ r0 = dot{j}(v - {start}u, lane); }} {els}"
+                        "{cond}{{ p0 = dot{j}(v - {start}u, lane); }} {els}"
                     ));
                     store.push_str(&format!(
                         "{cond}{{ st_y{j}((v - {start}u) / EPW, x0, x1); }} {els}"
                     ));
                     start = end;
                 }
-                (start, compute, "rd(a0)".to_string(), store)
+                (compute, "rd(a0)".to_string(), store)
             }
             1 => {
                 let n = self.ns[0];
@@ -1043,9 +1044,8 @@ impl FusedGemv {
                 bind.push(y.clone());
                 results.push(y);
                 (
-                    n,
                     format!(
-                        "r0 = dot{}(v, lane); r1 = dot{}(v, lane);",
+                        "p0 = dot{}(v, lane); p1 = dot{}(v, lane);",
                         self.gate,
                         1 - self.gate
                     ),
@@ -1092,8 +1092,7 @@ impl FusedGemv {
                     }
                 };
                 (
-                    n,
-                    "r0 = dot0(v, lane);".to_string(),
+                    "p0 = dot0(v, lane);".to_string(),
                     value,
                     "st_y(v / EPW, x0, x1);".to_string(),
                 )
@@ -1102,9 +1101,6 @@ impl FusedGemv {
         if bind.len() as u32 + 1 > self.limits.storage_buffers {
             return Ok(None);
         }
-        // Wide outputs (the vocabulary): each workgroup computes up to 8 groups of columns, so
-        // the prologue it recomputes serves more of them, while leaving at least ~512 workgroups.
-        let reps = (nv / (COLS * 512)).clamp(1, 8).next_power_of_two() as u32;
         let kern = kern
             .u32("K", k as u32)
             .u32("NB", nb as u32)
@@ -1183,6 +1179,50 @@ impl FusedGemv {
         outs.extend(results.into_iter().map(Value::Gpu));
         Ok(Some(outs))
     }
+}
+
+/// WGSL `dot{j}(n, lane) -> array<f32, REPS>`: lane `lane`'s share (blocks lane, lane + TPC, ..)
+/// of the dot products of weight `j`'s columns n, n + COLS, .. (REPS of them, clamped to the
+/// dispatch's last column) with the staged row, written out for distinct accumulators so that each
+/// load of the row serves every column.
+fn gemv_dot(j: usize, reps: u32) -> String {
+    let rs = 0..reps;
+    let each = |f: &dyn Fn(u32) -> String| rs.clone().map(f).collect::<Vec<_>>().join("\n");
+    format!(
+        "fn dot{j}(n: u32, lane: u32) -> array<f32, REPS> {{
+    {cols}
+    {accs}
+    for (var b = lane; b < NB; b = b + TPC) {{
+        {wbs}
+        for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {{
+            let i = b * BLOB_WORDS + w;
+            let e = xe(i);
+            let o = xo(i);
+            {sums}
+        }}
+        let bs = bsum[b];
+        {acc}
+    }}
+    return array<f32, REPS>({ret});
+}}
+",
+        cols = each(&|r| format!("let n{r} = min(n + {r}u * COLS, prm[3] - 1u);")),
+        accs = each(&|r| format!("var acc{r} = 0.0;")),
+        wbs = each(&|r| format!(
+            "let wb{r} = ((n{r} - prm[2]) * NB + b) * BLOB_WORDS; var s{r} = 0.0;"
+        )),
+        sums = each(&|r| format!(
+            "let q{r} = ldw_qw{j}(wb{r} + w); s{r} = s{r} + dot(nib_lo(q{r}), e) + dot(nib_hi(q{r}), o);"
+        )),
+        acc = each(&|r| format!(
+            "acc{r} = acc{r} + ld_sc{j}(n{r} * NB + b) * (s{r} - zero{j}(n{r}, b) * bs);"
+        )),
+        ret = rs
+            .clone()
+            .map(|r| format!("acc{r}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
 }
 
 /// The original nodes of a group, run one by one over a local environment.

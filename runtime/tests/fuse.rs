@@ -162,6 +162,11 @@ impl G {
 /// h3 = (h2 + norm(proj(p))) * scalar ; q, k, v = (norm(h3) @ Wq, Wk, Wv).
 /// `expose` names intermediate values to make graph outputs as well (guards).
 fn layer(expose: &[&str]) -> Graph {
+    layer_w(expose, 64)
+}
+
+/// `layer` with an MLP `w` wide.
+fn layer_w(expose: &[&str], w: usize) -> Graph {
     let mut rng = Rng(7);
     let mut g = G::default();
     for i in ["o", "res", "per_layer"] {
@@ -170,11 +175,11 @@ fn layer(expose: &[&str]) -> Graph {
     let on = g.norm("o", "on", &mut rng);
     let h = g.node("Add", "", &["res", &on], "h", vec![]);
     let hn = g.norm(&h, "hn", &mut rng);
-    let gate = g.mnb(&hn, "gate", 64, &mut rng);
-    let up = g.mnb(&hn, "up", 64, &mut rng);
+    let gate = g.mnb(&hn, "gate", w, &mut rng);
+    let up = g.mnb(&hn, "up", w, &mut rng);
     let ge = g.gelu(&gate, "gelu");
     let m = g.node("Mul", "", &[&ge, &up], "m", vec![]);
-    let down = mnb_k(&mut g, &m, "down", 64, K, &mut rng);
+    let down = mnb_k(&mut g, &m, "down", w, K, &mut rng);
     let dn = g.norm(&down, "dn", &mut rng);
     let h2 = g.node("Add", "", &[&h, &dn], "h2", vec![]);
     let pg = g.mnb(&h2, "pgate", 32, &mut rng);
@@ -465,12 +470,17 @@ fn kv_shared_attention_on_the_gemma4_graph() {
 /// input chain `(norm(Reshape(plp(res) * s)) + per_layer) * t`. `expose` names intermediate values
 /// to make graph outputs as well (guards); `c2` is the softcap's multiplier (the divisor is 0.5).
 fn heads(expose: &[&str], c2: f32) -> Graph {
+    heads_w(expose, c2, 64)
+}
+
+/// `heads` with a vocabulary of `lm`.
+fn heads_w(expose: &[&str], c2: f32, lm: usize) -> Graph {
     let mut rng = Rng(11);
     let mut g = G::default();
     for i in ["o", "res", "per_layer"] {
         g.input(i);
     }
-    let y = g.mnb("o", "lm", 64, &mut rng);
+    let y = g.mnb("o", "lm", lm, &mut rng);
     let c = g.f32s("cap", vec![], vec![0.5]);
     let c2 = if c2 == 0.5 {
         // Same value, another initializer: equal by bytes.
@@ -609,6 +619,38 @@ fn epilogues_of_weights_split_across_buffers() {
             assert_eq!(after - before, 8, "fused dispatches");
         }
     }
+}
+
+#[test]
+fn wide_outputs_take_several_columns_per_invocation() {
+    // From 8192 columns an invocation of the fused GEMV computes 2, 4 or 8 columns at once
+    // (REPS); widths that leave the last column groups partial, a wide gate/up pair, and a wide
+    // vocabulary split across buffers (each part's last columns clamped).
+    let gpu = gpu();
+    for lm in [8200, 12300, 40000] {
+        let fused = session(&gpu, heads_w(&[], 0.5, lm), true);
+        let plain = session(&gpu, heads_w(&[], 0.5, lm), false);
+        assert_eq!(kinds(&fused)[0], "Fused[1xMatMulNBits+Div+Tanh+Mul]");
+        let before = gpu.counters.snapshot().dispatches;
+        let a = run(&fused, 1);
+        assert_eq!(gpu.counters.snapshot().dispatches - before, 3, "lm {lm}");
+        assert_close(&a, &run(&plain, 1));
+    }
+    let fused = session(&gpu, layer_w(&[], 12300), true);
+    let plain = session(&gpu, layer_w(&[], 12300), false);
+    assert_eq!(
+        kinds(&fused)[0],
+        "Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul]"
+    );
+    assert_close(&run(&fused, 1), &run(&plain, 1));
+    // 5000 rows of 48 bytes per part: the vocabulary in parts of 5000, 5000, 2300.
+    let mut small = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
+    small.max_weight_part = 48 * 5000;
+    let small = Rc::new(small);
+    let fused = session(&small, heads_w(&[], 0.5, 12300), true);
+    let plain = session(&gpu, heads_w(&[], 0.5, 12300), false);
+    assert!(fused.split_weights() >= 1);
+    assert_close(&run(&fused, 1), &run(&plain, 1));
 }
 
 /// The q4f16 form of the per-layer input tail: f16 activations, the norm between Casts and the

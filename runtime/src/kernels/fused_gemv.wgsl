@@ -10,7 +10,8 @@
 // unfused graph stores an f16 value, so results match it up to f32 summation order).
 // Every workgroup recomputes the prologue into workgroup memory (K floats; cheap next to the
 // weights it reads) and then computes REPS x COLS output columns, TPC threads per column; f32
-// throughout.
+// throughout. An invocation computes its REPS columns (COLS apart) together, each load of the
+// staged row serving all of them (the DOTS functions return REPS partial sums).
 // The row is held by weight word: for the 8 elements k0..k0+8 of word i, `xe(i)` holds the even
 // ones and `xo(i)` the odd ones, so that the low and high nibbles of the word's four bytes, taken
 // as two vec4 at once, meet them in two dot products. The row's sum over each quant block (the
@@ -32,7 +33,7 @@ const ZROW: u32 = {{ZROW}};
 const NV: u32 = {{NV}};
 const TPC: u32 = {{TPC}};
 const COLS: u32 = WG / TPC;
-// Column groups of COLS computed one after another by a workgroup (amortising the prologue).
+// Column groups of COLS per workgroup (amortising the prologue), computed together.
 const REPS: u32 = {{REPS}};
 // Elements per output word: 2 when activations are f16 (even columns store pairs).
 const EPW: u32 = {{EPW}};
@@ -110,12 +111,21 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     workgroupBarrier();
     let c = t / TPC;
     let lane = t % TPC;
+    // This invocation's columns: base + rep * COLS.
+    let base = v0 + flat * REPS * COLS + c;
+    var p0: array<f32, REPS>;
+    var p1: array<f32, REPS>;
+    if (base < v_end) {
+        let v = base;
+        {{COMPUTE}}
+    }
     for (var rep = 0u; rep < REPS; rep = rep + 1u) {
-        let v = v0 + (flat * REPS + rep) * COLS + c;
+        let v = base + rep * COLS;
         var r0 = 0.0;
         var r1 = 0.0;
         if (v < v_end) {
-            {{COMPUTE}}
+            r0 = p0[rep];
+            r1 = p1[rep];
         }
         red[t] = r0;
         red1[t] = r1;
