@@ -1,18 +1,16 @@
 // MatMulNBits: y[m, n] = sum_k a[m, k] * (q[n, k] - zp[n, k/BLOCK]) * scale[n, k/BLOCK] (+ bias[n]).
-// B packed as [N, n_blocks, BLOCK*BITS/8] bytes, low bits first. A workgroup computes COLS items
-// (an item: one column n for a tile of up to ROWS rows of A), TPC threads per item splitting the
-// blocks: each weight word is loaded and dequantised once, in registers, and applied to every row
-// of the tile; f32 accumulation. Used as the GEMV for M == 1 (decode, ROWS = 1); M > 1 goes to
-// matmul_nbits_tiled.wgsl. With 4 bits and K a multiple of 8, a word's eight nibbles
+// B packed as [N, n_blocks, BLOCK*BITS/8] bytes, low bits first. The GEMV for M == 1 (decode;
+// M > 1 goes to matmul_nbits_tiled.wgsl): a workgroup computes COLS columns, TPC threads per
+// column splitting its blocks, each weight word dequantised in registers; f32 accumulation, scalar
+// variables only. With 4 bits and K a multiple of 8, a word's eight nibbles
 // are taken as two vec4 (the even elements in the low nibbles of its four bytes, the odd ones in
 // the high nibbles) and meet the row in two dot products.
 // B may be one row range [n_off, n_off + n_part) of a split weight.
-// prm: [M, N, K, n_blocks, zp_row_bytes, n_off, n_part, row_tiles]
+// prm: [M, N, K, n_blocks, zp_row_bytes, n_off, n_part] (M = 1)
 var<workgroup> red: array<f32, {{WG}}>;
 
 const BITS: u32 = {{BITS}};
 const BLOCK: u32 = {{BLOCK}};
-const ROWS: u32 = {{ROWS}};
 const TPC: u32 = {{TPC}};
 const COLS: u32 = WG / TPC;
 const PER_WORD: u32 = 32u / BITS;
@@ -27,28 +25,22 @@ fn zero_point(n: u32, b: u32, nb: u32, zrow: u32) -> f32 {
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let M = prm[0];
-    let N = prm[1];
     let K = prm[2];
     let nb = prm[3];
     let zrow = prm[4];
     let n_off = prm[5];
     let n_part = prm[6];
-    let tiles = prm[7];
     let t = lid.x;
     let lane = t % TPC;
-    let item = (wid.x + wid.y * nwg.x) * COLS + t / TPC;
-    let live = item < tiles * n_part;
-    let n_local = item % n_part;
+    let n_local = (wid.x + wid.y * nwg.x) * COLS + t / TPC;
+    let live = n_local < n_part;
     let n = n_off + n_local;
-    let m0 = (item / n_part) * ROWS;
-    let rows = select(0u, min(ROWS, M - m0), live);
-    var acc: array<f32, ROWS>;
+    var acc = 0.0;
     if (live) {
         for (var b = lane; b < nb; b = b + TPC) {
             let wbase = (n_local * nb + b) * BLOB_WORDS;
-            var s1: array<f32, ROWS>;
-            var s2: array<f32, ROWS>;
+            var s1 = 0.0;
+            var s2 = 0.0;
             for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {
                 let word = ldw_qw(wbase + w);
                 let k0 = b * BLOCK + w * PER_WORD;
@@ -56,21 +48,16 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             }
             let sc = ld_scales(n * nb + b);
             let zp = zero_point(n, b, nb, zrow);
-            for (var r = 0u; r < rows; r = r + 1u) {
-                acc[r] = acc[r] + sc * (s1[r] - zp * s2[r]);
-            }
+            acc = acc + sc * (s1 - zp * s2);
         }
     }
-    for (var r = 0u; r < ROWS; r = r + 1u) {
-        red[t] = acc[r];
+    red[t] = acc;
+    workgroupBarrier();
+    for (var s = TPC / 2u; s > 0u; s = s / 2u) {
+        if (lane < s) { red[t] = red[t] + red[t + s]; }
         workgroupBarrier();
-        for (var s = TPC / 2u; s > 0u; s = s / 2u) {
-            if (lane < s) { red[t] = red[t] + red[t + s]; }
-            workgroupBarrier();
-        }
-        if (lane == 0u && r < rows) {
-            stf_y((m0 + r) * N + n, red[t] {{BIAS}});
-        }
-        workgroupBarrier();
+    }
+    if (lane == 0u && live) {
+        stf_y(n, red[t] {{BIAS}});
     }
 }

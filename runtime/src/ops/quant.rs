@@ -42,26 +42,19 @@ const GEMV_INNER: &str = "for (var j = 0u; j < PER_WORD; j = j + 1u) {
                     let k = k0 + j;
                     if (k < K) {
                         let q = f32((word >> (j * BITS)) & MASK);
-                        for (var r = 0u; r < rows; r = r + 1u) {
-                            let av = ld_a((m0 + r) * K + k);
-                            s1[r] = s1[r] + av * q;
-                            s2[r] = s2[r] + av;
-                        }
+                        let av = ld_a(k);
+                        s1 = s1 + av * q;
+                        s2 = s2 + av;
                     }
                 }";
 
 /// The same for 4 bits and K a multiple of 8 (a word lies wholly before K or after it): the
 /// nibbles as two vec4, against the row's even and odd elements.
 const GEMV_INNER_4BIT: &str = "if (k0 < K) {
-                    let ql = nib_lo(word);
-                    let qh = nib_hi(word);
-                    for (var r = 0u; r < rows; r = r + 1u) {
-                        let o = (m0 + r) * K + k0;
-                        let ae = vec4<f32>(ld_a(o), ld_a(o + 2u), ld_a(o + 4u), ld_a(o + 6u));
-                        let ao = vec4<f32>(ld_a(o + 1u), ld_a(o + 3u), ld_a(o + 5u), ld_a(o + 7u));
-                        s1[r] = s1[r] + dot(ql, ae) + dot(qh, ao);
-                        s2[r] = s2[r] + dot(ae + ao, vec4<f32>(1.0));
-                    }
+                    let ae = vec4<f32>(ld_a(k0), ld_a(k0 + 2u), ld_a(k0 + 4u), ld_a(k0 + 6u));
+                    let ao = vec4<f32>(ld_a(k0 + 1u), ld_a(k0 + 3u), ld_a(k0 + 5u), ld_a(k0 + 7u));
+                    s1 = s1 + dot(nib_lo(word), ae) + dot(nib_hi(word), ao);
+                    s2 = s2 + dot(ae + ao, vec4<f32>(1.0));
                 }";
 
 /// The tiled GEMM's register block, unrolled: accumulators `acc{c}{i}` (column quad c, row i).
@@ -167,7 +160,6 @@ impl Op for MatMulNBits {
                 };
                 let k = Kernel::new("matmul_nbits", MNB)
                     .workgroup(64)
-                    .u32("ROWS", 1)
                     .u32("TPC", tpc)
                     .code("NIBBLES", NIBBLES_WGSL)
                     .code("INNER", inner);
@@ -233,7 +225,6 @@ impl Op for MatMulNBits {
                 zrow as u32,
                 *n_off as u32,
                 n_part as u32,
-                1,
             ];
             match grid {
                 Some(g) => cx.dispatch_groups(&kern, &bind, &meta, g)?,
