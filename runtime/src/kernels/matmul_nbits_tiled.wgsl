@@ -18,7 +18,7 @@ const TMR: u32 = {{TMR}};
 const TK: u32 = {{TK}};
 const TM: u32 = 4u * TMR;
 const TN: u32 = 64u;
-// Column quads per invocation (1 or 2) and invocations along n.
+// Column quads per invocation (1, 2 or 4: min(TMR, 4)) and invocations along n.
 const CQ: u32 = {{CQ}};
 const LN: u32 = 16u / CQ;
 const TKQ: u32 = TK / 4u;
