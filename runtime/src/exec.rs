@@ -20,6 +20,11 @@ pub struct GpuTensor {
     /// along axis 0, each in its own buffer (`buf` is then the first part). Only ops that
     /// understand row ranges (MatMulNBits, GatherBlockQuantized) accept such tensors.
     pub(crate) split: Option<Rc<Vec<(usize, GpuTensor)>>>,
+    /// Set for a tensor that is a range of a shared buffer (`(first byte, bytes)`, the first
+    /// byte aligned to the adapter's storage offset alignment): weights packed together for a
+    /// fused kernel, and a fused kernel's outputs written through one binding. Bound as that
+    /// range; `None`: the whole buffer.
+    pub(crate) view: Option<(u64, u64)>,
 }
 
 impl std::fmt::Debug for GpuTensor {
@@ -32,6 +37,35 @@ impl GpuTensor {
     /// The underlying buffer.
     pub fn buffer(&self) -> &wgpu::Buffer {
         &self.buf.buffer
+    }
+    /// The binding of this tensor: its range of the buffer, or the whole buffer.
+    pub(crate) fn binding(&self) -> wgpu::BindingResource<'_> {
+        match self.view {
+            Some((offset, size)) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &self.buf.buffer,
+                offset,
+                size: std::num::NonZeroU64::new(size),
+            }),
+            None => self.buf.buffer.as_entire_binding(),
+        }
+    }
+    /// First byte of this tensor in its buffer.
+    pub(crate) fn byte_offset(&self) -> u64 {
+        self.view.map_or(0, |(o, _)| o)
+    }
+    /// Whether `self` and `other` are ranges of one buffer.
+    pub(crate) fn shares_buffer(&self, other: &GpuTensor) -> bool {
+        Rc::ptr_eq(&self.buf, &other.buf)
+    }
+    /// The whole buffer under a view, as one tensor of bytes.
+    pub(crate) fn whole(&self) -> GpuTensor {
+        GpuTensor {
+            dtype: DType::U8,
+            shape: vec![self.buf.buffer.size() as usize],
+            buf: self.buf.clone(),
+            split: None,
+            view: None,
+        }
     }
     /// Storage layout.
     pub fn storage(&self) -> Storage {
@@ -48,6 +82,7 @@ impl GpuTensor {
             shape,
             buf: self.buf.clone(),
             split: self.split.clone(),
+            view: self.view,
         }
     }
 }
@@ -155,6 +190,7 @@ enum Cmd {
     },
     Copy {
         src: wgpu::Buffer,
+        src_offset: u64,
         dst: wgpu::Buffer,
         size: u64,
     },
@@ -216,7 +252,37 @@ impl<'a> Ctx<'a> {
             shape,
             buf: self.wrap(size, buffer),
             split: None,
+            view: None,
         })
+    }
+
+    /// Uninitialised GPU tensors of one element type as ranges of one pooled buffer (each
+    /// starting at a multiple of the storage offset alignment), so that a kernel writing all of
+    /// them binds one buffer. The buffer returns to the pool when the last of them is dropped.
+    pub fn alloc_pack(&mut self, dtype: DType, shapes: &[Vec<usize>]) -> Result<Vec<GpuTensor>> {
+        let storage = Storage::of(dtype).ok_or_else(|| {
+            Error::Gpu(format!("{} tensors cannot live on the GPU", dtype.name()))
+        })?;
+        let align = u64::from(self.gpu.limits.min_storage_buffer_offset_alignment).max(4);
+        let mut ranges = Vec::new();
+        let mut end = 0u64;
+        for s in shapes {
+            let len = storage.bytes(numel(s)).max(4).next_multiple_of(4);
+            ranges.push((end, len));
+            end = (end + len).next_multiple_of(align);
+        }
+        let whole = self.alloc(DType::U8, vec![end as usize])?;
+        Ok(shapes
+            .iter()
+            .zip(ranges)
+            .map(|(s, r)| GpuTensor {
+                dtype,
+                shape: s.clone(),
+                buf: whole.buf.clone(),
+                split: None,
+                view: Some(r),
+            })
+            .collect())
     }
 
     fn check_size(&self, size: u64) -> Result<()> {
@@ -255,6 +321,7 @@ impl<'a> Ctx<'a> {
             shape: t.shape.clone(),
             buf: self.wrap(size, buffer),
             split: None,
+            view: None,
         })
     }
 
@@ -346,7 +413,7 @@ impl<'a> Ctx<'a> {
             .enumerate()
             .map(|(i, t)| wgpu::BindGroupEntry {
                 binding: i as u32,
-                resource: t.buffer().as_entire_binding(),
+                resource: t.binding(),
             })
             .collect();
         entries.push(wgpu::BindGroupEntry {
@@ -394,8 +461,13 @@ impl<'a> Ctx<'a> {
         let mut i = 0;
         while i < cmds.len() {
             match &cmds[i] {
-                Cmd::Copy { src, dst, size } => {
-                    enc.copy_buffer_to_buffer(src, 0, dst, 0, *size);
+                Cmd::Copy {
+                    src,
+                    src_offset,
+                    dst,
+                    size,
+                } => {
+                    enc.copy_buffer_to_buffer(src, *src_offset, dst, 0, *size);
                     i += 1;
                 }
                 Cmd::Dispatch { .. } => {
@@ -456,6 +528,7 @@ impl<'a> Ctx<'a> {
         };
         self.cmds.push(Cmd::Copy {
             src: t.buffer().clone(),
+            src_offset: t.byte_offset(),
             dst: staging.clone(),
             size: bytes,
         });

@@ -52,6 +52,15 @@ pub struct Limits {
     pub storage_buffers: u32,
     /// Workgroup memory in bytes.
     pub workgroup_bytes: u32,
+    /// Bytes one binding may cover (weights packed together must fit).
+    pub max_binding: u64,
+    /// Storage offset alignment: where each packed weight starts.
+    pub align: u64,
+    /// Threads per output column of the fused GEMV (a divisor of its 64 threads): 8 on GPUs
+    /// (the lanes read consecutive quant blocks, then add up), 1 on software adapters (an
+    /// invocation per column: no cross-lane sum, and 64 columns share each workgroup's
+    /// prologue).
+    pub gemv_tpc: u32,
 }
 
 impl Limits {
@@ -61,15 +70,29 @@ impl Limits {
             // The parameter block is a uniform buffer: the adapter's storage buffers plus it.
             storage_buffers: gpu.max_bindings() + 1,
             workgroup_bytes: gpu.limits.max_compute_workgroup_storage_size,
+            max_binding: gpu.max_weight_part,
+            align: u64::from(gpu.limits.min_storage_buffer_offset_alignment).max(4),
+            gemv_tpc: gemv_tpc(gpu),
         }
     }
 }
 
-/// Threads per workgroup of the fused GEMV, and threads per output column.
+/// Threads per workgroup of the fused GEMV.
 const WG: u32 = 64;
-const TPC: u32 = 8;
-/// Output columns per group (one per TPC threads).
-const COLS: usize = (WG / TPC) as usize;
+
+/// Threads per column of the fused GEMV on `gpu` (see [`Limits::gemv_tpc`]); natively
+/// `GG_GEMV_TPC` (1, 2, 4, 8 .. 64) overrides it, for comparing both on one adapter.
+fn gemv_tpc(gpu: &Gpu) -> u32 {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Some(t) = std::env::var("GG_GEMV_TPC")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|t| t.is_power_of_two() && *t <= WG)
+    {
+        return t;
+    }
+    if gpu.software { 1 } else { 8 }
+}
 
 struct Mat {
     node: usize,
@@ -152,6 +175,9 @@ struct Spec {
     k: usize,
     mats: Vec<Mat>,
     epi: Epi,
+    /// The weights' packed bits, scales and zero points each go into one buffer at load
+    /// (`Spec::packs`), bound once by the kernel.
+    packed: Option<Vec<Vec<String>>>,
 }
 
 struct Graphs<'a> {
@@ -664,6 +690,7 @@ impl<'a> Graphs<'a> {
             k,
             mats,
             epi,
+            packed: None,
         };
         // A lone MatMulNBits is taken too: with f16 activations the kernel stores f16 directly
         // (the unfused op needs a second dispatch to convert); with f32 it runs the original op.
@@ -673,16 +700,64 @@ impl<'a> Graphs<'a> {
 
 impl Spec {
     /// Storage bindings of the fused kernel: operands, outputs and the parameter block.
+    /// (Several separate results are ranges of one buffer, bound once.)
     fn bindings(&self) -> usize {
-        let mut b = 2 + self.mats.len() * 2;
-        b += self.mats.iter().filter(|m| m.zp.is_some()).count();
+        let zps = self.mats.iter().filter(|m| m.zp.is_some()).count();
+        let mut b = 2 + if self.packed.is_some() {
+            2 + usize::from(zps > 0)
+        } else {
+            self.mats.len() * 2 + zps
+        };
         b += if self.residual.is_some() { 3 } else { 1 };
         b += usize::from(self.norm.is_some());
         b + match self.epi {
-            Epi::Separate => self.mats.len(),
-            Epi::GeluMul { .. } | Epi::Softcap { .. } | Epi::Scale { .. } => 1,
+            Epi::Separate | Epi::GeluMul { .. } | Epi::Softcap { .. } | Epi::Scale { .. } => 1,
             Epi::GeluOther { .. } => 2,
         }
+    }
+    /// The packs this group's weights would form: their bits, their scales and their zero
+    /// points, each list of initializers to be one buffer. `None` when they cannot be packed: a
+    /// single weight, an operand that is not an initializer or is already in a pack, mixed
+    /// element types or zero points, or a pack above the binding limit.
+    fn packs(
+        &self,
+        g: &Graphs<'_>,
+        limits: &Limits,
+        taken: &HashSet<String>,
+    ) -> Option<Vec<Vec<String>>> {
+        if self.mats.len() < 2 {
+            return None;
+        }
+        let zps: Vec<String> = self.mats.iter().filter_map(|m| m.zp.clone()).collect();
+        if !zps.is_empty() && zps.len() != self.mats.len() {
+            return None;
+        }
+        let mut packs = vec![
+            self.mats.iter().map(|m| m.qw.clone()).collect::<Vec<_>>(),
+            self.mats.iter().map(|m| m.sc.clone()).collect(),
+        ];
+        if !zps.is_empty() {
+            packs.push(zps);
+        }
+        for names in &packs {
+            let mut total = 0u64;
+            let mut seen = HashSet::new();
+            for n in names {
+                let i = g.inits.get(n.as_str())?;
+                if taken.contains(n)
+                    || !seen.insert(n)
+                    || i.dtype != g.inits[names[0].as_str()].dtype
+                {
+                    return None;
+                }
+                let bytes = Storage::of(i.dtype)?.bytes(i.shape.iter().product());
+                total += bytes.max(4).next_multiple_of(limits.align);
+            }
+            if total > limits.max_binding {
+                return None;
+            }
+        }
+        Some(packs)
     }
     fn nodes(&self) -> Vec<usize> {
         let mut v: Vec<usize> = self.mats.iter().map(|m| m.node).collect();
@@ -774,7 +849,9 @@ impl FusedGemv {
         let nb = k.div_ceil(self.block);
         // The row is staged in workgroup memory (padded to whole blocks) when it fits, and must be
         // for a prologue; otherwise it is read from memory.
-        let staged = ((nb * self.block + nb + COLS) as u64 + 2 * u64::from(WG)) * 4
+        let tpc = self.limits.gemv_tpc;
+        let cols = (WG / tpc) as usize;
+        let staged = ((nb * self.block + nb + cols) as u64 + 2 * u64::from(WG)) * 4
             <= u64::from(self.limits.workgroup_bytes);
         if !staged && prologue {
             return Ok(None);
@@ -910,13 +987,14 @@ impl FusedGemv {
         let reps = if self.epi == 0 && self.ns.len() > 1 {
             1
         } else {
-            (nv / (COLS * 512)).clamp(1, 8).next_power_of_two() as u32
+            (nv / (cols * 512)).clamp(1, 8).next_power_of_two() as u32
         };
         let mut dots = String::new();
         // A lone weight may be split by rows across buffers (a large vocabulary): one dispatch
         // per part, each computing that part's columns (`prm[2]..prm[3]`).
         let mut split: Option<(usize, Vec<(usize, GpuTensor)>)> = None;
-        for (j, &(qw, sc, zp, n)) in self.slots.mats.iter().enumerate() {
+        let mut weights: Vec<(GpuTensor, GpuTensor, Option<GpuTensor>)> = Vec::new();
+        for &(qw, sc, zp, n) in &self.slots.mats {
             let q = match inputs.get(qw).copied().flatten() {
                 Some(v) if v.dtype() == DType::U8 && v.numel() == n * nb * self.block / 2 => {
                     let t = cx.to_gpu(v)?;
@@ -937,19 +1015,68 @@ impl FusedGemv {
             };
             let s = operand!(sc, |v: &Value| matches!(v.dtype(), DType::F32 | DType::F16)
                 && v.numel() == n * nb);
-            kern = kern
-                .input(&format!("qw{j}"), Storage::U8)
-                .input(&format!("sc{j}"), s.storage());
-            bind.extend([q, s]);
-            let zp_code = match zp {
-                None => "8.0".to_string(),
-                Some(z) => {
-                    let zt = operand!(z, |v: &Value| v.dtype() == DType::U8
-                        && v.numel() == n * zrow);
-                    kern = kern.input(&format!("zp{j}"), Storage::U8);
-                    bind.push(zt);
-                    format!("f32((u32(ldi_zp{j}(n * ZROW + b / 2u)) >> ((b & 1u) * 4u)) & 15u)")
+            let z = match zp {
+                None => None,
+                Some(z) => Some(operand!(z, |v: &Value| v.dtype() == DType::U8
+                    && v.numel() == n * zrow)),
+            };
+            weights.push((q, s, z));
+        }
+        // Weights packed at load (ranges of one buffer per kind, `fuse`'s packs) are bound once
+        // and read at their offsets: three bindings for the group instead of three per weight.
+        let (q0, s0, z0) = &weights[0];
+        let shared = |a: &GpuTensor, b: &GpuTensor| {
+            a.view.is_some() && b.view.is_some() && a.shares_buffer(b)
+        };
+        let packed = weights.len() > 1
+            && weights.iter().all(|(q, s, z)| {
+                shared(q, q0)
+                    && shared(s, s0)
+                    && s.dtype == s0.dtype
+                    && match (z, z0) {
+                        (None, None) => true,
+                        (Some(z), Some(z0)) => shared(z, z0),
+                        _ => false,
+                    }
+            });
+        if packed {
+            kern = kern.input("qw", Storage::U8).input("sc", s0.storage());
+            bind.extend([q0.whole(), s0.whole()]);
+            if let Some(z0) = z0 {
+                kern = kern.input("zp", Storage::U8);
+                bind.push(z0.whole());
+            }
+        }
+        for (j, (q, s, z)) in weights.into_iter().enumerate() {
+            if packed {
+                let es = if s.dtype == DType::F16 { 2 } else { 4 };
+                dots.push_str(&format!(
+                    "fn ldw_qw{j}(w: u32) -> u32 {{ return ldw_qw(w + {}u); }}
+fn ld_sc{j}(i: u32) -> f32 {{ return ld_sc(i + {}u); }}
+",
+                    q.byte_offset() / 4,
+                    s.byte_offset() / es
+                ));
+                if let Some(z) = &z {
+                    dots.push_str(&format!(
+                        "fn ldi_zp{j}(i: u32) -> i32 {{ return ldi_zp(i + {}u); }}\n",
+                        z.byte_offset()
+                    ));
                 }
+            } else {
+                kern = kern
+                    .input(&format!("qw{j}"), Storage::U8)
+                    .input(&format!("sc{j}"), s.storage());
+                bind.extend([q, s]);
+                if let Some(z) = &z {
+                    kern = kern.input(&format!("zp{j}"), Storage::U8);
+                    bind.push(z.clone());
+                }
+            }
+            let zp_code = if z.is_some() {
+                format!("f32((u32(ldi_zp{j}(n * ZROW + b / 2u)) >> ((b & 1u) * 4u)) & 15u)")
+            } else {
+                "8.0".to_string()
             };
             dots.push_str(&format!(
                 "fn zero{j}(n: u32, b: u32) -> f32 {{ return {zp_code}; }}\n"
@@ -1016,10 +1143,33 @@ impl FusedGemv {
                 let mut compute = String::new();
                 let mut store = String::new();
                 let mut start = 0usize;
+                // Several results: ranges of one buffer, one binding.
+                let shapes: Vec<Vec<usize>> = self.ns.iter().map(|&n| out_shape(n)).collect();
+                let pack = if shapes.len() > 1 {
+                    let ys = cx.alloc_pack(act, &shapes)?;
+                    kern = kern.output("y", st(act));
+                    bind.push(ys[0].whole());
+                    Some(ys)
+                } else {
+                    None
+                };
                 for (j, &n) in self.ns.iter().enumerate() {
-                    let y = cx.alloc(act, out_shape(n))?;
-                    kern = kern.output(&format!("y{j}"), st(act));
-                    bind.push(y.clone());
+                    let y = match &pack {
+                        Some(ys) => {
+                            let y = ys[j].clone();
+                            dots.push_str(&format!(
+                                "fn st_y{j}(w: u32, v0: f32, v1: f32) {{ st_y(w + {}u, v0, v1); }}\n",
+                                y.byte_offset() / 4
+                            ));
+                            y
+                        }
+                        None => {
+                            let y = cx.alloc(act, out_shape(n))?;
+                            kern = kern.output(&format!("y{j}"), st(act));
+                            bind.push(y.clone());
+                            y
+                        }
+                    };
                     results.push(y);
                     let end = start + n;
                     let (cond, els) = if j + 1 == self.ns.len() {
@@ -1107,7 +1257,7 @@ impl FusedGemv {
             .u32("BLOCK", self.block as u32)
             .u32("ZROW", zrow as u32)
             .u32("NV", nv as u32)
-            .u32("TPC", TPC)
+            .u32("TPC", tpc)
             .u32("REPS", reps)
             .u32("EPW", if f16 { 2 } else { 1 })
             .code(
@@ -1164,7 +1314,7 @@ impl FusedGemv {
             if let (Some(p), Some(at)) = (&part, split_at) {
                 refs[at] = p;
             }
-            let groups = cnt.div_ceil(COLS * reps as usize) as u64;
+            let groups = cnt.div_ceil(cols * reps as usize) as u64;
             cx.dispatch(
                 &kern,
                 &refs,
@@ -1516,13 +1666,14 @@ fn fallback_for(
     }
 }
 
-/// Runs the pass: returns the nodes to execute (fused groups replaced by one node each, placed
-/// where the group's last node was), their ops, and a description of each fused group.
-pub fn fuse(
-    graph: &Graph,
-    ops: Vec<Box<dyn Op>>,
-    limits: &Limits,
-) -> (Vec<Node>, Vec<Box<dyn Op>>, Vec<String>) {
+/// What the pass returns: the nodes to execute (fused groups replaced by one node each, placed
+/// where the group's last node was), their ops, a description of each fused group, and the
+/// initializers to pack into one buffer each (a fused kernel binds each pack once; every other
+/// reader binds its own range).
+pub type Fused = (Vec<Node>, Vec<Box<dyn Op>>, Vec<String>, Vec<Vec<String>>);
+
+/// Runs the pass.
+pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
     let g = Graphs::new(graph);
     let mut used: HashSet<usize> = HashSet::new();
     // KV-shared attention groups first: they hold per-head norms the norm pass would take.
@@ -1539,6 +1690,8 @@ pub fn fuse(
         used.extend(&p.nodes);
     }
     let mut specs: Vec<Spec> = Vec::new();
+    // Initializers of the groups' weight packs (see `Spec::packs`).
+    let mut taken: HashSet<String> = HashSet::new();
     let mut norm_groups: Vec<Vec<Unit>> = Vec::new();
     // Tails of standalone norm units, by the unit's output.
     let mut tails: HashMap<String, Tail> = HashMap::new();
@@ -1559,6 +1712,7 @@ pub fn fuse(
         // than the adapter allows is narrowed until it fits: first without the residual
         // prologue (left to the norm-tail pass), then without the norm prologue, then without
         // the epilogue, then with fewer weights (the others form groups of their own).
+        spec.packed = spec.packs(&g, limits, &taken);
         while spec.bindings() as u32 > limits.storage_buffers {
             if spec.residual.is_some() {
                 spec.residual = None;
@@ -1569,6 +1723,7 @@ pub fn fuse(
                 spec.epi = Epi::Separate;
             } else if spec.mats.len() > 1 {
                 spec.mats.pop();
+                spec.packed = spec.packs(&g, limits, &taken);
             } else {
                 break;
             }
@@ -1586,6 +1741,9 @@ pub fn fuse(
             continue;
         }
         used.extend(&set);
+        if let Some(p) = &spec.packed {
+            taken.extend(p.iter().flatten().cloned());
+        }
         // Sibling norms of the results (per-head q/k/v norms): one more kernel for all of them.
         if matches!(spec.epi, Epi::Separate) && outs_all.len() >= 2 {
             let norms: Vec<Unit> = outs_all
@@ -1641,11 +1799,12 @@ pub fn fuse(
         }
     }
     if specs.is_empty() && norm_groups.is_empty() && shared.is_empty() && tables.is_empty() {
-        return (graph.nodes.clone(), ops, Vec::new());
+        return (graph.nodes.clone(), ops, Vec::new(), Vec::new());
     }
     let mut ops: Vec<Option<Box<dyn Op>>> = ops.into_iter().map(Some).collect();
     let mut at_last: HashMap<usize, (Node, Box<dyn Op>)> = HashMap::new();
     let mut fused = Vec::new();
+    let mut packs: Vec<Vec<String>> = Vec::new();
     for p in shared {
         let last = *p.nodes.last().expect("non-empty group");
         let (node, op, desc) = shared_attn::build(&g, p, &mut ops);
@@ -1693,6 +1852,7 @@ pub fn fuse(
             // Something in the group is read elsewhere: leave it unfused.
             continue;
         }
+        packs.extend(spec.packed.clone().unwrap_or_default());
         let need = |name: &str| pos(name).expect("external input");
         let slots = Slots {
             o: spec.residual.as_ref().map(|r| {
@@ -1835,5 +1995,5 @@ pub fn fuse(
             out_ops.push(op);
         }
     }
-    (nodes, out_ops, fused)
+    (nodes, out_ops, fused, packs)
 }

@@ -29,6 +29,21 @@ fn describe(a: &wgpu::Adapter) -> String {
     )
 }
 
+/// A CPU adapter: the device type says so (natively; in the browser, `isFallbackAdapter`), or
+/// its name is one of the software rasterizers (browsers may not flag them as fallback).
+fn is_software(i: &wgpu::AdapterInfo) -> bool {
+    let name = i.name.to_lowercase();
+    i.device_type == wgpu::DeviceType::Cpu
+        || [
+            "swiftshader",
+            "llvmpipe",
+            "lavapipe",
+            "microsoft basic render",
+        ]
+        .iter()
+        .any(|s| name.contains(s))
+}
+
 /// Work counters (monotonic; take differences around a run).
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -93,6 +108,11 @@ pub struct Gpu {
     pub limits: wgpu::Limits,
     /// Whether the adapter offers `shader-f16` (not required: f16 is unpacked in f32).
     pub has_shader_f16: bool,
+    /// Whether the adapter is a software rasterizer running kernels on the CPU (WebGPU's
+    /// fallback adapter, SwiftShader, llvmpipe/lavapipe, WARP): invocations run one after
+    /// another there, so kernels that split a dot product across invocations (and pay
+    /// workgroup barriers to add it up) give each invocation whole dot products instead.
+    pub software: bool,
     /// Weights larger than this many bytes are split by rows across buffers (defaults to the
     /// adapter's `max_storage_buffer_binding_size`; lower it to test or to save address space).
     pub max_weight_part: u64,
@@ -198,6 +218,7 @@ impl Gpu {
             device,
             queue,
             adapter: describe(adapter),
+            software: is_software(&adapter.get_info()),
             limits,
             has_shader_f16,
             counters: Counters::default(),

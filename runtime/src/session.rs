@@ -37,6 +37,8 @@ pub struct Session {
     pool: Rc<RefCell<PoolState>>,
     meta_buf: RefCell<wgpu::Buffer>,
     fused: Vec<String>,
+    /// Weights packed into shared buffers for fused kernels: (buffer, first byte, slot bytes).
+    packed: HashMap<String, (Rc<crate::exec::PooledBuffer>, u64, u64)>,
     profile: RefCell<Option<BTreeMap<String, OpProfile>>>,
 }
 
@@ -156,10 +158,10 @@ impl Session {
     ) -> Result<Self> {
         let registry = Registry::default();
         let ops = registry.build(&graph)?;
-        let (nodes, ops, fused) = if options.fuse {
+        let (nodes, ops, fused, packs) = if options.fuse {
             crate::fuse::fuse(&graph, ops, &crate::fuse::Limits::of(&gpu))
         } else {
-            (graph.nodes.clone(), ops, Vec::new())
+            (graph.nodes.clone(), ops, Vec::new(), Vec::new())
         };
         let mut ids: HashMap<String, usize> = HashMap::new();
         let id = |name: &str, ids: &mut HashMap<String, usize>| -> usize {
@@ -226,6 +228,7 @@ impl Session {
             gpu,
             nodes,
             fused,
+            packed: HashMap::new(),
             profile: RefCell::new(None),
             ops,
             order,
@@ -238,12 +241,13 @@ impl Session {
             meta_buf: RefCell::new(meta_buf),
             graph,
         };
+        s.plan_packs(&packs);
         s.load_weights(source).await?;
         Ok(s)
     }
 
-    /// GPU buffers for a weight: one, or several row ranges when it exceeds the binding limit.
-    /// Returns (first byte, byte length, first row, rows, buffer) per part.
+    /// GPU buffers for a weight: its range of a packed buffer, one buffer, or several row ranges
+    /// when it exceeds the binding limit.
     fn weight_parts(&self, init: &Initializer) -> Result<Vec<Part>> {
         let storage = Storage::of(init.dtype).ok_or_else(|| {
             Error::Invalid(format!(
@@ -252,18 +256,37 @@ impl Session {
             ))
         })?;
         let size = storage.bytes(init.shape.iter().product());
-        let max = self.gpu.max_weight_part;
-        if size <= max {
-            let rows = init.shape.first().copied().unwrap_or(1);
-            return Ok(vec![(
-                0,
-                size,
-                0,
+        let rows = init.shape.first().copied().unwrap_or(1);
+        if let Some((buf, at, slot)) = self.packed.get(&init.name) {
+            return Ok(vec![Part {
+                start: 0,
+                len: size,
+                r0: 0,
                 rows,
-                self.gpu.create_buffer(size, &init.name),
-            )]);
+                buf: buf.clone(),
+                at: *at,
+                slot: *slot,
+                packed: true,
+            }]);
         }
-        let rows = init.shape.first().copied().unwrap_or(1).max(1);
+        let max = self.gpu.max_weight_part;
+        let own = |len: u64, r0: usize, rows: usize| {
+            let b = self.gpu.create_buffer(len, &init.name);
+            Part {
+                start: 0,
+                len,
+                r0,
+                rows,
+                slot: b.size(),
+                buf: crate::exec::PooledBuffer::unpooled(b),
+                at: 0,
+                packed: false,
+            }
+        };
+        if size <= max {
+            return Ok(vec![own(size, 0, rows)]);
+        }
+        let rows = rows.max(1);
         let row_bytes = (init.byte_len() / rows) as u64;
         if !row_bytes.is_multiple_of(4)
             || row_bytes > max
@@ -282,34 +305,31 @@ impl Session {
         let mut r0 = 0;
         while r0 < rows {
             let n = per.min(rows - r0);
-            let len = n as u64 * row_bytes;
-            parts.push((
-                r0 as u64 * row_bytes,
-                len,
-                r0,
-                n,
-                self.gpu.create_buffer(len, &init.name),
-            ));
+            let mut p = own(n as u64 * row_bytes, r0, n);
+            p.start = r0 as u64 * row_bytes;
+            parts.push(p);
             r0 += n;
         }
         Ok(parts)
     }
 
     fn gpu_value(init: &Initializer, parts: Vec<Part>) -> Value {
-        let tensor = |shape: Vec<usize>, buffer: wgpu::Buffer| GpuTensor {
-            dtype: init.dtype,
-            shape,
-            buf: crate::exec::PooledBuffer::unpooled(buffer),
-            split: None,
-        };
         let mut ts: Vec<(usize, GpuTensor)> = parts
             .into_iter()
-            .map(|(_, _, r0, n, b)| {
+            .map(|p| {
                 let mut shape = init.shape.clone();
                 if let Some(first) = shape.first_mut() {
-                    *first = n;
+                    *first = p.rows;
                 }
-                (r0, tensor(shape, b))
+                let view = p.packed.then_some((p.at, p.slot));
+                let t = GpuTensor {
+                    dtype: init.dtype,
+                    shape,
+                    buf: p.buf,
+                    split: None,
+                    view,
+                };
+                (p.r0, t)
             })
             .collect();
         if ts.len() == 1 {
@@ -323,7 +343,47 @@ impl Session {
         Value::Gpu(whole)
     }
 
+    /// Buffers for the weight packs the fusion pass asked for: per pack one buffer, each member
+    /// at a multiple of the storage offset alignment.
+    fn plan_packs(&mut self, packs: &[Vec<String>]) {
+        let align = u64::from(self.gpu.limits.min_storage_buffer_offset_alignment).max(4);
+        let by_name: HashMap<&str, &Initializer> = self
+            .graph
+            .initializers
+            .iter()
+            .map(|i| (i.name.as_str(), i))
+            .collect();
+        for pack in packs {
+            let mut layout = Vec::new();
+            let mut end = 0u64;
+            for name in pack {
+                let Some(storage) = by_name
+                    .get(name.as_str())
+                    .and_then(|i| Storage::of(i.dtype).map(|s| s.bytes(i.shape.iter().product())))
+                else {
+                    continue;
+                };
+                let slot = storage.max(4).next_multiple_of(align);
+                layout.push((name.clone(), end, slot));
+                end += slot;
+            }
+            if layout.len() < 2 || end > self.gpu.max_weight_part {
+                continue;
+            }
+            let buf = crate::exec::PooledBuffer::unpooled(
+                self.gpu
+                    .create_buffer(end, &format!("{} (packed)", pack[0])),
+            );
+            for (name, at, slot) in layout {
+                self.packed.insert(name, (buf.clone(), at, slot));
+            }
+        }
+    }
+
     fn keep_on_host(&self, init: &Initializer) -> bool {
+        if self.packed.contains_key(&init.name) {
+            return false;
+        }
         let small = init.byte_len() <= HOST_CONST_BYTES
             && (init.byte_len() as u64) <= self.gpu.max_weight_part;
         small || matches!(init.dtype, DType::I64 | DType::F64 | DType::Bool)
@@ -489,6 +549,11 @@ impl Session {
     /// The groups the fusion pass replaced, one line each (kind and first node).
     pub fn fused(&self) -> &[String] {
         &self.fused
+    }
+
+    /// Number of weights packed with others into one buffer (for the fused kernels).
+    pub fn packed_weights(&self) -> usize {
+        self.packed.len()
     }
 
     /// Number of weights split by rows across several buffers (above [`Gpu::max_weight_part`]).
@@ -706,25 +771,39 @@ impl Session {
 }
 
 /// One row range of a weight: (first byte, byte length, first row, rows, buffer).
-type Part = (u64, u64, usize, usize, wgpu::Buffer);
+/// Where a range of a weight's bytes lives on the GPU.
+struct Part {
+    /// First byte of the weight in this part, and bytes.
+    start: u64,
+    len: u64,
+    /// First row and rows (along axis 0).
+    r0: usize,
+    rows: usize,
+    buf: Rc<crate::exec::PooledBuffer>,
+    /// First byte of the part in `buf`, and the bytes it may fill there (the whole buffer, or
+    /// its slot of a packed buffer).
+    at: u64,
+    slot: u64,
+    /// `buf` is shared with other weights (the tensor is a view of it).
+    packed: bool,
+}
 
 /// Writes `data` at tensor byte offset `at`, routed to the parts that cover it.
 fn write_parts(queue: &wgpu::Queue, parts: &[Part], mut at: u64, mut data: &[u8]) {
     while !data.is_empty() {
-        let Some((start, len, _, _, buf)) = parts.iter().find(|p| at >= p.0 && at < p.0 + p.1)
-        else {
+        let Some(p) = parts.iter().find(|p| at >= p.start && at < p.start + p.len) else {
             // Padding past the last part (tensor sizes are padded to whole words).
-            if let Some((start, _, _, _, buf)) = parts.last() {
-                let off = at.saturating_sub(*start);
-                if off < buf.size() {
-                    let n = ((buf.size() - off) as usize).min(data.len());
-                    queue.write_buffer(buf, off, &data[..n]);
+            if let Some(p) = parts.last() {
+                let off = at.saturating_sub(p.start);
+                if off < p.slot {
+                    let n = ((p.slot - off) as usize).min(data.len());
+                    queue.write_buffer(&p.buf.buffer, p.at + off, &data[..n]);
                 }
             }
             return;
         };
-        let n = ((start + len - at) as usize).min(data.len());
-        queue.write_buffer(buf, at - start, &data[..n]);
+        let n = ((p.start + p.len - at) as usize).min(data.len());
+        queue.write_buffer(&p.buf.buffer, p.at + at - p.start, &data[..n]);
         at += n as u64;
         data = &data[n..];
     }

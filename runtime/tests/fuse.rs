@@ -280,9 +280,22 @@ fn gpu() -> Rc<Gpu> {
     Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"))
 }
 
+/// The adapter with the fused GEMV's split for GPUs (8 threads per column) even where it is a
+/// software adapter (which takes 1): both forms are tested on any machine.
+fn gpu_as_hardware() -> Rc<Gpu> {
+    let mut g = pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)");
+    g.software = false;
+    Rc::new(g)
+}
+
 #[test]
 fn fused_and_unfused_sessions_agree() {
-    let gpu = gpu();
+    for gpu in [gpu(), gpu_as_hardware()] {
+        fused_and_unfused_sessions_agree_on(gpu);
+    }
+}
+
+fn fused_and_unfused_sessions_agree_on(gpu: Rc<Gpu>) {
     let fused = session(&gpu, layer(&[]), true);
     let plain = session(&gpu, layer(&[]), false);
     let kinds: Vec<&str> = fused
@@ -623,11 +636,26 @@ fn epilogues_of_weights_split_across_buffers() {
 
 #[test]
 fn wide_outputs_take_several_columns_per_invocation() {
-    // From 8192 columns an invocation of the fused GEMV computes 2, 4 or 8 columns at once
-    // (REPS); widths that leave the last column groups partial, a wide gate/up pair, and a wide
-    // vocabulary split across buffers (each part's last columns clamped).
-    let gpu = gpu();
-    for lm in [8200, 12300, 40000] {
+    // From 512 workgroups' worth of columns an invocation of the fused GEMV computes 2, 4 or 8
+    // columns at once (REPS); widths that leave the last column groups partial, a wide gate/up
+    // pair, and a wide vocabulary split across buffers (each part's last columns clamped). With
+    // 8 threads per column (GPUs) and with 1 (software adapters: 64 columns a workgroup).
+    for software in [false, true] {
+        wide_outputs_on(software);
+    }
+}
+
+fn wide_outputs_on(software: bool) {
+    let mut g = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
+    g.software = software;
+    let gpu = Rc::new(g);
+    // (With 64 columns a workgroup, REPS exceeds 1 from 65536 columns.)
+    let lms: &[usize] = if software {
+        &[8200, 40000, 70000]
+    } else {
+        &[8200, 12300, 40000]
+    };
+    for &lm in lms {
         let fused = session(&gpu, heads_w(&[], 0.5, lm), true);
         let plain = session(&gpu, heads_w(&[], 0.5, lm), false);
         assert_eq!(kinds(&fused)[0], "Fused[1xMatMulNBits+Div+Tanh+Mul]");
@@ -645,6 +673,7 @@ fn wide_outputs_take_several_columns_per_invocation() {
     assert_close(&run(&fused, 1), &run(&plain, 1));
     // 5000 rows of 48 bytes per part: the vocabulary in parts of 5000, 5000, 2300.
     let mut small = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
+    small.software = software;
     small.max_weight_part = 48 * 5000;
     let small = Rc::new(small);
     let fused = session(&small, heads_w(&[], 0.5, 12300), true);
@@ -718,36 +747,34 @@ fn f16_norm_tail_folds_the_cast_of_its_added_input() {
 }
 
 /// On adapters with fewer storage buffers per stage (WebGPU's default is 8, Chrome's SwiftShader
-/// offers 10), groups are narrowed until they fit — residual prologue, norm prologue, epilogue,
-/// then weights are left out — instead of not being formed at all; the narrowed groups agree
-/// with the unfused graph.
+/// offers 10), a group's weights are packed (bits, scales and zero points one buffer each) and
+/// its separate results written through one binding, so that with 10 every group of the layer
+/// forms whole, as with no limit, and runs as many dispatches; with 8 groups are narrowed until
+/// they fit — residual prologue, norm prologue, epilogue, then weights are left out — instead
+/// of not being formed at all. Every form agrees with the unfused graph.
 #[test]
 fn groups_are_narrowed_to_fit_fewer_storage_buffers() {
+    let wide = gpu();
+    let unlimited = session(&wide, layer(&[]), true);
     for (limit, want) in [
         (
             10,
             &[
-                "Fused[Norm+2xMatMulNBits+Gelu+Mul]",
+                "Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul]",
                 "Fused[1xMatMulNBits]",
                 "Fused[Norm+Add+1xMatMulNBits+Gelu+Gather+Mul]",
                 "Fused[1xMatMulNBits]",
-                "Fused[2xMatMulNBits]",
-                "Fused[1xMatMulNBits]",
-                "Fused[1xSimplifiedLayerNormalization+Add]",
-                "Fused[1xSimplifiedLayerNormalization+Add+Mul]",
+                "Fused[Norm+Add+Mul+Norm+3xMatMulNBits]",
             ][..],
         ),
         (
             8,
             &[
-                "Fused[1xMatMulNBits]",
-                "Fused[1xMatMulNBits]",
+                "Fused[Norm+2xMatMulNBits+Gelu+Mul]",
                 "Fused[1xMatMulNBits]",
                 "Fused[1xMatMulNBits+Gelu+Gather+Mul]",
                 "Fused[1xMatMulNBits]",
-                "Fused[1xMatMulNBits]",
-                "Fused[1xMatMulNBits]",
-                "Fused[1xMatMulNBits]",
+                "Fused[Norm+3xMatMulNBits]",
                 "Fused[1xSimplifiedLayerNormalization+Add]",
                 "Fused[1xSimplifiedLayerNormalization+Add]",
                 "Fused[1xSimplifiedLayerNormalization+Add+Mul]",
@@ -765,6 +792,8 @@ fn groups_are_narrowed_to_fit_fewer_storage_buffers() {
             .map(|s| s.split(" at ").next().unwrap_or_default())
             .collect();
         assert_eq!(kinds, want, "{limit} storage buffers: {:?}", fused.fused());
+        // q/k/v (3 weights x 3 kinds) and gate/up (2 x 3) with 10; gate/up and q/k/v with 8.
+        assert_eq!(fused.packed_weights(), 15, "{limit}");
         for rows in [1, 3] {
             let before = gpu.counters.snapshot().dispatches;
             let a = run(&fused, rows);
@@ -779,6 +808,12 @@ fn groups_are_narrowed_to_fit_fewer_storage_buffers() {
                     mid - before,
                     after - mid
                 );
+                if limit == 10 {
+                    let w0 = wide.counters.snapshot().dispatches;
+                    assert_close(&run(&unlimited, rows), &b);
+                    let w = wide.counters.snapshot().dispatches - w0;
+                    assert_eq!(mid - before, w, "10 storage buffers vs no limit");
+                }
             }
         }
     }
