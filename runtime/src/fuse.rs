@@ -14,6 +14,10 @@
 //!     `Gelu(tanh)(y) * other` (optionally `other = Gather(per_layer, i, axis=2)`), the logit
 //!     softcap `Mul(Tanh(Div(y, c)), c)` (the same scalar initializer value twice), or
 //!     `Mul(y, s)` (`s` a scalar initializer).
+//!   - packed weights: those of a group of several are packed at load (their bits, scales and
+//!     zero points one buffer each; [`Fused`]'s last member lists the packs) and its separate
+//!     results are ranges of one buffer, so the kernel binds three buffers for the weights and
+//!     one for the results whatever their number.
 //! - **FusedNorms**: the independent RMS norms that follow one FusedGemv's separate results (the
 //!   per-head q/k/v norms) in one dispatch, and any other norm unit between Casts (f16
 //!   activations) or followed by a tail `Add(y, other)` [`-> Mul(., scalar)`] (optionally with

@@ -4,12 +4,16 @@
 //             when the graph needs it elsewhere (the residual stream);
 //   GEMVs     y_j = x @ dequant(W_j)^T for up to three MatMulNBits weights sharing x
 //             (4-bit blocks, w = (q - zp) * scale, low nibble first, as matmul_nbits.wgsl);
+//             each weight's bits, scales and zero points are read through ldw_qwJ, ld_scJ and
+//             ldi_zpJ: its own bindings, or its range of one packed buffer per kind
+//             (a constant offset), as are several separate results (st_yJ);
 //   epilogue  each y_j stored, or gelu_tanh(y_0) * y_1, or gelu_tanh(y_0) * other[off + n], or
 //             c * tanh(y_0 / c) (softcap), or y_0 * s.
 // Activations are f32, or f16 (stored packed, computed in f32 and rounded with rd() wherever the
 // unfused graph stores an f16 value, so results match it up to f32 summation order).
 // Every workgroup recomputes the prologue into workgroup memory (K floats; cheap next to the
-// weights it reads) and then computes REPS x COLS output columns, TPC threads per column; f32
+// weights it reads) and then computes REPS x COLS output columns, TPC threads per column (8 on
+// GPUs, 1 on software adapters: src/fuse.rs, Limits::gemv_tpc); f32
 // throughout. An invocation computes its REPS columns (COLS apart) together, each load of the
 // staged row serving all of them (the DOTS functions return REPS partial sums).
 // The row is held by weight word: for the 8 elements k0..k0+8 of word i, `xe(i)` holds the even
