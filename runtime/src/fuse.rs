@@ -15,9 +15,9 @@
 //!     softcap `Mul(Tanh(Div(y, c)), c)` (the same scalar initializer value twice), or
 //!     `Mul(y, s)` (`s` a scalar initializer).
 //!   - packed weights: those of a group of several are packed at load (their bits, scales and
-//!     zero points one buffer each; [`Fused`]'s last member lists the packs) and its separate
-//!     results are ranges of one buffer, so the kernel binds three buffers for the weights and
-//!     one for the results whatever their number.
+//!     zero points in one buffer; [`Fused`]'s last member lists the packs) and its separate
+//!     results are ranges of one buffer, so the kernel binds one buffer for the weights and one
+//!     for the results whatever their number.
 //! - **FusedNorms**: the independent RMS norms that follow one FusedGemv's separate results (the
 //!   per-head q/k/v norms) in one dispatch, and any other norm unit between Casts (f16
 //!   activations) or followed by a tail `Add(y, other)` [`-> Mul(., scalar)`] (optionally with
@@ -179,9 +179,9 @@ struct Spec {
     k: usize,
     mats: Vec<Mat>,
     epi: Epi,
-    /// The weights' packed bits, scales and zero points each go into one buffer at load
-    /// (`Spec::packs`), bound once by the kernel.
-    packed: Option<Vec<Vec<String>>>,
+    /// The initializers of the weights (bits, scales, zero points) that go into one buffer at
+    /// load (`Spec::pack`), bound once by the kernel.
+    packed: Option<Vec<String>>,
 }
 
 struct Graphs<'a> {
@@ -708,7 +708,7 @@ impl Spec {
     fn bindings(&self) -> usize {
         let zps = self.mats.iter().filter(|m| m.zp.is_some()).count();
         let mut b = 2 + if self.packed.is_some() {
-            2 + usize::from(zps > 0)
+            1
         } else {
             self.mats.len() * 2 + zps
         };
@@ -719,16 +719,16 @@ impl Spec {
             Epi::GeluOther { .. } => 2,
         }
     }
-    /// The packs this group's weights would form: their bits, their scales and their zero
-    /// points, each list of initializers to be one buffer. `None` when they cannot be packed: a
-    /// single weight, an operand that is not an initializer or is already in a pack, mixed
-    /// element types or zero points, or a pack above the binding limit.
-    fn packs(
+    /// The pack this group's weights would form: the initializers of their bits, scales and
+    /// zero points, to be one buffer. `None` when they cannot be packed: a single weight, an
+    /// operand that is not an initializer or is already in a pack, zero points for some weights
+    /// only, or a pack above the binding limit.
+    fn pack(
         &self,
         g: &Graphs<'_>,
         limits: &Limits,
         taken: &HashSet<String>,
-    ) -> Option<Vec<Vec<String>>> {
+    ) -> Option<Vec<String>> {
         if self.mats.len() < 2 {
             return None;
         }
@@ -736,32 +736,24 @@ impl Spec {
         if !zps.is_empty() && zps.len() != self.mats.len() {
             return None;
         }
-        let mut packs = vec![
-            self.mats.iter().map(|m| m.qw.clone()).collect::<Vec<_>>(),
-            self.mats.iter().map(|m| m.sc.clone()).collect(),
-        ];
-        if !zps.is_empty() {
-            packs.push(zps);
-        }
-        for names in &packs {
-            let mut total = 0u64;
-            let mut seen = HashSet::new();
-            for n in names {
-                let i = g.inits.get(n.as_str())?;
-                if taken.contains(n)
-                    || !seen.insert(n)
-                    || i.dtype != g.inits[names[0].as_str()].dtype
-                {
-                    return None;
-                }
-                let bytes = Storage::of(i.dtype)?.bytes(i.shape.iter().product());
-                total += bytes.max(4).next_multiple_of(limits.align);
-            }
-            if total > limits.max_binding {
+        let names: Vec<String> = self
+            .mats
+            .iter()
+            .map(|m| m.qw.clone())
+            .chain(self.mats.iter().map(|m| m.sc.clone()))
+            .chain(zps)
+            .collect();
+        let mut total = 0u64;
+        let mut seen = HashSet::new();
+        for n in &names {
+            let i = g.inits.get(n.as_str())?;
+            if taken.contains(n) || !seen.insert(n) {
                 return None;
             }
+            let bytes = Storage::of(i.dtype)?.bytes(i.shape.iter().product());
+            total += bytes.max(4).next_multiple_of(limits.align);
         }
-        Some(packs)
+        (total <= limits.max_binding).then_some(names)
     }
     fn nodes(&self) -> Vec<usize> {
         let mut v: Vec<usize> = self.mats.iter().map(|m| m.node).collect();
@@ -1026,44 +1018,44 @@ impl FusedGemv {
             };
             weights.push((q, s, z));
         }
-        // Weights packed at load (ranges of one buffer per kind, `fuse`'s packs) are bound once
-        // and read at their offsets: three bindings for the group instead of three per weight.
-        let (q0, s0, z0) = &weights[0];
-        let shared = |a: &GpuTensor, b: &GpuTensor| {
-            a.view.is_some() && b.view.is_some() && a.shares_buffer(b)
-        };
+        // Weights packed at load (ranges of one buffer, `fuse`'s packs) are bound once and read
+        // at their offsets: one binding for the group's bits, scales and zero points.
+        let (q0, _, z0) = &weights[0];
         let packed = weights.len() > 1
             && weights.iter().all(|(q, s, z)| {
-                shared(q, q0)
-                    && shared(s, s0)
-                    && s.dtype == s0.dtype
-                    && match (z, z0) {
-                        (None, None) => true,
-                        (Some(z), Some(z0)) => shared(z, z0),
-                        _ => false,
-                    }
+                let shared = |t: &GpuTensor| t.view.is_some() && t.shares_buffer(q0);
+                shared(q)
+                    && shared(s)
+                    && z.as_ref().map_or(z0.is_none(), shared)
+                    && z.is_some() == z0.is_some()
             });
         if packed {
-            kern = kern.input("qw", Storage::U8).input("sc", s0.storage());
-            bind.extend([q0.whole(), s0.whole()]);
-            if let Some(z0) = z0 {
-                kern = kern.input("zp", Storage::U8);
-                bind.push(z0.whole());
-            }
+            kern = kern.input("wts", Storage::U8);
+            bind.push(q0.whole());
         }
         for (j, (q, s, z)) in weights.into_iter().enumerate() {
             if packed {
-                let es = if s.dtype == DType::F16 { 2 } else { 4 };
+                // The loaders of gpu.rs's bindings, at this weight's offsets in `w`.
+                let sc = if s.dtype == DType::F16 {
+                    format!(
+                        "let k = i + {}u; return unpack2x16float(ldw_wts(k >> 1u))[k & 1u];",
+                        s.byte_offset() / 2
+                    )
+                } else {
+                    format!(
+                        "return bitcast<f32>(ldw_wts(i + {}u));",
+                        s.byte_offset() / 4
+                    )
+                };
                 dots.push_str(&format!(
-                    "fn ldw_qw{j}(w: u32) -> u32 {{ return ldw_qw(w + {}u); }}
-fn ld_sc{j}(i: u32) -> f32 {{ return ld_sc(i + {}u); }}
+                    "fn ldw_qw{j}(w: u32) -> u32 {{ return ldw_wts(w + {}u); }}
+fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
 ",
                     q.byte_offset() / 4,
-                    s.byte_offset() / es
                 ));
                 if let Some(z) = &z {
                     dots.push_str(&format!(
-                        "fn ldi_zp{j}(i: u32) -> i32 {{ return ldi_zp(i + {}u); }}\n",
+                        "fn ldi_zp{j}(i: u32) -> i32 {{ let k = i + {}u; return i32((ldw_wts(k >> 2u) >> ((k & 3u) * 8u)) & 0xffu); }}\n",
                         z.byte_offset()
                     ));
                 }
@@ -1694,7 +1686,7 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
         used.extend(&p.nodes);
     }
     let mut specs: Vec<Spec> = Vec::new();
-    // Initializers of the groups' weight packs (see `Spec::packs`).
+    // Initializers of the groups' weight packs (see `Spec::pack`).
     let mut taken: HashSet<String> = HashSet::new();
     let mut norm_groups: Vec<Vec<Unit>> = Vec::new();
     // Tails of standalone norm units, by the unit's output.
@@ -1716,7 +1708,7 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
         // than the adapter allows is narrowed until it fits: first without the residual
         // prologue (left to the norm-tail pass), then without the norm prologue, then without
         // the epilogue, then with fewer weights (the others form groups of their own).
-        spec.packed = spec.packs(&g, limits, &taken);
+        spec.packed = spec.pack(&g, limits, &taken);
         while spec.bindings() as u32 > limits.storage_buffers {
             if spec.residual.is_some() {
                 spec.residual = None;
@@ -1727,7 +1719,7 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
                 spec.epi = Epi::Separate;
             } else if spec.mats.len() > 1 {
                 spec.mats.pop();
-                spec.packed = spec.packs(&g, limits, &taken);
+                spec.packed = spec.pack(&g, limits, &taken);
             } else {
                 break;
             }
@@ -1746,7 +1738,7 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
         }
         used.extend(&set);
         if let Some(p) = &spec.packed {
-            taken.extend(p.iter().flatten().cloned());
+            taken.extend(p.iter().cloned());
         }
         // Sibling norms of the results (per-head q/k/v norms): one more kernel for all of them.
         if matches!(spec.epi, Epi::Separate) && outs_all.len() >= 2 {
@@ -1856,7 +1848,7 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             // Something in the group is read elsewhere: leave it unfused.
             continue;
         }
-        packs.extend(spec.packed.clone().unwrap_or_default());
+        packs.extend(spec.packed.clone());
         let need = |name: &str| pos(name).expect("external input");
         let slots = Slots {
             o: spec.residual.as_ref().map(|r| {
