@@ -1291,6 +1291,21 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
                     "let k = 8u * i + 1u; return vec4<f32>(xm(k), xm(k + 2u), xm(k + 4u), xm(k + 6u));"
                 },
             )
+            .code(
+                "XEO",
+                if staged {
+                    "return mat2x4<f32>(xs[2u * i], xs[2u * i + 1u]);"
+                } else if f16 && k.is_multiple_of(8) {
+                    // Four words hold the eight elements: each unpacked once for both halves.
+                    "let a = unpack2x16float(ldw_x(4u * i));
+    let b = unpack2x16float(ldw_x(4u * i + 1u));
+    let c = unpack2x16float(ldw_x(4u * i + 2u));
+    let d = unpack2x16float(ldw_x(4u * i + 3u));
+    return mat2x4<f32>(vec4<f32>(a.x, b.x, c.x, d.x), vec4<f32>(a.y, b.y, c.y, d.y));"
+                } else {
+                    "return mat2x4<f32>(xe(i), xo(i));"
+                },
+            )
             .code("NIBBLES", crate::ops::quant::NIBBLES_WGSL)
             .code("DOTS", &dots)
             .code("PROLOGUE", &pro)
@@ -1342,8 +1357,9 @@ fn gemv_dot(j: usize, reps: u32) -> String {
         {wbs}
         for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {{
             let i = b * BLOB_WORDS + w;
-            let e = xe(i);
-            let o = xo(i);
+            let eo = xeo(i);
+            let e = eo[0];
+            let o = eo[1];
             {sums}
         }}
         let bs = bsum[b];

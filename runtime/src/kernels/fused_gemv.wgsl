@@ -76,6 +76,10 @@ fn xe(i: u32) -> vec4<f32> {
 fn xo(i: u32) -> vec4<f32> {
     {{XO}}
 }
+// Both at once (columns 0 and 1), from one read of the word's elements.
+fn xeo(i: u32) -> mat2x4<f32> {
+    {{XEO}}
+}
 
 {{NIBBLES}}
 
