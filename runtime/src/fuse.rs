@@ -706,12 +706,12 @@ impl Spec {
     /// Storage bindings of the fused kernel: operands, outputs and the parameter block.
     /// (Several separate results are ranges of one buffer, bound once.)
     fn bindings(&self) -> usize {
+        self.bindings_as(self.packed.is_some())
+    }
+    /// [`Spec::bindings`] with the weights packed or not.
+    fn bindings_as(&self, packed: bool) -> usize {
         let zps = self.mats.iter().filter(|m| m.zp.is_some()).count();
-        let mut b = 2 + if self.packed.is_some() {
-            1
-        } else {
-            self.mats.len() * 2 + zps
-        };
+        let mut b = 2 + if packed { 1 } else { self.mats.len() * 2 + zps };
         b += if self.residual.is_some() { 3 } else { 1 };
         b += usize::from(self.norm.is_some());
         b + match self.epi {
@@ -723,13 +723,18 @@ impl Spec {
     /// zero points, to be one buffer. `None` when they cannot be packed: a single weight, an
     /// operand that is not an initializer or is already in a pack, zero points for some weights
     /// only, or a pack above the binding limit.
+    ///
+    /// A single weight is packed (its bits and scales in one binding) only when the group
+    /// would not fit the adapter's storage buffers otherwise (WebGPU's default of 8).
     fn pack(
         &self,
         g: &Graphs<'_>,
         limits: &Limits,
         taken: &HashSet<String>,
     ) -> Option<Vec<String>> {
-        if self.mats.len() < 2 {
+        if self.mats.len() < 2
+            && (self.mats.is_empty() || self.bindings_as(false) as u32 <= limits.storage_buffers)
+        {
             return None;
         }
         let zps: Vec<String> = self.mats.iter().filter_map(|m| m.zp.clone()).collect();
@@ -1021,7 +1026,7 @@ impl FusedGemv {
         // Weights packed at load (ranges of one buffer, `fuse`'s packs) are bound once and read
         // at their offsets: one binding for the group's bits, scales and zero points.
         let (q0, _, z0) = &weights[0];
-        let packed = weights.len() > 1
+        let packed = !weights.is_empty()
             && weights.iter().all(|(q, s, z)| {
                 let shared = |t: &GpuTensor| t.view.is_some() && t.shares_buffer(q0);
                 shared(q)
@@ -1441,7 +1446,7 @@ impl Op for FusedNorms {
     fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
         let act = if self.f16 { DType::F16 } else { DType::F32 };
         let mut bind = Vec::new();
-        let mut outs = Vec::new();
+        let mut shapes = Vec::new();
         let mut kern = Kernel::new("fused_norms", FUSED_NORMS).workgroup(64);
         let mut fns = String::new();
         let mut disp = String::new();
@@ -1467,7 +1472,7 @@ impl Op for FusedNorms {
                 return self.fallback.run(cx, inputs);
             }
             let rows = x.numel() / l;
-            let y = cx.alloc(act, x.shape.clone())?;
+            shapes.push(x.shape.clone());
             kern = kern
                 .input(&format!("x{j}"), x.storage())
                 .input(&format!("g{j}"), Storage::F32);
@@ -1507,7 +1512,6 @@ impl Op for FusedNorms {
             } else {
                 bind.extend([x, g]);
             }
-            outs.push(y);
             fns.push_str(&format!(
                 "fn tail{j}(i: u32, y: f32) -> f32 {{
     return {tail};
@@ -1536,10 +1540,29 @@ impl Op for FusedNorms {
             ));
             row0 += rows;
         }
-        for (j, y) in outs.iter().enumerate() {
-            kern = kern.output(&format!("y{j}"), y.storage());
-            bind.push(y.clone());
-        }
+        // Several results: ranges of one buffer, one binding (so that three norms fit eight
+        // storage buffers).
+        let outs = if shapes.len() > 1 {
+            let ys = cx.alloc_pack(act, &shapes)?;
+            kern = kern.output("y", Storage::of(act).unwrap_or(Storage::F32));
+            bind.push(ys[0].whole());
+            for (j, y) in ys.iter().enumerate() {
+                fns.push_str(&format!(
+                    "const EPW_y{j}: u32 = EPW_y;\nfn st_y{j}(w: u32, v0: f32, v1: f32) {{ st_y(w + {}u, v0, v1); }}\n",
+                    y.byte_offset() / 4
+                ));
+            }
+            ys
+        } else {
+            let mut outs = Vec::new();
+            for (j, shape) in shapes.into_iter().enumerate() {
+                let y = cx.alloc(act, shape)?;
+                kern = kern.output(&format!("y{j}"), y.storage());
+                bind.push(y.clone());
+                outs.push(y);
+            }
+            outs
+        };
         let kern = kern.code("NORMS", &fns).code("DISPATCH", &disp).code(
             "RD",
             if self.f16 {
@@ -1764,7 +1787,8 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
                 .filter(|u| u.nodes.iter().all(|p| !used.contains(p)))
                 .collect();
             let nset: HashSet<usize> = norms.iter().flat_map(|u| u.nodes.clone()).collect();
-            let bindings = norms.len() * 3 + 1;
+            // Each norm's input and scale, the results (one buffer) and the parameter block.
+            let bindings = norms.len() * 2 + 2;
             if norms.len() >= 2
                 && norms.iter().all(|u| u.f16 == norms[0].f16)
                 && !reenters(&g, &nset)
@@ -1810,13 +1834,49 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             }
         }
     }
+    // The rotary cos and sin caches of the attentions: one pack each pair, bound once by the
+    // attention and KV-append kernels (so that GroupQueryAttention with its rotary, both
+    // caches' appends and a bias fits WebGPU's default 8 storage buffers).
+    let mut packs: Vec<Vec<String>> = Vec::new();
+    for (i, node) in graph.nodes.iter().enumerate() {
+        if !g.is(i, MS, "GroupQueryAttention") {
+            continue;
+        }
+        let (Some(c), Some(s)) = (node.inputs.get(7), node.inputs.get(8)) else {
+            continue;
+        };
+        let pair = vec![c.clone(), s.clone()];
+        if c.is_empty() || s.is_empty() || c == s || packs.contains(&pair) {
+            continue;
+        }
+        let (Some(ci), Some(si)) = (g.inits.get(c.as_str()), g.inits.get(s.as_str())) else {
+            continue;
+        };
+        if ci.dtype != si.dtype || taken.contains(c) || taken.contains(s) {
+            continue;
+        }
+        let Some(st) = Storage::of(ci.dtype) else {
+            continue;
+        };
+        let total: u64 = [ci, si]
+            .iter()
+            .map(|i| {
+                st.bytes(i.shape.iter().product())
+                    .max(4)
+                    .next_multiple_of(limits.align)
+            })
+            .sum();
+        if total <= limits.max_binding {
+            taken.extend(pair.iter().cloned());
+            packs.push(pair);
+        }
+    }
     if specs.is_empty() && norm_groups.is_empty() && shared.is_empty() && tables.is_empty() {
-        return (graph.nodes.clone(), ops, Vec::new(), Vec::new());
+        return (graph.nodes.clone(), ops, Vec::new(), packs);
     }
     let mut ops: Vec<Option<Box<dyn Op>>> = ops.into_iter().map(Some).collect();
     let mut at_last: HashMap<usize, (Node, Box<dyn Op>)> = HashMap::new();
     let mut fused = Vec::new();
-    let mut packs: Vec<Vec<String>> = Vec::new();
     for p in shared {
         let last = *p.nodes.last().expect("non-empty group");
         let (node, op, desc) = shared_attn::build(&g, p, &mut ops);

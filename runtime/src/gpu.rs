@@ -428,6 +428,8 @@ pub struct Kernel {
     workgroup: u32,
     /// Outputs of the element-mapped `main` (none: the body has its own).
     map_outputs: Vec<String>,
+    /// WGSL placed after the bindings' accessors, before the body (see [`Kernel::alias`]).
+    extra: String,
 }
 
 /// The attention-score softcap `v = c * tanh(v / c)` as a WGSL statement on variable `v` (the
@@ -504,7 +506,19 @@ impl Kernel {
             params: Vec::new(),
             workgroup: MAP_WG,
             map_outputs: Vec::new(),
+            extra: String::new(),
         }
+    }
+
+    /// An input read from a range of an input already declared (`of`, with the same
+    /// storage): `ld_{name}(i)` reads element `i + offset` of `of`, without a binding of its
+    /// own. For tensors packed into one buffer (e.g. the rotary cos and sin caches), so that
+    /// they take one storage-buffer slot. `offset` is in elements.
+    pub fn alias(mut self, name: &str, of: &str, offset: u64) -> Self {
+        self.extra.push_str(&format!(
+            "fn ld_{name}(i: u32) -> f32 {{ return ld_{of}(i + {offset}u); }}\n"
+        ));
+        self
     }
 
     /// Declares an input tensor binding.
@@ -604,6 +618,9 @@ impl Kernel {
         for (p, v) in &self.params {
             k.push_str(&format!("|{p}={v}"));
         }
+        if !self.extra.is_empty() {
+            k.push_str(&format!("|extra={}", self.extra));
+        }
         k
     }
 
@@ -673,6 +690,7 @@ impl Kernel {
             PARAM_WORDS / 4,
             self.workgroup
         ));
+        s.push_str(&self.extra);
         let mut body = self.body.to_string();
         for (k, v) in &self.params {
             body = body.replace(&format!("{{{{{k}}}}}"), v);

@@ -53,6 +53,61 @@ pub(crate) struct Layout {
     pub off: usize,
 }
 
+/// Bytes per element of a rotary table that can be read at an element offset.
+fn table_elem_bytes(t: &GpuTensor) -> Option<u64> {
+    match t.dtype {
+        DType::F32 => Some(4),
+        DType::F16 => Some(2),
+        _ => None,
+    }
+}
+
+/// Whether the rotary tables `c` and `s` are ranges of one buffer (the cos and sin caches
+/// packed at load by the fusion pass), so that a kernel binds them once.
+pub(crate) fn cos_sin_packed(c: &GpuTensor, s: &GpuTensor) -> bool {
+    c.dtype == s.dtype
+        && table_elem_bytes(c)
+            .is_some_and(|e| c.byte_offset().is_multiple_of(e) && s.byte_offset().is_multiple_of(e))
+        && c.view.is_some()
+        && s.view.is_some()
+        && c.split.is_none()
+        && s.split.is_none()
+        && c.shares_buffer(s)
+}
+
+/// The one binding of packed rotary tables (see [`cos_sin_packed`]), or `None`.
+pub(crate) fn cos_sin_pack(c: &GpuTensor, s: &GpuTensor) -> Option<GpuTensor> {
+    cos_sin_packed(c, s).then(|| c.whole())
+}
+
+/// Storage buffers the rotary tables take: one when packed, else two.
+fn cos_sin_bindings(c: &GpuTensor, s: &GpuTensor) -> u32 {
+    if cos_sin_packed(c, s) { 1 } else { 2 }
+}
+
+/// Declares the rotary tables as `ld_cos` / `ld_sin` of `k`: from `pack` (one binding `cs`,
+/// each table at its offset) when given, else one binding each.
+fn cos_sin_inputs<'a>(
+    k: Kernel,
+    bind: &mut Vec<&'a GpuTensor>,
+    (c, s): (&'a GpuTensor, &'a GpuTensor),
+    pack: Option<&'a GpuTensor>,
+) -> Kernel {
+    match (pack, table_elem_bytes(c)) {
+        (Some(w), Some(e)) => {
+            bind.push(w);
+            k.input("cs", c.storage())
+                .alias("cos", "cs", c.byte_offset() / e)
+                .alias("sin", "cs", s.byte_offset() / e)
+        }
+        _ => {
+            bind.push(c);
+            bind.push(s);
+            k.input("cos", c.storage()).input("sin", s.storage())
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)] // reason: rotary = input view + caches + position source + flags
 fn rope(
     cx: &mut Ctx<'_>,
@@ -85,18 +140,16 @@ fn rope(
         .bool("HS_SWAP", hs_swap)
         .code("COS_ROW", cos_row)
         .input("x", x.storage());
+    let pack = cs.and_then(|(c, s)| cos_sin_pack(c, s));
     let mut bind = vec![x];
     let half = match cs {
         Some((c, s)) => {
-            k = k.input("cos", c.storage()).input("sin", s.storage());
-            bind.push(c);
-            bind.push(s);
+            k = cos_sin_inputs(k, &mut bind, (c, s), pack.as_ref());
             c.shape.last().copied().unwrap_or(1)
         }
         None => {
-            k = k.input("cos", x.storage()).input("sin", x.storage());
-            bind.push(x);
-            bind.push(x);
+            // No rotary: the (unread) tables alias the input, without bindings.
+            k = k.alias("cos", "x", 0).alias("sin", "x", 0);
             1
         }
     };
@@ -460,6 +513,7 @@ fn query_inputs<'a>(
     q: &Query<'a>,
     mut k: Kernel,
     bind: &mut Vec<&'a GpuTensor>,
+    pack: Option<&'a GpuTensor>,
 ) -> (Kernel, QueryParams) {
     let view = |l: &Layout, rot: [u32; 2]| {
         [
@@ -486,9 +540,7 @@ fn query_inputs<'a>(
             bind.push(x);
             let mut r = [0, 1];
             if let Some((c, sn, rot_dim)) = rot {
-                k = k.input("cos", c.storage()).input("sin", sn.storage());
-                bind.push(c);
-                bind.push(sn);
+                k = cos_sin_inputs(k, bind, (c, sn), pack);
                 r = [*rot_dim as u32, c.shape.last().copied().unwrap_or(1) as u32];
             }
             (
@@ -519,9 +571,7 @@ fn query_inputs<'a>(
                 bind.push(gm);
                 eps = *e;
             }
-            k = k.input("cos", cos.storage()).input("sin", sin.storage());
-            bind.push(cos);
-            bind.push(sin);
+            k = cos_sin_inputs(k, bind, (cos, sin), pack);
             (
                 k,
                 QueryParams {
@@ -557,6 +607,16 @@ pub(crate) enum Query<'a> {
     },
 }
 
+impl Query<'_> {
+    /// The one binding of its rotary tables when they are packed (see [`cos_sin_pack`]).
+    fn cos_sin_pack(&self) -> Option<GpuTensor> {
+        match self {
+            Query::Gqa { rot, .. } => rot.and_then(|(c, s, _)| cos_sin_pack(c, s)),
+            Query::Shared { cos, sin, .. } => cos_sin_pack(cos, sin),
+        }
+    }
+}
+
 /// An additive attention bias read at `off + b * sb + kvh * skv + g * sg + s * ss + t`.
 pub(crate) struct Bias<'a> {
     pub t: &'a GpuTensor,
@@ -588,8 +648,10 @@ impl Flash<'_> {
     /// Storage buffers of the attention kernel (the parameter block is a uniform).
     pub(crate) fn bindings(&self) -> u32 {
         let q = match &self.q {
-            Query::Gqa { rot, .. } => 1 + 2 * u32::from(rot.is_some()),
-            Query::Shared { norm, .. } => shared_query_bindings(norm.is_some()),
+            Query::Gqa { rot, .. } => 1 + rot.map_or(0, |(c, s, _)| cos_sin_bindings(c, s)),
+            Query::Shared { norm, cos, sin, .. } => {
+                shared_query_bindings(norm.is_some()) + cos_sin_bindings(cos, sin) - 2
+            }
         };
         flash_bindings(q, self.seqlens.is_some(), self.bias.is_some())
     }
@@ -657,12 +719,18 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
     // A prompt's query is prepared once (q_prep.wgsl); the attention then reads it plainly.
     let prepped = if s > 1 && !matches!(f.q, Query::Gqa { rot: None, .. }) {
         let y = cx.alloc(DType::F32, vec![b, s, h, d])?;
+        let pack = f.q.cos_sin_pack();
         let mut bind: Vec<&GpuTensor> = Vec::new();
         let (name, body) = match &f.q {
             Query::Gqa { .. } => ("q_prep_rot", Q_PREP_ROT),
             Query::Shared { .. } => ("q_prep", Q_PREP),
         };
-        let (mut k, qp) = query_inputs(&f.q, Kernel::new(name, body).workgroup(64), &mut bind);
+        let (mut k, qp) = query_inputs(
+            &f.q,
+            Kernel::new(name, body).workgroup(64),
+            &mut bind,
+            pack.as_ref(),
+        );
         if let (Query::Gqa { .. }, Some(sl)) = (&f.q, f.seqlens) {
             k = k.input("seqlens", sl.storage());
             bind.push(sl);
@@ -730,8 +798,9 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
                 "0"
             },
         );
+    let q_pack = q.cos_sin_pack();
     let mut bind: Vec<&GpuTensor> = Vec::new();
-    let (k2, qp) = query_inputs(q, kern, &mut bind);
+    let (k2, qp) = query_inputs(q, kern, &mut bind, q_pack.as_ref());
     kern = k2;
     let (qprm, eps, cs) = (qp.view, qp.eps, qp.cs);
     kern = kern.input("k", f.k.storage()).input("v", f.v.storage());
@@ -858,7 +927,10 @@ impl Gqa {
             }
         }
         let past = past.map(|pt| pt.filter(|_| p > 0));
-        let pair_bindings = 7 + past.iter().flatten().count() as u32;
+        // The sources, seqlens, the rotary tables (none without rotary, one when packed) and
+        // the two results, plus the pasts.
+        let tables = rot.map_or(0, |(c, s, _)| cos_sin_bindings(c, s));
+        let pair_bindings = 5 + tables + past.iter().flatten().count() as u32;
         let out_k = cx.alloc(dtype, vec![b, kvh, t, d])?;
         let out_v = cx.alloc(dtype, vec![b, kvh, t, d])?;
         if pair_bindings <= cx.gpu.max_bindings() {
@@ -918,18 +990,16 @@ impl Gqa {
             .bool("INTERLEAVED", self.interleaved)
             .input("x", src.storage())
             .input("seqlens", seqlens.storage());
+        let pack = rot.and_then(|(c, s, _)| cos_sin_pack(c, s));
         let mut bind = vec![src, seqlens];
         let (rot_dim, half) = match rot {
             Some((c, sn, rot_dim)) => {
-                k = k.input("cos", c.storage()).input("sin", sn.storage());
-                bind.push(c);
-                bind.push(sn);
+                k = cos_sin_inputs(k, &mut bind, (c, sn), pack.as_ref());
                 (rot_dim, c.shape.last().copied().unwrap_or(1))
             }
             None => {
-                k = k.input("cos", src.storage()).input("sin", src.storage());
-                bind.push(src);
-                bind.push(src);
+                // No rotary: the (unread) tables alias the source, without bindings.
+                k = k.alias("cos", "x", 0).alias("sin", "x", 0);
                 (0, 1)
             }
         };
