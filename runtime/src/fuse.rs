@@ -17,9 +17,11 @@
 //!   - packed weights: those of a group of several are packed at load (their bits, scales and
 //!     zero points in one buffer; [`Fused`]'s last member lists the packs) and its separate
 //!     results are ranges of one buffer, so the kernel binds one buffer for the weights and one
-//!     for the results whatever their number.
+//!     for the results whatever their number. A lone weight is packed only when its group would
+//!     not fit the adapter's storage buffers otherwise.
 //! - **FusedNorms**: the independent RMS norms that follow one FusedGemv's separate results (the
-//!   per-head q/k/v norms) in one dispatch, and any other norm unit between Casts (f16
+//!   per-head q/k/v norms) in one dispatch (their results ranges of one buffer, one binding),
+//!   and any other norm unit between Casts (f16
 //!   activations) or followed by a tail `Add(y, other)` [`-> Mul(., scalar)`] (optionally with
 //!   `other = Cast(float16)(x)`; Gemma's per-layer inputs), f32 or f16.
 //! - **SharedAttn** (`shared_attn.rs`): Gemma 4's KV-shared attention (query norm, rotation by
