@@ -750,17 +750,7 @@ impl Spec {
             .chain(self.mats.iter().map(|m| m.sc.clone()))
             .chain(zps)
             .collect();
-        let mut total = 0u64;
-        let mut seen = HashSet::new();
-        for n in &names {
-            let i = g.inits.get(n.as_str())?;
-            if taken.contains(n) || !seen.insert(n) {
-                return None;
-            }
-            let bytes = Storage::of(i.dtype)?.bytes(i.shape.iter().product());
-            total += bytes.max(4).next_multiple_of(limits.align);
-        }
-        (total <= limits.max_binding).then_some(names)
+        fits_one_pack(g, &names, limits, taken).then_some(names)
     }
     fn nodes(&self) -> Vec<usize> {
         let mut v: Vec<usize> = self.mats.iter().map(|m| m.node).collect();
@@ -1152,20 +1142,14 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
                     let ys = cx.alloc_pack(act, &shapes)?;
                     kern = kern.output("y", st(act));
                     bind.push(ys[0].whole());
+                    dots.push_str(&packed_stores(&ys));
                     Some(ys)
                 } else {
                     None
                 };
                 for (j, &n) in self.ns.iter().enumerate() {
                     let y = match &pack {
-                        Some(ys) => {
-                            let y = ys[j].clone();
-                            dots.push_str(&format!(
-                                "fn st_y{j}(w: u32, v0: f32, v1: f32) {{ st_y(w + {}u, v0, v1); }}\n",
-                                y.byte_offset() / 4
-                            ));
-                            y
-                        }
+                        Some(ys) => ys[j].clone(),
                         None => {
                             let y = cx.alloc(act, out_shape(n))?;
                             kern = kern.output(&format!("y{j}"), st(act));
@@ -1548,12 +1532,7 @@ impl Op for FusedNorms {
             let ys = cx.alloc_pack(act, &shapes)?;
             kern = kern.output("y", Storage::of(act).unwrap_or(Storage::F32));
             bind.push(ys[0].whole());
-            for (j, y) in ys.iter().enumerate() {
-                fns.push_str(&format!(
-                    "const EPW_y{j}: u32 = EPW_y;\nfn st_y{j}(w: u32, v0: f32, v1: f32) {{ st_y(w + {}u, v0, v1); }}\n",
-                    y.byte_offset() / 4
-                ));
-            }
+            fns.push_str(&packed_stores(&ys));
             ys
         } else {
             let mut outs = Vec::new();
@@ -1592,6 +1571,49 @@ impl std::fmt::Debug for FusedGemv {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.kind)
     }
+}
+
+/// WGSL for results that are ranges of one output binding `y` (from `Ctx::alloc_pack`): for
+/// result `j`, `st_y{j}(w, v0, v1)` stores word `w` of its range, and `EPW_y{j}` is `EPW_y`.
+fn packed_stores(ys: &[GpuTensor]) -> String {
+    ys.iter()
+        .enumerate()
+        .map(|(j, y)| {
+            format!(
+                "const EPW_y{j}: u32 = EPW_y;\nfn st_y{j}(w: u32, v0: f32, v1: f32) {{ st_y(w + {}u, v0, v1); }}\n",
+                y.byte_offset() / 4
+            )
+        })
+        .collect()
+}
+
+/// Whether the initializers `names` can be one pack (one buffer, each at an offset aligned to
+/// the adapter's storage-offset alignment) within the binding limit: each an initializer of a
+/// storable type, named once and not already in a pack (`taken`).
+fn fits_one_pack(
+    g: &Graphs<'_>,
+    names: &[String],
+    limits: &Limits,
+    taken: &HashSet<String>,
+) -> bool {
+    let mut total = 0u64;
+    let mut seen = HashSet::new();
+    for n in names {
+        let Some(i) = g.inits.get(n.as_str()) else {
+            return false;
+        };
+        let Some(st) = Storage::of(i.dtype) else {
+            return false;
+        };
+        if taken.contains(n) || !seen.insert(n) {
+            return false;
+        }
+        total += st
+            .bytes(i.shape.iter().product())
+            .max(4)
+            .next_multiple_of(limits.align);
+    }
+    total <= limits.max_binding
 }
 
 /// Whether a path leads from `group`'s outputs, through nodes outside it, back into it (fusing
@@ -1854,21 +1876,8 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
         let (Some(ci), Some(si)) = (g.inits.get(c.as_str()), g.inits.get(s.as_str())) else {
             continue;
         };
-        if ci.dtype != si.dtype || taken.contains(c) || taken.contains(s) {
-            continue;
-        }
-        let Some(st) = Storage::of(ci.dtype) else {
-            continue;
-        };
-        let total: u64 = [ci, si]
-            .iter()
-            .map(|i| {
-                st.bytes(i.shape.iter().product())
-                    .max(4)
-                    .next_multiple_of(limits.align)
-            })
-            .sum();
-        if total <= limits.max_binding {
+        // Both are read at one element type (`Kernel::alias`).
+        if ci.dtype == si.dtype && fits_one_pack(&g, &pair, limits, &taken) {
             taken.extend(pair.iter().cloned());
             packs.push(pair);
         }

@@ -77,6 +77,9 @@ const CASES: &[Case] = &[
     case!("gqa_prompt_rotary", [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2]),
     case!("gqa_window_decode", [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2]),
     case!("gqa_f16_decode_rotary", [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2]),
+    // cos/sin caches as initializers: packed into one binding at load (read at offsets).
+    case!("gqa_cache_init_decode_rotary", [0, 1, 2, 3, 4, 5, 6], [0, 1, 2]),
+    case!("gqa_cache_init_f16_prompt_rotary", [0, 1, 2, 3, 4, 5, 6], [0, 1, 2]),
     case!("mha_kpm_uni_attnbias_past", [0, 1, 2, 3, 4, 5, 6, 7], [0, 1, 2]),
     case!("mha_f16_decode_past_uni_attnbias", [0, 1, 2, 3, 4, 5], [0, 1, 2]),
     case!("attention_3d_gqa_causal_past_softcap_float32", [0, 1, 2, 3, 4], [0, 1, 2]),

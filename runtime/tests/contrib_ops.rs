@@ -250,7 +250,9 @@ fn long_decode_attention_is_split_and_short_is_one_pass() {
 /// On adapters with fewer storage buffers per stage (WebGPU's default is 8), GroupQueryAttention
 /// takes its narrower paths: below 9, K and V are appended by one dispatch each; when the
 /// attention with Q's rotary does not fit either (6 here), Q is rotated by a kernel of its own
-/// first. Both match ONNX Runtime on every GQA case.
+/// first. Both match ONNX Runtime on every GQA case. When the rotary caches are initializers (as
+/// in the exported models) they are packed into one binding at load: K and V are then appended
+/// together at 8, and the attention with Q's rotary fits 6.
 #[test]
 fn gqa_cases_match_with_fewer_storage_bindings() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/ops");
@@ -270,7 +272,7 @@ fn gqa_cases_match_with_fewer_storage_bindings() {
         let mut gpu = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
         gpu.limits.max_storage_buffers_per_shader_stage = limit;
         let gpu = Rc::new(gpu);
-        let (mut d_short, mut d_long) = (0, 0);
+        let (mut d_short, mut d_long, mut d_packed) = (0, 0, 0);
         for case in &cases {
             let name = case
                 .file_name()
@@ -298,6 +300,7 @@ fn gqa_cases_match_with_fewer_storage_bindings() {
             match name {
                 "gqa_tile_decode_d512" => d_short = n,
                 "gqa_tile_decode_long_split" => d_long = n,
+                "gqa_cache_init_decode_rotary" => d_packed = n,
                 _ => {}
             }
         }
@@ -310,6 +313,13 @@ fn gqa_cases_match_with_fewer_storage_bindings() {
             d_long,
             expect + 1,
             "{limit} bindings: + the split's combine"
+        );
+        // Packed caches: K and V appended by one dispatch at 8 (5 + 1 table + 2 pasts), each
+        // by its own at 6; the attention rotates Q itself at both.
+        assert_eq!(
+            d_packed,
+            if limit == 8 { 2 } else { 3 },
+            "{limit} bindings, cos/sin caches packed: K+V append(s) + attention with Q's rotary"
         );
     }
 }

@@ -454,6 +454,31 @@ def gqa_packed(out):
              F16_TOL if dt == np.float16 else F32_TOL)
 
 
+def gqa_cache_inits(out):
+    """GroupQueryAttention whose rotary cos/sin caches are initializers, as in the exported models:
+    the runtime packs the two into one buffer at load and binds it once. Own generator so the
+    earlier cases stay byte-identical."""
+    rng = np.random.default_rng(97531)
+    for name, s, past, dt in [("decode", 1, 40, np.float32), ("f16_prompt", 6, 0, np.float16)]:
+        b, h, kvh, d = 1, 4, 2, 32
+        total = past + s
+        q = rng.standard_normal((b, s, h * d)).astype(dt)
+        k = rng.standard_normal((b, s, kvh * d)).astype(dt)
+        v = rng.standard_normal((b, s, kvh * d)).astype(dt)
+        pk = rng.standard_normal((b, kvh, past, d)).astype(dt)
+        pv = rng.standard_normal((b, kvh, past, d)).astype(dt)
+        seqlens = np.full((b,), total - 1, dtype=np.int32)
+        tot = np.array(total, dtype=np.int32)
+        cos, sin = rope_cache(64, d // 2)
+        inits = [numpy_helper.from_array(cos.astype(dt), "cos_cache"), numpy_helper.from_array(sin.astype(dt), "sin_cache")]
+        names = ["q", "k", "v", "pk", "pv", "seqlens", "total", "cos_cache", "sin_cache"]
+        inputs = [("q", q), ("k", k), ("v", v), ("pk", pk), ("pv", pv), ("seqlens", seqlens), ("total", tot)]
+        node = helper.make_node("GroupQueryAttention", names, ["y", "present_k", "present_v"], domain=MS, num_heads=h,
+                                kv_num_heads=kvh, do_rotary=1)
+        save(out, f"gqa_cache_init_{name}_rotary", node, inputs, [("y", dt), ("present_k", dt), ("present_v", dt)],
+             F16_TOL if dt == np.float16 else F32_TOL, inits=inits)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures/ops")
@@ -462,7 +487,7 @@ def main():
         shutil.rmtree(args.out)
     os.makedirs(args.out)
     for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard, mha, attention, tiled, gqa_packed,
-                register_block):
+                register_block, gqa_cache_inits):
         gen(args.out)
     print(f"wrote {len(os.listdir(args.out))} cases to {args.out}")
 

@@ -49,9 +49,10 @@ pub(super) struct Pattern {
 }
 
 impl Pattern {
-    /// Storage buffers of its attention kernel (the parameter block aside).
+    /// Storage buffers of its attention kernel (the parameter block aside); its rotary tables
+    /// are the two outputs of the rotary-table kernel.
     pub fn bindings(&self) -> u32 {
-        flash_bindings(shared_query_bindings(self.norm.is_some()), false, true)
+        flash_bindings(shared_query_bindings(self.norm.is_some(), 2), false, true)
     }
 }
 

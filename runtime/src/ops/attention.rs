@@ -62,27 +62,37 @@ fn table_elem_bytes(t: &GpuTensor) -> Option<u64> {
     }
 }
 
-/// Whether the rotary tables `c` and `s` are ranges of one buffer (the cos and sin caches
-/// packed at load by the fusion pass), so that a kernel binds them once.
-pub(crate) fn cos_sin_packed(c: &GpuTensor, s: &GpuTensor) -> bool {
-    c.dtype == s.dtype
-        && table_elem_bytes(c)
-            .is_some_and(|e| c.byte_offset().is_multiple_of(e) && s.byte_offset().is_multiple_of(e))
+/// Rotary tables that are ranges of one buffer (the cos and sin caches packed at load by the
+/// fusion pass), so that a kernel binds them once and reads each at its element offset.
+pub(crate) struct CosSinPack {
+    /// The whole buffer: the one binding.
+    buf: GpuTensor,
+    /// Element offsets of the cos and the sin table in it.
+    cos: u64,
+    sin: u64,
+}
+
+/// The pack of the rotary tables `c` and `s` when they are one (see [`CosSinPack`]), or `None`.
+pub(crate) fn cos_sin_pack(c: &GpuTensor, s: &GpuTensor) -> Option<CosSinPack> {
+    let e = table_elem_bytes(c)?;
+    let packed = c.dtype == s.dtype
+        && c.byte_offset().is_multiple_of(e)
+        && s.byte_offset().is_multiple_of(e)
         && c.view.is_some()
         && s.view.is_some()
         && c.split.is_none()
         && s.split.is_none()
-        && c.shares_buffer(s)
-}
-
-/// The one binding of packed rotary tables (see [`cos_sin_packed`]), or `None`.
-pub(crate) fn cos_sin_pack(c: &GpuTensor, s: &GpuTensor) -> Option<GpuTensor> {
-    cos_sin_packed(c, s).then(|| c.whole())
+        && c.shares_buffer(s);
+    packed.then(|| CosSinPack {
+        buf: c.whole(),
+        cos: c.byte_offset() / e,
+        sin: s.byte_offset() / e,
+    })
 }
 
 /// Storage buffers the rotary tables take: one when packed, else two.
 fn cos_sin_bindings(c: &GpuTensor, s: &GpuTensor) -> u32 {
-    if cos_sin_packed(c, s) { 1 } else { 2 }
+    if cos_sin_pack(c, s).is_some() { 1 } else { 2 }
 }
 
 /// Declares the rotary tables as `ld_cos` / `ld_sin` of `k`: from `pack` (one binding `cs`,
@@ -91,16 +101,16 @@ fn cos_sin_inputs<'a>(
     k: Kernel,
     bind: &mut Vec<&'a GpuTensor>,
     (c, s): (&'a GpuTensor, &'a GpuTensor),
-    pack: Option<&'a GpuTensor>,
+    pack: Option<&'a CosSinPack>,
 ) -> Kernel {
-    match (pack, table_elem_bytes(c)) {
-        (Some(w), Some(e)) => {
-            bind.push(w);
+    match pack {
+        Some(p) => {
+            bind.push(&p.buf);
             k.input("cs", c.storage())
-                .alias("cos", "cs", c.byte_offset() / e)
-                .alias("sin", "cs", s.byte_offset() / e)
+                .alias("cos", "cs", p.cos)
+                .alias("sin", "cs", p.sin)
         }
-        _ => {
+        None => {
             bind.push(c);
             bind.push(s);
             k.input("cos", c.storage()).input("sin", s.storage())
@@ -513,7 +523,7 @@ fn query_inputs<'a>(
     q: &Query<'a>,
     mut k: Kernel,
     bind: &mut Vec<&'a GpuTensor>,
-    pack: Option<&'a GpuTensor>,
+    pack: Option<&'a CosSinPack>,
 ) -> (Kernel, QueryParams) {
     let view = |l: &Layout, rot: [u32; 2]| {
         [
@@ -609,7 +619,7 @@ pub(crate) enum Query<'a> {
 
 impl Query<'_> {
     /// The one binding of its rotary tables when they are packed (see [`cos_sin_pack`]).
-    fn cos_sin_pack(&self) -> Option<GpuTensor> {
+    fn cos_sin_pack(&self) -> Option<CosSinPack> {
         match self {
             Query::Gqa { rot, .. } => rot.and_then(|(c, s, _)| cos_sin_pack(c, s)),
             Query::Shared { cos, sin, .. } => cos_sin_pack(cos, sin),
@@ -650,7 +660,7 @@ impl Flash<'_> {
         let q = match &self.q {
             Query::Gqa { rot, .. } => 1 + rot.map_or(0, |(c, s, _)| cos_sin_bindings(c, s)),
             Query::Shared { norm, cos, sin, .. } => {
-                shared_query_bindings(norm.is_some()) + cos_sin_bindings(cos, sin) - 2
+                shared_query_bindings(norm.is_some(), cos_sin_bindings(cos, sin))
             }
         };
         flash_bindings(q, self.seqlens.is_some(), self.bias.is_some())
@@ -663,10 +673,10 @@ pub(crate) fn flash_bindings(q: u32, seqlens: bool, bias: bool) -> u32 {
     q + 2 + u32::from(seqlens) + u32::from(bias) + 1
 }
 
-/// Storage buffers of the KV-shared query reader ([`Query::Shared`]): the query, cos, sin and
-/// the norm's scale when it norms.
-pub(crate) fn shared_query_bindings(norm: bool) -> u32 {
-    3 + u32::from(norm)
+/// Storage buffers of the KV-shared query reader ([`Query::Shared`]): the query, the rotary
+/// tables' `tables` (1 when packed, else 2) and the norm's scale when it norms.
+pub(crate) fn shared_query_bindings(norm: bool, tables: u32) -> u32 {
+    1 + tables + u32::from(norm)
 }
 
 /// Runs `f`: one dispatch, or two when a decode's long key range is split (flash-decoding).
