@@ -218,6 +218,38 @@ fn split_weights_match_onnx_runtime() {
     assert!(n >= 10, "expected the quantised cases, found {n}");
 }
 
+/// A prefill MatMulNBits with f16 activations stores f16 from its tiled GEMM (one dispatch) when
+/// the columns pair up; an odd N writes f32 and casts (two). Both match ONNX Runtime.
+#[test]
+fn f16_prefill_gemm_writes_f16_when_columns_pair_up() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/ops");
+    let gpu =
+        Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"));
+    let dispatches = |name: &str| {
+        let case = dir.join(name);
+        let graph = Graph::decode(
+            &std::fs::read(case.join("model.onnx")).expect("model.onnx"),
+            name,
+        )
+        .expect("decodes");
+        let before = gpu.counters.snapshot().dispatches;
+        common::run_case(&gpu, &case, graph, 5e-3, 5e-3).unwrap_or_else(|e| panic!("{name}: {e}"));
+        gpu.counters.snapshot().dispatches - before
+    };
+    for name in [
+        "matmulnbits_b4_blk32_k64_n72_m20_zp_float16_bias",
+        "matmulnbits_b8_blk64_k72_n66_m17_zp_float16_bias",
+        "matmulnbits_b4_blk16_k64_n130_m7_nozp_float16",
+    ] {
+        assert_eq!(dispatches(name), 1, "{name}: the GEMM stores f16 itself");
+    }
+    assert_eq!(
+        dispatches("matmulnbits_b4_blk32_k64_n33_m5_zp_float16_bias"),
+        2,
+        "odd N: f32 GEMM + Cast"
+    );
+}
+
 /// Long decode contexts take the flash-decoding path (keys split across workgroups, then a combine
 /// pass: two attention dispatches), short ones a single pass; both match ONNX Runtime above.
 #[test]

@@ -479,6 +479,13 @@ def gqa_cache_inits(out):
              F16_TOL if dt == np.float16 else F32_TOL, inits=inits)
 
 
+def f16_odd_columns(out):
+    """A prefill MatMulNBits with f16 activations and an odd N: the GEMM cannot store f16 column
+    pairs, so it writes f32 and a Cast follows (even N writes f16 directly). Own generator so the
+    earlier cases stay byte-identical."""
+    nbits_case(out, np.random.default_rng(8642), 4, 32, 64, 33, 5, True, np.float16, True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures/ops")
@@ -487,7 +494,7 @@ def main():
         shutil.rmtree(args.out)
     os.makedirs(args.out)
     for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard, mha, attention, tiled, gqa_packed,
-                register_block, gqa_cache_inits):
+                register_block, gqa_cache_inits, f16_odd_columns):
         gen(args.out)
     print(f"wrote {len(os.listdir(args.out))} cases to {args.out}")
 

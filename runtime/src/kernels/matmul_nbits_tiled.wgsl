@@ -11,6 +11,7 @@
 // workgroup memory as f32 (B dequantised four columns at a time), and every four k the invocation
 // reads 4 + 4·CQ vec4 for 16·CQ vec4 products.
 // Edges (M, N, K not multiples of the tile) are zero-filled on load and skipped on store.
+// y is f32, or f16 written directly (pairs of columns; the sums stay f32) for f16 activations.
 // prm: [M, N, K, n_blocks, zp_row_bytes, n_off, n_part]
 const BITS: u32 = {{BITS}};
 const BLOCK: u32 = {{BLOCK}};
@@ -32,6 +33,10 @@ var<workgroup> Bs: array<vec4<f32>, {{B_LEN}}>; // [TK][TN / 4]
 
 fn zero_point(n: u32, b: u32, nb: u32, zrow: u32) -> f32 {
     {{ZP}}
+}
+
+fn bias_at(n: u32) -> f32 {
+    {{BIAS_AT}}
 }
 
 fn a_at(m: u32, k: u32, K: u32) -> f32 {

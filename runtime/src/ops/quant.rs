@@ -58,7 +58,9 @@ const GEMV_INNER_4BIT: &str = "if (k0 < K) {
                 }";
 
 /// The tiled GEMM's register block, unrolled: accumulators `acc{c}{i}` (column quad c, row i).
-fn tiled_code(cq: u32) -> (String, String, String) {
+/// With `f16` the results are stored as f16 pairs (columns `4q + j`, `+ 1`: N and every part's
+/// columns even), rounded once from the f32 sums as a separate Cast would.
+fn tiled_code(cq: u32, f16: bool) -> (String, String, String) {
     let mut acc = String::new();
     let mut compute = String::new();
     let mut store = String::new();
@@ -75,9 +77,15 @@ fn tiled_code(cq: u32) -> (String, String, String) {
             compute.push_str(&format!(
                 "acc{c}{i} = acc{c}{i} + a{i}.x * b{c}0 + a{i}.y * b{c}1 + a{i}.z * b{c}2 + a{i}.w * b{c}3;\n"
             ));
-            store.push_str(&format!(
-                "{{ let m = m0 + 4u * tm + {i}u; if (m < M) {{ for (var j = 0u; j < 4u; j = j + 1u) {{ let nl = n0 + 4u * (tn + {c}u * LN) + j; if (nl < n_part) {{ let n = n_off + nl; stf_y(m * N + n, acc{c}{i}[j] {{{{BIAS}}}}); }} }} }} }}\n"
-            ));
+            store.push_str(&if f16 {
+                format!(
+                    "{{ let m = m0 + 4u * tm + {i}u; if (m < M) {{ for (var j = 0u; j < 4u; j = j + 2u) {{ let nl = n0 + 4u * (tn + {c}u * LN) + j; if (nl < n_part) {{ let n = n_off + nl; st_y((m * N + n) / 2u, acc{c}{i}[j] + bias_at(n), acc{c}{i}[j + 1u] + bias_at(n + 1u)); }} }} }} }}\n"
+                )
+            } else {
+                format!(
+                    "{{ let m = m0 + 4u * tm + {i}u; if (m < M) {{ for (var j = 0u; j < 4u; j = j + 1u) {{ let nl = n0 + 4u * (tn + {c}u * LN) + j; if (nl < n_part) {{ let n = n_off + nl; stf_y(m * N + n, acc{c}{i}[j] + bias_at(n)); }} }} }} }}\n"
+                )
+            });
         }
     }
     (acc, compute, store)
@@ -145,7 +153,16 @@ impl Op for MatMulNBits {
         if let Some(last) = out_shape.last_mut() {
             *last = n;
         }
-        let y = cx.alloc(DType::F32, out_shape)?;
+        // Prefill with f16 activations writes f16 itself (no f32 result and Cast) when every
+        // part's columns pair up.
+        let direct_f16 = m > 1
+            && a.dtype == DType::F16
+            && n.is_multiple_of(2)
+            && b_parts.iter().all(|(off, b)| {
+                off.is_multiple_of(2) && b.shape.first().is_some_and(|p| p.is_multiple_of(2))
+            });
+        let y_dtype = if direct_f16 { DType::F16 } else { DType::F32 };
+        let y = cx.alloc(y_dtype, out_shape)?;
         let zrow = (nb * self.bits as usize).div_ceil(8);
         // GEMV (decode): TPC threads per output column split its blocks, 64 / TPC columns per
         // workgroup.
@@ -178,7 +195,7 @@ impl Op for MatMulNBits {
                 // Column quads per invocation: a 4 x 4·CQ register block, at least 16
                 // invocations per workgroup.
                 let cq = tmr.min(4);
-                let (acc, compute, store) = tiled_code(cq);
+                let (acc, compute, store) = tiled_code(cq, direct_f16);
                 let k = Kernel::new("matmul_nbits_tiled", MNB_TILED)
                     .workgroup(16 / cq * tmr)
                     .u32("CQ", cq)
@@ -210,12 +227,13 @@ impl Op for MatMulNBits {
             if let Some(bs) = &bias {
                 kern = kern
                     .input("bias", bs.storage())
-                    .code("BIAS", "+ ld_bias(n)");
+                    .code("BIAS", "+ ld_bias(n)")
+                    .code("BIAS_AT", "return ld_bias(n);");
                 bind.push(bs);
             } else {
-                kern = kern.code("BIAS", "");
+                kern = kern.code("BIAS", "").code("BIAS_AT", "return 0.0;");
             }
-            let kern = kern.output("y", Storage::F32);
+            let kern = kern.output("y", y.storage());
             bind.push(&y);
             let meta = [
                 m as u32,
@@ -234,7 +252,7 @@ impl Op for MatMulNBits {
                 }
             }
         }
-        let out = if a.dtype == DType::F32 {
+        let out = if a.dtype == y.dtype {
             y
         } else {
             cast_gpu(cx, &y, a.dtype)?
