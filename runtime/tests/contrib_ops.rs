@@ -218,24 +218,29 @@ fn split_weights_match_onnx_runtime() {
     assert!(n >= 10, "expected the quantised cases, found {n}");
 }
 
+/// Runs the case `name` of tests/fixtures/ops against its ONNX Runtime outputs (rtol = atol =
+/// `tol`; panics on a mismatch) and returns the dispatches it took.
+fn case_dispatches(gpu: &Rc<Gpu>, name: &str, tol: f64) -> u64 {
+    let case = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/ops")
+        .join(name);
+    let graph = Graph::decode(
+        &std::fs::read(case.join("model.onnx")).expect("model.onnx"),
+        name,
+    )
+    .expect("decodes");
+    let before = gpu.counters.snapshot().dispatches;
+    common::run_case(gpu, &case, graph, tol, tol).unwrap_or_else(|e| panic!("{name}: {e}"));
+    gpu.counters.snapshot().dispatches - before
+}
+
 /// A prefill MatMulNBits with f16 activations stores f16 from its tiled GEMM (one dispatch) when
 /// the columns pair up; an odd N writes f32 and casts (two). Both match ONNX Runtime.
 #[test]
 fn f16_prefill_gemm_writes_f16_when_columns_pair_up() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/ops");
     let gpu =
         Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"));
-    let dispatches = |name: &str| {
-        let case = dir.join(name);
-        let graph = Graph::decode(
-            &std::fs::read(case.join("model.onnx")).expect("model.onnx"),
-            name,
-        )
-        .expect("decodes");
-        let before = gpu.counters.snapshot().dispatches;
-        common::run_case(&gpu, &case, graph, 5e-3, 5e-3).unwrap_or_else(|e| panic!("{name}: {e}"));
-        gpu.counters.snapshot().dispatches - before
-    };
+    let dispatches = |name: &str| case_dispatches(&gpu, name, 5e-3);
     for name in [
         "matmulnbits_b4_blk32_k64_n72_m20_zp_float16_bias",
         "matmulnbits_b8_blk64_k72_n66_m17_zp_float16_bias",
@@ -254,20 +259,9 @@ fn f16_prefill_gemm_writes_f16_when_columns_pair_up() {
 /// pass: two attention dispatches), short ones a single pass; both match ONNX Runtime above.
 #[test]
 fn long_decode_attention_is_split_and_short_is_one_pass() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/ops");
     let gpu =
         Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"));
-    let dispatches = |name: &str| {
-        let case = dir.join(name);
-        let graph = Graph::decode(
-            &std::fs::read(case.join("model.onnx")).expect("model.onnx"),
-            name,
-        )
-        .expect("decodes");
-        let before = gpu.counters.snapshot().dispatches;
-        common::run_case(&gpu, &case, graph, 1e-4, 1e-4).expect("matches");
-        gpu.counters.snapshot().dispatches - before
-    };
+    let dispatches = |name: &str| case_dispatches(&gpu, name, 1e-4);
     // Both: one append of K (rotating the new keys) and V, then the attention (rotating Q and
     // writing y in the query's type), on adapters with 9 storage buffers per stage; with fewer,
     // the K and V appends and Q's rotary are separate dispatches.

@@ -157,6 +157,20 @@ def rotary(out):
                  F16_TOL if dt == np.float16 else F32_TOL)
 
 
+def gqa_inputs(rng, b, s, h, kvh, d, past, dt):
+    """GroupQueryAttention's first seven inputs, drawn in this order: q, k, v [B, S, heads * D],
+    past K and V [B, kvH, past, D], seqlens_k (total - 1 per batch) and total_sequence_length."""
+    total = past + s
+    q = rng.standard_normal((b, s, h * d)).astype(dt)
+    k = rng.standard_normal((b, s, kvh * d)).astype(dt)
+    v = rng.standard_normal((b, s, kvh * d)).astype(dt)
+    pk = rng.standard_normal((b, kvh, past, d)).astype(dt)
+    pv = rng.standard_normal((b, kvh, past, d)).astype(dt)
+    seqlens = np.full((b,), total - 1, dtype=np.int32)
+    tot = np.array(total, dtype=np.int32)
+    return [("q", q), ("k", k), ("v", v), ("pk", pk), ("pv", pv), ("seqlens", seqlens), ("total", tot)]
+
+
 def gqa(out):
     h, kvh, d = 4, 2, 16
     configs = [
@@ -177,16 +191,9 @@ def gqa(out):
     for name, s, past, rot, inter, window, softcap, scale, bias, dt in configs:
         b = 1
         total = past + s
-        q = RNG.standard_normal((b, s, h * d)).astype(dt)
-        k = RNG.standard_normal((b, s, kvh * d)).astype(dt)
-        v = RNG.standard_normal((b, s, kvh * d)).astype(dt)
-        pk = RNG.standard_normal((b, kvh, past, d)).astype(dt)
-        pv = RNG.standard_normal((b, kvh, past, d)).astype(dt)
-        seqlens = np.array([total - 1], dtype=np.int32)
-        tot = np.array(total, dtype=np.int32)
+        inputs = gqa_inputs(RNG, b, s, h, kvh, d, past, dt)
         cos, sin = rope_cache(64, d // 2)
         names = ["q", "k", "v", "pk", "pv", "seqlens", "total", "cos" if rot else "", "sin" if rot else ""]
-        inputs = [("q", q), ("k", k), ("v", v), ("pk", pk), ("pv", pv), ("seqlens", seqlens), ("total", tot)]
         if rot:
             inputs += [("cos", cos.astype(dt)), ("sin", sin.astype(dt))]
         if bias:
@@ -391,16 +398,9 @@ def tiled(out):
     ]
     for name, b, h, kvh, d, s, past, rot, window, softcap, bias, dt in configs:
         total = past + s
-        q = rng.standard_normal((b, s, h * d)).astype(dt)
-        k = rng.standard_normal((b, s, kvh * d)).astype(dt)
-        v = rng.standard_normal((b, s, kvh * d)).astype(dt)
-        pk = rng.standard_normal((b, kvh, past, d)).astype(dt)
-        pv = rng.standard_normal((b, kvh, past, d)).astype(dt)
-        seqlens = np.full((b,), total - 1, dtype=np.int32)
-        tot = np.array(total, dtype=np.int32)
+        inputs = gqa_inputs(rng, b, s, h, kvh, d, past, dt)
         cos, sin = rope_cache(total + 1, d // 2)
         names = ["q", "k", "v", "pk", "pv", "seqlens", "total", "cos" if rot else "", "sin" if rot else ""]
-        inputs = [("q", q), ("k", k), ("v", v), ("pk", pk), ("pv", pv), ("seqlens", seqlens), ("total", tot)]
         if rot:
             inputs += [("cos", cos.astype(dt)), ("sin", sin.astype(dt))]
         if bias:
@@ -461,18 +461,10 @@ def gqa_cache_inits(out):
     rng = np.random.default_rng(97531)
     for name, s, past, dt in [("decode", 1, 40, np.float32), ("f16_prompt", 6, 0, np.float16)]:
         b, h, kvh, d = 1, 4, 2, 32
-        total = past + s
-        q = rng.standard_normal((b, s, h * d)).astype(dt)
-        k = rng.standard_normal((b, s, kvh * d)).astype(dt)
-        v = rng.standard_normal((b, s, kvh * d)).astype(dt)
-        pk = rng.standard_normal((b, kvh, past, d)).astype(dt)
-        pv = rng.standard_normal((b, kvh, past, d)).astype(dt)
-        seqlens = np.full((b,), total - 1, dtype=np.int32)
-        tot = np.array(total, dtype=np.int32)
+        inputs = gqa_inputs(rng, b, s, h, kvh, d, past, dt)
         cos, sin = rope_cache(64, d // 2)
         inits = [numpy_helper.from_array(cos.astype(dt), "cos_cache"), numpy_helper.from_array(sin.astype(dt), "sin_cache")]
         names = ["q", "k", "v", "pk", "pv", "seqlens", "total", "cos_cache", "sin_cache"]
-        inputs = [("q", q), ("k", k), ("v", v), ("pk", pk), ("pv", pv), ("seqlens", seqlens), ("total", tot)]
         node = helper.make_node("GroupQueryAttention", names, ["y", "present_k", "present_v"], domain=MS, num_heads=h,
                                 kv_num_heads=kvh, do_rotary=1)
         save(out, f"gqa_cache_init_{name}_rotary", node, inputs, [("y", dt), ("present_k", dt), ("present_v", dt)],

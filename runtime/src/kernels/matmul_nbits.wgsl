@@ -17,6 +17,10 @@ const PER_WORD: u32 = 32u / BITS;
 const MASK: u32 = (1u << BITS) - 1u;
 const BLOB_WORDS: u32 = BLOCK * BITS / 32u;
 
+fn bias_at(n: u32) -> f32 {
+    {{BIAS_AT}}
+}
+
 fn zero_point(n: u32, b: u32, nb: u32, zrow: u32) -> f32 {
     {{ZP}}
 }
@@ -58,6 +62,6 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         workgroupBarrier();
     }
     if (lane == 0u && live) {
-        stf_y(n, red[t] {{BIAS}});
+        stf_y(n, red[t] + bias_at(n));
     }
 }

@@ -227,11 +227,10 @@ impl Op for MatMulNBits {
             if let Some(bs) = &bias {
                 kern = kern
                     .input("bias", bs.storage())
-                    .code("BIAS", "+ ld_bias(n)")
                     .code("BIAS_AT", "return ld_bias(n);");
                 bind.push(bs);
             } else {
-                kern = kern.code("BIAS", "").code("BIAS_AT", "return 0.0;");
+                kern = kern.code("BIAS_AT", "return 0.0;");
             }
             let kern = kern.output("y", y.storage());
             bind.push(&y);
