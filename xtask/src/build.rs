@@ -7,7 +7,7 @@
 //!   `wasm2js -O`, giving plain JavaScript that runs on pages whose CSP forbids WebAssembly.
 
 use crate::install::{self, Tools};
-use crate::util::{copy_dir, exec, root};
+use crate::util::{Clippy, copy_dir, exec, root};
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -46,10 +46,13 @@ pub fn extension_dir(release: bool) -> PathBuf {
 
 pub fn run(args: &BuildArgs) -> Result<Built> {
     let tools = install::install_build()?;
-    build_with(&tools, args.release)
+    build_with(&tools, args.release, None)
 }
 
-pub fn build_with(tools: &Tools, release: bool) -> Result<Built> {
+/// Builds the extension and the demo site. With `clippy`, every workspace crate compiled is also
+/// linted (warnings denied), and the browser bench's wasm crate is built with them so that its
+/// wasm32-only code is linted too.
+pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Result<Built> {
     let (profile, profile_dir) = if release {
         ("wasm-release", "wasm-release")
     } else {
@@ -80,6 +83,10 @@ pub fn build_with(tools: &Tools, release: bool) -> Result<Built> {
     cmd.args(["-p", "gg-demo-site"]);
     if !release {
         cmd.args(["--features", DEV_FEATURES]);
+    }
+    if let Some(c) = clippy {
+        cmd.args(["-p", "gg-bench-wasm"]);
+        c.apply(&mut cmd);
     }
     exec(&mut cmd)?;
     let wasm_dir = target_dir.join("wasm32-unknown-unknown").join(profile_dir);
@@ -119,6 +126,9 @@ pub fn build_with(tools: &Tools, release: bool) -> Result<Built> {
     ]);
     if !release {
         cmd.args(["--features", "dev-log"]);
+    }
+    if let Some(c) = clippy {
+        c.apply(&mut cmd);
     }
     exec(&mut cmd)?;
     let content_wasm = target_dir

@@ -1,12 +1,14 @@
 //! `cargo xtask test`: the whole suite, as `.ci/run` runs it.
 //!
-//! Installs what is missing, then: formatting, clippy (native, `wasm32-unknown-unknown`,
-//! `wasm32v1-none`), native tests (GPU tests on Mesa's software Vulkan), wasm tests in headless
-//! Chromium, dev and release builds, and the browser end-to-end tests in `tests/e2e/`.
+//! Installs what is missing, then: formatting, native tests (GPU tests on Mesa's software Vulkan),
+//! wasm tests in headless Chromium, dev and release builds, and the browser end-to-end tests in
+//! `tests/e2e/`. Clippy (warnings denied) runs inside the native tests' build, the wasm tests'
+//! build and the dev build (`wasm32-unknown-unknown` and the content script's `wasm32v1-none`),
+//! which between them compile every workspace crate for every target it ships on.
 //! Prints the test counts of every stage and a summary.
 
 use crate::install::{self, Tools};
-use crate::util::{cargo, root, show};
+use crate::util::{Clippy, cargo, root, show};
 use anyhow::{Context, Result, bail};
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -22,16 +24,20 @@ pub struct TestArgs {
     pub no_lint: bool,
 }
 
-/// Crates with `wasm-bindgen-test` suites that run in headless Chromium: (package, features,
-/// test target; `None`: all of the crate's tests). Each crate's `webdriver.json` sets the browser.
-const WASM_TEST_CRATES: &[(&str, &str, Option<&str>)] = &[
-    ("gg-components", "csr", None),
-    ("gg-demo-site", "gg-components/csr", None),
+/// The `wasm-bindgen-test` suites that run in headless Chromium: (package, test target). One
+/// cargo invocation builds and runs them all, so their dependencies are resolved and compiled
+/// once. Each crate's `webdriver.json` sets the browser. The crates' library unit tests are
+/// native-only and are not built for wasm32.
+const WASM_TESTS: &[(&str, &str)] = &[
+    ("gg-components", "browser"),
+    ("gg-demo-site", "playground"),
     // The runtime's op families on WebGPU (SwiftShader in headless Chromium).
-    ("gg-runtime", "", Some("browser_ops")),
+    ("gg-runtime", "browser_ops"),
     // Gemma 4 greedy generation on WebGPU, against ONNX Runtime's tokens.
-    ("gg-llm", "", Some("browser_greedy")),
+    ("gg-llm", "browser_greedy"),
 ];
+/// Features for the wasm test invocation: the components' client-side renderer.
+const WASM_TEST_FEATURES: &str = "gg-components/csr";
 
 #[derive(Default, Debug, Clone, Copy)]
 struct Counts {
@@ -90,6 +96,7 @@ fn parse_counts(line: &str, c: &mut Counts) {
 /// Runs a command, echoing its output, and collects test counts from it.
 fn run_counting(cmd: &mut Command) -> Result<Counts> {
     eprintln!("xtask: $ {}", show(cmd));
+    let started = Instant::now();
     let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -112,6 +119,7 @@ fn run_counting(cmd: &mut Command) -> Result<Counts> {
         }
     }
     let status = child.wait()?;
+    crate::util::took(started);
     counts.add(err_thread.join().unwrap_or_default());
     if !status.success() {
         bail!(
@@ -146,72 +154,17 @@ pub fn run(args: &TestArgs) -> Result<()> {
     })?;
     let tools = tools.context("tools were not installed")?;
 
-    if !args.no_lint {
+    // Clippy runs inside the builds below (see [`Clippy`]): no separate check pass.
+    let clippy = if args.no_lint {
+        None
+    } else {
         stage("rustfmt", &mut || {
             crate::util::exec(cargo().args(["fmt", "--all", "--", "--check"]))
                 .context("formatting differs: run `cargo fmt --all`")?;
             Ok(None)
         })?;
-        stage("clippy (native)", &mut || {
-            crate::util::exec(cargo().args([
-                "clippy",
-                "--workspace",
-                "--all-targets",
-                "--",
-                "-D",
-                "warnings",
-            ]))?;
-            Ok(None)
-        })?;
-        stage("clippy (wasm32)", &mut || {
-            crate::util::exec(cargo().args([
-                "clippy",
-                "--workspace",
-                "--exclude",
-                "xtask",
-                "--exclude",
-                "gg-cli",
-                // no_std: checked below for its own target (std would bring a second panic handler).
-                "--exclude",
-                "gg-content",
-                "--target",
-                "wasm32-unknown-unknown",
-                "--features",
-                "gg-components/csr",
-                "--",
-                "-D",
-                "warnings",
-            ]))?;
-            // The browser test targets of crates whose other tests are native-only.
-            for (pkg, _, test) in WASM_TEST_CRATES {
-                if let Some(test) = test {
-                    crate::util::exec(cargo().args([
-                        "clippy",
-                        "-p",
-                        pkg,
-                        "--target",
-                        "wasm32-unknown-unknown",
-                        "--test",
-                        test,
-                        "--",
-                        "-D",
-                        "warnings",
-                    ]))?;
-                }
-            }
-            crate::util::exec(cargo().args([
-                "clippy",
-                "-p",
-                "gg-content",
-                "--target",
-                "wasm32v1-none",
-                "--",
-                "-D",
-                "warnings",
-            ]))?;
-            Ok(None)
-        })?;
-    }
+        Some(Clippy::find()?)
+    };
 
     stage("generate the ONNX conformance cases", &mut || {
         // The onnx package's node test cases, written as model.onnx + test_data_set_N (not
@@ -241,42 +194,47 @@ pub fn run(args: &TestArgs) -> Result<()> {
         Ok(None)
     })?;
 
-    stage("native tests (GPU on software Vulkan)", &mut || {
-        let mut cmd = cargo();
-        cmd.args(["test", "--workspace"])
-            .env("WGPU_BACKEND", "vulkan")
-            .env(
+    stage(
+        "native clippy and tests (GPU on software Vulkan)",
+        &mut || {
+            let mut cmd = cargo();
+            cmd.args(["test", "--workspace"]);
+            if let Some(c) = &clippy {
+                c.apply(&mut cmd);
+            }
+            cmd.env("WGPU_BACKEND", "vulkan").env(
                 "GG_ONNX_CASES",
                 crate::util::target_dir().join("onnx-node-cases"),
             );
+            Ok(Some(run_counting(&mut cmd)?))
+        },
+    )?;
+
+    stage("wasm32 clippy and tests (headless Chromium)", &mut || {
+        let mut cmd = cargo();
+        cmd.args(["test", "--target", "wasm32-unknown-unknown"]);
+        for (pkg, _) in WASM_TESTS {
+            cmd.args(["-p", pkg]);
+        }
+        cmd.args(["--features", WASM_TEST_FEATURES]);
+        for (_, test) in WASM_TESTS {
+            cmd.args(["--test", test]);
+        }
+        if let Some(c) = &clippy {
+            c.apply(&mut cmd);
+        }
+        cmd.env(
+            "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER",
+            tools.test_runner(),
+        )
+        .env("CHROMEDRIVER", "/usr/bin/chromedriver")
+        .env("WASM_BINDGEN_TEST_TIMEOUT", "900");
         Ok(Some(run_counting(&mut cmd)?))
     })?;
 
-    stage("wasm tests (headless Chromium)", &mut || {
-        let mut total = Counts::default();
-        for (pkg, features, test) in WASM_TEST_CRATES {
-            let mut cmd = cargo();
-            cmd.args(["test", "--target", "wasm32-unknown-unknown", "-p", pkg]);
-            if !features.is_empty() {
-                cmd.args(["--features", features]);
-            }
-            if let Some(test) = test {
-                cmd.args(["--test", test]);
-            }
-            cmd.env(
-                "CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUNNER",
-                tools.test_runner(),
-            )
-            .env("CHROMEDRIVER", "/usr/bin/chromedriver")
-            .env("WASM_BINDGEN_TEST_TIMEOUT", "900");
-            total.add(run_counting(&mut cmd)?);
-        }
-        Ok(Some(total))
-    })?;
-
-    stage("build (dev and release)", &mut || {
-        crate::build::build_with(&tools, false)?;
-        crate::build::build_with(&tools, true)?;
+    stage("build (dev with clippy, and release)", &mut || {
+        crate::build::build_with(&tools, false, clippy.as_ref())?;
+        crate::build::build_with(&tools, true, None)?;
         Ok(None)
     })?;
 

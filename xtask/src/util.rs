@@ -37,9 +37,11 @@ pub fn cache_dir() -> PathBuf {
 /// Prints and runs a command; fails with the command line when it does not exit 0.
 pub fn exec(cmd: &mut Command) -> Result<()> {
     eprintln!("xtask: $ {}", show(cmd));
+    let started = std::time::Instant::now();
     let status = cmd
         .status()
         .with_context(|| format!("could not start `{}`", show(cmd)))?;
+    took(started);
     if !status.success() {
         bail!("`{}` failed ({status})", show(cmd));
     }
@@ -60,6 +62,14 @@ pub fn output(cmd: &mut Command) -> Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Prints how long a command took (CI logs show where the time goes).
+pub fn took(started: std::time::Instant) {
+    let s = started.elapsed().as_secs_f64();
+    if s >= 1.0 {
+        eprintln!("xtask: took {s:.0} s");
+    }
 }
 
 pub fn show(cmd: &Command) -> String {
@@ -107,4 +117,46 @@ pub fn is_root_user() -> bool {
     output(Command::new("id").arg("-u"))
         .map(|s| s.trim() == "0")
         .unwrap_or(false)
+}
+
+/// Clippy inside a build: cargo runs `clippy-driver` in place of rustc for the workspace's own
+/// crates (`RUSTC_WORKSPACE_WRAPPER`, exactly how `cargo clippy` drives `cargo check`), so one
+/// compilation lints and builds. `cargo xtask test` uses it for the native tests, the wasm tests
+/// and the dev extension build instead of separate `cargo clippy` passes, which would type-check
+/// every dependency again for each target and feature set.
+pub struct Clippy {
+    driver: PathBuf,
+}
+
+impl Clippy {
+    /// `clippy-driver` of the toolchain running xtask (added with rustup when missing).
+    pub fn find() -> Result<Self> {
+        let driver = || {
+            let cargo = PathBuf::from(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+            let beside = cargo.with_file_name("clippy-driver");
+            if beside.is_file() {
+                return Some(beside);
+            }
+            let sysroot = output(Command::new("rustc").args(["--print", "sysroot"])).ok()?;
+            let in_sysroot = Path::new(sysroot.trim()).join("bin/clippy-driver");
+            in_sysroot.is_file().then_some(in_sysroot)
+        };
+        if let Some(driver) = driver() {
+            return Ok(Self { driver });
+        }
+        exec(Command::new("rustup").args(["component", "add", "clippy"]))
+            .context("clippy is needed: run `rustup component add clippy`")?;
+        driver()
+            .map(|driver| Self { driver })
+            .context("clippy-driver not found after `rustup component add clippy`")
+    }
+
+    /// Lints every workspace crate that `cmd` (a cargo build or test) compiles, warnings denied.
+    pub fn apply(&self, cmd: &mut Command) {
+        // `CLIPPY_ARGS`: clippy-driver's extra arguments, each followed by this separator.
+        cmd.env("RUSTC_WORKSPACE_WRAPPER", &self.driver).env(
+            "CLIPPY_ARGS",
+            "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__",
+        );
+    }
 }
