@@ -816,6 +816,8 @@ struct Slots {
 
 /// One node of the unfused fallback: its op, input and output slots of the local environment.
 struct Sub {
+    /// The graph node it runs.
+    node: usize,
     op: Box<dyn Op>,
     ins: Vec<Option<usize>>,
     outs: Vec<usize>,
@@ -830,10 +832,192 @@ struct FusedGemv {
     gate: usize,
     slots: Slots,
     fallback: Fallback,
+    /// The prologue for rows the one-kernel path does not take (`None`: no prologue).
+    rows: Option<RowsPrologue>,
     limits: Limits,
 }
 
+/// A fused group's prologue (residual and/or norm) as one dispatch over all rows
+/// (`rows_prologue.wgsl`), for the shapes the one-kernel path does not take (prefill): its
+/// results go into the fallback's environment, which then skips the nodes they replace.
+struct RowsPrologue {
+    /// Per fallback sub: whether the prologue kernel computes its result.
+    skip: Vec<bool>,
+    /// The slot of the residual prologue's result h (with a residual).
+    h: Option<usize>,
+    /// The slot of the normalised row (with a norm).
+    y: Option<usize>,
+}
+
+/// An operand on the GPU, `None` when it is missing, i64, fails `ok`, or is split across buffers.
+fn gpu_operand(
+    cx: &mut Ctx<'_>,
+    inputs: &[Option<&Value>],
+    i: usize,
+    ok: impl Fn(&Value) -> bool,
+) -> Result<Option<GpuTensor>> {
+    match inputs.get(i).copied().flatten() {
+        Some(v) if v.dtype() != DType::I64 && ok(v) => {
+            let t = cx.to_gpu(v)?;
+            Ok(t.split.is_none().then_some(t))
+        }
+        _ => Ok(None),
+    }
+}
+
+const ROWS_PROLOGUE: &str = include_str!("kernels/rows_prologue.wgsl");
+
 impl FusedGemv {
+    /// The prologue over every row in one dispatch: the environment values it provides, or
+    /// `None` when the operands do not fit it (the fallback then runs every node).
+    fn rows_prologue(
+        &self,
+        cx: &mut Ctx<'_>,
+        inputs: &[Option<&Value>],
+    ) -> Result<Option<Vec<(usize, Value)>>> {
+        let Some(rows) = &self.rows else {
+            return Ok(None);
+        };
+        let k = self.k;
+        let Some(x) = inputs.get(self.slots.x).copied().flatten() else {
+            return Ok(None);
+        };
+        let act = x.dtype();
+        let f16 = act == DType::F16;
+        if !matches!(act, DType::F32 | DType::F16)
+            || self.slots.f16.is_some_and(|m| m != f16)
+            || k == 0
+            || x.shape().last() != Some(&k)
+            || (f16 && !k.is_multiple_of(2))
+        {
+            return Ok(None);
+        }
+        let shape = x.shape().to_vec();
+        let m = x.numel() / k;
+        if m == 0 {
+            return Ok(None);
+        }
+        let row = |v: &Value| v.dtype() == act && v.shape() == shape.as_slice();
+        let gamma = |v: &Value| v.dtype() == DType::F32 && v.numel() == k;
+        let st = Storage::of(act).unwrap_or(Storage::F32);
+        let mut kern = Kernel::new("rows_prologue", ROWS_PROLOGUE).workgroup(WG);
+        let mut bind: Vec<GpuTensor> = Vec::new();
+        let mut body = String::new();
+        let mut scalar = 1.0f32;
+        let res = self.slots.o.is_some();
+        if let Some((o, r, g1, sc, eps1)) = self.slots.o {
+            let (Some(o), Some(r), Some(g1)) = (
+                gpu_operand(cx, inputs, o, row)?,
+                gpu_operand(cx, inputs, r, row)?,
+                gpu_operand(cx, inputs, g1, gamma)?,
+            ) else {
+                return Ok(None);
+            };
+            if let Some(sc) = sc {
+                match inputs.get(sc).copied().flatten() {
+                    Some(Value::Host(h))
+                        if h.dtype == act && h.numel() == 1 && h.shape.len() <= shape.len() =>
+                    {
+                        scalar = h.to_f32()[0];
+                    }
+                    _ => return Ok(None),
+                }
+            }
+            kern = kern
+                .input("o", st)
+                .input("res", st)
+                .input("g1", Storage::F32);
+            bind.extend([o, r, g1]);
+            let h = |l: &str| {
+                let h =
+                    format!("rd(ld_res(base + {l}) + rd(ld_o(base + {l}) * inv1 * ld_g1({l})))");
+                if sc.is_some() {
+                    format!("rd({h} * scalar)")
+                } else {
+                    h
+                }
+            };
+            body.push_str(&format!(
+                "var ss = 0.0;
+    for (var l = t; l < K; l = l + WG) {{ let u = ld_o(base + l); ss = ss + u * u; }}
+    let inv1 = inverseSqrt(wg_sum(t, ss) / f32(K) + {eps});
+    var s2 = 0.0;
+    for (var w = t; w < K / EPW; w = w + WG) {{
+        let l = w * EPW;
+        let l1 = min(l + 1u, K - 1u);
+        let h0 = {h0};
+        let h1 = {h1};
+        st_h(base / EPW + w, h0, h1);
+        s2 = s2 + h0 * h0;
+        if (EPW == 2u) {{ s2 = s2 + h1 * h1; }}
+    }}
+    ",
+                eps = crate::gpu::wgsl_f32(eps1),
+                h0 = h("l"),
+                h1 = h("l1"),
+            ));
+        } else {
+            let Some(xt) = gpu_operand(cx, inputs, self.slots.x, row)? else {
+                return Ok(None);
+            };
+            kern = kern.input("x", st);
+            bind.push(xt);
+            body.push_str(
+                "var s2 = 0.0;
+    for (var l = t; l < K; l = l + WG) { let u = ld_x(base + l); s2 = s2 + u * u; }
+    ",
+            );
+        }
+        if let Some((g2, eps2)) = self.slots.g2 {
+            let Some(g) = gpu_operand(cx, inputs, g2, gamma)? else {
+                return Ok(None);
+            };
+            kern = kern.input("g2", Storage::F32);
+            bind.push(g);
+            let src = if res { "ld_h" } else { "ld_x" };
+            body.push_str(&format!(
+                "let inv2 = inverseSqrt(wg_sum(t, s2) / f32(K) + {eps});
+    for (var w = t; w < K / EPW; w = w + WG) {{
+        let l = w * EPW;
+        let l1 = min(l + 1u, K - 1u);
+        st_y(base / EPW + w, rd({src}(base + l) * inv2 * ld_g2(l)), rd({src}(base + l1) * inv2 * ld_g2(l1)));
+    }}",
+                eps = crate::gpu::wgsl_f32(eps2),
+            ));
+        }
+        let mut preset = Vec::new();
+        let mut outs = Vec::new();
+        if let Some(slot) = rows.h.filter(|_| res) {
+            let h = cx.alloc(act, shape.clone())?;
+            kern = kern.output("h", st);
+            outs.push((slot, h));
+        }
+        if let Some(slot) = rows.y.filter(|_| self.slots.g2.is_some()) {
+            let y = cx.alloc(act, shape.clone())?;
+            kern = kern.output("y", st);
+            outs.push((slot, y));
+        }
+        let kern = kern
+            .u32("K", k as u32)
+            .u32("EPW", if f16 { 2 } else { 1 })
+            .code(
+                "RD",
+                if f16 {
+                    "return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;"
+                } else {
+                    "return x;"
+                },
+            )
+            .code("BODY", &body);
+        let mut refs: Vec<&GpuTensor> = bind.iter().collect();
+        refs.extend(outs.iter().map(|(_, t)| t));
+        const MAX_X: usize = 65535;
+        let grid = (m.min(MAX_X) as u32, m.div_ceil(MAX_X) as u32);
+        cx.dispatch_groups(&kern, &refs, &[m as u32, scalar.to_bits()], grid)?;
+        preset.extend(outs.into_iter().map(|(slot, t)| (slot, Value::Gpu(t))));
+        Ok(Some(preset))
+    }
+
     /// The one-kernel path, or `None` when the shapes need the fallback.
     fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>> {
         let k = self.k;
@@ -1384,15 +1568,35 @@ struct Fallback {
     n_in: usize,
     out_slots: Vec<usize>,
     n_slots: usize,
+    /// The slot of every value name of the group.
+    local: HashMap<String, usize>,
 }
 
 impl Fallback {
     fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        self.run_with(cx, inputs, Vec::new(), &[])
+    }
+
+    /// Runs the subs not marked in `skip`, with `preset` values (slot, value) in the environment
+    /// first: the results of a kernel that replaced the skipped ones.
+    fn run_with(
+        &self,
+        cx: &mut Ctx<'_>,
+        inputs: &[Option<&Value>],
+        preset: Vec<(usize, Value)>,
+        skip: &[bool],
+    ) -> Result<Vec<Value>> {
         let mut env: Vec<Option<Value>> = vec![None; self.n_slots];
         for (i, v) in inputs.iter().enumerate().take(self.n_in) {
             env[i] = v.cloned();
         }
-        for s in &self.subs {
+        for (slot, v) in preset {
+            env[slot] = Some(v);
+        }
+        for (i, s) in self.subs.iter().enumerate() {
+            if skip.get(i).copied().unwrap_or(false) {
+                continue;
+            }
             let ins: Vec<Option<Value>> = s
                 .ins
                 .iter()
@@ -1560,9 +1764,12 @@ impl Op for FusedNorms {
 
 impl Op for FusedGemv {
     fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
-        match self.fast(cx, inputs)? {
-            Some(v) => Ok(v),
-            None => self.fallback.run(cx, inputs),
+        if let Some(v) = self.fast(cx, inputs)? {
+            return Ok(v);
+        }
+        match (self.rows_prologue(cx, inputs)?, &self.rows) {
+            (Some(preset), Some(rows)) => self.fallback.run_with(cx, inputs, preset, &rows.skip),
+            _ => self.fallback.run(cx, inputs),
         }
     }
 }
@@ -1712,6 +1919,7 @@ fn fallback_for(
             })
             .collect();
         subs.push(Sub {
+            node: n,
             op: ops[n].take().expect("op not yet taken"),
             ins,
             outs: o,
@@ -1722,6 +1930,7 @@ fn fallback_for(
         n_slots: next,
         n_in: ext.len(),
         subs,
+        local,
     }
 }
 
@@ -1975,6 +2184,27 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             f16: spec.f16,
         };
         let fallback = fallback_for(&g, &members, &ext, &fast_outs, &mut ops);
+        let prologue: HashSet<usize> = spec
+            .norm
+            .iter()
+            .flat_map(|u| u.nodes.iter().copied())
+            .chain(spec.residual.iter().flat_map(|r| r.nodes.iter().copied()))
+            .collect();
+        let rows = (!prologue.is_empty()).then(|| RowsPrologue {
+            skip: fallback
+                .subs
+                .iter()
+                .map(|s| prologue.contains(&s.node))
+                .collect(),
+            h: spec
+                .residual
+                .as_ref()
+                .and_then(|_| fallback.local.get(&spec.x).copied()),
+            y: spec
+                .norm
+                .as_ref()
+                .and_then(|u| fallback.local.get(&u.output).copied()),
+        });
         let kind = spec.kind();
         let first = &g.node(members[0]).name;
         fused.push(format!("{kind} at {first}"));
@@ -1994,6 +2224,7 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             gate,
             slots,
             fallback,
+            rows,
             limits: *limits,
         };
         let node = Node {

@@ -1,0 +1,46 @@
+// The prologue of a fused group (src/fuse.rs) for any number of rows, when the one-kernel path
+// does not run (prefill): workgroup r computes row r of
+//   h = (res + RMSNorm(o) * g1) [* scalar]   (RES; otherwise h is the input row x)
+//   y = RMSNorm(h) * g2                       (NORM)
+// and stores h (RES) and y (NORM). The arithmetic is fused_gemv.wgsl's prologue: f32 sums over
+// the row, rounded with rd() wherever the unfused graph stores an f16 value. The group's
+// MatMulNBits and epilogue then run as its own ops on these rows, in place of the norm, Cast,
+// Add and Mul nodes the prologue replaces.
+// Each invocation handles whole output words (EPW elements: pairs for f16), so y reads back the
+// h words the same invocation stored.
+// prm: [rows, scalar (f32 bits)]
+var<workgroup> red: array<f32, {{WG}}>;
+
+const K: u32 = {{K}};
+// Elements per stored word: 2 for f16 activations (K even), else 1.
+const EPW: u32 = {{EPW}};
+
+fn wg_sum(t: u32, v: f32) -> f32 {
+    red[t] = v;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s = s / 2u) {
+        if (t < s) { red[t] = red[t] + red[t + s]; }
+        workgroupBarrier();
+    }
+    let r = red[0];
+    workgroupBarrier();
+    return r;
+}
+
+// Rounds to the activation type (f16 graphs round after every op; f32: identity).
+fn rd(x: f32) -> f32 {
+    {{RD}}
+}
+
+@compute @workgroup_size({{WG}})
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let row = wid.x + wid.y * nwg.x;
+    // Uniform per workgroup, so the barriers below stay in uniform control flow.
+    if (row >= prm_at(0u)) {
+        return;
+    }
+    let t = lid.x;
+    let base = row * K;
+    let scalar = bitcast<f32>(prm_at(1u));
+    {{BODY}}
+}
