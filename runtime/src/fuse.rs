@@ -865,6 +865,26 @@ fn gpu_operand(
     }
 }
 
+/// A graph scalar: a host value of the activation type, one element, of rank at most `rank`.
+fn host_scalar(inputs: &[Option<&Value>], i: usize, act: DType, rank: usize) -> Option<f32> {
+    match inputs.get(i).copied().flatten() {
+        Some(Value::Host(h)) if h.dtype == act && h.numel() == 1 && h.shape.len() <= rank => {
+            Some(h.to_f32()[0])
+        }
+        _ => None,
+    }
+}
+
+/// The body of the fused kernels' `rd()`: rounding to f16 for f16 activations (the unfused
+/// graph stores every result as f16), the identity for f32.
+fn rd_code(f16: bool) -> &'static str {
+    if f16 {
+        "return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;"
+    } else {
+        "return x;"
+    }
+}
+
 const ROWS_PROLOGUE: &str = include_str!("kernels/rows_prologue.wgsl");
 
 impl FusedGemv {
@@ -914,14 +934,10 @@ impl FusedGemv {
                 return Ok(None);
             };
             if let Some(sc) = sc {
-                match inputs.get(sc).copied().flatten() {
-                    Some(Value::Host(h))
-                        if h.dtype == act && h.numel() == 1 && h.shape.len() <= shape.len() =>
-                    {
-                        scalar = h.to_f32()[0];
-                    }
-                    _ => return Ok(None),
-                }
+                let Some(v) = host_scalar(inputs, sc, act, shape.len()) else {
+                    return Ok(None);
+                };
+                scalar = v;
             }
             kern = kern
                 .input("o", st)
@@ -1000,14 +1016,7 @@ impl FusedGemv {
         let kern = kern
             .u32("K", k as u32)
             .u32("EPW", if f16 { 2 } else { 1 })
-            .code(
-                "RD",
-                if f16 {
-                    "return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;"
-                } else {
-                    "return x;"
-                },
-            )
+            .code("RD", rd_code(f16))
             .code("BODY", &body);
         let mut refs: Vec<&GpuTensor> = bind.iter().collect();
         refs.extend(outs.iter().map(|(_, t)| t));
@@ -1052,15 +1061,9 @@ impl FusedGemv {
         // Operands on the GPU (small constants live on the host and are uploaded).
         macro_rules! operand {
             ($i:expr, $ok:expr) => {
-                match inputs.get($i).copied().flatten() {
-                    Some(v) if v.dtype() != DType::I64 && $ok(v) => {
-                        let t = cx.to_gpu(v)?;
-                        if t.split.is_some() {
-                            return Ok(None);
-                        }
-                        t
-                    }
-                    _ => return Ok(None),
+                match gpu_operand(cx, inputs, $i, $ok)? {
+                    Some(t) => t,
+                    None => return Ok(None),
                 }
             };
         }
@@ -1079,14 +1082,10 @@ impl FusedGemv {
                 return Ok(None);
             }
             if let Some(sc) = sc {
-                match inputs.get(sc).copied().flatten() {
-                    Some(Value::Host(h))
-                        if h.dtype == act && h.numel() == 1 && h.shape.len() <= row_shape.len() =>
-                    {
-                        scalar = h.to_f32()[0];
-                    }
-                    _ => return Ok(None),
-                }
+                let Some(v) = host_scalar(inputs, sc, act, row_shape.len()) else {
+                    return Ok(None);
+                };
+                scalar = v;
             }
             kern = kern
                 .input("o", st(act))
@@ -1433,11 +1432,7 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
             .u32("EPW", if f16 { 2 } else { 1 })
             .code(
                 "RD",
-                if f16 {
-                    "return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;"
-                } else {
-                    "return x;"
-                },
+                rd_code(f16),
             )
             .u32("XS_LEN", if staged { (nb * self.block / 4) as u32 } else { 2 })
             .code(
@@ -1748,14 +1743,10 @@ impl Op for FusedNorms {
             }
             outs
         };
-        let kern = kern.code("NORMS", &fns).code("DISPATCH", &disp).code(
-            "RD",
-            if self.f16 {
-                "return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;"
-            } else {
-                "return x;"
-            },
-        );
+        let kern = kern
+            .code("NORMS", &fns)
+            .code("DISPATCH", &disp)
+            .code("RD", rd_code(self.f16));
         let refs: Vec<&GpuTensor> = bind.iter().collect();
         cx.dispatch(&kern, &refs, &[0], row0 as u64 * 64)?;
         Ok(outs.into_iter().map(Value::Gpu).collect())
