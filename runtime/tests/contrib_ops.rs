@@ -30,13 +30,32 @@ fn contrib_ops_match_onnx_runtime() {
     );
     let gpu =
         Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"));
+    // MatMulNBits picks its prefill GEMM by adapter kind (a register-block kernel on software
+    // adapters, a workgroup-tiled one on GPUs): its cases run with both.
+    let hardware = Rc::new(as_hardware(
+        pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"),
+    ));
     let mut failures = Vec::new();
-    for case in &cases {
+    let runs = cases.iter().flat_map(|case| {
+        let quant = case
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("matmulnbits"));
+        let mut v = vec![(case, &gpu, "")];
+        if quant {
+            v.push((case, &hardware, " [GPU kernels]"));
+        }
+        v
+    });
+    let mut ran = 0;
+    for (case, gpu, kind) in runs {
+        ran += 1;
         let name = case
             .file_name()
             .and_then(|n| n.to_str())
             .unwrap_or_default()
-            .to_string();
+            .to_string()
+            + kind;
         let meta: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(case.join("case.json")).expect("case.json"),
         )
@@ -48,7 +67,7 @@ fn contrib_ops_match_onnx_runtime() {
             &name,
         )
         .expect("decodes");
-        match common::run_case_diffs(&gpu, case, graph, rtol, atol) {
+        match common::run_case_diffs(gpu, case, graph, rtol, atol) {
             Ok(diffs) => println!(
                 "ok   {name} (rtol {rtol}, atol {atol}; max |diff| {})",
                 diffs
@@ -67,9 +86,16 @@ fn contrib_ops_match_onnx_runtime() {
         failures.is_empty(),
         "{} of {} cases differ from ONNX Runtime:\n{}",
         failures.len(),
-        cases.len(),
+        ran,
         failures.join("\n")
     );
+}
+
+/// The adapter with the kernels chosen for GPUs even where it is a software adapter, so that
+/// both forms are tested on any machine.
+fn as_hardware(mut gpu: Gpu) -> Gpu {
+    gpu.software = false;
+    gpu
 }
 
 /// Every MultiHeadAttention reference case is there (the loop above runs them) and the forms we
@@ -128,13 +154,20 @@ fn split_weights_match_onnx_runtime() {
     use gg_runtime::source::MemorySource;
     use gg_runtime::{Session, Value};
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/ops");
-    let mut gpu = pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)");
-    gpu.max_weight_part = 160;
-    let gpu = Rc::new(gpu);
     let mut n = 0;
-    for e in std::fs::read_dir(&dir)
+    let adapters = [false, true].map(|hardware| {
+        let mut gpu =
+            pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)");
+        gpu.max_weight_part = 160;
+        Rc::new(if hardware { as_hardware(gpu) } else { gpu })
+    });
+    let entries: Vec<_> = std::fs::read_dir(&dir)
         .expect("tests/fixtures/ops exists")
         .flatten()
+        .collect();
+    for (e, gpu) in adapters
+        .iter()
+        .flat_map(|g| entries.iter().map(move |e| (e, g)))
     {
         let name = e.file_name().to_string_lossy().into_owned();
         let weight = if name.starts_with("matmulnbits") {
@@ -215,7 +248,10 @@ fn split_weights_match_onnx_runtime() {
         );
         n += 1;
     }
-    assert!(n >= 10, "expected the quantised cases, found {n}");
+    assert!(
+        n >= 20,
+        "expected the quantised cases on both adapter kinds, found {n}"
+    );
 }
 
 /// Runs the case `name` of tests/fixtures/ops against its ONNX Runtime outputs (rtol = atol =
@@ -234,13 +270,20 @@ fn case_dispatches(gpu: &Rc<Gpu>, name: &str, tol: f64) -> u64 {
     gpu.counters.snapshot().dispatches - before
 }
 
-/// A prefill MatMulNBits with f16 activations stores f16 from its tiled GEMM (one dispatch) when
-/// the columns pair up; an odd N writes f32 and casts (two). Both match ONNX Runtime.
+/// A prefill MatMulNBits with f16 activations stores f16 from its GEMM (one dispatch; the
+/// software adapters' register-block GEMM and the GPUs' tiled one) when the columns pair up; an
+/// odd N writes f32 and casts (two). Both match ONNX Runtime.
 #[test]
 fn f16_prefill_gemm_writes_f16_when_columns_pair_up() {
-    let gpu =
-        Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"));
-    let dispatches = |name: &str| case_dispatches(&gpu, name, 5e-3);
+    for hardware in [false, true] {
+        let gpu = pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)");
+        let gpu = Rc::new(if hardware { as_hardware(gpu) } else { gpu });
+        f16_prefill_gemm_on(&gpu);
+    }
+}
+
+fn f16_prefill_gemm_on(gpu: &Rc<Gpu>) {
+    let dispatches = |name: &str| case_dispatches(gpu, name, 5e-3);
     for name in [
         "matmulnbits_b4_blk32_k64_n72_m20_zp_float16_bias",
         "matmulnbits_b8_blk64_k72_n66_m17_zp_float16_bias",

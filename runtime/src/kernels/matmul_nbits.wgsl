@@ -1,8 +1,8 @@
 // MatMulNBits: y[m, n] = sum_k a[m, k] * (q[n, k] - zp[n, k/BLOCK]) * scale[n, k/BLOCK] (+ bias[n]).
 // B packed as [N, n_blocks, BLOCK*BITS/8] bytes, low bits first. The GEMV for M == 1 (decode;
-// M > 1 goes to matmul_nbits_tiled.wgsl): a workgroup computes COLS columns, TPC threads per
-// column splitting its blocks, each weight word dequantised in registers; f32 accumulation, scalar
-// variables only. With 4 bits and K a multiple of 8, a word's eight nibbles
+// M > 1 goes to matmul_nbits_regs.wgsl on software adapters, matmul_nbits_tiled.wgsl on GPUs):
+// a workgroup computes COLS columns, TPC threads per column splitting its blocks, each weight
+// word dequantised in registers; f32 accumulation, scalar variables only. With 4 bits and K a multiple of 8, a word's eight nibbles
 // are taken as two vec4 (the even elements in the low nibbles of its four bytes, the odd ones in
 // the high nibbles) and meet the row in two dot products.
 // B may be one row range [n_off, n_off + n_part) of a split weight.

@@ -1,6 +1,7 @@
-// MatMulNBits as a tiled GEMM (M > 1, prefill): y[m, n] = sum_k a[m, k] * (q[n, k] - zp) * scale[n, k/BLOCK]
-// (+ bias[n]). B packed as [N, n_blocks, BLOCK*BITS/8] bytes, low bits first; B may be one row
-// range [n_off, n_off + n_part) of a split weight (y columns n_off + local n).
+// MatMulNBits as a tiled GEMM (M > 1, prefill, on GPUs; software adapters take
+// matmul_nbits_regs.wgsl when it applies): y[m, n] = sum_k a[m, k] * (q[n, k] - zp) *
+// scale[n, k/BLOCK] (+ bias[n]). B packed as [N, n_blocks, BLOCK*BITS/8] bytes, low bits first;
+// B may be one row range [n_off, n_off + n_part) of a split weight (y columns n_off + local n).
 // One workgroup of 16 / CQ x TMR invocations per output tile of TM = 4 * TMR rows by TN = 64
 // columns; each invocation accumulates a 4 x 4·CQ register block in f32: rows 4 * tm + i, and CQ
 // column quads tn + c * LN (columns 4 * (tn + c * LN) + j). The block is written out unrolled

@@ -10,6 +10,7 @@ use crate::tensor::{DType, numel};
 
 const MNB: &str = include_str!("../kernels/matmul_nbits.wgsl");
 const MNB_TILED: &str = include_str!("../kernels/matmul_nbits_tiled.wgsl");
+const MNB_REGS: &str = include_str!("../kernels/matmul_nbits_regs.wgsl");
 const GBQ: &str = include_str!("../kernels/gather_block_quantized.wgsl");
 
 /// WGSL for the zero point of block `b` of row `n` (packed uint8, float, or the default).
@@ -91,6 +92,110 @@ fn tiled_code(cq: u32, f16: bool) -> (String, String, String) {
     (acc, compute, store)
 }
 
+/// The software-adapter GEMM's R x C block, unrolled (`matmul_nbits_regs.wgsl`): declarations,
+/// the quant block's start, one weight word's eight k, the block's end, and the stores.
+/// `f16_a`: activations are f16 pairs (one word gives two k); `f16_out`: results stored as f16
+/// pairs (C even, and N and every part's columns even).
+struct RegsCode {
+    decl: String,
+    block_start: String,
+    word: String,
+    block_end: String,
+    store: String,
+}
+
+fn regs_code(r: u32, c: u32, f16_a: bool, f16_out: bool) -> RegsCode {
+    let mut decl = String::new();
+    let mut block_start = String::new();
+    let mut word = String::new();
+    let mut block_end = String::new();
+    let mut store = String::new();
+    for i in 0..r {
+        let words = if f16_a { "K / 2u" } else { "K" };
+        decl.push_str(&format!(
+            "let ar{i} = min(m0 + {i}u, M - 1u) * ({words});\n"
+        ));
+        block_start.push_str(&format!("var s{i} = 0.0;\n"));
+    }
+    for j in 0..c {
+        decl.push_str(&format!(
+            "let nl{j} = min(n0 + {j}u, n_part - 1u);\nlet cn{j} = n_off + nl{j};\nlet qb{j} = nl{j} * nb * BLOB_WORDS;\n"
+        ));
+        word.push_str(&format!("let w{j} = ldw_qw(qb{j} + kw);\n"));
+        block_end.push_str(&format!(
+            "let sc{j} = ld_scales(cn{j} * nb + b);\nlet z{j} = zero_point(cn{j}, b, nb, zrow);\n"
+        ));
+    }
+    for i in 0..r {
+        for j in 0..c {
+            decl.push_str(&format!("var acc{i}_{j} = 0.0;\n"));
+            block_start.push_str(&format!("var p{i}_{j} = 0.0;\n"));
+            block_end.push_str(&format!(
+                "acc{i}_{j} = acc{i}_{j} + sc{j} * (p{i}_{j} - z{j} * s{i});\n"
+            ));
+        }
+        if f16_a {
+            for h in 0..4 {
+                word.push_str(&format!(
+                    "let h{i}_{h} = unpack2x16float(ldw_a(ar{i} + kw * 4u + {h}u));\n"
+                ));
+            }
+            for k in 0..8 {
+                word.push_str(&format!("let a{i}_{k} = h{i}_{}[{}];\n", k / 2, k % 2));
+            }
+        } else {
+            for k in 0..8 {
+                word.push_str(&format!("let a{i}_{k} = ld_a(ar{i} + kw * 8u + {k}u);\n"));
+            }
+        }
+        let sum: Vec<String> = (0..8).map(|k| format!("a{i}_{k}")).collect();
+        word.push_str(&format!("s{i} = s{i} + {};\n", sum.join(" + ")));
+    }
+    for k in 0..8 {
+        for j in 0..c {
+            word.push_str(&format!("let q{j}_{k} = nib(w{j}, {}u);\n", 4 * k));
+            for i in 0..r {
+                word.push_str(&format!("p{i}_{j} = p{i}_{j} + a{i}_{k} * q{j}_{k};\n"));
+            }
+        }
+    }
+    for i in 0..r {
+        store.push_str(&format!(
+            "if (m0 + {i}u < M) {{\nlet row{i} = (m0 + {i}u) * N;\n"
+        ));
+        if f16_out {
+            for j in (0..c).step_by(2) {
+                store.push_str(&format!(
+                    "if (n0 + {j}u < n_part) {{ let n = n_off + n0 + {j}u; st_y((row{i} + n) / 2u, acc{i}_{j} + bias_at(n), acc{i}_{} + bias_at(n + 1u)); }}\n",
+                    j + 1
+                ));
+            }
+        } else {
+            for j in 0..c {
+                store.push_str(&format!(
+                    "if (n0 + {j}u < n_part) {{ let n = n_off + n0 + {j}u; stf_y(row{i} + n, acc{i}_{j} + bias_at(n)); }}\n"
+                ));
+            }
+        }
+        store.push_str("}\n");
+    }
+    RegsCode {
+        decl,
+        block_start,
+        word,
+        block_end,
+        store,
+    }
+}
+
+/// The register block (rows, columns) of the software-adapter GEMM for M rows: 8 x 16 (4 x 16
+/// for up to 4 rows). Measured at M = 128, K = 1536, N = 6144 (`cargo run --release -p
+/// gg-runtime --example gemm`): on lavapipe 8 x 16 was the fastest of 4-16 rows by 8-32 columns;
+/// on SwiftShader the larger blocks were within its run-to-run noise of each other.
+fn regs_shape(m: usize) -> (u32, u32) {
+    (if m <= 4 { 4 } else { 8 }, 16)
+}
+
 /// The row ranges of a weight: one part for an ordinary tensor, several for a split one.
 fn parts(cx: &mut Ctx<'_>, v: &Value) -> Result<Vec<(usize, GpuTensor)>> {
     let t = cx.to_gpu(v)?;
@@ -105,6 +210,12 @@ fn opt_gpu(cx: &mut Ctx<'_>, inputs: &[Option<&Value>], i: usize) -> Result<Opti
         Some(v) => Ok(Some(cx.to_gpu(v)?)),
         None => Ok(None),
     }
+}
+
+/// How a MatMulNBits kernel is launched: an explicit workgroup grid, or a number of invocations.
+enum Grid {
+    Groups((u32, u32)),
+    Invocations(u64),
 }
 
 struct MatMulNBits {
@@ -167,6 +278,14 @@ impl Op for MatMulNBits {
         // GEMV (decode): TPC threads per output column split its blocks, 64 / TPC columns per
         // workgroup.
         let tpc = tpc_of(nb);
+        // Software adapters: the register-block GEMM (R x C per invocation, no workgroup
+        // memory) when the weights are 4-bit and words never straddle K or a block.
+        let regs = (m > 1
+            && cx.gpu.software
+            && self.bits == 4
+            && k.is_multiple_of(8)
+            && self.block.is_multiple_of(8))
+        .then(|| regs_shape(m));
         for (n_off, b) in &b_parts {
             let n_part = b.shape.first().copied().unwrap_or(0);
             let (mut kern, grid) = if m == 1 {
@@ -180,7 +299,21 @@ impl Op for MatMulNBits {
                     .u32("TPC", tpc)
                     .code("NIBBLES", NIBBLES_WGSL)
                     .code("INNER", inner);
-                (k, None)
+                let cols = n_part.div_ceil((64 / tpc) as usize) as u64;
+                (k, Grid::Invocations(cols * 64))
+            } else if let Some((r, c)) = regs {
+                let code = regs_code(r, c, a.dtype == DType::F16, direct_f16);
+                let k = Kernel::new("matmul_nbits_regs", MNB_REGS)
+                    .workgroup(64)
+                    .u32("R", r)
+                    .u32("C", c)
+                    .code("DECL", &code.decl)
+                    .code("BLOCK_START", &code.block_start)
+                    .code("WORD", &code.word)
+                    .code("BLOCK_END", &code.block_end)
+                    .code("STORE", &code.store);
+                let blocks = m.div_ceil(r as usize) * n_part.div_ceil(c as usize);
+                (k, Grid::Invocations(blocks as u64))
             } else {
                 // Tiled GEMM (prefill): TM = 4 * TMR rows by 64 columns per workgroup of
                 // 16 / CQ * TMR invocations.
@@ -210,7 +343,7 @@ impl Op for MatMulNBits {
                     n_part.div_ceil(64) as u32,
                     m.div_ceil(4 * tmr as usize) as u32,
                 );
-                (k, Some(grid))
+                (k, Grid::Groups(grid))
             };
             kern = kern
                 .u32("BITS", self.bits)
@@ -244,11 +377,8 @@ impl Op for MatMulNBits {
                 n_part as u32,
             ];
             match grid {
-                Some(g) => cx.dispatch_groups(&kern, &bind, &meta, g)?,
-                None => {
-                    let cols = n_part.div_ceil((64 / tpc) as usize) as u64;
-                    cx.dispatch(&kern, &bind, &meta, cols * 64)?
-                }
+                Grid::Groups(g) => cx.dispatch_groups(&kern, &bind, &meta, g)?,
+                Grid::Invocations(n) => cx.dispatch(&kern, &bind, &meta, n)?,
             }
         }
         let out = if a.dtype == y.dtype {
