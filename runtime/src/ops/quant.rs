@@ -286,6 +286,8 @@ impl Op for MatMulNBits {
             && k.is_multiple_of(8)
             && self.block.is_multiple_of(8))
         .then(|| regs_shape(m));
+        // Its unrolled code is the same for every weight part: generated once.
+        let regs_wgsl = regs.map(|(r, c)| regs_code(r, c, a.dtype == DType::F16, direct_f16));
         for (n_off, b) in &b_parts {
             let n_part = b.shape.first().copied().unwrap_or(0);
             let (mut kern, grid) = if m == 1 {
@@ -301,8 +303,7 @@ impl Op for MatMulNBits {
                     .code("INNER", inner);
                 let cols = n_part.div_ceil((64 / tpc) as usize) as u64;
                 (k, Grid::Invocations(cols * 64))
-            } else if let Some((r, c)) = regs {
-                let code = regs_code(r, c, a.dtype == DType::F16, direct_f16);
+            } else if let (Some((r, c)), Some(code)) = (regs, &regs_wgsl) {
                 let k = Kernel::new("matmul_nbits_regs", MNB_REGS)
                     .workgroup(64)
                     .u32("R", r)
