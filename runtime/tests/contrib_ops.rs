@@ -30,19 +30,20 @@ fn contrib_ops_match_onnx_runtime() {
     );
     let gpu =
         Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"));
-    // MatMulNBits picks its prefill GEMM by adapter kind (a register-block kernel on software
-    // adapters, a workgroup-tiled one on GPUs): its cases run with both.
+    // MatMulNBits picks its prefill GEMM, and GroupQueryAttention its prompt attention, by
+    // adapter kind (register-blocked kernels on software adapters, workgroup-tiled or flash ones
+    // on GPUs): their cases run with both.
     let hardware = Rc::new(as_hardware(
         pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"),
     ));
     let mut failures = Vec::new();
     let runs = cases.iter().flat_map(|case| {
-        let quant = case
+        let by_kind = case
             .file_name()
             .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("matmulnbits"));
+            .is_some_and(|n| n.starts_with("matmulnbits") || n.starts_with("gqa"));
         let mut v = vec![(case, &gpu, "")];
-        if quant {
+        if by_kind {
             v.push((case, &hardware, " [GPU kernels]"));
         }
         v

@@ -30,6 +30,13 @@ const GQA_ROT: &str = concat!(
 );
 const GQA_COMBINE: &str = include_str!("../kernels/gqa_combine.wgsl");
 
+mod regs;
+
+/// The additive bias of a score (`sc`) of row (b, kvh, head h % G, query s) against key `tt`
+/// (prm 7..10, 18, 19: the bias view; see [`Bias`]).
+const BIAS_WGSL: &str =
+    "sc = sc + ld_bias(prm[19] + b * prm[7] + kvh * prm[18] + (h % G) * prm[8] + s * prm[9] + tt);";
+
 /// Where rotary positions come from.
 enum Pos<'a> {
     /// `seqlens_k[b] + 1 - S + s` (GroupQueryAttention).
@@ -784,6 +791,14 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
         }
         None => &f.q,
     };
+    // Software adapters: a prompt in three register-blocked passes (attention/regs.rs).
+    if regs::prompt_attention(cx, f, q, &y)? {
+        return if y.dtype == f.out_dtype {
+            Ok(y)
+        } else {
+            cast_gpu(cx, &y, f.out_dtype)
+        };
+    }
     let (name, body) = match q {
         Query::Gqa { rot: Some(_), .. } => ("gqa_rot", GQA_ROT),
         Query::Gqa { rot: None, .. } => ("gqa", GQA),
@@ -829,10 +844,7 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
             bs.skv as u32,
             bs.off as u32,
         ];
-        kern = kern.input("bias", bs.t.storage()).code(
-            "BIAS",
-            "sc = sc + ld_bias(prm[19] + b * prm[7] + kvh * prm[18] + (h % G) * prm[8] + s * prm[9] + tt);",
-        );
+        kern = kern.input("bias", bs.t.storage()).code("BIAS", BIAS_WGSL);
         bind.push(bs.t);
     } else {
         kern = kern.code("BIAS", "");

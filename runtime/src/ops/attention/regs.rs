@@ -1,0 +1,320 @@
+//! A prompt's attention on software adapters (SwiftShader, lavapipe) in three register-blocked
+//! passes instead of the flash kernel (`gqa.wgsl`): the scores into an f32 scratch
+//! (`attn_scores_regs.wgsl`), a softmax over each row's visible keys in place
+//! (`attn_softmax_rows.wgsl`), then P·V (`attn_pv_regs.wgsl`).
+//!
+//! Why: CPU adapters run every load whose address differs between invocations as a per-lane
+//! gather, workgroup memory included. The flash kernel stages Q and K, then reads two staged
+//! values per multiply-add (for QK and again for PV), and keeps its output in a private array
+//! indexed in loops. The passes here keep R x C blocks in distinct variables and load each
+//! query, key, probability and value word once per block row or column: a few loads per 16
+//! multiply-adds. The price is the scratch, B · kvH · S · G · T floats, so they are used only
+//! up to [`SCORES_MAX_BYTES`]; longer prompts keep the flash kernel.
+
+use super::{BIAS_WGSL, Flash, Query, query_inputs};
+use crate::error::Result;
+use crate::exec::{Ctx, GpuTensor};
+use crate::gpu::{Kernel, Storage};
+use crate::tensor::DType;
+
+const SCORES: &str = include_str!("../../kernels/attn_scores_regs.wgsl");
+const SOFTMAX: &str = include_str!("../../kernels/attn_softmax_rows.wgsl");
+const PV: &str = include_str!("../../kernels/attn_pv_regs.wgsl");
+
+/// The largest score scratch the passes take (E2B's 8 query heads per kv head: a prompt of
+/// about 1400 tokens); above it the flash kernel runs.
+pub(super) const SCORES_MAX_BYTES: u64 = 64 << 20;
+
+/// Columns of a block: keys of the scores pass, dimensions of the P·V pass (even).
+const C: u32 = 16;
+
+/// Rows of a block: 8, or 4 for up to 4 rows in all.
+fn rows_per_block(rows: usize) -> u32 {
+    if rows <= 4 { 4 } else { 8 }
+}
+
+/// The scores pass's unrolled block: declarations, one step of two dimensions, the stores.
+fn scores_code(r: u32, c: u32, k_f16: bool) -> (String, String, String) {
+    let (mut decl, mut step, mut store) = (String::new(), String::new(), String::new());
+    for i in 0..r {
+        decl.push_str(&format!(
+            "let ri{i} = min(r0 + {i}u, SG - 1u);\nlet qb{i} = q_base(b, ri{i} / G, kvh * G + ri{i} % G);\n"
+        ));
+        step.push_str(&format!(
+            "let q{i}a = ld_x(qb{i} + d);\nlet q{i}b = ld_x(qb{i} + d + 1u);\n"
+        ));
+    }
+    for j in 0..c {
+        decl.push_str(&format!(
+            "let kr{j} = kvbase + min(t0 + {j}u, T - 1u) * D;\n"
+        ));
+        step.push_str(&if k_f16 {
+            format!("let k{j} = unpack2x16float(ldw_k((kr{j} + d) >> 1u));\n")
+        } else {
+            format!("let k{j} = vec2<f32>(ld_k(kr{j} + d), ld_k(kr{j} + d + 1u));\n")
+        });
+    }
+    for i in 0..r {
+        for j in 0..c {
+            decl.push_str(&format!("var acc{i}_{j} = 0.0;\n"));
+            step.push_str(&format!(
+                "acc{i}_{j} = acc{i}_{j} + q{i}a * k{j}.x + q{i}b * k{j}.y;\n"
+            ));
+        }
+    }
+    for i in 0..r {
+        store.push_str(&format!(
+            "if (r0 + {i}u < SG) {{\n\
+             let s{i} = (r0 + {i}u) / G;\n\
+             let g{i} = (r0 + {i}u) % G;\n\
+             var first{i} = 0;\n\
+             var last{i} = i32(T) - 1;\n\
+             if (CAUSAL) {{\n\
+             last{i} = pb + i32(s{i});\n\
+             if (window > 0) {{ first{i} = max(0, last{i} - window + 1); }}\n\
+             }}\n\
+             let pr{i} = (bk * SG + r0 + {i}u) * T;\n"
+        ));
+        for j in 0..c {
+            store.push_str(&format!(
+                "if (t0 + {j}u < T) {{\n\
+                 let t = i32(t0 + {j}u);\n\
+                 var v = NEG;\n\
+                 if (t >= first{i} && t <= last{i}) {{ v = finish(acc{i}_{j}, b, kvh, g{i}, s{i}, t0 + {j}u); }}\n\
+                 stf_p(pr{i} + t0 + {j}u, v);\n\
+                 }}\n"
+            ));
+        }
+        store.push_str("}\n");
+    }
+    (decl, step, store)
+}
+
+/// The P·V pass's unrolled block (C dimensions as C / 2 pairs): declarations, one key's step,
+/// the stores (f16 pairs when `y_f16`).
+fn pv_code(r: u32, c: u32, v_f16: bool, y_f16: bool) -> (String, String, String) {
+    let (mut decl, mut step, mut store) = (String::new(), String::new(), String::new());
+    let pairs = c / 2;
+    for i in 0..r {
+        decl.push_str(&format!(
+            "let ri{i} = min(r0 + {i}u, SG - 1u);\n\
+             let pr{i} = (bk * SG + ri{i}) * T;\n\
+             var first{i} = 0;\n\
+             var last{i} = i32(T) - 1;\n\
+             if (CAUSAL) {{\n\
+             last{i} = pb + i32(ri{i} / G);\n\
+             if (window > 0) {{ first{i} = max(0, last{i} - window + 1); }}\n\
+             }}\n"
+        ));
+        step.push_str(&format!(
+            "let p{i} = select(0.0, ld_p(pr{i} + u32(t)), t >= first{i} && t <= last{i});\n"
+        ));
+    }
+    for j in 0..pairs {
+        decl.push_str(&format!("let vd{j} = min(d0 + {}u, D - 2u);\n", 2 * j));
+        step.push_str(&if v_f16 {
+            format!("let v{j} = unpack2x16float(ldw_v((vrow + vd{j}) >> 1u));\n")
+        } else {
+            format!("let v{j} = vec2<f32>(ld_v(vrow + vd{j}), ld_v(vrow + vd{j} + 1u));\n")
+        });
+    }
+    for i in 0..r {
+        for j in 0..pairs {
+            decl.push_str(&format!("var acc{i}_{j} = vec2<f32>(0.0, 0.0);\n"));
+            step.push_str(&format!("acc{i}_{j} = acc{i}_{j} + p{i} * v{j};\n"));
+        }
+    }
+    for i in 0..r {
+        store.push_str(&format!(
+            "if (r0 + {i}u < SG) {{\n\
+             let o{i} = ((b * S + (r0 + {i}u) / G) * H + kvh * G + (r0 + {i}u) % G) * D + d0;\n"
+        ));
+        for j in 0..pairs {
+            let d = 2 * j;
+            store.push_str(&if y_f16 {
+                format!(
+                    "if (d0 + {d}u < D) {{ st_y((o{i} + {d}u) >> 1u, acc{i}_{j}.x, acc{i}_{j}.y); }}\n"
+                )
+            } else {
+                format!(
+                    "if (d0 + {d}u < D) {{ stf_y(o{i} + {d}u, acc{i}_{j}.x); stf_y(o{i} + {d}u + 1u, acc{i}_{j}.y); }}\n"
+                )
+            });
+        }
+        store.push_str("}\n");
+    }
+    (decl, step, store)
+}
+
+/// Runs the attention of `f` with the query `q` (its plain view: the prepared prompt query, or
+/// GroupQueryAttention's own without rotary) into `y` [B, S, H * D] when the passes apply:
+/// a prompt (S > 1) on a software adapter, D even and the scratch within bounds. Returns
+/// whether they ran (else the caller runs the flash kernel).
+pub(super) fn prompt_attention(
+    cx: &mut Ctx<'_>,
+    f: &Flash<'_>,
+    q: &Query<'_>,
+    y: &GpuTensor,
+) -> Result<bool> {
+    let [b, s, h, kvh, d, t_len] = f.dims;
+    let rows = s * (h / kvh.max(1));
+    let scratch = 4 * (b * kvh * rows * t_len) as u64;
+    let fits = scratch <= SCORES_MAX_BYTES.min(cx.gpu.max_weight_part);
+    if !(s > 1
+        && cx.gpu.software
+        && matches!(q, Query::Gqa { rot: None, .. })
+        && d.is_multiple_of(2)
+        && kvh > 0
+        && h.is_multiple_of(kvh)
+        && t_len > 0
+        && fits)
+    {
+        return Ok(false);
+    }
+    let r = rows_per_block(rows);
+    let causal = f.seqlens.is_some();
+    let past_b = if causal {
+        "ldi_seqlens(b) + 1 - i32(S)"
+    } else {
+        "0"
+    };
+    let p = cx.alloc(DType::F32, vec![b * kvh, rows, t_len])?;
+
+    // Pass 1: the scores.
+    let (decl, step, store) = scores_code(r, C, f.k.storage() == Storage::F16);
+    let softcap = crate::gpu::softcap_wgsl("sc", f.softcap);
+    let kern = Kernel::new("attn_scores_regs", SCORES)
+        .workgroup(64)
+        .u32("R", r)
+        .u32("C", C)
+        .bool("CAUSAL", causal)
+        .code("PAST_B", past_b)
+        .f32("SCALE", f.scale)
+        .code("SOFTCAP", &softcap)
+        .code("DECL", &decl)
+        .code("STEP", &step)
+        .code("STORE", &store);
+    let mut bind: Vec<&GpuTensor> = Vec::new();
+    let (mut kern, qp) = query_inputs(q, kern, &mut bind, None);
+    kern = kern.input("k", f.k.storage());
+    bind.push(f.k);
+    if let Some(sl) = f.seqlens {
+        kern = kern.input("seqlens", sl.storage());
+        bind.push(sl);
+    }
+    let mut bstr = [0u32; 5];
+    if let Some(bs) = &f.bias {
+        bstr = [
+            bs.sb as u32,
+            bs.sg as u32,
+            bs.ss as u32,
+            bs.skv as u32,
+            bs.off as u32,
+        ];
+        kern = kern.input("bias", bs.t.storage()).code("BIAS", BIAS_WGSL);
+        bind.push(bs.t);
+    } else {
+        kern = kern.code("BIAS", "");
+    }
+    let kern = kern.output("p", Storage::F32);
+    bind.push(&p);
+    let window = if causal && f.window > 0 {
+        f.window as i32
+    } else {
+        -1
+    };
+    let q_view = qp.view;
+    let meta = [
+        b as u32,
+        s as u32,
+        h as u32,
+        kvh as u32,
+        d as u32,
+        t_len as u32,
+        window as u32,
+        bstr[0],
+        bstr[1],
+        bstr[2],
+        0,
+        0,
+        q_view[0],
+        q_view[1],
+        q_view[2],
+        q_view[3],
+        q_view[4],
+        q_view[5],
+        bstr[3],
+        bstr[4],
+    ];
+    let blocks = (b * kvh) as u64 * rows.div_ceil(r as usize) as u64;
+    cx.dispatch(
+        &kern,
+        &bind,
+        &meta,
+        blocks * t_len.div_ceil(C as usize) as u64,
+    )?;
+
+    // Pass 2: each row's softmax, in place.
+    let mut kern = Kernel::new("attn_softmax_rows", SOFTMAX)
+        .workgroup(64)
+        .bool("CAUSAL", causal)
+        .code("PAST_B", past_b);
+    let mut bind: Vec<&GpuTensor> = Vec::new();
+    if let Some(sl) = f.seqlens {
+        kern = kern.input("seqlens", sl.storage());
+        bind.push(sl);
+    }
+    let kern = kern.output("p", Storage::F32);
+    bind.push(&p);
+    cx.dispatch(&kern, &bind, &meta, (b * kvh * rows) as u64)?;
+
+    // Pass 3: y = P·V.
+    let (decl, step, store) = pv_code(r, C, f.v.storage() == Storage::F16, y.dtype == DType::F16);
+    let mut kern = Kernel::new("attn_pv_regs", PV)
+        .workgroup(64)
+        .u32("R", r)
+        .u32("C", C)
+        .bool("CAUSAL", causal)
+        .code("PAST_B", past_b)
+        .code("DECL", &decl)
+        .code("STEP", &step)
+        .code("STORE", &store)
+        .input("p", Storage::F32)
+        .input("v", f.v.storage());
+    let mut bind: Vec<&GpuTensor> = vec![&p, f.v];
+    if let Some(sl) = f.seqlens {
+        kern = kern.input("seqlens", sl.storage());
+        bind.push(sl);
+    }
+    let kern = kern.output("y", y.storage());
+    bind.push(y);
+    cx.dispatch(&kern, &bind, &meta, blocks * d.div_ceil(C as usize) as u64)?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The generated blocks leave no template keys and declare every variable they use once.
+    #[test]
+    fn generated_blocks_are_plain_wgsl() {
+        for (decl, step, store) in [
+            scores_code(8, 16, true),
+            scores_code(4, 16, false),
+            pv_code(8, 16, true, true),
+            pv_code(4, 16, false, false),
+        ] {
+            for part in [&decl, &step, &store] {
+                assert!(!part.contains("{{") && !part.contains("}}}"), "{part}");
+            }
+        }
+        let (decl, step, _) = scores_code(8, 16, true);
+        assert_eq!(decl.matches("var acc").count(), 128);
+        assert_eq!(step.matches("ldw_k").count(), 16);
+        let (decl, step, _) = pv_code(8, 16, true, false);
+        assert_eq!(decl.matches("var acc").count(), 64);
+        assert_eq!(step.matches("ldw_v").count(), 8);
+        assert_eq!(step.matches("ld_p").count(), 8);
+    }
+}
