@@ -33,7 +33,7 @@ fn contrib_ops_match_onnx_runtime() {
     // MatMulNBits picks its prefill GEMM, and GroupQueryAttention its prompt attention, by
     // adapter kind (register-blocked kernels on software adapters, workgroup-tiled or flash ones
     // on GPUs): their cases run with both.
-    let hardware = Rc::new(as_hardware(
+    let hardware = Rc::new(common::as_hardware(
         pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"),
     ));
     let mut failures = Vec::new();
@@ -90,13 +90,6 @@ fn contrib_ops_match_onnx_runtime() {
         ran,
         failures.join("\n")
     );
-}
-
-/// The adapter with the kernels chosen for GPUs even where it is a software adapter, so that
-/// both forms are tested on any machine.
-fn as_hardware(mut gpu: Gpu) -> Gpu {
-    gpu.software = false;
-    gpu
 }
 
 /// Every MultiHeadAttention reference case is there (the loop above runs them) and the forms we
@@ -160,7 +153,11 @@ fn split_weights_match_onnx_runtime() {
         let mut gpu =
             pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)");
         gpu.max_weight_part = 160;
-        Rc::new(if hardware { as_hardware(gpu) } else { gpu })
+        Rc::new(if hardware {
+            common::as_hardware(gpu)
+        } else {
+            gpu
+        })
     });
     let entries: Vec<_> = std::fs::read_dir(&dir)
         .expect("tests/fixtures/ops exists")
@@ -278,7 +275,11 @@ fn case_dispatches(gpu: &Rc<Gpu>, name: &str, tol: f64) -> u64 {
 fn f16_prefill_gemm_writes_f16_when_columns_pair_up() {
     for hardware in [false, true] {
         let gpu = pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)");
-        let gpu = Rc::new(if hardware { as_hardware(gpu) } else { gpu });
+        let gpu = Rc::new(if hardware {
+            common::as_hardware(gpu)
+        } else {
+            gpu
+        });
         f16_prefill_gemm_on(&gpu);
     }
 }

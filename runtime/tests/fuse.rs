@@ -2,6 +2,8 @@
 //! session give the same outputs within f32 tolerance, for one row (the fused kernel) and for
 //! several rows (the fused node's fallback), and the pass leaves a group alone when a guard fails.
 
+mod common;
+
 use gg_runtime::model::{Graph, InitData, Initializer, Node, ValueInfo};
 use gg_runtime::proto;
 use gg_runtime::source::MemorySource;
@@ -283,9 +285,9 @@ fn gpu() -> Rc<Gpu> {
 /// The adapter with the fused GEMV's split for GPUs (8 threads per column) even where it is a
 /// software adapter (which takes 1): both forms are tested on any machine.
 fn gpu_as_hardware() -> Rc<Gpu> {
-    let mut g = pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)");
-    g.software = false;
-    Rc::new(g)
+    Rc::new(common::as_hardware(
+        pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"),
+    ))
 }
 
 #[test]

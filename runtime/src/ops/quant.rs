@@ -212,10 +212,15 @@ fn opt_gpu(cx: &mut Ctx<'_>, inputs: &[Option<&Value>], i: usize) -> Result<Opti
     }
 }
 
-/// How a MatMulNBits kernel is launched: an explicit workgroup grid, or a number of invocations.
-enum Grid {
-    Groups((u32, u32)),
-    Invocations(u64),
+/// Which MatMulNBits kernel runs, with what its grid depends on.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// `matmul_nbits.wgsl` (M == 1): 64 invocations per 64 / TPC columns.
+    Gemv,
+    /// `matmul_nbits_regs.wgsl`: one invocation per (rows, columns) block.
+    Regs(u32, u32),
+    /// `matmul_nbits_tiled.wgsl`: workgroups of 4 * TMR rows by 64 columns.
+    Tiled(u32),
 }
 
 struct MatMulNBits {
@@ -286,87 +291,82 @@ impl Op for MatMulNBits {
             && k.is_multiple_of(8)
             && self.block.is_multiple_of(8))
         .then(|| regs_shape(m));
-        // Its unrolled code is the same for every weight part: generated once.
-        let regs_wgsl = regs.map(|(r, c)| regs_code(r, c, a.dtype == DType::F16, direct_f16));
+        // The kernel (and any unrolled code) is the same for every weight part: built once;
+        // each part only has its own grid, bindings and sizes.
+        let (kern, shape) = if m == 1 {
+            let inner = if self.bits == 4 && k.is_multiple_of(8) {
+                GEMV_INNER_4BIT
+            } else {
+                GEMV_INNER
+            };
+            let kern = Kernel::new("matmul_nbits", MNB)
+                .workgroup(64)
+                .u32("TPC", tpc)
+                .code("NIBBLES", NIBBLES_WGSL)
+                .code("INNER", inner);
+            (kern, Shape::Gemv)
+        } else if let Some((r, c)) = regs {
+            let code = regs_code(r, c, a.dtype == DType::F16, direct_f16);
+            let kern = Kernel::new("matmul_nbits_regs", MNB_REGS)
+                .workgroup(64)
+                .u32("R", r)
+                .u32("C", c)
+                .code("DECL", &code.decl)
+                .code("BLOCK_START", &code.block_start)
+                .code("WORD", &code.word)
+                .code("BLOCK_END", &code.block_end)
+                .code("STORE", &code.store);
+            (kern, Shape::Regs(r, c))
+        } else {
+            // Tiled GEMM (prefill): TM = 4 * TMR rows by 64 columns per workgroup of
+            // 16 / CQ * TMR invocations.
+            let tmr: u32 = match m {
+                0..=4 => 1,
+                5..=8 => 2,
+                9..=16 => 4,
+                17..=32 => 8,
+                _ => 16,
+            };
+            let tk = self.block.min(32) as u32;
+            // Column quads per invocation: a 4 x 4·CQ register block, at least 16
+            // invocations per workgroup.
+            let cq = tmr.min(4);
+            let (acc, compute, store) = tiled_code(cq, direct_f16);
+            let kern = Kernel::new("matmul_nbits_tiled", MNB_TILED)
+                .workgroup(16 / cq * tmr)
+                .u32("CQ", cq)
+                .code("ACC", &acc)
+                .code("COMPUTE", &compute)
+                .code("STORE", &store)
+                .u32("TMR", tmr)
+                .u32("TK", tk)
+                .u32("A_LEN", tk * tmr)
+                .u32("B_LEN", tk * 16);
+            (kern, Shape::Tiled(tmr))
+        };
+        let mut kern = kern
+            .u32("BITS", self.bits)
+            .u32("BLOCK", self.block as u32)
+            .code("ZP", &zp_code(zp.as_ref(), self.bits))
+            .input("a", a.storage())
+            .input("qw", Storage::U8)
+            .input("scales", scales.storage());
+        if let Some(z) = &zp {
+            kern = kern.input("zp", z.storage());
+        }
+        if let Some(bs) = &bias {
+            kern = kern
+                .input("bias", bs.storage())
+                .code("BIAS_AT", "return ld_bias(n);");
+        } else {
+            kern = kern.code("BIAS_AT", "return 0.0;");
+        }
+        let kern = kern.output("y", y.storage());
         for (n_off, b) in &b_parts {
             let n_part = b.shape.first().copied().unwrap_or(0);
-            let (mut kern, grid) = if m == 1 {
-                let inner = if self.bits == 4 && k.is_multiple_of(8) {
-                    GEMV_INNER_4BIT
-                } else {
-                    GEMV_INNER
-                };
-                let k = Kernel::new("matmul_nbits", MNB)
-                    .workgroup(64)
-                    .u32("TPC", tpc)
-                    .code("NIBBLES", NIBBLES_WGSL)
-                    .code("INNER", inner);
-                let cols = n_part.div_ceil((64 / tpc) as usize) as u64;
-                (k, Grid::Invocations(cols * 64))
-            } else if let (Some((r, c)), Some(code)) = (regs, &regs_wgsl) {
-                let k = Kernel::new("matmul_nbits_regs", MNB_REGS)
-                    .workgroup(64)
-                    .u32("R", r)
-                    .u32("C", c)
-                    .code("DECL", &code.decl)
-                    .code("BLOCK_START", &code.block_start)
-                    .code("WORD", &code.word)
-                    .code("BLOCK_END", &code.block_end)
-                    .code("STORE", &code.store);
-                let blocks = m.div_ceil(r as usize) * n_part.div_ceil(c as usize);
-                (k, Grid::Invocations(blocks as u64))
-            } else {
-                // Tiled GEMM (prefill): TM = 4 * TMR rows by 64 columns per workgroup of
-                // 16 / CQ * TMR invocations.
-                let tmr: u32 = match m {
-                    0..=4 => 1,
-                    5..=8 => 2,
-                    9..=16 => 4,
-                    17..=32 => 8,
-                    _ => 16,
-                };
-                let tk = self.block.min(32) as u32;
-                // Column quads per invocation: a 4 x 4·CQ register block, at least 16
-                // invocations per workgroup.
-                let cq = tmr.min(4);
-                let (acc, compute, store) = tiled_code(cq, direct_f16);
-                let k = Kernel::new("matmul_nbits_tiled", MNB_TILED)
-                    .workgroup(16 / cq * tmr)
-                    .u32("CQ", cq)
-                    .code("ACC", &acc)
-                    .code("COMPUTE", &compute)
-                    .code("STORE", &store)
-                    .u32("TMR", tmr)
-                    .u32("TK", tk)
-                    .u32("A_LEN", tk * tmr)
-                    .u32("B_LEN", tk * 16);
-                let grid = (
-                    n_part.div_ceil(64) as u32,
-                    m.div_ceil(4 * tmr as usize) as u32,
-                );
-                (k, Grid::Groups(grid))
-            };
-            kern = kern
-                .u32("BITS", self.bits)
-                .u32("BLOCK", self.block as u32)
-                .code("ZP", &zp_code(zp.as_ref(), self.bits))
-                .input("a", a.storage())
-                .input("qw", Storage::U8)
-                .input("scales", scales.storage());
             let mut bind = vec![&a, b, &scales];
-            if let Some(z) = &zp {
-                kern = kern.input("zp", z.storage());
-                bind.push(z);
-            }
-            if let Some(bs) = &bias {
-                kern = kern
-                    .input("bias", bs.storage())
-                    .code("BIAS_AT", "return ld_bias(n);");
-                bind.push(bs);
-            } else {
-                kern = kern.code("BIAS_AT", "return 0.0;");
-            }
-            let kern = kern.output("y", y.storage());
+            bind.extend(zp.iter());
+            bind.extend(bias.iter());
             bind.push(&y);
             let meta = [
                 m as u32,
@@ -377,9 +377,22 @@ impl Op for MatMulNBits {
                 *n_off as u32,
                 n_part as u32,
             ];
-            match grid {
-                Grid::Groups(g) => cx.dispatch_groups(&kern, &bind, &meta, g)?,
-                Grid::Invocations(n) => cx.dispatch(&kern, &bind, &meta, n)?,
+            match shape {
+                Shape::Gemv => {
+                    let cols = n_part.div_ceil((64 / tpc) as usize) as u64;
+                    cx.dispatch(&kern, &bind, &meta, cols * 64)?;
+                }
+                Shape::Regs(r, c) => {
+                    let blocks = m.div_ceil(r as usize) * n_part.div_ceil(c as usize);
+                    cx.dispatch(&kern, &bind, &meta, blocks as u64)?;
+                }
+                Shape::Tiled(tmr) => {
+                    let grid = (
+                        n_part.div_ceil(64) as u32,
+                        m.div_ceil(4 * tmr as usize) as u32,
+                    );
+                    cx.dispatch_groups(&kern, &bind, &meta, grid)?;
+                }
             }
         }
         let out = if a.dtype == y.dtype {

@@ -11,6 +11,14 @@ use std::rc::Rc;
 mod compare;
 pub use compare::compare;
 
+/// `gpu` with the kernels chosen for GPUs even where it is a software adapter (SwiftShader,
+/// lavapipe), so that both forms of the kernels that pick by adapter kind are tested on any
+/// machine.
+pub fn as_hardware(mut gpu: Gpu) -> Gpu {
+    gpu.software = false;
+    gpu
+}
+
 /// Runs every data set of a case folder.
 pub fn run_case(
     gpu: &Rc<Gpu>,
