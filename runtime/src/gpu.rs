@@ -116,6 +116,10 @@ pub struct Gpu {
     /// Weights larger than this many bytes are split by rows across buffers (defaults to the
     /// adapter's `max_storage_buffer_binding_size`; lower it to test or to save address space).
     pub max_weight_part: u64,
+    /// The largest score scratch (bytes) of a prompt's attention on software adapters
+    /// (`ops/attention/regs.rs`, default 64 MiB, never above `max_weight_part`): longer prompts
+    /// take their query rows in chunks that fit it. Lower it to test.
+    pub attention_scratch: u64,
     /// Counters.
     pub counters: Counters,
     pipelines: RefCell<HashMap<String, Rc<Pipeline>>>,
@@ -214,6 +218,7 @@ impl Gpu {
             max_weight_part: limits
                 .max_storage_buffer_binding_size
                 .min(limits.max_buffer_size),
+            attention_scratch: 64 << 20,
             errors,
             device,
             queue,

@@ -300,6 +300,45 @@ fn f16_prefill_gemm_on(gpu: &Rc<Gpu>) {
     );
 }
 
+/// A prompt's attention on a software adapter (three register-blocked passes) takes its query
+/// rows in chunks when their scores exceed `Gpu::attention_scratch`: three dispatches per chunk,
+/// and still ONNX Runtime's outputs (the chunk's row offset reaches the causal and sliding-window
+/// masks). With a scratch too small for one block of rows it falls back to the flash kernel.
+#[test]
+fn prompt_attention_takes_long_prompts_in_row_chunks() {
+    let gpu = |scratch: Option<u64>| {
+        let mut g = pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)");
+        g.software = true;
+        if let Some(b) = scratch {
+            g.attention_scratch = b;
+        }
+        Rc::new(g)
+    };
+    let whole = gpu(None);
+    let small = gpu(Some(8 << 10));
+    let tiny = gpu(Some(64));
+    // 8 heads on 1 kv head, D = 256, 21 tokens: 168 rows of 21 scores, 84 B a row; 8 KiB holds
+    // 97 rows, so two chunks of 96 and 72. 6 heads on 3, window 9, 37 tokens: 74 rows of
+    // 3 x 37 scores, 444 B a row; 8 KiB holds 18, so five chunks of 16 (the last 10).
+    for (name, tol, extra) in [
+        ("gqa_tile_prompt_d256", 1e-4, 3),
+        ("gqa_tile_prompt_window_mh", 1e-4, 12),
+    ] {
+        let one = case_dispatches(&whole, name, tol);
+        assert_eq!(
+            case_dispatches(&small, name, tol),
+            one + extra,
+            "{name}: three dispatches per chunk"
+        );
+        // A 64-byte scratch holds no block of rows: the flash kernel, one dispatch for three.
+        assert_eq!(
+            case_dispatches(&tiny, name, tol),
+            one - 2,
+            "{name}: flash kernel"
+        );
+    }
+}
+
 /// Long decode contexts take the flash-decoding path (keys split across workgroups, then a combine
 /// pass: two attention dispatches), short ones a single pass; both match ONNX Runtime above.
 #[test]

@@ -1,6 +1,7 @@
 // Prompt attention on software adapters, pass 3 of 3 (ops/attention/regs.rs):
-// y[b, s, h, d] = sum over the keys t that row r = s * G + g can see of P[bk, r, t] * V[bk, t, d]
-// (P: the softmax pass's probabilities; v: [B, kvH, T, D], D even).
+// y[b, s, h, d] = sum over the keys t that row r = s * G + g can see of P[bk, r - R0, t] * V[bk, t, d]
+// for the chunk's rows r in [R0, R0 + NR) (P: the softmax pass's probabilities; v: [B, kvH, T, D],
+// D even).
 // Each invocation computes an R x C block (rows r0 + i, dimensions d0 + c) straight from
 // storage, like attn_scores_regs.wgsl: per key it loads R probabilities (keys a row cannot see
 // read as 0 through `select`, whatever the scratch holds there) and C / 2 words of V, then does
@@ -21,9 +22,11 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let T = prm[5];
     let window = bitcast<i32>(prm[6]);
     let G = H / KVH;
-    let SG = S * G;
+    let R0 = prm[10];
+    let NR = prm[11];
+    let RE = R0 + NR;
     let idx = (wid.x + wid.y * nwg.x) * WG + lid.x;
-    let nrb = (SG + R - 1u) / R;
+    let nrb = (NR + R - 1u) / R;
     let ndb = (D + C - 1u) / C;
     let rb = idx % nrb;
     let db = (idx / nrb) % ndb;
@@ -33,13 +36,13 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     let b = bk / KVH;
     let kvh = bk % KVH;
-    let r0 = rb * R;
+    let r0 = R0 + rb * R;
     let d0 = db * C;
     let pb = {{PAST_B}};
     var kf = 0;
     var kl = i32(T) - 1;
     if (CAUSAL) {
-        kl = min(pb + i32((min(r0 + R, SG) - 1u) / G), kl);
+        kl = min(pb + i32((min(r0 + R, RE) - 1u) / G), kl);
         if (window > 0) { kf = max(0, pb + i32(r0 / G) - window + 1); }
     }
     let vbase = bk * T * D;

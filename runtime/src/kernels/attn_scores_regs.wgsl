@@ -1,6 +1,7 @@
 // Prompt attention on software adapters, pass 1 of 3 (ops/attention/regs.rs): the scores
-// P[bk, r, t] = SCALE * dot(Q[row r], K[t]) (then softcap, then the additive bias) for the rows
-// r = s * G + g of kv head bk = b * kvH + kvh, into an f32 scratch [B * kvH, S * G, T].
+// P[bk, r - R0, t] = SCALE * dot(Q[row r], K[t]) (then softcap, then the additive bias) for the
+// rows r = s * G + g in [R0, R0 + NR) of kv head bk = b * kvH + kvh, into an f32 scratch
+// [B * kvH, NR, T] (long prompts take their rows in chunks: R0 = prm[10], NR = prm[11]).
 // Each invocation computes an R x C block (rows r0 + i, keys t0 + j) straight from storage,
 // without workgroup memory: CPU adapters (SwiftShader, lavapipe) run an invocation's loads as
 // per-lane gathers, so this loads each query element once for C keys and each key word (two
@@ -10,7 +11,7 @@
 // Queries: the plain [B, S, H, D] view of `x` (Q_FN: q_base); k: [B, kvH, T, D], D even.
 // CAUSAL: keys visible to query s: t in [first, last], last = past_b + s (PAST_B, from
 // seqlens_k), first = max(0, last - window + 1) when window > 0, else 0. Not CAUSAL: all T.
-// prm: as gqa.wgsl [B, S, H, kvH, D, T, window(i32), bias_sb, bias_sg, bias_ss, -, -,
+// prm: as gqa.wgsl [B, S, H, kvH, D, T, window(i32), bias_sb, bias_sg, bias_ss, R0, NR,
 //       q_off, q_sb, q_ss, q_sh, -, -, bias_skv, bias_off]
 const R: u32 = {{R}};
 const C: u32 = {{C}};
@@ -39,10 +40,12 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let T = prm[5];
     let window = bitcast<i32>(prm[6]);
     let G = H / KVH;
-    let SG = S * G;
+    let R0 = prm[10];
+    let NR = prm[11];
+    let RE = R0 + NR; // one past the chunk's last row
     let idx = (wid.x + wid.y * nwg.x) * WG + lid.x;
     // Row blocks vary fastest: neighbouring invocations share their keys.
-    let nrb = (SG + R - 1u) / R;
+    let nrb = (NR + R - 1u) / R;
     let nkb = (T + C - 1u) / C;
     let rb = idx % nrb;
     let kb = (idx / nrb) % nkb;
@@ -52,12 +55,12 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     let b = bk / KVH;
     let kvh = bk % KVH;
-    let r0 = rb * R;
+    let r0 = R0 + rb * R;
     let t0 = kb * C;
     let pb = {{PAST_B}};
     if (CAUSAL) {
         // Past the last row's last key, or before the first row's first key: nothing to do.
-        if (i32(t0) > pb + i32((min(r0 + R, SG) - 1u) / G)) {
+        if (i32(t0) > pb + i32((min(r0 + R, RE) - 1u) / G)) {
             return;
         }
         if (window > 0 && i32(t0 + C) - 1 < pb + i32(r0 / G) - window + 1) {

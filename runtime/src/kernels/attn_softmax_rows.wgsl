@@ -1,5 +1,6 @@
 // Prompt attention on software adapters, pass 2 of 3 (ops/attention/regs.rs): the softmax of
-// each row of the scores P [B * kvH, S * G, T] over the keys that row can see, in place (the
+// each row of the scores P [B * kvH, NR, T] (rows R0..R0 + NR) over the keys that row can see,
+// in place (the
 // other keys of the row are left as they are: the P·V pass does not read them). One invocation
 // per row. Scores at NEG (or -inf, from a bias) weigh 0; a row whose keys all weigh 0 is left at 0.
 // CAUSAL, PAST_B and prm: as attn_scores_regs.wgsl.
@@ -15,13 +16,14 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     let T = prm[5];
     let window = bitcast<i32>(prm[6]);
     let G = H / KVH;
-    let SG = S * G;
+    let R0 = prm[10];
+    let NR = prm[11];
     let row = (wid.x + wid.y * nwg.x) * WG + lid.x;
-    if (row >= B * KVH * SG) {
+    if (row >= B * KVH * NR) {
         return;
     }
-    let b = row / (KVH * SG);
-    let s = (row % SG) / G;
+    let b = row / (KVH * NR);
+    let s = (R0 + row % NR) / G;
     let pb = {{PAST_B}};
     var first = 0;
     var last = i32(T) - 1;

@@ -8,8 +8,8 @@
 //! values per multiply-add (for QK and again for PV), and keeps its output in a private array
 //! indexed in loops. The passes here keep R x C blocks in distinct variables and load each
 //! query, key, probability and value word once per block row or column: a few loads per 16
-//! multiply-adds. The price is the scratch, B · kvH · S · G · T floats, so they are used only
-//! up to [`SCORES_MAX_BYTES`]; longer prompts keep the flash kernel.
+//! multiply-adds. The price is the scratch, B · kvH · S · G · T floats: long prompts take their
+//! query rows in chunks whose scores fit [`Gpu::attention_scratch`](crate::Gpu::attention_scratch).
 
 use super::{BIAS_WGSL, Flash, Query, query_inputs};
 use crate::error::Result;
@@ -20,10 +20,6 @@ use crate::tensor::DType;
 const SCORES: &str = include_str!("../../kernels/attn_scores_regs.wgsl");
 const SOFTMAX: &str = include_str!("../../kernels/attn_softmax_rows.wgsl");
 const PV: &str = include_str!("../../kernels/attn_pv_regs.wgsl");
-
-/// The largest score scratch the passes take (E2B's 8 query heads per kv head: a prompt of
-/// about 1400 tokens); above it the flash kernel runs.
-pub(super) const SCORES_MAX_BYTES: u64 = 64 << 20;
 
 /// Columns of a block: keys of the scores pass, dimensions of the P·V pass (even).
 const C: u32 = 16;
@@ -38,7 +34,7 @@ fn scores_code(r: u32, c: u32, k_f16: bool) -> (String, String, String) {
     let (mut decl, mut step, mut store) = (String::new(), String::new(), String::new());
     for i in 0..r {
         decl.push_str(&format!(
-            "let ri{i} = min(r0 + {i}u, SG - 1u);\nlet qb{i} = q_base(b, ri{i} / G, kvh * G + ri{i} % G);\n"
+            "let ri{i} = min(r0 + {i}u, RE - 1u);\nlet qb{i} = q_base(b, ri{i} / G, kvh * G + ri{i} % G);\n"
         ));
         step.push_str(&format!(
             "let q{i}a = ld_x(qb{i} + d);\nlet q{i}b = ld_x(qb{i} + d + 1u);\n"
@@ -64,7 +60,7 @@ fn scores_code(r: u32, c: u32, k_f16: bool) -> (String, String, String) {
     }
     for i in 0..r {
         store.push_str(&format!(
-            "if (r0 + {i}u < SG) {{\n\
+            "if (r0 + {i}u < RE) {{\n\
              let s{i} = (r0 + {i}u) / G;\n\
              let g{i} = (r0 + {i}u) % G;\n\
              var first{i} = 0;\n\
@@ -73,7 +69,7 @@ fn scores_code(r: u32, c: u32, k_f16: bool) -> (String, String, String) {
              last{i} = pb + i32(s{i});\n\
              if (window > 0) {{ first{i} = max(0, last{i} - window + 1); }}\n\
              }}\n\
-             let pr{i} = (bk * SG + r0 + {i}u) * T;\n"
+             let pr{i} = (bk * NR + r0 + {i}u - R0) * T;\n"
         ));
         for j in 0..c {
             store.push_str(&format!(
@@ -97,8 +93,8 @@ fn pv_code(r: u32, c: u32, v_f16: bool, y_f16: bool) -> (String, String, String)
     let pairs = c / 2;
     for i in 0..r {
         decl.push_str(&format!(
-            "let ri{i} = min(r0 + {i}u, SG - 1u);\n\
-             let pr{i} = (bk * SG + ri{i}) * T;\n\
+            "let ri{i} = min(r0 + {i}u, RE - 1u);\n\
+             let pr{i} = (bk * NR + ri{i} - R0) * T;\n\
              var first{i} = 0;\n\
              var last{i} = i32(T) - 1;\n\
              if (CAUSAL) {{\n\
@@ -126,7 +122,7 @@ fn pv_code(r: u32, c: u32, v_f16: bool, y_f16: bool) -> (String, String, String)
     }
     for i in 0..r {
         store.push_str(&format!(
-            "if (r0 + {i}u < SG) {{\n\
+            "if (r0 + {i}u < RE) {{\n\
              let o{i} = ((b * S + (r0 + {i}u) / G) * H + kvh * G + (r0 + {i}u) % G) * D + d0;\n"
         ));
         for j in 0..pairs {
@@ -148,8 +144,10 @@ fn pv_code(r: u32, c: u32, v_f16: bool, y_f16: bool) -> (String, String, String)
 
 /// Runs the attention of `f` with the query `q` (its plain view: the prepared prompt query, or
 /// GroupQueryAttention's own without rotary) into `y` [B, S, H * D] when the passes apply:
-/// a prompt (S > 1) on a software adapter, D even and the scratch within bounds. Returns
-/// whether they ran (else the caller runs the flash kernel).
+/// a prompt (S > 1) on a software adapter, D even, and at least one block of rows' scores
+/// within [`Gpu::attention_scratch`](crate::Gpu::attention_scratch). Query rows are taken in
+/// chunks whose scores fit it (three dispatches per chunk; one chunk up to about 1400 tokens of
+/// E2B). Returns whether they ran (else the caller runs the flash kernel).
 pub(super) fn prompt_attention(
     cx: &mut Ctx<'_>,
     f: &Flash<'_>,
@@ -157,28 +155,37 @@ pub(super) fn prompt_attention(
     y: &GpuTensor,
 ) -> Result<bool> {
     let [b, s, h, kvh, d, t_len] = f.dims;
-    let rows = s * (h / kvh.max(1));
-    let scratch = 4 * (b * kvh * rows * t_len) as u64;
-    let fits = scratch <= SCORES_MAX_BYTES.min(cx.gpu.max_weight_part);
     if !(s > 1
         && cx.gpu.software
         && matches!(q, Query::Gqa { rot: None, .. })
         && d.is_multiple_of(2)
         && kvh > 0
         && h.is_multiple_of(kvh)
-        && t_len > 0
-        && fits)
+        && t_len > 0)
     {
         return Ok(false);
     }
+    let rows = s * (h / kvh);
     let r = rows_per_block(rows);
+    // Rows per chunk: as many as the scratch holds, whole blocks unless it is all of them.
+    let row_bytes = 4 * (b * kvh * t_len) as u64;
+    let budget = cx.gpu.attention_scratch.min(cx.gpu.max_weight_part);
+    let fit = usize::try_from(budget / row_bytes).unwrap_or(usize::MAX);
+    let chunk = if fit >= rows {
+        rows
+    } else {
+        fit / r as usize * r as usize
+    };
+    if chunk == 0 {
+        return Ok(false);
+    }
     let causal = f.seqlens.is_some();
     let past_b = if causal {
         "ldi_seqlens(b) + 1 - i32(S)"
     } else {
         "0"
     };
-    let p = cx.alloc(DType::F32, vec![b * kvh, rows, t_len])?;
+    let p = cx.alloc(DType::F32, vec![b * kvh, chunk, t_len])?;
 
     // Pass 1: the scores.
     let (decl, step, store) = scores_code(r, C, f.k.storage() == Storage::F16);
@@ -194,13 +201,13 @@ pub(super) fn prompt_attention(
         .code("DECL", &decl)
         .code("STEP", &step)
         .code("STORE", &store);
-    let mut bind: Vec<&GpuTensor> = Vec::new();
-    let (mut kern, qp) = query_inputs(q, kern, &mut bind, None);
+    let mut bind_qk: Vec<&GpuTensor> = Vec::new();
+    let (mut kern, qp) = query_inputs(q, kern, &mut bind_qk, None);
     kern = kern.input("k", f.k.storage());
-    bind.push(f.k);
+    bind_qk.push(f.k);
     if let Some(sl) = f.seqlens {
         kern = kern.input("seqlens", sl.storage());
-        bind.push(sl);
+        bind_qk.push(sl);
     }
     let mut bstr = [0u32; 5];
     if let Some(bs) = &f.bias {
@@ -212,61 +219,25 @@ pub(super) fn prompt_attention(
             bs.off as u32,
         ];
         kern = kern.input("bias", bs.t.storage()).code("BIAS", BIAS_WGSL);
-        bind.push(bs.t);
+        bind_qk.push(bs.t);
     } else {
         kern = kern.code("BIAS", "");
     }
-    let kern = kern.output("p", Storage::F32);
-    bind.push(&p);
-    let window = if causal && f.window > 0 {
-        f.window as i32
-    } else {
-        -1
-    };
-    let q_view = qp.view;
-    let meta = [
-        b as u32,
-        s as u32,
-        h as u32,
-        kvh as u32,
-        d as u32,
-        t_len as u32,
-        window as u32,
-        bstr[0],
-        bstr[1],
-        bstr[2],
-        0,
-        0,
-        q_view[0],
-        q_view[1],
-        q_view[2],
-        q_view[3],
-        q_view[4],
-        q_view[5],
-        bstr[3],
-        bstr[4],
-    ];
-    let blocks = (b * kvh) as u64 * rows.div_ceil(r as usize) as u64;
-    cx.dispatch(
-        &kern,
-        &bind,
-        &meta,
-        blocks * t_len.div_ceil(C as usize) as u64,
-    )?;
+    let scores = kern.output("p", Storage::F32);
+    bind_qk.push(&p);
 
     // Pass 2: each row's softmax, in place.
     let mut kern = Kernel::new("attn_softmax_rows", SOFTMAX)
         .workgroup(64)
         .bool("CAUSAL", causal)
         .code("PAST_B", past_b);
-    let mut bind: Vec<&GpuTensor> = Vec::new();
+    let mut bind_sm: Vec<&GpuTensor> = Vec::new();
     if let Some(sl) = f.seqlens {
         kern = kern.input("seqlens", sl.storage());
-        bind.push(sl);
+        bind_sm.push(sl);
     }
-    let kern = kern.output("p", Storage::F32);
-    bind.push(&p);
-    cx.dispatch(&kern, &bind, &meta, (b * kvh * rows) as u64)?;
+    let softmax = kern.output("p", Storage::F32);
+    bind_sm.push(&p);
 
     // Pass 3: y = P·V.
     let (decl, step, store) = pv_code(r, C, f.v.storage() == Storage::F16, y.dtype == DType::F16);
@@ -281,14 +252,51 @@ pub(super) fn prompt_attention(
         .code("STORE", &store)
         .input("p", Storage::F32)
         .input("v", f.v.storage());
-    let mut bind: Vec<&GpuTensor> = vec![&p, f.v];
+    let mut bind_pv: Vec<&GpuTensor> = vec![&p, f.v];
     if let Some(sl) = f.seqlens {
         kern = kern.input("seqlens", sl.storage());
-        bind.push(sl);
+        bind_pv.push(sl);
     }
-    let kern = kern.output("y", y.storage());
-    bind.push(y);
-    cx.dispatch(&kern, &bind, &meta, blocks * d.div_ceil(C as usize) as u64)?;
+    let pv = kern.output("y", y.storage());
+    bind_pv.push(y);
+
+    let window = if causal && f.window > 0 {
+        f.window as i32
+    } else {
+        -1
+    };
+    let qv = qp.view;
+    for r_base in (0..rows).step_by(chunk) {
+        let nr = chunk.min(rows - r_base);
+        let meta = [
+            b as u32,
+            s as u32,
+            h as u32,
+            kvh as u32,
+            d as u32,
+            t_len as u32,
+            window as u32,
+            bstr[0],
+            bstr[1],
+            bstr[2],
+            r_base as u32,
+            nr as u32,
+            qv[0],
+            qv[1],
+            qv[2],
+            qv[3],
+            qv[4],
+            qv[5],
+            bstr[3],
+            bstr[4],
+        ];
+        let blocks = (b * kvh * nr.div_ceil(r as usize)) as u64;
+        let key_blocks = t_len.div_ceil(C as usize) as u64;
+        cx.dispatch(&scores, &bind_qk, &meta, blocks * key_blocks)?;
+        cx.dispatch(&softmax, &bind_sm, &meta, (b * kvh * nr) as u64)?;
+        let dim_blocks = d.div_ceil(C as usize) as u64;
+        cx.dispatch(&pv, &bind_pv, &meta, blocks * dim_blocks)?;
+    }
     Ok(true)
 }
 
