@@ -46,7 +46,10 @@ use std::collections::{HashMap, HashSet};
 mod rotary_table;
 mod shared_attn;
 
-const FUSED_GEMV: &str = include_str!("kernels/fused_gemv.wgsl");
+const FUSED_GEMV: &str = concat!(
+    include_str!("kernels/fused_gemv.wgsl"),
+    include_str!("kernels/wg_reduce.wgsl")
+);
 
 /// Domain of fused nodes.
 pub const FUSED_DOMAIN: &str = "gg.fused";
@@ -885,7 +888,10 @@ fn rd_code(f16: bool) -> &'static str {
     }
 }
 
-const ROWS_PROLOGUE: &str = include_str!("kernels/rows_prologue.wgsl");
+const ROWS_PROLOGUE: &str = concat!(
+    include_str!("kernels/rows_prologue.wgsl"),
+    include_str!("kernels/wg_reduce.wgsl")
+);
 
 impl FusedGemv {
     /// The prologue over every row in one dispatch: the environment values it provides, or
@@ -1614,7 +1620,10 @@ impl Fallback {
     }
 }
 
-const FUSED_NORMS: &str = include_str!("kernels/fused_norms.wgsl");
+const FUSED_NORMS: &str = concat!(
+    include_str!("kernels/fused_norms.wgsl"),
+    include_str!("kernels/wg_reduce.wgsl")
+);
 
 /// Independent RMS norms in one dispatch: (input slot (gamma = slot + 1), row length, epsilon).
 struct FusedNorms {

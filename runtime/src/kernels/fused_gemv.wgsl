@@ -25,7 +25,6 @@
 // prm: [scalar (f32 bits), other offset, first column, end column]
 var<workgroup> xs: array<vec4<f32>, {{XS_LEN}}>;
 var<workgroup> bsum: array<f32, {{NB}}>;
-var<workgroup> red: array<f32, {{WG}}>;
 var<workgroup> red1: array<f32, {{WG}}>;
 var<workgroup> vals: array<f32, COLS>;
 
@@ -82,18 +81,6 @@ fn xeo(i: u32) -> mat2x4<f32> {
 }
 
 {{NIBBLES}}
-
-fn wg_sum(t: u32, v: f32) -> f32 {
-    red[t] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (t < s) { red[t] = red[t] + red[t + s]; }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
 
 {{DOTS}}
 

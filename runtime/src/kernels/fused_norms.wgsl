@@ -3,19 +3,6 @@
 // row r of the inputs' rows taken in turn; the arithmetic is norm.wgsl's (one workgroup per row,
 // f32 sums, the same reduction order). A norm may have a tail, `(y + other) [* s]` (rounded like the
 // unfused f16 graph with rd()), e.g. Gemma's per-layer inputs. prm: unused.
-var<workgroup> red: array<f32, {{WG}}>;
-
-fn wg_sum(t: u32, v: f32) -> f32 {
-    red[t] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (t < s) { red[t] = red[t] + red[t + s]; }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
 
 // Rounds to the activation type (f16 graphs round after every op; f32: identity).
 fn rd(x: f32) -> f32 {

@@ -1,21 +1,8 @@
 // Layer / RMS normalisation over rows of length L, optionally with a residual (skip) and bias added
 // first. One workgroup per row. prm: [rows, L, gamma_len, beta_len]
-var<workgroup> red: array<f32, {{WG}}>;
 
 fn xin(i: u32, l: u32) -> f32 {
     return {{LOAD_X}};
-}
-
-fn wg_sum(t: u32, v: f32) -> f32 {
-    red[t] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (t < s) { red[t] = red[t] + red[t + s]; }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
 }
 
 @compute @workgroup_size({{WG}})

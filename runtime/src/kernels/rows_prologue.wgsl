@@ -9,23 +9,10 @@
 // Each invocation handles whole output words (EPW elements: pairs for f16), so y reads back the
 // h words the same invocation stored.
 // prm: [rows, scalar (f32 bits)]
-var<workgroup> red: array<f32, {{WG}}>;
 
 const K: u32 = {{K}};
 // Elements per stored word: 2 for f16 activations (K even), else 1.
 const EPW: u32 = {{EPW}};
-
-fn wg_sum(t: u32, v: f32) -> f32 {
-    red[t] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (t < s) { red[t] = red[t] + red[t + s]; }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
 
 // Rounds to the activation type (f16 graphs round after every op; f32: identity).
 fn rd(x: f32) -> f32 {

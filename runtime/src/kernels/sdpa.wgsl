@@ -12,31 +12,6 @@
 const NEG_BIG: f32 = -3.0e38;
 var<workgroup> qs: array<f32, {{QCAP}}>;
 var<workgroup> sp: array<f32, {{WG}}>;
-var<workgroup> red: array<f32, {{WG}}>;
-
-fn wg_max(t: u32, v: f32) -> f32 {
-    red[t] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (t < s) { red[t] = max(red[t], red[t + s]); }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
-
-fn wg_sum(t: u32, v: f32) -> f32 {
-    red[t] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s = s / 2u) {
-        if (t < s) { red[t] = red[t] + red[t + s]; }
-        workgroupBarrier();
-    }
-    let r = red[0];
-    workgroupBarrier();
-    return r;
-}
 
 {{KEY_BIAS}}
 

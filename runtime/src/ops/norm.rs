@@ -8,7 +8,10 @@ use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::tensor::{DType, numel};
 
-const NORM: &str = include_str!("../kernels/norm.wgsl");
+const NORM: &str = concat!(
+    include_str!("../kernels/norm.wgsl"),
+    include_str!("../kernels/wg_reduce.wgsl")
+);
 
 struct Norm {
     simple: bool,

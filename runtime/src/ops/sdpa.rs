@@ -12,8 +12,14 @@ use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage, wgsl_f32};
 use crate::tensor::DType;
 
-const SDPA: &str = include_str!("../kernels/sdpa.wgsl");
-const SDPA_QK: &str = include_str!("../kernels/sdpa_qk.wgsl");
+const SDPA: &str = concat!(
+    include_str!("../kernels/sdpa.wgsl"),
+    include_str!("../kernels/wg_reduce.wgsl")
+);
+const SDPA_QK: &str = concat!(
+    include_str!("../kernels/sdpa_qk.wgsl"),
+    include_str!("../kernels/wg_reduce.wgsl")
+);
 const SDPA_KV: &str = include_str!("../kernels/sdpa_kv.wgsl");
 
 /// Workgroup size of the attention kernels (keys per online-softmax chunk).
