@@ -674,6 +674,80 @@ impl Flash<'_> {
     }
 }
 
+impl<'a> Flash<'a> {
+    /// `CAUSAL` and `PAST_B` (where query 0 sits in the keys: from `seqlens_k`) of the
+    /// attention kernels (gqa.wgsl, attention/regs.rs), and their `seqlens_k` input when causal.
+    fn causal(&self, k: Kernel, bind: &mut Vec<&'a GpuTensor>) -> Kernel {
+        let k = k.bool("CAUSAL", self.seqlens.is_some()).code(
+            "PAST_B",
+            if self.seqlens.is_some() {
+                "ldi_seqlens(b) + 1 - i32(S)"
+            } else {
+                "0"
+            },
+        );
+        match self.seqlens {
+            Some(sl) => {
+                bind.push(sl);
+                k.input("seqlens", sl.storage())
+            }
+            None => k,
+        }
+    }
+
+    /// The bias input and its `BIAS` statement (empty without one).
+    fn bias_input(&self, k: Kernel, bind: &mut Vec<&'a GpuTensor>) -> Kernel {
+        match &self.bias {
+            Some(bs) => {
+                bind.push(bs.t);
+                k.input("bias", bs.t.storage()).code("BIAS", BIAS_WGSL)
+            }
+            None => k.code("BIAS", ""),
+        }
+    }
+
+    /// The attention kernels' parameter block (layout in gqa.wgsl); words 10 and 11 are the
+    /// kernel's own (`w10_11`: the split's chunks and chunk length, or regs.rs' row range).
+    fn params(&self, qp: &QueryParams, w10_11: [u32; 2]) -> [u32; 24] {
+        let [b, s, h, kvh, d, t_len] = self.dims;
+        let window = if self.seqlens.is_some() && self.window > 0 {
+            self.window as i32
+        } else {
+            -1
+        };
+        let bstr = self.bias.as_ref().map_or([0; 5], |bs| {
+            [bs.sb, bs.sg, bs.ss, bs.skv, bs.off].map(|v| v as u32)
+        });
+        let (v, cs) = (qp.view, qp.cs);
+        [
+            b as u32,
+            s as u32,
+            h as u32,
+            kvh as u32,
+            d as u32,
+            t_len as u32,
+            window as u32,
+            bstr[0],
+            bstr[1],
+            bstr[2],
+            w10_11[0],
+            w10_11[1],
+            v[0],
+            v[1],
+            v[2],
+            v[3],
+            v[4],
+            v[5],
+            bstr[3],
+            bstr[4],
+            qp.eps.to_bits(),
+            cs[0],
+            cs[1],
+            cs[2],
+        ]
+    }
+}
+
 /// Storage buffers of the attention kernel whose query reader takes `q`: those, K, V, the
 /// optional `seqlens_k` and bias, and y.
 pub(crate) fn flash_bindings(q: u32, seqlens: bool, bias: bool) -> u32 {
@@ -813,42 +887,15 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
         .u32("KS_LEN", (bkv * 65) as u32)
         .u32("ACC_LEN", (bq * dpt) as u32)
         .f32("SCALE", f.scale)
-        .code("SOFTCAP", &softcap)
-        .bool("CAUSAL", f.seqlens.is_some())
-        .code(
-            "PAST_B",
-            if f.seqlens.is_some() {
-                "ldi_seqlens(b) + 1 - i32(S)"
-            } else {
-                "0"
-            },
-        );
+        .code("SOFTCAP", &softcap);
     let q_pack = q.cos_sin_pack();
     let mut bind: Vec<&GpuTensor> = Vec::new();
     let (k2, qp) = query_inputs(q, kern, &mut bind, q_pack.as_ref());
-    kern = k2;
-    let (qprm, eps, cs) = (qp.view, qp.eps, qp.cs);
-    kern = kern.input("k", f.k.storage()).input("v", f.v.storage());
+    kern = k2.input("k", f.k.storage()).input("v", f.v.storage());
     bind.push(f.k);
     bind.push(f.v);
-    if let Some(sl) = f.seqlens {
-        kern = kern.input("seqlens", sl.storage());
-        bind.push(sl);
-    }
-    let mut bstr = [0u32; 5];
-    if let Some(bs) = &f.bias {
-        bstr = [
-            bs.sb as u32,
-            bs.sg as u32,
-            bs.ss as u32,
-            bs.skv as u32,
-            bs.off as u32,
-        ];
-        kern = kern.input("bias", bs.t.storage()).code("BIAS", BIAS_WGSL);
-        bind.push(bs.t);
-    } else {
-        kern = kern.code("BIAS", "");
-    }
+    kern = f.causal(kern, &mut bind);
+    kern = f.bias_input(kern, &mut bind);
     let part = if chunks > 1 {
         Some(cx.alloc(DType::F32, vec![b * h * s * chunks * (d + 2)])?)
     } else {
@@ -864,37 +911,7 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
             kern.code("STORE", STORE_Y).output("y", y.storage())
         }
     };
-    let window = if f.seqlens.is_some() && f.window > 0 {
-        f.window as i32
-    } else {
-        -1
-    };
-    let meta = [
-        b as u32,
-        s as u32,
-        h as u32,
-        kvh as u32,
-        d as u32,
-        t_len as u32,
-        window as u32,
-        bstr[0],
-        bstr[1],
-        bstr[2],
-        chunks as u32,
-        chunk_len as u32,
-        qprm[0],
-        qprm[1],
-        qprm[2],
-        qprm[3],
-        qprm[4],
-        qprm[5],
-        bstr[3],
-        bstr[4],
-        eps.to_bits(),
-        cs[0],
-        cs[1],
-        cs[2],
-    ];
+    let meta = f.params(&qp, [chunks as u32, chunk_len as u32]);
     cx.dispatch_groups(
         &kern,
         &bind,

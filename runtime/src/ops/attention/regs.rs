@@ -11,7 +11,7 @@
 //! multiply-adds. The price is the scratch, B · kvH · S · G · T floats: long prompts take their
 //! query rows in chunks whose scores fit [`Gpu::attention_scratch`](crate::Gpu::attention_scratch).
 
-use super::{BIAS_WGSL, Flash, Query, query_inputs};
+use super::{Flash, Query, query_inputs};
 use crate::error::Result;
 use crate::exec::{Ctx, GpuTensor};
 use crate::gpu::{Kernel, Storage};
@@ -179,12 +179,6 @@ pub(super) fn prompt_attention(
     if chunk == 0 {
         return Ok(false);
     }
-    let causal = f.seqlens.is_some();
-    let past_b = if causal {
-        "ldi_seqlens(b) + 1 - i32(S)"
-    } else {
-        "0"
-    };
     let p = cx.alloc(DType::F32, vec![b * kvh, chunk, t_len])?;
 
     // Pass 1: the scores.
@@ -194,102 +188,42 @@ pub(super) fn prompt_attention(
         .workgroup(64)
         .u32("R", r)
         .u32("C", C)
-        .bool("CAUSAL", causal)
-        .code("PAST_B", past_b)
         .f32("SCALE", f.scale)
         .code("SOFTCAP", &softcap)
         .code("DECL", &decl)
         .code("STEP", &step)
         .code("STORE", &store);
     let mut bind_qk: Vec<&GpuTensor> = Vec::new();
-    let (mut kern, qp) = query_inputs(q, kern, &mut bind_qk, None);
-    kern = kern.input("k", f.k.storage());
+    let (kern, qp) = query_inputs(q, kern, &mut bind_qk, None);
     bind_qk.push(f.k);
-    if let Some(sl) = f.seqlens {
-        kern = kern.input("seqlens", sl.storage());
-        bind_qk.push(sl);
-    }
-    let mut bstr = [0u32; 5];
-    if let Some(bs) = &f.bias {
-        bstr = [
-            bs.sb as u32,
-            bs.sg as u32,
-            bs.ss as u32,
-            bs.skv as u32,
-            bs.off as u32,
-        ];
-        kern = kern.input("bias", bs.t.storage()).code("BIAS", BIAS_WGSL);
-        bind_qk.push(bs.t);
-    } else {
-        kern = kern.code("BIAS", "");
-    }
-    let scores = kern.output("p", Storage::F32);
+    let kern = f.causal(kern.input("k", f.k.storage()), &mut bind_qk);
+    let scores = f.bias_input(kern, &mut bind_qk).output("p", Storage::F32);
     bind_qk.push(&p);
 
     // Pass 2: each row's softmax, in place.
-    let mut kern = Kernel::new("attn_softmax_rows", SOFTMAX)
-        .workgroup(64)
-        .bool("CAUSAL", causal)
-        .code("PAST_B", past_b);
     let mut bind_sm: Vec<&GpuTensor> = Vec::new();
-    if let Some(sl) = f.seqlens {
-        kern = kern.input("seqlens", sl.storage());
-        bind_sm.push(sl);
-    }
-    let softmax = kern.output("p", Storage::F32);
+    let kern = Kernel::new("attn_softmax_rows", SOFTMAX).workgroup(64);
+    let softmax = f.causal(kern, &mut bind_sm).output("p", Storage::F32);
     bind_sm.push(&p);
 
     // Pass 3: y = P·V.
     let (decl, step, store) = pv_code(r, C, f.v.storage() == Storage::F16, y.dtype == DType::F16);
-    let mut kern = Kernel::new("attn_pv_regs", PV)
+    let kern = Kernel::new("attn_pv_regs", PV)
         .workgroup(64)
         .u32("R", r)
         .u32("C", C)
-        .bool("CAUSAL", causal)
-        .code("PAST_B", past_b)
         .code("DECL", &decl)
         .code("STEP", &step)
         .code("STORE", &store)
         .input("p", Storage::F32)
         .input("v", f.v.storage());
     let mut bind_pv: Vec<&GpuTensor> = vec![&p, f.v];
-    if let Some(sl) = f.seqlens {
-        kern = kern.input("seqlens", sl.storage());
-        bind_pv.push(sl);
-    }
-    let pv = kern.output("y", y.storage());
+    let pv = f.causal(kern, &mut bind_pv).output("y", y.storage());
     bind_pv.push(y);
 
-    let window = if causal && f.window > 0 {
-        f.window as i32
-    } else {
-        -1
-    };
-    let qv = qp.view;
     for r_base in (0..rows).step_by(chunk) {
         let nr = chunk.min(rows - r_base);
-        let meta = [
-            b as u32,
-            s as u32,
-            h as u32,
-            kvh as u32,
-            d as u32,
-            t_len as u32,
-            window as u32,
-            bstr[0],
-            bstr[1],
-            bstr[2],
-            r_base as u32,
-            nr as u32,
-            qv[0],
-            qv[1],
-            qv[2],
-            qv[3],
-            qv[4],
-            qv[5],
-            bstr[3],
-            bstr[4],
-        ];
+        let meta = f.params(&qp, [r_base as u32, nr as u32]);
         let blocks = (b * kvh * nr.div_ceil(r as usize)) as u64;
         let key_blocks = t_len.div_ceil(C as usize) as u64;
         cx.dispatch(&scores, &bind_qk, &meta, blocks * key_blocks)?;
