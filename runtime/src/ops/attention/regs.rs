@@ -238,7 +238,8 @@ pub(super) fn prompt_attention(
 mod tests {
     use super::*;
 
-    /// The generated blocks leave no template keys and declare every variable they use once.
+    /// The generated blocks leave no template keys, keep one accumulator per block element and
+    /// load each key or value word once per column (pair) and each probability once per row.
     #[test]
     fn generated_blocks_are_plain_wgsl() {
         for (decl, step, store) in [
