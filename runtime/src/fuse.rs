@@ -46,10 +46,7 @@ use std::collections::{HashMap, HashSet};
 mod rotary_table;
 mod shared_attn;
 
-const FUSED_GEMV: &str = concat!(
-    include_str!("kernels/fused_gemv.wgsl"),
-    include_str!("kernels/wg_reduce.wgsl")
-);
+const FUSED_GEMV: &str = include_str!("kernels/fused_gemv.wgsl");
 
 /// Domain of fused nodes.
 pub const FUSED_DOMAIN: &str = "gg.fused";
@@ -888,10 +885,7 @@ fn rd_code(f16: bool) -> &'static str {
     }
 }
 
-const ROWS_PROLOGUE: &str = concat!(
-    include_str!("kernels/rows_prologue.wgsl"),
-    include_str!("kernels/wg_reduce.wgsl")
-);
+const ROWS_PROLOGUE: &str = include_str!("kernels/rows_prologue.wgsl");
 
 impl FusedGemv {
     /// The prologue over every row in one dispatch: the environment values it provides, or
@@ -926,7 +920,9 @@ impl FusedGemv {
         let row = |v: &Value| v.dtype() == act && v.shape() == shape.as_slice();
         let gamma = |v: &Value| v.dtype() == DType::F32 && v.numel() == k;
         let st = Storage::of(act).unwrap_or(Storage::F32);
-        let mut kern = Kernel::new("rows_prologue", ROWS_PROLOGUE).workgroup(WG);
+        let mut kern = Kernel::new("rows_prologue", ROWS_PROLOGUE)
+            .workgroup(WG)
+            .wg_reduce(cx.gpu.subgroups);
         let mut bind: Vec<GpuTensor> = Vec::new();
         let mut body = String::new();
         let mut scalar = 1.0f32;
@@ -1076,7 +1072,9 @@ impl FusedGemv {
         let row = |v: &Value| v.dtype() == act && v.numel() == k;
         let gamma = |v: &Value| v.dtype() == DType::F32 && v.numel() == k;
         let mut bind: Vec<GpuTensor> = Vec::new();
-        let mut kern = Kernel::new("fused_gemv", FUSED_GEMV).workgroup(WG);
+        let mut kern = Kernel::new("fused_gemv", FUSED_GEMV)
+            .workgroup(WG)
+            .wg_reduce(cx.gpu.subgroups);
         let mut scalar = 1.0f32;
         let mut pro = String::new();
         let st = |d: DType| Storage::of(d).unwrap_or(Storage::F32);
@@ -1620,10 +1618,7 @@ impl Fallback {
     }
 }
 
-const FUSED_NORMS: &str = concat!(
-    include_str!("kernels/fused_norms.wgsl"),
-    include_str!("kernels/wg_reduce.wgsl")
-);
+const FUSED_NORMS: &str = include_str!("kernels/fused_norms.wgsl");
 
 /// Independent RMS norms in one dispatch: (input slot (gamma = slot + 1), row length, epsilon).
 struct FusedNorms {
@@ -1641,7 +1636,9 @@ impl Op for FusedNorms {
         let act = if self.f16 { DType::F16 } else { DType::F32 };
         let mut bind = Vec::new();
         let mut shapes = Vec::new();
-        let mut kern = Kernel::new("fused_norms", FUSED_NORMS).workgroup(64);
+        let mut kern = Kernel::new("fused_norms", FUSED_NORMS)
+            .workgroup(64)
+            .wg_reduce(cx.gpu.subgroups);
         let mut fns = String::new();
         let mut disp = String::new();
         let mut row0 = 0usize;

@@ -20,12 +20,18 @@ pub fn list_adapters() -> Vec<String> {
 
 fn describe(a: &wgpu::Adapter) -> String {
     let i = a.get_info();
+    let f = a.features();
+    let sg = if f.contains(wgpu::Features::SUBGROUP) {
+        format!("{}-{}", i.subgroup_min_size, i.subgroup_max_size)
+    } else {
+        "no".into()
+    };
     format!(
-        "{} ({:?}, {:?}, f16: {})",
+        "{} ({:?}, {:?}, f16: {}, subgroups: {sg})",
         i.name,
         i.backend,
         i.device_type,
-        a.features().contains(wgpu::Features::SHADER_F16)
+        f.contains(wgpu::Features::SHADER_F16)
     )
 }
 
@@ -108,6 +114,13 @@ pub struct Gpu {
     pub limits: wgpu::Limits,
     /// Whether the adapter offers `shader-f16` (not required: f16 is unpacked in f32).
     pub has_shader_f16: bool,
+    /// Whether the device was opened with subgroup operations: the adapter offers them and
+    /// `GG_SUBGROUPS=0` did not turn them off. Workgroup reductions then add up within each
+    /// subgroup in registers and pass one value per subgroup through workgroup memory
+    /// ([`Kernel::wg_reduce`]). Native only: wgpu's WebGPU backend does not map the browser's
+    /// `subgroups` feature yet, so in the browser this is always false. Setting it to false on
+    /// an open device is always safe (tests do, to run both code paths on one adapter).
+    pub subgroups: bool,
     /// Whether the adapter is a software rasterizer running kernels on the CPU (WebGPU's
     /// fallback adapter, SwiftShader, llvmpipe/lavapipe, WARP): invocations run one after
     /// another there, so kernels that split a dot product across invocations (and pay
@@ -186,10 +199,19 @@ impl Gpu {
     pub async fn from_adapter(adapter: &wgpu::Adapter) -> Result<Self> {
         let limits = adapter.limits();
         let has_shader_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
+        #[cfg(not(target_arch = "wasm32"))]
+        let want_subgroups = !matches!(std::env::var("GG_SUBGROUPS").as_deref(), Ok("0"));
+        #[cfg(target_arch = "wasm32")]
+        let want_subgroups = true;
+        let subgroups = want_subgroups && adapter.features().contains(wgpu::Features::SUBGROUP);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("gg-runtime"),
-                required_features: wgpu::Features::empty(),
+                required_features: if subgroups {
+                    wgpu::Features::SUBGROUP
+                } else {
+                    wgpu::Features::empty()
+                },
                 required_limits: limits.clone(),
                 ..Default::default()
             })
@@ -226,6 +248,7 @@ impl Gpu {
             software: is_software(&adapter.get_info()),
             limits,
             has_shader_f16,
+            subgroups,
             counters: Counters::default(),
             pipelines: RefCell::new(HashMap::new()),
         })
@@ -435,7 +458,14 @@ pub struct Kernel {
     map_outputs: Vec<String>,
     /// WGSL placed after the bindings' accessors, before the body (see [`Kernel::alias`]).
     extra: String,
+    /// WGSL appended to the body, parameters included (see [`Kernel::wg_reduce`]).
+    tail: &'static str,
 }
+
+/// The workgroup reductions `wg_sum` / `wg_max` through workgroup memory ...
+const WG_REDUCE: &str = include_str!("kernels/wg_reduce.wgsl");
+/// ... and with subgroup operations.
+const WG_REDUCE_SG: &str = include_str!("kernels/wg_reduce_sg.wgsl");
 
 /// The attention-score softcap `v = c * tanh(v / c)` as a WGSL statement on variable `v` (the
 /// clamp keeps `tanh` finite on every backend); empty when `c <= 0` (no softcap).
@@ -512,6 +542,32 @@ impl Kernel {
             workgroup: MAP_WG,
             map_outputs: Vec::new(),
             extra: String::new(),
+            tail: "",
+        }
+    }
+
+    /// Adds the workgroup reductions `wg_sum(t, v)` and `wg_max(t, v)` (and the scratch
+    /// `red: array<f32, WG>`) for a body whose `main` ends its parameter list with `{{SG}}` and
+    /// starts with `{{SG_INIT}}`. With `subgroups` (the device's [`Gpu::subgroups`]) they
+    /// reduce within subgroups first (`wg_reduce_sg.wgsl`); otherwise as a tree in workgroup
+    /// memory (`wg_reduce.wgsl`).
+    pub fn wg_reduce(mut self, subgroups: bool) -> Self {
+        if subgroups {
+            self.tail = WG_REDUCE_SG;
+            // No `enable subgroups;`: naga (wgpu 30) rejects the directive and takes the
+            // built-ins on the device's SUBGROUP feature alone.
+            self.code(
+                "SG",
+                ", @builtin(subgroup_id) sg_id_in: u32, @builtin(num_subgroups) sg_n_in: u32, \
+                 @builtin(subgroup_invocation_id) sg_lane_in: u32",
+            )
+            .code(
+                "SG_INIT",
+                "sg_id = sg_id_in; sg_n = sg_n_in; sg_lane = sg_lane_in;",
+            )
+        } else {
+            self.tail = WG_REDUCE;
+            self.code("SG", "").code("SG_INIT", "")
         }
     }
 
@@ -626,6 +682,9 @@ impl Kernel {
         if !self.extra.is_empty() {
             k.push_str(&format!("|extra={}", self.extra));
         }
+        if !self.tail.is_empty() {
+            k.push_str(&format!("|tail={}", self.tail.len()));
+        }
         k
     }
 
@@ -696,7 +755,7 @@ impl Kernel {
             self.workgroup
         ));
         s.push_str(&self.extra);
-        let mut body = self.body.to_string();
+        let mut body = format!("{}\n{}", self.body, self.tail);
         for (k, v) in &self.params {
             body = body.replace(&format!("{{{{{k}}}}}"), v);
         }

@@ -36,6 +36,12 @@ fn contrib_ops_match_onnx_runtime() {
     let hardware = Rc::new(common::as_hardware(
         pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"),
     ));
+    // The normalisations' and attentions' workgroup reductions use subgroup operations where
+    // the device has them: every case runs without them too.
+    let plain = Rc::new(common::without_subgroups(
+        pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"),
+    ));
+    println!("adapter: {}, subgroups: {}", gpu.adapter, gpu.subgroups);
     let mut failures = Vec::new();
     let runs = cases.iter().flat_map(|case| {
         let by_kind = case
@@ -45,6 +51,9 @@ fn contrib_ops_match_onnx_runtime() {
         let mut v = vec![(case, &gpu, "")];
         if by_kind {
             v.push((case, &hardware, " [GPU kernels]"));
+        }
+        if gpu.subgroups {
+            v.push((case, &plain, " [no subgroups]"));
         }
         v
     });

@@ -292,7 +292,10 @@ fn gpu_as_hardware() -> Rc<Gpu> {
 
 #[test]
 fn fused_and_unfused_sessions_agree() {
-    for gpu in [gpu(), gpu_as_hardware()] {
+    let plain = Rc::new(common::without_subgroups(
+        pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"),
+    ));
+    for gpu in [gpu(), gpu_as_hardware(), plain] {
         fused_and_unfused_sessions_agree_on(gpu);
     }
 }

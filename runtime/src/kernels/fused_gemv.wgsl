@@ -85,7 +85,8 @@ fn xeo(i: u32) -> mat2x4<f32> {
 {{DOTS}}
 
 @compute @workgroup_size({{WG}})
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>{{SG}}) {
+    {{SG_INIT}}
     let flat = wid.x + wid.y * nwg.x;
     let v0 = prm[2];
     let v_end = prm[3];

@@ -6,7 +6,8 @@ fn xin(i: u32, l: u32) -> f32 {
 }
 
 @compute @workgroup_size({{WG}})
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>{{SG}}) {
+    {{SG_INIT}}
     let row = wid.x + wid.y * nwg.x;
     if (row >= prm[0]) { return; }
     let L = prm[1];

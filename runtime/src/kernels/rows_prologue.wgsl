@@ -20,7 +20,8 @@ fn rd(x: f32) -> f32 {
 }
 
 @compute @workgroup_size({{WG}})
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>{{SG}}) {
+    {{SG_INIT}}
     let row = wid.x + wid.y * nwg.x;
     // Uniform per workgroup, so the barriers below stay in uniform control flow.
     if (row >= prm_at(0u)) {

@@ -16,7 +16,8 @@ var<workgroup> sp: array<f32, {{WG}}>;
 {{KEY_BIAS}}
 
 @compute @workgroup_size({{WG}})
-fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>{{SG}}) {
+    {{SG_INIT}}
     let S = prm[1];
     let HQ = prm[2];
     let HKV = prm[3];

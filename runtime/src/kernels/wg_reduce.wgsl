@@ -1,4 +1,5 @@
-// Workgroup reductions shared by the row kernels (included before their bodies): every
+// Workgroup reductions shared by the row kernels (appended to their bodies by
+// Kernel::wg_reduce; wg_reduce_sg.wgsl when the device has subgroup operations): every
 // invocation t of the workgroup passes its value and gets the sum (or max) of all of them.
 // Each call ends with a barrier, so the scratch `red` can be reused at once.
 var<workgroup> red: array<f32, {{WG}}>;

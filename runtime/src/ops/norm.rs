@@ -8,10 +8,7 @@ use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::tensor::{DType, numel};
 
-const NORM: &str = concat!(
-    include_str!("../kernels/norm.wgsl"),
-    include_str!("../kernels/wg_reduce.wgsl")
-);
+const NORM: &str = include_str!("../kernels/norm.wgsl");
 
 struct Norm {
     simple: bool,
@@ -75,6 +72,7 @@ impl Op for Norm {
 
         let mut k = Kernel::new("norm", NORM)
             .workgroup(64)
+            .wg_reduce(cx.gpu.subgroups)
             .bool("SIMPLE", self.simple)
             .f32("EPS", self.eps);
         let mut bind: Vec<&GpuTensor> = vec![&x];

@@ -12,14 +12,8 @@ use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage, wgsl_f32};
 use crate::tensor::DType;
 
-const SDPA: &str = concat!(
-    include_str!("../kernels/sdpa.wgsl"),
-    include_str!("../kernels/wg_reduce.wgsl")
-);
-const SDPA_QK: &str = concat!(
-    include_str!("../kernels/sdpa_qk.wgsl"),
-    include_str!("../kernels/wg_reduce.wgsl")
-);
+const SDPA: &str = include_str!("../kernels/sdpa.wgsl");
+const SDPA_QK: &str = include_str!("../kernels/sdpa_qk.wgsl");
 const SDPA_KV: &str = include_str!("../kernels/sdpa_kv.wgsl");
 
 /// Workgroup size of the attention kernels (keys per online-softmax chunk).
@@ -222,6 +216,7 @@ impl Plan<'_> {
     fn run(&self, cx: &mut Ctx<'_>, shape: Vec<usize>, y: Strides) -> Result<GpuTensor> {
         let out = cx.alloc(DType::F32, shape)?;
         let (k, bind) = self.kernel("sdpa", SDPA, &out, "y")?;
+        let k = k.wg_reduce(cx.gpu.subgroups);
         let rows = (self.b * self.hq * self.s) as u64;
         cx.dispatch(&k, &bind, &self.meta(y), rows * WG as u64)?;
         Ok(out)
@@ -231,6 +226,7 @@ impl Plan<'_> {
     fn scores(&self, cx: &mut Ctx<'_>, mode: u32) -> Result<GpuTensor> {
         let out = cx.alloc(DType::F32, vec![self.b, self.hq, self.s, self.t])?;
         let (k, bind) = self.kernel("sdpa_qk", SDPA_QK, &out, "out")?;
+        let k = k.wg_reduce(cx.gpu.subgroups);
         let k = k.u32("MODE", mode);
         let rows = (self.b * self.hq * self.s) as u64;
         cx.dispatch(&k, &bind, &self.meta([0; 3]), rows * WG as u64)?;

@@ -19,6 +19,15 @@ pub fn as_hardware(mut gpu: Gpu) -> Gpu {
     gpu
 }
 
+/// `gpu` with its workgroup reductions through workgroup memory only, even where the device
+/// has subgroup operations (lavapipe and SwiftShader natively): the kernels built with
+/// `Kernel::wg_reduce` are then tested in both forms on such machines. The browser never has
+/// them (wgpu's WebGPU backend does not expose subgroups), so this is its form.
+pub fn without_subgroups(mut gpu: Gpu) -> Gpu {
+    gpu.subgroups = false;
+    gpu
+}
+
 /// Runs every data set of a case folder.
 pub fn run_case(
     gpu: &Rc<Gpu>,
