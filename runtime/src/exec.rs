@@ -75,6 +75,38 @@ impl GpuTensor {
     pub fn numel(&self) -> usize {
         numel(&self.shape)
     }
+    /// Whether this tensor is the only holder of its whole buffer: no clone, view or pack
+    /// member, no caller and no session constant refers to it, so an op may write into it and
+    /// hand it on as its result. [`crate::Session::run`] moves a value into the last node that
+    /// reads it, so a graph input its caller gave away (the generator's KV cache) arrives
+    /// there held by that node's inputs alone.
+    pub(crate) fn is_sole_owner(&self) -> bool {
+        self.view.is_none() && self.split.is_none() && Rc::strong_count(&self.buf) == 1
+    }
+    /// Bytes of the buffer (at least what the shape needs: pool buckets and
+    /// [`Ctx::alloc_spare`] leave room after it).
+    pub(crate) fn capacity(&self) -> u64 {
+        self.buf.buffer.size()
+    }
+    /// The same buffer as a tensor of `shape`, which may be larger than this tensor's as long
+    /// as the buffer holds it (a cache grown in place; see [`GpuTensor::is_sole_owner`]).
+    pub(crate) fn regrown(&self, shape: Vec<usize>) -> Result<Self> {
+        let need = self.storage().bytes(numel(&shape));
+        if self.view.is_some() || self.split.is_some() || need > self.capacity() {
+            return Err(Error::Gpu(format!(
+                "cannot grow {:?} to {shape:?} in its buffer of {} bytes",
+                self.shape,
+                self.capacity()
+            )));
+        }
+        Ok(Self {
+            dtype: self.dtype,
+            shape,
+            buf: self.buf.clone(),
+            split: None,
+            view: None,
+        })
+    }
     /// Same buffer, new shape (element count must match).
     pub fn reshaped(&self, shape: Vec<usize>) -> Self {
         Self {
@@ -234,10 +266,21 @@ impl<'a> Ctx<'a> {
 
     /// An uninitialised GPU tensor (from the pool when possible).
     pub fn alloc(&mut self, dtype: DType, shape: Vec<usize>) -> Result<GpuTensor> {
+        self.alloc_spare(dtype, shape, 0)
+    }
+
+    /// [`Ctx::alloc`] with room for at least `spare` more elements after the tensor's own (a
+    /// cache that will grow in place: [`GpuTensor::regrown`]).
+    pub fn alloc_spare(
+        &mut self,
+        dtype: DType,
+        shape: Vec<usize>,
+        spare: usize,
+    ) -> Result<GpuTensor> {
         let storage = Storage::of(dtype).ok_or_else(|| {
             Error::Gpu(format!("{} tensors cannot live on the GPU", dtype.name()))
         })?;
-        let size = bucket(storage.bytes(numel(&shape)));
+        let size = bucket(storage.bytes(numel(&shape).saturating_add(spare)));
         self.check_size(size)?;
         let found = {
             let mut p = self.pool.borrow_mut();

@@ -678,15 +678,28 @@ impl Session {
                 },
                 other => other,
             };
-            let mut ins: Vec<Option<Value>> = Vec::with_capacity(self.node_in[n].len());
-            for (k, vid) in self.node_in[n].iter().enumerate() {
+            let node_in = &self.node_in[n];
+            let mut ins: Vec<Option<Value>> = Vec::with_capacity(node_in.len());
+            for (k, vid) in node_in.iter().enumerate() {
                 let v = match vid {
                     None => None,
-                    Some(vid) => Some(env[*vid].clone().ok_or_else(|| Error::Op {
-                        node: node.name.clone(),
-                        op: node.op_type.clone(),
-                        reason: format!("input {} was never produced", node.inputs[k]),
-                    })?),
+                    Some(vid) => {
+                        // A value this node reads last (and in no later slot) is moved into
+                        // its inputs, not cloned: an op may then find a buffer nobody else
+                        // holds and reuse it (GroupQueryAttention grows the KV cache in place).
+                        let last = self.frees[step].contains(vid)
+                            && !node_in[k + 1..].contains(&Some(*vid));
+                        let v = if last {
+                            env[*vid].take()
+                        } else {
+                            env[*vid].clone()
+                        };
+                        Some(v.ok_or_else(|| Error::Op {
+                            node: node.name.clone(),
+                            op: node.op_type.clone(),
+                            reason: format!("input {} was never produced", node.inputs[k]),
+                        })?)
+                    }
                 };
                 ins.push(v);
             }

@@ -428,10 +428,13 @@ fn gqa_cases_match_with_fewer_storage_bindings() {
             d_short, expect,
             "{limit} bindings: K, V appends (+ Q rotary) + attention"
         );
+        // The long case's past (300 rows, uploaded into a pooled buffer with room for 320)
+        // is this node's to keep: its cache grows in place, and without past bindings K and V
+        // are appended by one dispatch at 8 (5 + the two rotary tables), not at 6.
         assert_eq!(
             d_long,
-            expect + 1,
-            "{limit} bindings: + the split's combine"
+            if limit == 8 { 3 } else { 5 },
+            "{limit} bindings: appends in place + the split attention + its combine"
         );
         // Packed caches: K and V appended by one dispatch at 8 (5 + 1 table + 2 pasts), each
         // by its own at 6; the attention rotates Q itself at both.

@@ -2,10 +2,11 @@
 //! `present.*` stays on the GPU and is fed back as the next `past_key_values.*`.
 //!
 //! The cache tensors are never read back: the decoder's `present.*` outputs are GPU tensors
-//! of the decoder session's buffer pool, handed over as the next step's inputs. The pool hands
-//! out size buckets (each bucket at most 25% above the request), and the previous step's cache
-//! returns to it when replaced, so buffers are created only when the cache outgrows its bucket:
-//! capacity grows geometrically, not every step.
+//! handed over (moved, no clone kept) as the next step's inputs. Given away like that, a past
+//! whose buffer has room becomes the present in place: GroupQueryAttention writes only the new
+//! rows into it (gg-runtime `ops/attention.rs`, `Gqa::append`). When a cache outgrows its
+//! buffer it is copied once into a new one with room for a quarter more (at least 16 rows), so
+//! capacity grows geometrically and a decode step neither copies nor allocates the cache.
 
 use crate::error::{LlmError, Result};
 use crate::model::GemmaModel;

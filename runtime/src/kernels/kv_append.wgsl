@@ -5,7 +5,8 @@
 // past buffer) or 0 after that. PAIR: the values too, in the same pass (`xv` through its view
 // (vsb, vss, vsh, voff), `pastv` -> `yv`), so one dispatch appends both.
 // past_b = seqlens_k[b] + 1 - S.
-// prm: [n, kvH, T, D, S, P, sb, ss, sh, off, rot_dim, half, vsb, vss, vsh, voff]
+// prm: [n, kvH, T, D, S, P, sb, ss, sh, off, rot_dim, half, vsb, vss, vsh, voff, first element
+// (kv_append_in_place.wgsl)]
 fn new_key(b: u32, s: u32, h: u32, d: u32, pos: u32) -> f32 {
     let base = prm[9] + b * prm[6] + s * prm[7] + h * prm[8];
     let rot = prm[10];

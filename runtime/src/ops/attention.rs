@@ -17,6 +17,11 @@ const KV_APPEND: &str = concat!(
     include_str!("../kernels/kv_append.wgsl"),
     include_str!("../kernels/rotate.wgsl")
 );
+const KV_APPEND_IN_PLACE: &str = concat!(
+    include_str!("../kernels/kv_append.wgsl"),
+    include_str!("../kernels/rotate.wgsl"),
+    include_str!("../kernels/kv_append_in_place.wgsl")
+);
 const GQA: &str = include_str!("../kernels/gqa.wgsl");
 const Q_PREP: &str = include_str!("../kernels/q_prep.wgsl");
 const Q_PREP_ROT: &str = concat!(
@@ -225,6 +230,15 @@ impl Op for Gqa {
                 _ => Ok(None),
             }
         };
+        // The past K and V given up by their owner (this node's inputs hold them alone): the
+        // presents may grow in their buffers.
+        let sole = |i: usize| matches!(inputs.get(i).copied().flatten(), Some(Value::Gpu(t)) if t.is_sole_owner());
+        let donated = sole(3) && sole(4);
+        // Where the new rows start, when the host knows seqlens_k (batch 1).
+        let new_from = match inputs.get(5).copied().flatten() {
+            Some(Value::Host(h)) if h.numel() == 1 => h.to_i64().first().copied(),
+            _ => None,
+        };
         let q_in = cx.to_gpu(req(inputs, 0)?)?;
         let key = opt(cx, 1)?;
         let value = opt(cx, 2)?;
@@ -335,6 +349,7 @@ impl Op for Gqa {
             &seqlens,
             [b, kvh, t_len, d, s, p],
             kv_dtype,
+            donated.then(|| new_from.map_or(0, |v| v + 1 - s as i64)),
         )?;
         let bias = match &bias {
             Some(bt) => {
@@ -945,6 +960,13 @@ impl Gqa {
     /// [B, S, kvH, D] view), the keys rotated when `rot` (cos, sin, rotary dim) is given, at
     /// positions from `seqlens`. One dispatch for both when the adapter has the storage
     /// bindings, else one each.
+    ///
+    /// `donated`: the pasts are this node's to reuse, and the first row that may change when
+    /// the host knows it (else 0). With one batch and one kv head (Gemma's caches), pasts whose
+    /// buffers hold T rows then become the presents in place: only the new rows are written, and
+    /// no cache is copied or allocated. Otherwise the presents are new buffers, with room to
+    /// grow by a quarter (at least 16 rows) when they could grow in place later, so a cache
+    /// is copied once per growth instead of every step.
     #[allow(clippy::too_many_arguments)] // reason: source views + rotary + pasts + sizes
     fn append(
         &self,
@@ -955,8 +977,11 @@ impl Gqa {
         seqlens: &GpuTensor,
         dims: [usize; 6],
         dtype: DType,
+        donated: Option<i64>,
     ) -> Result<(GpuTensor, GpuTensor)> {
         let [b, kvh, t, d, _, p] = dims;
+        let shape = vec![b, kvh, t, d];
+        let one_row_block = b * kvh == 1;
         for pt in past.iter().flatten() {
             if p > 0 && pt.shape != [b, kvh, p, d] {
                 return Err(op_err(format!(
@@ -965,13 +990,50 @@ impl Gqa {
                 )));
             }
         }
+        if let (Some(from), [Some(pk), Some(pv)]) = (donated, past)
+            && one_row_block
+            && p > 0
+            && pk.dtype == dtype
+            && pv.dtype == dtype
+            && d % Storage::of(dtype).map_or(1, |st| st.per_word() as usize) == 0
+            && let (Ok(out_k), Ok(out_v)) = (pk.regrown(shape.clone()), pv.regrown(shape.clone()))
+        {
+            let from = usize::try_from(from).unwrap_or(0).min(p);
+            let outs = [&out_k, &out_v];
+            self.append_into(cx, src, rot, [None, None], seqlens, dims, outs, Some(from))?;
+            return Ok((out_k, out_v));
+        }
         let past = past.map(|pt| pt.filter(|_| p > 0));
+        let spare = if one_row_block {
+            (t / 4).max(16) * d
+        } else {
+            0
+        };
+        let out_k = cx.alloc_spare(dtype, shape.clone(), spare)?;
+        let out_v = cx.alloc_spare(dtype, shape, spare)?;
+        self.append_into(cx, src, rot, past, seqlens, dims, [&out_k, &out_v], None)?;
+        Ok((out_k, out_v))
+    }
+
+    /// The presents' dispatches (see [`Gqa::append`]): one for both when the adapter has the
+    /// storage bindings, else one each. `in_place`: the first row to write of presents that
+    /// are the pasts' own buffers (no past bindings then).
+    #[allow(clippy::too_many_arguments)] // reason: source views + rotary + pasts + sizes
+    fn append_into(
+        &self,
+        cx: &mut Ctx<'_>,
+        src: [(&GpuTensor, &Layout); 2],
+        rot: Option<(&GpuTensor, &GpuTensor, usize)>,
+        past: [Option<&GpuTensor>; 2],
+        seqlens: &GpuTensor,
+        dims: [usize; 6],
+        [out_k, out_v]: [&GpuTensor; 2],
+        in_place: Option<usize>,
+    ) -> Result<()> {
         // The sources, seqlens, the rotary tables (none without rotary, one when packed) and
         // the two results, plus the pasts.
         let tables = rot.map_or(0, |(c, s, _)| cos_sin_bindings(c, s));
         let pair_bindings = 5 + tables + past.iter().flatten().count() as u32;
-        let out_k = cx.alloc(dtype, vec![b, kvh, t, d])?;
-        let out_v = cx.alloc(dtype, vec![b, kvh, t, d])?;
         if pair_bindings <= cx.gpu.max_bindings() {
             self.append_one(
                 cx,
@@ -981,8 +1043,9 @@ impl Gqa {
                 past,
                 seqlens,
                 dims,
-                [&out_k, &out_v],
-            )?;
+                [out_k, out_v],
+                in_place,
+            )
         } else {
             self.append_one(
                 cx,
@@ -992,7 +1055,8 @@ impl Gqa {
                 [past[0], None],
                 seqlens,
                 dims,
-                [&out_k, &out_k],
+                [out_k, out_k],
+                in_place,
             )?;
             self.append_one(
                 cx,
@@ -1002,14 +1066,15 @@ impl Gqa {
                 [past[1], None],
                 seqlens,
                 dims,
-                [&out_v, &out_v],
-            )?;
+                [out_v, out_v],
+                in_place,
+            )
         }
-        Ok((out_k, out_v))
     }
 
     /// One kv_append.wgsl dispatch: `out[0]` from `key` (rotated when `rot`) and `past[0]`;
-    /// with `value`, also `out[1]` from it and `past[1]`.
+    /// with `value`, also `out[1]` from it and `past[1]`. `in_place`: the outputs are the
+    /// pasts' buffers, written from that row on (`kv_append_in_place.wgsl`).
     #[allow(clippy::too_many_arguments)] // reason: source views + rotary + pasts + sizes
     fn append_one(
         &self,
@@ -1021,10 +1086,16 @@ impl Gqa {
         seqlens: &GpuTensor,
         dims: [usize; 6],
         out: [&GpuTensor; 2],
+        in_place: Option<usize>,
     ) -> Result<()> {
         let [_, kvh, t, d, s, p] = dims;
         let n = out[0].numel();
-        let mut k = Kernel::new("kv_append", KV_APPEND)
+        let body = if in_place.is_some() {
+            KV_APPEND_IN_PLACE
+        } else {
+            KV_APPEND
+        };
+        let mut k = Kernel::new("kv_append", body)
             .bool("ROTARY", rot.is_some())
             .bool("INTERLEAVED", self.interleaved)
             .input("x", src.storage())
@@ -1077,13 +1148,22 @@ impl Gqa {
         }
         k = k.output("y", out[0].storage());
         bind.push(out[0]);
-        if value.is_some() {
-            k = k.output("yv", out[1].storage()).mapped_pair("y", "yv");
-            bind.push(out[1]);
-        } else {
-            k = k.mapped("y");
+        let epw = out[0].storage().per_word() as usize;
+        let first = in_place.map_or(0, |row| row * d);
+        match (value.is_some(), in_place.is_some()) {
+            (true, false) => k = k.output("yv", out[1].storage()).mapped_pair("y", "yv"),
+            (false, false) => k = k.mapped("y"),
+            (true, true) => {
+                k = k
+                    .output("yv", out[1].storage())
+                    .code("STORE_V", "st_yv(w, a.y, b.y);")
+            }
+            (false, true) => k = k.code("STORE_V", ""),
         }
-        let words = n.div_ceil(out[0].storage().per_word() as usize);
+        if value.is_some() {
+            bind.push(out[1]);
+        }
+        let words = n.div_ceil(epw) - first / epw;
         cx.dispatch(
             &k,
             &bind,
@@ -1104,6 +1184,7 @@ impl Gqa {
                 vl[1],
                 vl[2],
                 vl[3],
+                first as u32,
             ],
             words as u64,
         )?;
