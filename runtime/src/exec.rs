@@ -239,6 +239,20 @@ pub struct Ctx<'a> {
     cmds: Vec<Cmd>,
     meta: Vec<u32>,
     meta_buf: &'a RefCell<wgpu::Buffer>,
+    /// The host constants among the inputs of the node being run (see [`ConstCopy`]).
+    pub(crate) consts: Vec<ConstCopy>,
+}
+
+/// A host constant (a small initializer kept on the host for the ops that read it there) given
+/// to the node being run, and the GPU copy the session keeps of it: [`Ctx::upload`] returns
+/// that copy instead of uploading the constant again, and makes it on first use. The constant is
+/// recognised by the address and length of its bytes in the node's inputs.
+pub(crate) struct ConstCopy {
+    pub(crate) addr: usize,
+    pub(crate) len: usize,
+    /// The constant's value id in the session.
+    pub(crate) id: usize,
+    pub(crate) gpu: Option<GpuTensor>,
 }
 
 impl<'a> Ctx<'a> {
@@ -253,6 +267,7 @@ impl<'a> Ctx<'a> {
             cmds: Vec::new(),
             meta: Vec::new(),
             meta_buf,
+            consts: Vec::new(),
         }
     }
 
@@ -342,8 +357,38 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
-    /// Uploads a host tensor (int64 narrowed to i32, bool widened to words, f16 packed).
+    /// Uploads a host tensor (int64 narrowed to i32, bool widened to words, f16 packed). A
+    /// host constant of the node being run is uploaded once per session: its copy is reused.
     pub fn upload(&mut self, t: &HostTensor) -> Result<GpuTensor> {
+        let (addr, len) = (t.data.as_ptr() as usize, t.data.len());
+        let known = self
+            .consts
+            .iter()
+            .position(|c| len > 0 && c.addr == addr && c.len == len);
+        if let Some(i) = known {
+            if let Some(g) = &self.consts[i].gpu
+                && g.dtype == t.dtype
+                && g.shape == t.shape
+            {
+                return Ok(g.clone());
+            }
+            let bytes = to_gpu_bytes(t)?;
+            let storage = Storage::of(t.dtype).ok_or_else(|| {
+                Error::Gpu(format!("{} tensors cannot live on the GPU", t.dtype.name()))
+            })?;
+            let buffer = self.gpu.create_buffer(storage.bytes(t.numel()), "constant");
+            self.gpu.queue.write_buffer(&buffer, 0, &bytes);
+            self.gpu.count_upload(bytes.len() as u64);
+            let g = GpuTensor {
+                dtype: t.dtype,
+                shape: t.shape.clone(),
+                buf: PooledBuffer::unpooled(buffer),
+                split: None,
+                view: None,
+            };
+            self.consts[i].gpu = Some(g.clone());
+            return Ok(g);
+        }
         let bytes = to_gpu_bytes(t)?;
         let storage = Storage::of(t.dtype).ok_or_else(|| {
             Error::Gpu(format!("{} tensors cannot live on the GPU", t.dtype.name()))

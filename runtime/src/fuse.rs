@@ -1585,24 +1585,32 @@ impl Fallback {
         preset: Vec<(usize, Value)>,
         skip: &[bool],
     ) -> Result<Vec<Value>> {
+        // Values produced here (and the preset ones); the fused node's own inputs are passed
+        // on by reference, not copied (so that host constants keep their identity: their GPU
+        // copies are reused, see `Ctx::upload`).
         let mut env: Vec<Option<Value>> = vec![None; self.n_slots];
-        for (i, v) in inputs.iter().enumerate().take(self.n_in) {
-            env[i] = v.cloned();
-        }
         for (slot, v) in preset {
             env[slot] = Some(v);
         }
+        let input = |i: usize| {
+            if i < self.n_in {
+                inputs.get(i).copied().flatten()
+            } else {
+                None
+            }
+        };
         for (i, s) in self.subs.iter().enumerate() {
             if skip.get(i).copied().unwrap_or(false) {
                 continue;
             }
-            let ins: Vec<Option<Value>> = s
-                .ins
-                .iter()
-                .map(|i| i.and_then(|i| env[i].clone()))
-                .collect();
-            let refs: Vec<Option<&Value>> = ins.iter().map(Option::as_ref).collect();
-            let outs = s.op.run(cx, &refs)?;
+            let outs = {
+                let refs: Vec<Option<&Value>> = s
+                    .ins
+                    .iter()
+                    .map(|i| i.and_then(|i| env[i].as_ref().or_else(|| input(i))))
+                    .collect();
+                s.op.run(cx, &refs)?
+            };
             for (slot, v) in s.outs.iter().zip(outs) {
                 env[*slot] = Some(v);
             }
@@ -1612,6 +1620,7 @@ impl Fallback {
             .map(|&s| {
                 env[s]
                     .take()
+                    .or_else(|| input(s).cloned())
                     .ok_or_else(|| op_err("fused fallback did not produce an output"))
             })
             .collect()

@@ -34,6 +34,9 @@ pub struct Session {
     node_in: Vec<Vec<Option<usize>>>,
     node_out: Vec<Vec<usize>>,
     consts: Vec<Option<Value>>,
+    /// GPU copies of host constants, made the first time an op uploads one (see
+    /// [`crate::exec::ConstCopy`]).
+    const_copies: RefCell<Vec<Option<GpuTensor>>>,
     pool: Rc<RefCell<PoolState>>,
     meta_buf: RefCell<wgpu::Buffer>,
     fused: Vec<String>,
@@ -236,6 +239,7 @@ impl Session {
             node_in,
             node_out,
             consts: vec![None; ids.len()],
+            const_copies: RefCell::new(vec![None; ids.len()]),
             ids,
             pool: Rc::new(RefCell::new(PoolState::default())),
             meta_buf: RefCell::new(meta_buf),
@@ -709,6 +713,19 @@ impl Session {
                     ins[k] = Some(Value::Host(cx.download(&t).await.map_err(wrap)?));
                 }
             }
+            cx.consts.clear();
+            for (vid, v) in node_in.iter().zip(&ins) {
+                if let (Some(vid), Some(Value::Host(h))) = (vid, v)
+                    && matches!(self.consts[*vid], Some(Value::Host(_)))
+                {
+                    cx.consts.push(crate::exec::ConstCopy {
+                        addr: h.data.as_ptr() as usize,
+                        len: h.data.len(),
+                        id: *vid,
+                        gpu: self.const_copies.borrow()[*vid].clone(),
+                    });
+                }
+            }
             let refs: Vec<Option<&Value>> = ins.iter().map(Option::as_ref).collect();
             let profiling = self.profile.borrow().is_some();
             let clock = if profiling {
@@ -717,6 +734,11 @@ impl Session {
                 None
             };
             let outs = self.ops[n].run(&mut cx, &refs).map_err(wrap)?;
+            for c in cx.consts.drain(..) {
+                if let Some(g) = c.gpu {
+                    self.const_copies.borrow_mut()[c.id].get_or_insert(g);
+                }
+            }
             self.gpu.take_error().map_err(wrap)?;
             if profiling {
                 let micros = profile_micros(&mut cx, &self.gpu, clock);

@@ -341,6 +341,33 @@ fn fused_and_unfused_sessions_agree_on(gpu: Rc<Gpu>) {
     }
 }
 
+/// The small initializers the session keeps on the host (the norms' gammas here) are uploaded
+/// once, the first time a kernel needs them: a second run uploads only its inputs and creates
+/// no buffer, fused or not.
+#[test]
+fn host_constants_are_uploaded_once() {
+    let gpu = gpu();
+    for fuse in [true, false] {
+        let s = session(&gpu, layer(&[]), fuse);
+        let first = run(&s, 1);
+        let before = gpu.counters.snapshot();
+        let second = run(&s, 1);
+        let after = gpu.counters.snapshot();
+        assert_close(&first, &second);
+        let inputs = (2 * K + 3 * 32) as u64 * 4;
+        assert_eq!(
+            after.bytes_uploaded - before.bytes_uploaded,
+            inputs,
+            "fuse {fuse}: bytes uploaded by the second run"
+        );
+        assert_eq!(
+            after.buffers_created - before.buffers_created,
+            0,
+            "fuse {fuse}: buffers created by the second run"
+        );
+    }
+}
+
 #[test]
 fn guards_keep_groups_with_outside_readers_unfused() {
     let gpu = gpu();

@@ -171,6 +171,8 @@ impl BenchModel {
                 "dispatches_per_token": r.dispatches_per_token,
                 "submits_per_token": r.submits_per_token,
                 "bytes_read_back_per_token": r.bytes_read_back_per_token,
+                "buffers_created_per_token": r.buffers_created_per_token,
+                "bytes_uploaded_per_token": r.bytes_uploaded_per_token,
             });
             Ok(JsValue::from_str(&doc.to_string()))
         })

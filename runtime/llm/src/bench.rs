@@ -63,6 +63,8 @@ pub struct DecodeRun {
     pub bytes_read_back_per_token: f64,
     /// GPU buffers created per decoded token (0 once the pools are warm).
     pub buffers_created_per_token: f64,
+    /// Bytes uploaded from the host per decoded token.
+    pub bytes_uploaded_per_token: f64,
 }
 
 impl DecodeRun {
@@ -130,6 +132,7 @@ pub async fn decode(model: &GemmaModel, context: usize, tokens: usize) -> Result
         submits_per_token: per(s.decode_submits),
         bytes_read_back_per_token: per(s.decode_bytes_read_back),
         buffers_created_per_token: per(s.decode_buffers_created),
+        bytes_uploaded_per_token: per(s.decode_bytes_uploaded),
     })
 }
 
@@ -215,6 +218,7 @@ mod tests {
             submits_per_token: 0.0,
             bytes_read_back_per_token: 0.0,
             buffers_created_per_token: 0.0,
+            bytes_uploaded_per_token: 0.0,
         };
         assert_eq!(d.tok_s(), 0.0);
     }

@@ -31,6 +31,9 @@ pub struct GenerationStats {
     pub decode_bytes_read_back: u64,
     /// GPU buffers created during decode steps.
     pub decode_buffers_created: u64,
+    /// Bytes written from the host to the GPU during decode steps (the new ids, positions and
+    /// mask; constants are uploaded once).
+    pub decode_bytes_uploaded: u64,
     /// Queue submits during decode steps.
     pub decode_submits: u64,
 }
@@ -292,5 +295,6 @@ fn add(stats: &mut GenerationStats, before: &CounterSnapshot, after: &CounterSna
     stats.decode_dispatches += after.dispatches - before.dispatches;
     stats.decode_bytes_read_back += after.bytes_read_back - before.bytes_read_back;
     stats.decode_buffers_created += after.buffers_created - before.buffers_created;
+    stats.decode_bytes_uploaded += after.bytes_uploaded - before.bytes_uploaded;
     stats.decode_submits += after.submits - before.submits;
 }
