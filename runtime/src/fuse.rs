@@ -47,6 +47,27 @@ mod rotary_table;
 mod shared_attn;
 
 const FUSED_GEMV: &str = include_str!("kernels/fused_gemv.wgsl");
+/// The fused GEMV's per-column sum of its TPC lanes' partial sums (r0, r1 -> a0, a1): a tree in
+/// workgroup memory ...
+const REDUCE_TREE: &str = "red[t] = r0;
+        red1[t] = r1;
+        workgroupBarrier();
+        for (var s = TPC / 2u; s > 0u; s = s / 2u) {
+            if (lane < s) {
+                red[t] = red[t] + red[t + s];
+                red1[t] = red1[t] + red1[t + s];
+            }
+            workgroupBarrier();
+        }
+        let a0 = red[t];
+        let a1 = red1[t];";
+/// ... or a butterfly of subgroup shuffles (the lanes are consecutive in one subgroup).
+const REDUCE_SHUFFLE: &str = "var a0 = r0;
+        var a1 = r1;
+        for (var s = TPC / 2u; s > 0u; s = s / 2u) {
+            a0 = a0 + subgroupShuffleXor(a0, s);
+            a1 = a1 + subgroupShuffleXor(a1, s);
+        }";
 
 /// Domain of fused nodes.
 pub const FUSED_DOMAIN: &str = "gg.fused";
@@ -1425,6 +1446,10 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
         if bind.len() as u32 + 1 > self.limits.storage_buffers {
             return Ok(None);
         }
+        // A column's lanes add up through subgroup shuffles when they fit in one subgroup and
+        // the workgroup is whole subgroups (see `Gpu::subgroup_sizes`).
+        let (sg_min, sg_max) = cx.gpu.subgroup_sizes;
+        let shuffle = cx.gpu.subgroups && tpc > 1 && tpc <= sg_min && WG.is_multiple_of(sg_max);
         let kern = kern
             .u32("K", k as u32)
             .u32("NB", nb as u32)
@@ -1485,6 +1510,8 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
             .code("PROLOGUE", &pro)
             .code("COMPUTE", &compute)
             .code("VALUE", &value)
+            .code("ORDER", if shuffle { "sg_id * sg_size + sg_lane" } else { "t" })
+            .code("REDUCE", if shuffle { REDUCE_SHUFFLE } else { REDUCE_TREE })
             .code("STORE", &store);
         let split_at = split.as_ref().map(|(at, _)| *at);
         let ranges: Vec<(usize, usize, Option<GpuTensor>)> = match split {

@@ -121,6 +121,10 @@ pub struct Gpu {
     /// `subgroups` feature yet, so in the browser this is always false. Setting it to false on
     /// an open device is always safe (tests do, to run both code paths on one adapter).
     pub subgroups: bool,
+    /// The smallest and largest subgroup sizes the adapter may use (meaningful with
+    /// `subgroups`): kernels that need a group of lanes inside one subgroup check it against
+    /// the minimum, and that their workgroups are whole subgroups against the maximum.
+    pub subgroup_sizes: (u32, u32),
     /// Whether the adapter is a software rasterizer running kernels on the CPU (WebGPU's
     /// fallback adapter, SwiftShader, llvmpipe/lavapipe, WARP): invocations run one after
     /// another there, so kernels that split a dot product across invocations (and pay
@@ -249,6 +253,10 @@ impl Gpu {
             limits,
             has_shader_f16,
             subgroups,
+            subgroup_sizes: {
+                let i = adapter.get_info();
+                (i.subgroup_min_size, i.subgroup_max_size)
+            },
             counters: Counters::default(),
             pipelines: RefCell::new(HashMap::new()),
         })
@@ -559,11 +567,12 @@ impl Kernel {
             self.code(
                 "SG",
                 ", @builtin(subgroup_id) sg_id_in: u32, @builtin(num_subgroups) sg_n_in: u32, \
-                 @builtin(subgroup_invocation_id) sg_lane_in: u32",
+                 @builtin(subgroup_invocation_id) sg_lane_in: u32, \
+                 @builtin(subgroup_size) sg_size_in: u32",
             )
             .code(
                 "SG_INIT",
-                "sg_id = sg_id_in; sg_n = sg_n_in; sg_lane = sg_lane_in;",
+                "sg_id = sg_id_in; sg_n = sg_n_in; sg_lane = sg_lane_in; sg_size = sg_size_in;",
             )
         } else {
             self.tail = WG_REDUCE;

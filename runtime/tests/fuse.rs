@@ -292,10 +292,12 @@ fn gpu_as_hardware() -> Rc<Gpu> {
 
 #[test]
 fn fused_and_unfused_sessions_agree() {
-    let plain = Rc::new(common::without_subgroups(
-        pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"),
-    ));
-    for gpu in [gpu(), gpu_as_hardware(), plain] {
+    // Natively the adapter has subgroups (lavapipe: 8 lanes): the norms' reductions and, with
+    // 8 threads per column, the GEMV's column sums use them; both are run without too.
+    let open = || pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)");
+    let plain = Rc::new(common::without_subgroups(open()));
+    let plain_hw = Rc::new(common::without_subgroups(common::as_hardware(open())));
+    for gpu in [gpu(), gpu_as_hardware(), plain, plain_hw] {
         fused_and_unfused_sessions_agree_on(gpu);
     }
 }

@@ -105,8 +105,12 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         bsum[b] = dot(s, vec4<f32>(1.0));
     }
     workgroupBarrier();
-    let c = t / TPC;
-    let lane = t % TPC;
+    // Column c, lane: the invocation's index in the workgroup, or (when the TPC lanes add up
+    // through subgroup shuffles) its index in subgroup order, so that a column's lanes are
+    // consecutive invocations of one subgroup.
+    let tt = {{ORDER}};
+    let c = tt / TPC;
+    let lane = tt % TPC;
     // This invocation's columns: base + rep * COLS.
     let base = v0 + flat * REPS * COLS + c;
     var p0: array<f32, REPS>;
@@ -123,19 +127,9 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
             r0 = p0[rep];
             r1 = p1[rep];
         }
-        red[t] = r0;
-        red1[t] = r1;
-        workgroupBarrier();
-        for (var s = TPC / 2u; s > 0u; s = s / 2u) {
-            if (lane < s) {
-                red[t] = red[t] + red[t + s];
-                red1[t] = red1[t] + red1[t + s];
-            }
-            workgroupBarrier();
-        }
+        // The column's sums a0, a1 (for lane 0).
+        {{REDUCE}}
         if (lane == 0u && v < v_end) {
-            let a0 = red[t];
-            let a1 = red1[t];
             vals[c] = {{VALUE}};
         }
         workgroupBarrier();

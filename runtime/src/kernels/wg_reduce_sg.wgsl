@@ -3,13 +3,14 @@
 // gets the sum (or max) of all of them. Each subgroup reduces in registers, its first
 // invocation stores the result, and every invocation then combines the num_subgroups results
 // in the same order. That is two barriers a call instead of 2 + log2(WG), and correct for any
-// subgroup size and any mapping of invocations to subgroups. main sets sg_id, sg_n and sg_lane
-// from its built-ins first. `red` keeps a slot per invocation for the kernels that also use it
+// subgroup size and any mapping of invocations to subgroups. main sets sg_id, sg_n, sg_lane
+// and sg_size from its built-ins first. `red` keeps a slot per invocation for the kernels that also use it
 // directly (fused_gemv.wgsl).
 var<workgroup> red: array<f32, {{WG}}>;
 var<private> sg_id: u32;
 var<private> sg_n: u32;
 var<private> sg_lane: u32;
+var<private> sg_size: u32;
 
 fn wg_sum(t: u32, v: f32) -> f32 {
     let s = subgroupAdd(v);
