@@ -239,19 +239,24 @@ pub struct Ctx<'a> {
     cmds: Vec<Cmd>,
     meta: Vec<u32>,
     meta_buf: &'a RefCell<wgpu::Buffer>,
-    /// The host constants among the inputs of the node being run (see [`ConstCopy`]).
-    pub(crate) consts: Vec<ConstCopy>,
+    /// The host values among the inputs of the node being run (see [`HostCopy`]).
+    pub(crate) host_copies: Vec<HostCopy>,
 }
 
-/// A host constant (a small initializer kept on the host for the ops that read it there) given
-/// to the node being run, and the GPU copy the session keeps of it: [`Ctx::upload`] returns
-/// that copy instead of uploading the constant again, and makes it on first use. The constant is
-/// recognised by the address and length of its bytes in the node's inputs.
-pub(crate) struct ConstCopy {
+/// A host value given to the node being run, and the GPU copy the session keeps of it:
+/// [`Ctx::upload`] returns that copy instead of uploading the value again, and makes it on first
+/// use. For a constant (a small initializer kept on the host for the ops that read it there) the
+/// copy lasts as long as the session, in a buffer of its own; for any other host value (the
+/// attention mask, values computed on the host) it lasts the run, in a pooled buffer, so that
+/// every node reading it shares one upload. The value is recognised by the address and length of
+/// its bytes in the node's inputs.
+pub(crate) struct HostCopy {
     pub(crate) addr: usize,
     pub(crate) len: usize,
-    /// The constant's value id in the session.
+    /// The value's id in the session.
     pub(crate) id: usize,
+    /// A constant: the copy is kept for the session.
+    pub(crate) lasting: bool,
     pub(crate) gpu: Option<GpuTensor>,
 }
 
@@ -267,7 +272,7 @@ impl<'a> Ctx<'a> {
             cmds: Vec::new(),
             meta: Vec::new(),
             meta_buf,
-            consts: Vec::new(),
+            host_copies: Vec::new(),
         }
     }
 
@@ -362,15 +367,20 @@ impl<'a> Ctx<'a> {
     pub fn upload(&mut self, t: &HostTensor) -> Result<GpuTensor> {
         let (addr, len) = (t.data.as_ptr() as usize, t.data.len());
         let known = self
-            .consts
+            .host_copies
             .iter()
             .position(|c| len > 0 && c.addr == addr && c.len == len);
         if let Some(i) = known {
-            if let Some(g) = &self.consts[i].gpu
+            if let Some(g) = &self.host_copies[i].gpu
                 && g.dtype == t.dtype
                 && g.shape == t.shape
             {
                 return Ok(g.clone());
+            }
+            if !self.host_copies[i].lasting {
+                let g = self.upload_pooled(t)?;
+                self.host_copies[i].gpu = Some(g.clone());
+                return Ok(g);
             }
             let bytes = to_gpu_bytes(t)?;
             let storage = Storage::of(t.dtype).ok_or_else(|| {
@@ -386,9 +396,14 @@ impl<'a> Ctx<'a> {
                 split: None,
                 view: None,
             };
-            self.consts[i].gpu = Some(g.clone());
+            self.host_copies[i].gpu = Some(g.clone());
             return Ok(g);
         }
+        self.upload_pooled(t)
+    }
+
+    /// Uploads a host tensor into a pooled buffer.
+    fn upload_pooled(&mut self, t: &HostTensor) -> Result<GpuTensor> {
         let bytes = to_gpu_bytes(t)?;
         let storage = Storage::of(t.dtype).ok_or_else(|| {
             Error::Gpu(format!("{} tensors cannot live on the GPU", t.dtype.name()))

@@ -35,7 +35,7 @@ pub struct Session {
     node_out: Vec<Vec<usize>>,
     consts: Vec<Option<Value>>,
     /// GPU copies of host constants, made the first time an op uploads one (see
-    /// [`crate::exec::ConstCopy`]).
+    /// [`crate::exec::HostCopy`]).
     const_copies: RefCell<Vec<Option<GpuTensor>>>,
     pool: Rc<RefCell<PoolState>>,
     meta_buf: RefCell<wgpu::Buffer>,
@@ -664,6 +664,8 @@ impl Session {
                 reason: "required input not given".into(),
             });
         }
+        // GPU copies of this run's host values, made by the first op that uploads one.
+        let mut run_copies: HashMap<usize, GpuTensor> = HashMap::new();
         for (step, &n) in self.order.iter().enumerate() {
             let node = &self.nodes[n];
             let before = self.gpu.counters.dispatches.get();
@@ -713,16 +715,23 @@ impl Session {
                     ins[k] = Some(Value::Host(cx.download(&t).await.map_err(wrap)?));
                 }
             }
-            cx.consts.clear();
+            // The host values among the inputs: an op uploading one gets the GPU copy the session
+            // keeps of it (constants: for the session; others: for this run).
+            cx.host_copies.clear();
             for (vid, v) in node_in.iter().zip(&ins) {
-                if let (Some(vid), Some(Value::Host(h))) = (vid, v)
-                    && matches!(self.consts[*vid], Some(Value::Host(_)))
-                {
-                    cx.consts.push(crate::exec::ConstCopy {
+                if let (Some(vid), Some(Value::Host(h))) = (vid, v) {
+                    let lasting = matches!(self.consts[*vid], Some(Value::Host(_)));
+                    let gpu = if lasting {
+                        self.const_copies.borrow()[*vid].clone()
+                    } else {
+                        run_copies.get(vid).cloned()
+                    };
+                    cx.host_copies.push(crate::exec::HostCopy {
                         addr: h.data.as_ptr() as usize,
                         len: h.data.len(),
                         id: *vid,
-                        gpu: self.const_copies.borrow()[*vid].clone(),
+                        lasting,
+                        gpu,
                     });
                 }
             }
@@ -734,9 +743,15 @@ impl Session {
                 None
             };
             let outs = self.ops[n].run(&mut cx, &refs).map_err(wrap)?;
-            for c in cx.consts.drain(..) {
-                if let Some(g) = c.gpu {
-                    self.const_copies.borrow_mut()[c.id].get_or_insert(g);
+            for c in cx.host_copies.drain(..) {
+                match c.gpu {
+                    Some(g) if c.lasting => {
+                        self.const_copies.borrow_mut()[c.id].get_or_insert(g);
+                    }
+                    Some(g) => {
+                        run_copies.entry(c.id).or_insert(g);
+                    }
+                    None => {}
                 }
             }
             self.gpu.take_error().map_err(wrap)?;
@@ -755,6 +770,7 @@ impl Session {
             }
             for v in &self.frees[step] {
                 env[*v] = None;
+                run_copies.remove(v);
             }
         }
         cx.flush();

@@ -370,6 +370,50 @@ fn host_constants_are_uploaded_once() {
     }
 }
 
+/// A host value that several kernels read in one run (here an int64 index input of two
+/// Gathers; in the decoder, the attention mask) is uploaded once per run.
+#[test]
+fn a_host_value_read_by_several_kernels_is_uploaded_once_per_run() {
+    let gpu = gpu();
+    let mut g = G::default();
+    g.input("x");
+    g.inputs.push(ValueInfo {
+        name: "idx".into(),
+        elem_type: DType::I64.to_onnx(),
+        dims: None,
+    });
+    for (out, axis) in [("a", 0), ("b", 1)] {
+        g.node("Gather", "", &["x", "idx"], out, vec![attr_i("axis", axis)]);
+        g.output(out);
+    }
+    let s = session(&gpu, g.graph(), true);
+    let x: Vec<f32> = (0..32).map(|i| i as f32).collect();
+    for _ in 0..2 {
+        let before = gpu.counters.snapshot().bytes_uploaded;
+        let outs = pollster::block_on(s.run(vec![
+            (
+                "x".into(),
+                Value::Host(HostTensor::from_f32(vec![4, 8], &x)),
+            ),
+            (
+                "idx".into(),
+                Value::Host(HostTensor::from_i64(vec![3], &[3, 0, 2])),
+            ),
+        ]))
+        .expect("runs");
+        // x (128 bytes) and the indices as i32 (12 bytes), once.
+        assert_eq!(gpu.counters.snapshot().bytes_uploaded - before, 128 + 12);
+        let a = pollster::block_on(s.read(&outs[0].1))
+            .expect("reads")
+            .to_f32();
+        let b = pollster::block_on(s.read(&outs[1].1))
+            .expect("reads")
+            .to_f32();
+        assert_eq!(&a[..8], &x[24..32]);
+        assert_eq!(&b[..3], &[3.0, 0.0, 2.0]);
+    }
+}
+
 #[test]
 fn guards_keep_groups_with_outside_readers_unfused() {
     let gpu = gpu();
