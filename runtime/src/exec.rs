@@ -363,51 +363,46 @@ impl<'a> Ctx<'a> {
     }
 
     /// Uploads a host tensor (int64 narrowed to i32, bool widened to words, f16 packed). A
-    /// host constant of the node being run is uploaded once per session: its copy is reused.
+    /// host value among the inputs of the node being run is uploaded once: its copy is reused
+    /// (for the session when it is a constant, for the run otherwise; see [`HostCopy`]).
     pub fn upload(&mut self, t: &HostTensor) -> Result<GpuTensor> {
         let (addr, len) = (t.data.as_ptr() as usize, t.data.len());
         let known = self
             .host_copies
             .iter()
             .position(|c| len > 0 && c.addr == addr && c.len == len);
-        if let Some(i) = known {
-            if let Some(g) = &self.host_copies[i].gpu
-                && g.dtype == t.dtype
-                && g.shape == t.shape
-            {
-                return Ok(g.clone());
-            }
-            if !self.host_copies[i].lasting {
-                let g = self.upload_pooled(t)?;
-                self.host_copies[i].gpu = Some(g.clone());
-                return Ok(g);
-            }
-            let bytes = to_gpu_bytes(t)?;
-            let storage = Storage::of(t.dtype).ok_or_else(|| {
-                Error::Gpu(format!("{} tensors cannot live on the GPU", t.dtype.name()))
-            })?;
+        let Some(i) = known else {
+            return self.upload_buffer(t, false);
+        };
+        if let Some(g) = &self.host_copies[i].gpu
+            && g.dtype == t.dtype
+            && g.shape == t.shape
+        {
+            return Ok(g.clone());
+        }
+        let g = self.upload_buffer(t, self.host_copies[i].lasting)?;
+        self.host_copies[i].gpu = Some(g.clone());
+        Ok(g)
+    }
+
+    /// Uploads a host tensor into a pooled buffer, or (`lasting`) into a buffer of its own that
+    /// never returns to the pool.
+    fn upload_buffer(&mut self, t: &HostTensor, lasting: bool) -> Result<GpuTensor> {
+        let bytes = to_gpu_bytes(t)?;
+        let storage = Storage::of(t.dtype).ok_or_else(|| {
+            Error::Gpu(format!("{} tensors cannot live on the GPU", t.dtype.name()))
+        })?;
+        if lasting {
             let buffer = self.gpu.create_buffer(storage.bytes(t.numel()), "constant");
-            self.gpu.queue.write_buffer(&buffer, 0, &bytes);
-            self.gpu.count_upload(bytes.len() as u64);
-            let g = GpuTensor {
+            self.write_upload(&buffer, &bytes);
+            return Ok(GpuTensor {
                 dtype: t.dtype,
                 shape: t.shape.clone(),
                 buf: PooledBuffer::unpooled(buffer),
                 split: None,
                 view: None,
-            };
-            self.host_copies[i].gpu = Some(g.clone());
-            return Ok(g);
+            });
         }
-        self.upload_pooled(t)
-    }
-
-    /// Uploads a host tensor into a pooled buffer.
-    fn upload_pooled(&mut self, t: &HostTensor) -> Result<GpuTensor> {
-        let bytes = to_gpu_bytes(t)?;
-        let storage = Storage::of(t.dtype).ok_or_else(|| {
-            Error::Gpu(format!("{} tensors cannot live on the GPU", t.dtype.name()))
-        })?;
         let size = bucket(storage.bytes(t.numel()));
         self.check_size(size)?;
         let found = take(&mut self.pool.borrow_mut().clean, size);
@@ -415,10 +410,7 @@ impl<'a> Ctx<'a> {
             Some(b) => b,
             None => (size, self.gpu.create_buffer(size, "upload")),
         };
-        if !bytes.is_empty() {
-            self.gpu.queue.write_buffer(&buffer, 0, &bytes);
-            self.gpu.count_upload(bytes.len() as u64);
-        }
+        self.write_upload(&buffer, &bytes);
         Ok(GpuTensor {
             dtype: t.dtype,
             shape: t.shape.clone(),
@@ -426,6 +418,14 @@ impl<'a> Ctx<'a> {
             split: None,
             view: None,
         })
+    }
+
+    /// Writes `bytes` to the start of `buffer` (counted).
+    fn write_upload(&self, buffer: &wgpu::Buffer, bytes: &[u8]) {
+        if !bytes.is_empty() {
+            self.gpu.queue.write_buffer(buffer, 0, bytes);
+            self.gpu.count_upload(bytes.len() as u64);
+        }
     }
 
     /// Moves a value to the GPU (host values are uploaded).

@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::attr_i;
+
 use gg_runtime::model::{Graph, InitData, Initializer, Node, ValueInfo};
 use gg_runtime::proto;
 use gg_runtime::source::MemorySource;
@@ -37,14 +39,6 @@ struct G {
     outputs: Vec<ValueInfo>,
 }
 
-fn attr_i(name: &str, v: i64) -> proto::AttributeProto {
-    proto::AttributeProto {
-        name: Some(name.into()),
-        i: Some(v),
-        r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
-        ..Default::default()
-    }
-}
 fn attr_f(name: &str, v: f32) -> proto::AttributeProto {
     proto::AttributeProto {
         name: Some(name.into()),

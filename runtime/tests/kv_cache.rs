@@ -5,8 +5,10 @@
 //! results step after step, in f32 and f16; the copying form is the one checked against ONNX
 //! Runtime by contrib_ops.rs.
 
+mod common;
+
+use common::attr_i;
 use gg_runtime::model::{Graph, InitData, Initializer, Node, ValueInfo};
-use gg_runtime::proto;
 use gg_runtime::source::MemorySource;
 use gg_runtime::{DType, Gpu, HostTensor, Session, Value};
 use std::collections::BTreeMap;
@@ -15,15 +17,6 @@ use std::rc::Rc;
 const H: usize = 4;
 const D: usize = 32;
 const MAX_POS: usize = 128;
-
-fn attr_i(name: &str, v: i64) -> proto::AttributeProto {
-    proto::AttributeProto {
-        name: Some(name.into()),
-        i: Some(v),
-        r#type: Some(proto::attribute_proto::AttributeType::Int as i32),
-        ..Default::default()
-    }
-}
 
 fn info(name: &str, dtype: DType) -> ValueInfo {
     ValueInfo {

@@ -11,6 +11,16 @@ use std::rc::Rc;
 mod compare;
 pub use compare::compare;
 
+/// An integer node attribute.
+pub fn attr_i(name: &str, v: i64) -> gg_runtime::proto::AttributeProto {
+    gg_runtime::proto::AttributeProto {
+        name: Some(name.into()),
+        i: Some(v),
+        r#type: Some(gg_runtime::proto::attribute_proto::AttributeType::Int as i32),
+        ..Default::default()
+    }
+}
+
 /// `gpu` with the kernels chosen for GPUs even where it is a software adapter (SwiftShader,
 /// lavapipe), so that both forms of the kernels that pick by adapter kind are tested on any
 /// machine.
