@@ -572,10 +572,31 @@ impl Session {
     /// Runs the graph. Inputs may be host tensors or GPU tensors (e.g. a KV cache kept on the GPU);
     /// returns every graph output, left where it was produced (use [`Session::read`]).
     pub async fn run(&self, inputs: Vec<(String, Value)>) -> Result<Vec<(String, Value)>> {
+        let mut cx = self.context();
+        let out = self.run_in(&mut cx, inputs).await?;
+        cx.flush();
+        self.gpu.take_error()?;
+        Ok(out)
+    }
+
+    /// [`Session::run`] recorded into `cx` (a context of any session on the same GPU: see
+    /// [`Session::context`]) and not submitted, so that several graphs and the caller's own
+    /// kernels go to the GPU in one submit, at the context's next [`Ctx::flush`] or
+    /// [`Ctx::download`]. Intermediate buffers come from, and return to, `cx`'s pool. A graph
+    /// whose ops must read a GPU value on the host still submits at that point.
+    pub async fn run_in(
+        &self,
+        cx: &mut Ctx<'_>,
+        inputs: Vec<(String, Value)>,
+    ) -> Result<Vec<(String, Value)>> {
+        if !std::ptr::eq(cx.gpu, &*self.gpu) {
+            return Err(Error::Invalid(
+                "the recording context belongs to another GPU device than this session".into(),
+            ));
+        }
         let mut env: Vec<Option<Value>> = self.consts.clone();
         let mut dims: HashMap<String, usize> = HashMap::new();
         let mut given = std::collections::HashSet::new();
-        let mut cx = Ctx::new(&self.gpu, self.pool.clone(), &self.meta_buf);
         for (name, v) in inputs {
             let decl = self
                 .graph
@@ -738,11 +759,11 @@ impl Session {
             let refs: Vec<Option<&Value>> = ins.iter().map(Option::as_ref).collect();
             let profiling = self.profile.borrow().is_some();
             let clock = if profiling {
-                profile_clock(&mut cx, &self.gpu)
+                profile_clock(cx, &self.gpu)
             } else {
                 None
             };
-            let outs = self.ops[n].run(&mut cx, &refs).map_err(wrap)?;
+            let outs = self.ops[n].run(cx, &refs).map_err(wrap)?;
             for c in cx.host_copies.drain(..) {
                 match c.gpu {
                     Some(g) if c.lasting => {
@@ -756,7 +777,7 @@ impl Session {
             }
             self.gpu.take_error().map_err(wrap)?;
             if profiling {
-                let micros = profile_micros(&mut cx, &self.gpu, clock);
+                let micros = profile_micros(cx, &self.gpu, clock);
                 if let Some(p) = self.profile.borrow_mut().as_mut() {
                     let e = p.entry(node.op_type.clone()).or_default();
                     e.runs += 1;
@@ -773,7 +794,6 @@ impl Session {
                 run_copies.remove(v);
             }
         }
-        cx.flush();
         self.gpu.take_error()?;
         let mut out = Vec::new();
         for o in &self.graph.outputs {

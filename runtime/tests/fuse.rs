@@ -237,25 +237,32 @@ fn session(gpu: &Rc<Gpu>, graph: Graph, fuse: bool) -> Session {
     .expect("loads")
 }
 
-fn run(s: &Session, rows: usize) -> Vec<(String, Vec<f32>)> {
+fn layer_inputs(rows: usize) -> Vec<(String, Value)> {
     let mut rng = Rng(99);
     let mut t = |shape: Vec<usize>| {
         let n = shape.iter().product();
         let v: Vec<f32> = (0..n).map(|_| rng.next()).collect();
         Value::Host(HostTensor::from_f32(shape, &v))
     };
-    let inputs = vec![
+    vec![
         ("o".to_string(), t(vec![1, rows, K])),
         ("res".to_string(), t(vec![1, rows, K])),
         ("per_layer".to_string(), t(vec![1, rows, 3, 32])),
-    ];
-    let outs = pollster::block_on(s.run(inputs)).expect("runs");
+    ]
+}
+
+fn read_all(s: &Session, outs: Vec<(String, Value)>) -> Vec<(String, Vec<f32>)> {
     outs.into_iter()
         .map(|(n, v)| {
             let h = pollster::block_on(s.read(&v)).expect("reads");
             (n, h.to_f32())
         })
         .collect()
+}
+
+fn run(s: &Session, rows: usize) -> Vec<(String, Vec<f32>)> {
+    let outs = pollster::block_on(s.run(layer_inputs(rows))).expect("runs");
+    read_all(s, outs)
 }
 
 fn assert_close(a: &[(String, Vec<f32>)], b: &[(String, Vec<f32>)]) {
@@ -406,6 +413,41 @@ fn a_host_value_read_by_several_kernels_is_uploaded_once_per_run() {
         assert_eq!(&a[..8], &x[24..32]);
         assert_eq!(&b[..3], &[3.0, 0.0, 2.0]);
     }
+}
+
+/// Two sessions recorded into one context (`Session::run_in`, as the generator records the
+/// embedding, the decoder and the sampler) submit nothing until the context is read, then submit
+/// once, and compute what separate runs compute. A context of another GPU device is refused.
+#[test]
+fn sessions_recorded_into_one_context_submit_once() {
+    let gpu = gpu();
+    let a = session(&gpu, layer(&[]), true);
+    let b = session(&gpu, layer(&[]), false);
+    let (want_a, want_b) = (run(&a, 1), run(&b, 2));
+    let mut cx = b.context();
+    let before = gpu.counters.snapshot();
+    let outs_a = pollster::block_on(a.run_in(&mut cx, layer_inputs(1))).expect("records a");
+    let outs_b = pollster::block_on(b.run_in(&mut cx, layer_inputs(2))).expect("records b");
+    assert_eq!(
+        gpu.counters.snapshot().submits,
+        before.submits,
+        "submits while recording"
+    );
+    let Value::Gpu(first) = &outs_b[0].1 else {
+        panic!("output on the host")
+    };
+    pollster::block_on(cx.download(first)).expect("reads");
+    let after = gpu.counters.snapshot();
+    assert_eq!(after.submits - before.submits, 1, "submits");
+    drop(cx);
+    assert_close(&read_all(&a, outs_a), &want_a);
+    assert_close(&read_all(&b, outs_b), &want_b);
+
+    let other = self::gpu();
+    let c = session(&other, layer(&[]), true);
+    let mut cx = b.context();
+    let err = pollster::block_on(c.run_in(&mut cx, layer_inputs(1))).expect_err("another GPU");
+    assert!(err.to_string().contains("another GPU device"), "{err}");
 }
 
 #[test]

@@ -11,6 +11,7 @@
 use crate::error::{LlmError, Result};
 use crate::model::GemmaModel;
 use crate::sampler::{self, Sampling};
+use gg_runtime::exec::Ctx;
 use gg_runtime::gpu::CounterSnapshot;
 use gg_runtime::{GpuTensor, HostTensor, Value};
 
@@ -169,8 +170,9 @@ impl<'m> Generator<'m> {
         self.stats
     }
 
-    /// Runs both sessions on the pending ids; returns the logits of the last position (on the GPU).
-    async fn forward(&mut self) -> Result<GpuTensor> {
+    /// Records both sessions on the pending ids into `cx` (nothing is submitted); returns the
+    /// logits of the last position (on the GPU).
+    async fn forward(&mut self, cx: &mut Ctx<'_>) -> Result<GpuTensor> {
         let ids = std::mem::take(&mut self.pending);
         let s = ids.len();
         let total = self.past + s;
@@ -186,10 +188,13 @@ impl<'m> Generator<'m> {
         let embeds = self
             .model
             .embed
-            .run(vec![(
-                "input_ids".into(),
-                Value::Host(HostTensor::from_i64(vec![1, s], &ids64)),
-            )])
+            .run_in(
+                cx,
+                vec![(
+                    "input_ids".into(),
+                    Value::Host(HostTensor::from_i64(vec![1, s], &ids64)),
+                )],
+            )
             .await?;
         let layout = &self.model.layout;
         let mut inputs: Vec<(String, Value)> = Vec::with_capacity(8 + layout.cache.len());
@@ -221,7 +226,7 @@ impl<'m> Generator<'m> {
         for (e, v) in layout.cache.iter().zip(cache) {
             inputs.push((e.input.clone(), v));
         }
-        let mut outs = self.model.decoder.run(inputs).await?;
+        let mut outs = self.model.decoder.run_in(cx, inputs).await?;
         self.steps_run += 1;
         let mut logits = None;
         let mut next = Vec::with_capacity(layout.cache.len());
@@ -260,9 +265,14 @@ impl<'m> Generator<'m> {
         let gpu = &self.model.gpu;
         let before = gpu.counters.snapshot();
         let t0 = now_s();
-        let logits = self.forward().await?;
-        let id = sampler::sample(&self.model.decoder, &logits, &self.sampling, self.step).await?;
+        // The embedding, the decoder and the sampling kernel go to the GPU in one submit, which
+        // also reads back the id.
+        let model = self.model;
+        let mut cx = model.decoder.context();
+        let logits = self.forward(&mut cx).await?;
+        let out = sampler::record(&mut cx, &logits, &self.sampling, self.step)?;
         drop(logits);
+        let id = sampler::read_id(&mut cx, &out).await?;
         let dt = now_s() - t0;
         let after = gpu.counters.snapshot();
         if prefill {
@@ -284,9 +294,11 @@ impl<'m> Generator<'m> {
         if !ids.is_empty() {
             self.pending = ids.to_vec();
         }
-        let logits = self.forward().await?;
+        let model = self.model;
+        let mut cx = model.decoder.context();
+        let logits = self.forward(&mut cx).await?;
         self.step += 1;
-        let host = self.model.decoder.read(&Value::Gpu(logits)).await?;
+        let host = cx.download(&logits).await?;
         Ok(host.to_f32())
     }
 }

@@ -124,7 +124,12 @@ pub async fn sample(
 ) -> Result<u32> {
     let mut cx = session.context();
     let out = record(&mut cx, logits, sampling, step)?;
-    let host = cx.download(&out).await?;
+    read_id(&mut cx, &out).await
+}
+
+/// Submits what `cx` recorded and reads back the token id [`record`] left in `out` (4 bytes).
+pub async fn read_id(cx: &mut Ctx<'_>, out: &GpuTensor) -> Result<u32> {
+    let host = cx.download(out).await?;
     let id = host
         .to_i64()
         .first()

@@ -116,6 +116,12 @@ fn q4_greedy_tokens_equal_onnx_runtime() {
                 "{name} {pname}: {} bytes read back per token",
                 stats.bytes_read_back_per_token()
             );
+            // The embedding, the decoder and the sampling kernel go to the GPU in one submit.
+            assert_eq!(
+                stats.decode_submits as usize, stats.decode_tokens,
+                "{name} {pname}: {} submits in {} decode steps",
+                stats.decode_submits, stats.decode_tokens
+            );
             // The cache grows in place in the pool's size buckets: no buffer per step.
             assert!(
                 (stats.decode_buffers_created as usize) < stats.decode_tokens,
