@@ -93,6 +93,8 @@ pub struct Limits {
     /// cores run the workgroups one after another and each extra column shares every load of
     /// the row (E2B-shaped q4f16 decode on SwiftShader: 0.35 -> 0.55 tok/s).
     pub gemv_min_workgroups: u32,
+    /// The fused GEMV reads the weight bits 16 bytes per load ([`Gpu::wide_weight_loads`]).
+    pub gemv_wide: bool,
 }
 
 impl Limits {
@@ -105,8 +107,23 @@ impl Limits {
             max_binding: gpu.max_weight_part,
             align: u64::from(gpu.limits.min_storage_buffer_offset_alignment).max(4),
             gemv_tpc: gemv_tpc(gpu),
-            gemv_min_workgroups: if gpu.software { 4 } else { 512 },
+            gemv_min_workgroups: env_u32("GG_GEMV_MIN_WG")
+                .filter(|&w| w > 0)
+                .unwrap_or(if gpu.software { 4 } else { 512 }),
+            gemv_wide: gpu.wide_weight_loads,
         }
+    }
+}
+
+/// A natively set tuning variable (`GG_GEMV_MIN_WG` overrides
+/// [`Limits::gemv_min_workgroups`]); never in the browser.
+fn env_u32(name: &str) -> Option<u32> {
+    #[cfg(not(target_arch = "wasm32"))]
+    return std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
+    #[cfg(target_arch = "wasm32")]
+    {
+        let _ = name;
+        None
     }
 }
 
@@ -1242,8 +1259,20 @@ impl FusedGemv {
                     && z.as_ref().map_or(z0.is_none(), shared)
                     && z.is_some() == z0.is_some()
             });
+        // The weight bits are read 16 bytes (four words of a quant block) per load where the
+        // blocks are whole multiples of 16 bytes and every weight starts on a 16-byte boundary
+        // (packed slots and buffers start at multiples of the storage offset alignment).
+        let wide = self.limits.gemv_wide
+            && self.block.is_multiple_of(32)
+            && weights
+                .iter()
+                .all(|(q, _, _)| q.byte_offset().is_multiple_of(16));
         if packed {
-            kern = kern.input("wts", Storage::U8);
+            kern = if wide {
+                kern.input_wide("wts", Storage::U8)
+            } else {
+                kern.input("wts", Storage::U8)
+            };
             bind.push(q0.whole());
         }
         for (j, (q, s, z)) in weights.into_iter().enumerate() {
@@ -1266,6 +1295,12 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
 ",
                     q.byte_offset() / 4,
                 ));
+                if wide {
+                    dots.push_str(&format!(
+                        "fn ldv_qw{j}(v: u32) -> vec4<u32> {{ return ldv_wts(v + {}u); }}\n",
+                        q.byte_offset() / 16,
+                    ));
+                }
                 if let Some(z) = &z {
                     dots.push_str(&format!(
                         "fn ldi_zp{j}(i: u32) -> i32 {{ let k = i + {}u; return i32((ldw_wts(k >> 2u) >> ((k & 3u) * 8u)) & 0xffu); }}\n",
@@ -1273,9 +1308,13 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
                     ));
                 }
             } else {
-                kern = kern
-                    .input(&format!("qw{j}"), Storage::U8)
-                    .input(&format!("sc{j}"), s.storage());
+                let name = format!("qw{j}");
+                kern = if wide {
+                    kern.input_wide(&name, Storage::U8)
+                } else {
+                    kern.input(&name, Storage::U8)
+                }
+                .input(&format!("sc{j}"), s.storage());
                 bind.extend([q, s]);
                 if let Some(z) = &z {
                     kern = kern.input(&format!("zp{j}"), Storage::U8);
@@ -1290,7 +1329,7 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
             dots.push_str(&format!(
                 "fn zero{j}(n: u32, b: u32) -> f32 {{ return {zp_code}; }}\n"
             ));
-            dots.push_str(&gemv_dot(j, reps));
+            dots.push_str(&gemv_dot(j, reps, wide));
         }
         let mut other_off = 0u32;
         if let Some((other, gather_idx)) = self.slots.other {
@@ -1554,23 +1593,57 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
 /// WGSL `dot{j}(n, lane) -> array<f32, REPS>`: lane `lane`'s share (blocks lane, lane + TPC, ..)
 /// of the dot products of weight `j`'s columns n, n + COLS, .. (REPS of them, clamped to the
 /// dispatch's last column) with the staged row, written out for distinct accumulators so that each
-/// load of the row serves every column.
-fn gemv_dot(j: usize, reps: u32) -> String {
+/// load of the row serves every column. `wide`: the bits are read four words per load
+/// (`ldv_qw{j}`, whole quant blocks of 16 bytes), otherwise a word per load.
+fn gemv_dot(j: usize, reps: u32, wide: bool) -> String {
     let rs = 0..reps;
     let each = |f: &dyn Fn(u32) -> String| rs.clone().map(f).collect::<Vec<_>>().join("\n");
+    let body = if wide {
+        let words = (0..4)
+            .map(|c| {
+                format!(
+                    "{{
+                let eo = xeo(i0 + {c}u);
+                let e = eo[0];
+                let o = eo[1];
+                {}
+            }}",
+                    each(&|r| format!(
+                        "s{r} = s{r} + dot(nib_lo(q{r}[{c}]), e) + dot(nib_hi(q{r}[{c}]), o);"
+                    ))
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n            ");
+        format!(
+            "for (var u = 0u; u < BLOB_WORDS / 4u; u = u + 1u) {{
+            let i0 = b * BLOB_WORDS + 4u * u;
+            {loads}
+            {words}
+        }}",
+            loads = each(&|r| format!("let q{r} = ldv_qw{j}((wb{r} >> 2u) + u);")),
+        )
+    } else {
+        format!(
+            "for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {{
+            let i = b * BLOB_WORDS + w;
+            let eo = xeo(i);
+            let e = eo[0];
+            let o = eo[1];
+            {}
+        }}",
+            each(&|r| format!(
+                "let q{r} = ldw_qw{j}(wb{r} + w); s{r} = s{r} + dot(nib_lo(q{r}), e) + dot(nib_hi(q{r}), o);"
+            ))
+        )
+    };
     format!(
         "fn dot{j}(n: u32, lane: u32) -> array<f32, REPS> {{
     {cols}
     {accs}
     for (var b = lane; b < NB; b = b + TPC) {{
         {wbs}
-        for (var w = 0u; w < BLOB_WORDS; w = w + 1u) {{
-            let i = b * BLOB_WORDS + w;
-            let eo = xeo(i);
-            let e = eo[0];
-            let o = eo[1];
-            {sums}
-        }}
+        {body}
         let bs = bsum[b];
         {acc}
     }}
@@ -1581,9 +1654,6 @@ fn gemv_dot(j: usize, reps: u32) -> String {
         accs = each(&|r| format!("var acc{r} = 0.0;")),
         wbs = each(&|r| format!(
             "let wb{r} = ((n{r} - prm[2]) * NB + b) * BLOB_WORDS; var s{r} = 0.0;"
-        )),
-        sums = each(&|r| format!(
-            "let q{r} = ldw_qw{j}(wb{r} + w); s{r} = s{r} + dot(nib_lo(q{r}), e) + dot(nib_hi(q{r}), o);"
         )),
         acc = each(&|r| format!(
             "acc{r} = acc{r} + ld_sc{j}(n{r} * NB + b) * (s{r} - zero{j}(n{r}, b) * bs);"

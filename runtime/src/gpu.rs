@@ -50,6 +50,15 @@ fn is_software(i: &wgpu::AdapterInfo) -> bool {
         .any(|s| name.contains(s))
 }
 
+/// See [`Gpu::wide_weight_loads`].
+fn wide_weight_loads(i: &wgpu::AdapterInfo) -> bool {
+    #[cfg(not(target_arch = "wasm32"))]
+    if let Ok(v) = std::env::var("GG_GEMV_WIDE") {
+        return v.trim() != "0";
+    }
+    !i.name.to_lowercase().contains("swiftshader")
+}
+
 /// Work counters (monotonic; take differences around a run).
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -130,6 +139,13 @@ pub struct Gpu {
     /// another there, so kernels that split a dot product across invocations (and pay
     /// workgroup barriers to add it up) give each invocation whole dot products instead.
     pub software: bool,
+    /// Whether kernels read quantized weights 16 bytes per load (`array<vec4<u32>>` bindings,
+    /// [`Kernel::input_wide`]) where they can. True except on SwiftShader, which runs a vec4
+    /// load per invocation as four gathers and then spills: its fused GEMVs take twice as long
+    /// (E2B-shaped q4f16 decode 0.6 -> 0.3 tok/s), while lavapipe gains (3.0 / 3.2 -> 3.7 /
+    /// 3.7 tok/s) and GPUs read whole 16-byte blocks per lane. Natively `GG_GEMV_WIDE=0` or `1`
+    /// overrides it; setting it on an open device is safe (tests do, to run both forms).
+    pub wide_weight_loads: bool,
     /// Weights larger than this many bytes are split by rows across buffers (defaults to the
     /// adapter's `max_storage_buffer_binding_size`; lower it to test or to save address space).
     pub max_weight_part: u64,
@@ -250,6 +266,7 @@ impl Gpu {
             queue,
             adapter: describe(adapter),
             software: is_software(&adapter.get_info()),
+            wide_weight_loads: wide_weight_loads(&adapter.get_info()),
             limits,
             has_shader_f16,
             subgroups,
@@ -443,11 +460,15 @@ struct Binding {
     name: String,
     storage: Storage,
     write: bool,
+    /// Declared as `array<vec4<u32>>` (see [`Kernel::input_wide`]).
+    wide: bool,
 }
 
 /// A WGSL kernel: a `.wgsl` body plus typed parameters. The generated header declares one
-/// `array<u32>` binding per tensor with typed accessors:
-/// - inputs `x`: `ld_x(i) -> f32` (any storage), `ldi_x(i) -> i32`, `ldw_x(w) -> u32` (raw word);
+/// `array<u32>` binding per tensor (`array<vec4<u32>>` for [`Kernel::input_wide`]) with typed
+/// accessors:
+/// - inputs `x`: `ld_x(i) -> f32` (any storage), `ldi_x(i) -> i32`, `ldw_x(w) -> u32` (raw word),
+///   and for wide inputs `ldv_x(v) -> vec4<u32>` (words `4v .. 4v + 3`);
 /// - outputs `y`: `st_y(w, v0, v1)` stores word `w` (elements `w*EPW_y`, `+1`), `stw_y(w, u32)`,
 ///   `stf_y(i, f32)` (only for one-element-per-word outputs) and the constant `EPW_y`;
 /// - `prm[i]` reads word `i` (< 64) of the per-dispatch sizes/strides: a uniform block (always the
@@ -598,6 +619,22 @@ impl Kernel {
             name: name.into(),
             storage,
             write: false,
+            wide: false,
+        });
+        self
+    }
+
+    /// [`Kernel::input`] declared as `array<vec4<u32>>`, with `ldv_{name}(v) -> vec4<u32>`
+    /// reading words `4v .. 4v + 3` in one load besides the usual accessors: for weights read
+    /// 16 bytes at a time. The tensor's byte offset must be a multiple of 16 (binding offsets
+    /// are: the storage offset alignment is at least 32); a tail shorter than 16 bytes is
+    /// unreadable, so the tensor's bytes that are read must end on a 16-byte boundary too.
+    pub fn input_wide(mut self, name: &str, storage: Storage) -> Self {
+        self.bindings.push(Binding {
+            name: name.into(),
+            storage,
+            write: false,
+            wide: true,
         });
         self
     }
@@ -608,6 +645,7 @@ impl Kernel {
             name: name.into(),
             storage,
             write: true,
+            wide: false,
         });
         self
     }
@@ -683,7 +721,13 @@ impl Kernel {
             self.name, self.workgroup, self.map_outputs
         );
         for b in &self.bindings {
-            k.push_str(&format!("|{}:{:?}:{}", b.name, b.storage, b.write));
+            k.push_str(&format!(
+                "|{}:{:?}:{}{}",
+                b.name,
+                b.storage,
+                b.write,
+                if b.wide { ":wide" } else { "" }
+            ));
         }
         for (p, v) in &self.params {
             k.push_str(&format!("|{p}={v}"));
@@ -703,35 +747,58 @@ impl Kernel {
         for (i, b) in self.bindings.iter().enumerate() {
             let n = &b.name;
             let access = if b.write { "read_write" } else { "read" };
+            let elem = if b.wide { "vec4<u32>" } else { "u32" };
             s.push_str(&format!(
-                "@group(0) @binding({i}) var<storage, {access}> {n}: array<u32>;\n"
+                "@group(0) @binding({i}) var<storage, {access}> {n}: array<{elem}>;\n"
             ));
+            // Word `x` of the binding (an expression of `i` or `w`).
+            let word = |x: &str| {
+                if b.wide {
+                    format!("{n}[({x}) >> 2u][({x}) & 3u]")
+                } else {
+                    format!("{n}[{x}]")
+                }
+            };
             let (ld, ldi) = match b.storage {
                 Storage::F32 => (
-                    format!("bitcast<f32>({n}[i])"),
-                    format!("i32(bitcast<f32>({n}[i]))"),
+                    format!("bitcast<f32>({})", word("i")),
+                    format!("i32(bitcast<f32>({}))", word("i")),
                 ),
                 Storage::F16 => (
-                    format!("unpack2x16float({n}[i >> 1u])[i & 1u]"),
-                    format!("i32(unpack2x16float({n}[i >> 1u])[i & 1u])"),
+                    format!("unpack2x16float({})[i & 1u]", word("i >> 1u")),
+                    format!("i32(unpack2x16float({})[i & 1u])", word("i >> 1u")),
                 ),
                 Storage::I32 => (
-                    format!("f32(bitcast<i32>({n}[i]))"),
-                    format!("bitcast<i32>({n}[i])"),
+                    format!("f32(bitcast<i32>({}))", word("i")),
+                    format!("bitcast<i32>({})", word("i")),
                 ),
-                Storage::Bool => (format!("f32({n}[i])"), format!("i32({n}[i])")),
+                Storage::Bool => (format!("f32({})", word("i")), format!("i32({})", word("i"))),
                 Storage::U8 => (
-                    format!("f32(({n}[i >> 2u] >> ((i & 3u) * 8u)) & 0xffu)"),
-                    format!("i32(({n}[i >> 2u] >> ((i & 3u) * 8u)) & 0xffu)"),
+                    format!("f32(({} >> ((i & 3u) * 8u)) & 0xffu)", word("i >> 2u")),
+                    format!("i32(({} >> ((i & 3u) * 8u)) & 0xffu)", word("i >> 2u")),
                 ),
                 Storage::I8 => (
-                    format!("f32((bitcast<i32>({n}[i >> 2u]) << (24u - (i & 3u) * 8u)) >> 24u)"),
-                    format!("(bitcast<i32>({n}[i >> 2u]) << (24u - (i & 3u) * 8u)) >> 24u"),
+                    format!(
+                        "f32((bitcast<i32>({}) << (24u - (i & 3u) * 8u)) >> 24u)",
+                        word("i >> 2u")
+                    ),
+                    format!(
+                        "(bitcast<i32>({}) << (24u - (i & 3u) * 8u)) >> 24u",
+                        word("i >> 2u")
+                    ),
                 ),
             };
             s.push_str(&format!("fn ld_{n}(i: u32) -> f32 {{ return {ld}; }}\n"));
             s.push_str(&format!("fn ldi_{n}(i: u32) -> i32 {{ return {ldi}; }}\n"));
-            s.push_str(&format!("fn ldw_{n}(w: u32) -> u32 {{ return {n}[w]; }}\n"));
+            s.push_str(&format!(
+                "fn ldw_{n}(w: u32) -> u32 {{ return {}; }}\n",
+                word("w")
+            ));
+            if b.wide {
+                s.push_str(&format!(
+                    "fn ldv_{n}(v: u32) -> vec4<u32> {{ return {n}[v]; }}\n"
+                ));
+            }
             if b.write {
                 let epw = b.storage.per_word();
                 s.push_str(&format!("const EPW_{n}: u32 = {epw}u;\n"));

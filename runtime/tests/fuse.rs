@@ -294,10 +294,12 @@ fn gpu_as_hardware() -> Rc<Gpu> {
 #[test]
 fn fused_and_unfused_sessions_agree() {
     // Natively the adapter has subgroups (lavapipe: 8 lanes): the norms' reductions and, with
-    // 8 threads per column, the GEMV's column sums use them; both are run without too.
+    // 8 threads per column, the GEMV's column sums use them; both are run without too, and with
+    // the weights read a word per load instead of 16 bytes (SwiftShader's form).
     let open = || pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)");
-    let plain = Rc::new(common::without_subgroups(open()));
-    let plain_hw = Rc::new(common::without_subgroups(common::as_hardware(open())));
+    let narrow = |g: Gpu| common::without_wide_loads(common::without_subgroups(g));
+    let plain = Rc::new(narrow(open()));
+    let plain_hw = Rc::new(narrow(common::as_hardware(open())));
     for gpu in [gpu(), gpu_as_hardware(), plain, plain_hw] {
         fused_and_unfused_sessions_agree_on(gpu);
     }
@@ -759,15 +761,16 @@ fn wide_outputs_take_several_columns_per_invocation() {
     // fused GEMV computes 2, 4 or 8 columns at once (REPS); widths that leave the last column
     // groups partial, a wide gate/up pair, and a wide vocabulary split across buffers (each
     // part's last columns clamped). With 8 threads per column (GPUs) and with 1 (software
-    // adapters: 64 columns a workgroup).
-    for software in [false, true] {
-        wide_outputs_on(software);
+    // adapters: 64 columns a workgroup), the weights read 16 bytes per load and a word per load.
+    for (software, wide) in [(false, true), (true, true), (true, false)] {
+        wide_outputs_on(software, wide);
     }
 }
 
-fn wide_outputs_on(software: bool) {
+fn wide_outputs_on(software: bool, wide: bool) {
     let mut g = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
     g.software = software;
+    g.wide_weight_loads = wide;
     let gpu = Rc::new(g);
     // (GPUs: 8 columns a workgroup, REPS exceeds 1 from 8192 columns. Software adapters: 64
     // columns a workgroup, REPS 2 from 512 columns, 4 from 1024, 8 from 1536.)
@@ -795,6 +798,7 @@ fn wide_outputs_on(software: bool) {
     // 5000 rows of 48 bytes per part: the vocabulary in parts of 5000, 5000, 2300.
     let mut small = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
     small.software = software;
+    small.wide_weight_loads = wide;
     small.max_weight_part = 48 * 5000;
     let small = Rc::new(small);
     let fused = session(&small, heads_w(&[], 0.5, 12300), true);

@@ -198,6 +198,14 @@ async fn greedy_tokens_equal_onnx_runtime_in_the_browser() {
     );
     greedy_matches(&gpu, "gemma4-tiny", TINY, TINY_REFERENCE).await;
     greedy_matches(&gpu, "gemma4-tiny-e4b", TINY_E4B, TINY_E4B_REFERENCE).await;
+    // The kernels a real GPU gets in the browser (8 threads per GEMV column, weights read 16
+    // bytes per load), compiled by the browser's own WGSL compiler even on a software adapter.
+    let mut as_gpu = Gpu::new(None)
+        .await
+        .expect("a WebGPU adapter (see webdriver.json)");
+    as_gpu.software = false;
+    as_gpu.wide_weight_loads = true;
+    greedy_matches(&Rc::new(as_gpu), "gemma4-tiny", TINY, TINY_REFERENCE).await;
 }
 
 #[wasm_bindgen_test]

@@ -38,6 +38,14 @@ pub fn without_subgroups(mut gpu: Gpu) -> Gpu {
     gpu
 }
 
+/// `gpu` with quantized weights read a word per load, as on SwiftShader (the browser's software
+/// adapter), even where the adapter reads them 16 bytes per load (lavapipe, GPUs): both forms of
+/// the fused GEMV are then tested on any machine.
+pub fn without_wide_loads(mut gpu: Gpu) -> Gpu {
+    gpu.wide_weight_loads = false;
+    gpu
+}
+
 /// Runs every data set of a case folder.
 pub fn run_case(
     gpu: &Rc<Gpu>,
