@@ -142,8 +142,8 @@ pub struct Gpu {
     /// Whether kernels read quantized weights 16 bytes per load (`array<vec4<u32>>` bindings,
     /// [`Kernel::input_wide`]) where they can. True except on SwiftShader, which runs a vec4
     /// load per invocation as four gathers and then spills: its fused GEMVs take twice as long
-    /// (E2B-shaped q4f16 decode 0.6 -> 0.3 tok/s), while lavapipe gains (3.0 / 3.2 -> 3.7 /
-    /// 3.7 tok/s) and GPUs read whole 16-byte blocks per lane. Natively `GG_GEMV_WIDE=0` or `1`
+    /// (E2B-shaped q4f16 decode 0.6 -> 0.3 tok/s), while lavapipe gains (after 1024 tokens:
+    /// 2.3 / 2.2 -> 2.6 / 2.6 tok/s) and GPUs read whole 16-byte blocks per lane. Natively `GG_GEMV_WIDE=0` or `1`
     /// overrides it; setting it on an open device is safe (tests do, to run both forms).
     pub wide_weight_loads: bool,
     /// Weights larger than this many bytes are split by rows across buffers (defaults to the
