@@ -6,6 +6,7 @@ use crate::gpu::{Gpu, Kernel, Storage};
 use crate::tensor::{DType, HostTensor, numel};
 use half::f16;
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 
 /// A tensor on the GPU. Cloning shares the buffer (reshapes are free).
@@ -38,16 +39,9 @@ impl GpuTensor {
     pub fn buffer(&self) -> &wgpu::Buffer {
         &self.buf.buffer
     }
-    /// The binding of this tensor: its range of the buffer, or the whole buffer.
-    pub(crate) fn binding(&self) -> wgpu::BindingResource<'_> {
-        match self.view {
-            Some((offset, size)) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &self.buf.buffer,
-                offset,
-                size: std::num::NonZeroU64::new(size),
-            }),
-            None => self.buf.buffer.as_entire_binding(),
-        }
+    /// The range this tensor binds (first byte, bytes): its view, or the whole buffer.
+    pub(crate) fn range(&self) -> (u64, u64) {
+        self.view.unwrap_or((0, self.buf.buffer.size()))
     }
     /// First byte of this tensor in its buffer.
     pub(crate) fn byte_offset(&self) -> u64 {
@@ -157,6 +151,19 @@ pub(crate) struct PoolState {
     staging: Vec<(u64, wgpu::Buffer)>,
 }
 
+impl PoolState {
+    /// Makes the freed buffers writable (nothing pending references them) and orders the free
+    /// list (size, then buffer identity) whatever order they were freed in: a run repeating the
+    /// one before then gets the same buffers.
+    fn settle(&mut self) {
+        if !self.dirty.is_empty() {
+            let dirty = std::mem::take(&mut self.dirty);
+            self.clean.extend(dirty);
+            self.clean.sort_unstable();
+        }
+    }
+}
+
 fn bucket(size: u64) -> u64 {
     let size = size.max(256).next_multiple_of(256);
     if size <= 4096 {
@@ -167,14 +174,12 @@ fn bucket(size: u64) -> u64 {
     size.next_multiple_of(step)
 }
 
+/// The buffer of `size` freed last (the list keeps its order), so that a run repeating the
+/// allocations of the run before, from the same free list, gets the same buffers (and reuses its
+/// bind groups: [`BindGroupCache`]).
 fn take(list: &mut Vec<(u64, wgpu::Buffer)>, size: u64) -> Option<(u64, wgpu::Buffer)> {
-    let pos = list
-        .iter()
-        .enumerate()
-        .filter(|(_, (s, _))| *s == size)
-        .map(|(i, _)| i)
-        .next()?;
-    Some(list.swap_remove(pos))
+    let pos = list.iter().rposition(|(s, _)| *s == size)?;
+    Some(list.remove(pos))
 }
 
 /// A value flowing through the graph.
@@ -228,6 +233,45 @@ enum Cmd {
     },
 }
 
+/// Bind groups made by a session's contexts, kept while they are being reused: a decode step
+/// binds the same buffers at the same offsets as the step before (weights, the pool's buffers
+/// taken in the same order, the parameter arena's slots), so after the first step its
+/// dispatches create no bind group. A group not used during the last [`BIND_GROUP_FLUSHES`]
+/// submits that ran kernels is dropped (it holds its buffers), and so is everything when the
+/// cache exceeds [`BIND_GROUP_ENTRIES`].
+#[derive(Default)]
+pub(crate) struct BindGroupCache {
+    groups: HashMap<BindGroupKey, (wgpu::BindGroup, u64)>,
+    /// Submits with dispatches so far.
+    epoch: u64,
+}
+
+/// A bind group's pipeline (by address: pipelines live as long as the device's cache) and its
+/// buffer ranges in binding order, the parameter slot last.
+#[derive(PartialEq, Eq, Hash)]
+struct BindGroupKey {
+    pipeline: usize,
+    ranges: Vec<(wgpu::Buffer, u64, u64)>,
+}
+
+/// Submits with dispatches after which an unused bind group is dropped.
+const BIND_GROUP_FLUSHES: u64 = 2;
+/// Bind groups a cache holds at most.
+const BIND_GROUP_ENTRIES: usize = 4096;
+
+impl BindGroupCache {
+    fn end_epoch(&mut self) {
+        self.epoch += 1;
+        let epoch = self.epoch;
+        if self.groups.len() > BIND_GROUP_ENTRIES {
+            self.groups.clear();
+        } else {
+            self.groups
+                .retain(|_, (_, used)| *used + BIND_GROUP_FLUSHES >= epoch);
+        }
+    }
+}
+
 /// Words reserved per dispatch in the parameter arena (256-byte aligned slots).
 const META_ALIGN_WORDS: usize = 64;
 
@@ -239,6 +283,7 @@ pub struct Ctx<'a> {
     cmds: Vec<Cmd>,
     meta: Vec<u32>,
     meta_buf: &'a RefCell<wgpu::Buffer>,
+    bind_groups: &'a RefCell<BindGroupCache>,
     /// The host values among the inputs of the node being run (see [`HostCopy`]).
     pub(crate) host_copies: Vec<HostCopy>,
 }
@@ -265,13 +310,20 @@ impl<'a> Ctx<'a> {
         gpu: &'a Gpu,
         pool: Rc<RefCell<PoolState>>,
         meta_buf: &'a RefCell<wgpu::Buffer>,
+        bind_groups: &'a RefCell<BindGroupCache>,
     ) -> Self {
+        // A new context has recorded nothing, and the contexts of one pool record one at a time
+        // (as `flush` assumes when it makes every freed buffer writable): the buffers freed
+        // since the last submit (the outputs a caller read and dropped) are referenced by no
+        // pending command. Every run then starts from the same free list, in a fixed order.
+        pool.borrow_mut().settle();
         Self {
             gpu,
             pool,
             cmds: Vec::new(),
             meta: Vec::new(),
             meta_buf,
+            bind_groups,
             host_copies: Vec::new(),
         }
     }
@@ -511,30 +563,58 @@ impl<'a> Ctx<'a> {
         self.meta.extend_from_slice(meta);
         self.meta.resize(off + meta_words, 0);
         let meta_buf = self.meta_buf.borrow();
-        let mut entries: Vec<wgpu::BindGroupEntry<'_>> = tensors
+        let meta_range = ((off * 4) as u64, (meta_words * 4) as u64);
+        let mut ranges: Vec<(wgpu::Buffer, u64, u64)> = tensors
             .iter()
-            .enumerate()
-            .map(|(i, t)| wgpu::BindGroupEntry {
-                binding: i as u32,
-                resource: t.binding(),
+            .map(|t| {
+                let (offset, size) = t.range();
+                (t.buf.buffer.clone(), offset, size)
             })
             .collect();
-        entries.push(wgpu::BindGroupEntry {
-            binding: tensors.len() as u32,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &meta_buf,
-                offset: (off * 4) as u64,
-                size: std::num::NonZeroU64::new((meta_words * 4) as u64),
-            }),
-        });
-        let group = self
-            .gpu
-            .device
-            .create_bind_group(&wgpu::BindGroupDescriptor {
-                label: Some(kernel.name()),
-                layout: &pipeline.layout,
-                entries: &entries,
-            });
+        ranges.push((meta_buf.clone(), meta_range.0, meta_range.1));
+        let key = BindGroupKey {
+            pipeline: Rc::as_ptr(&pipeline) as usize,
+            ranges,
+        };
+        let mut cache = self.bind_groups.borrow_mut();
+        let epoch = cache.epoch;
+        let group = match cache.groups.get_mut(&key) {
+            Some((group, used)) => {
+                *used = epoch;
+                group.clone()
+            }
+            None => {
+                let entries: Vec<wgpu::BindGroupEntry<'_>> = key
+                    .ranges
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (buffer, offset, size))| wgpu::BindGroupEntry {
+                        binding: i as u32,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer,
+                            offset: *offset,
+                            size: std::num::NonZeroU64::new(*size),
+                        }),
+                    })
+                    .collect();
+                let group = self
+                    .gpu
+                    .device
+                    .create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some(kernel.name()),
+                        layout: &pipeline.layout,
+                        entries: &entries,
+                    });
+                self.gpu
+                    .counters
+                    .bind_groups_created
+                    .set(self.gpu.counters.bind_groups_created.get() + 1);
+                cache.groups.insert(key, (group.clone(), epoch));
+                group
+            }
+        };
+        drop(cache);
+        drop(meta_buf);
         self.gpu.count_dispatch();
         self.cmds.push(Cmd::Dispatch {
             pipeline,
@@ -561,6 +641,8 @@ impl<'a> Ctx<'a> {
             .device
             .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("run") });
         let cmds = std::mem::take(&mut self.cmds);
+        // Reads (copies alone) do not age the bind groups.
+        let dispatched = cmds.iter().any(|c| matches!(c, Cmd::Dispatch { .. }));
         let mut i = 0;
         while i < cmds.len() {
             match &cmds[i] {
@@ -594,10 +676,11 @@ impl<'a> Ctx<'a> {
         }
         self.gpu.queue.submit(Some(enc.finish()));
         self.gpu.count_submit();
+        if dispatched {
+            self.bind_groups.borrow_mut().end_epoch();
+        }
         self.meta.clear();
-        let mut p = self.pool.borrow_mut();
-        let dirty = std::mem::take(&mut p.dirty);
-        p.clean.extend(dirty);
+        self.pool.borrow_mut().settle();
     }
 
     /// Copies a GPU tensor back to the host (submits pending work first).

@@ -74,6 +74,8 @@ pub struct Counters {
     pub buffers_created: Cell<u64>,
     /// Compute pipelines compiled (pipeline cache misses).
     pub pipelines_compiled: Cell<u64>,
+    /// Bind groups created (a dispatch reusing the bind group of an earlier one creates none).
+    pub bind_groups_created: Cell<u64>,
 }
 
 /// A snapshot of [`Counters`].
@@ -91,6 +93,8 @@ pub struct CounterSnapshot {
     pub buffers_created: u64,
     /// Pipelines compiled.
     pub pipelines_compiled: u64,
+    /// Bind groups created.
+    pub bind_groups_created: u64,
 }
 
 impl Counters {
@@ -103,6 +107,7 @@ impl Counters {
             bytes_uploaded: self.bytes_uploaded.get(),
             buffers_created: self.buffers_created.get(),
             pipelines_compiled: self.pipelines_compiled.get(),
+            bind_groups_created: self.bind_groups_created.get(),
         }
     }
 }
@@ -155,7 +160,7 @@ pub struct Gpu {
     pub attention_scratch: u64,
     /// Counters.
     pub counters: Counters,
-    pipelines: RefCell<HashMap<String, Rc<Pipeline>>>,
+    pipelines: RefCell<HashMap<u128, Rc<Pipeline>>>,
     errors: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
@@ -715,30 +720,25 @@ impl Kernel {
         self.name
     }
 
-    fn key(&self) -> String {
-        let mut k = format!(
-            "{}|wg={}|map={:?}",
-            self.name, self.workgroup, self.map_outputs
-        );
+    /// The pipeline cache key: a 128-bit hash of the name, the workgroup size, the bindings and
+    /// every parameter (the body is the name's; an appended tail is told apart by its length),
+    /// computed without building a string of them: the fused kernels' parameters are whole code
+    /// fragments, and a decode step looks up ~100 kernels.
+    fn key(&self) -> u128 {
+        use std::hash::Hash;
+        let mut h = xxhash_rust::xxh3::Xxh3Default::new();
+        self.name.hash(&mut h);
+        self.workgroup.hash(&mut h);
+        self.map_outputs.hash(&mut h);
         for b in &self.bindings {
-            k.push_str(&format!(
-                "|{}:{:?}:{}{}",
-                b.name,
-                b.storage,
-                b.write,
-                if b.wide { ":wide" } else { "" }
-            ));
+            (&b.name, b.storage, b.write, b.wide).hash(&mut h);
         }
         for (p, v) in &self.params {
-            k.push_str(&format!("|{p}={v}"));
+            (p, v).hash(&mut h);
         }
-        if !self.extra.is_empty() {
-            k.push_str(&format!("|extra={}", self.extra));
-        }
-        if !self.tail.is_empty() {
-            k.push_str(&format!("|tail={}", self.tail.len()));
-        }
-        k
+        self.extra.hash(&mut h);
+        self.tail.len().hash(&mut h);
+        h.digest128()
     }
 
     fn source(&self) -> Result<String> {

@@ -39,6 +39,8 @@ pub struct Session {
     const_copies: RefCell<Vec<Option<GpuTensor>>>,
     pool: Rc<RefCell<PoolState>>,
     meta_buf: RefCell<wgpu::Buffer>,
+    /// Bind groups of this session's contexts, reused across runs.
+    bind_groups: RefCell<crate::exec::BindGroupCache>,
     fused: Vec<String>,
     /// Weights packed into shared buffers for fused kernels: (buffer, first byte, slot bytes).
     packed: HashMap<String, (Rc<crate::exec::PooledBuffer>, u64, u64)>,
@@ -243,6 +245,7 @@ impl Session {
             ids,
             pool: Rc::new(RefCell::new(PoolState::default())),
             meta_buf: RefCell::new(meta_buf),
+            bind_groups: RefCell::default(),
             graph,
         };
         s.plan_packs(&packs);
@@ -807,7 +810,12 @@ impl Session {
 
     /// Reads a value back to the host (counted in `bytes_read_back`).
     pub async fn read(&self, v: &Value) -> Result<HostTensor> {
-        let mut cx = Ctx::new(&self.gpu, self.pool.clone(), &self.meta_buf);
+        let mut cx = Ctx::new(
+            &self.gpu,
+            self.pool.clone(),
+            &self.meta_buf,
+            &self.bind_groups,
+        );
         cx.to_host(v).await
     }
 
@@ -816,7 +824,12 @@ impl Session {
     /// Work recorded into it is submitted by [`Ctx::flush`] or [`Ctx::download`]; tensors it
     /// allocates return to this session's pool when dropped.
     pub fn context(&self) -> Ctx<'_> {
-        Ctx::new(&self.gpu, self.pool.clone(), &self.meta_buf)
+        Ctx::new(
+            &self.gpu,
+            self.pool.clone(),
+            &self.meta_buf,
+            &self.bind_groups,
+        )
     }
 
     /// Runs with host inputs and reads every output back.

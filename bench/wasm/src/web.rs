@@ -173,6 +173,7 @@ impl BenchModel {
                 "bytes_read_back_per_token": r.bytes_read_back_per_token,
                 "buffers_created_per_token": r.buffers_created_per_token,
                 "bytes_uploaded_per_token": r.bytes_uploaded_per_token,
+                "bind_groups_created_per_token": r.bind_groups_created_per_token,
             });
             Ok(JsValue::from_str(&doc.to_string()))
         })

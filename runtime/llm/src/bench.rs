@@ -65,6 +65,8 @@ pub struct DecodeRun {
     pub buffers_created_per_token: f64,
     /// Bytes uploaded from the host per decoded token.
     pub bytes_uploaded_per_token: f64,
+    /// Bind groups created per decoded token.
+    pub bind_groups_created_per_token: f64,
 }
 
 impl DecodeRun {
@@ -133,6 +135,7 @@ pub async fn decode(model: &GemmaModel, context: usize, tokens: usize) -> Result
         bytes_read_back_per_token: per(s.decode_bytes_read_back),
         buffers_created_per_token: per(s.decode_buffers_created),
         bytes_uploaded_per_token: per(s.decode_bytes_uploaded),
+        bind_groups_created_per_token: per(s.decode_bind_groups_created),
     })
 }
 
@@ -219,6 +222,7 @@ mod tests {
             bytes_read_back_per_token: 0.0,
             buffers_created_per_token: 0.0,
             bytes_uploaded_per_token: 0.0,
+            bind_groups_created_per_token: 0.0,
         };
         assert_eq!(d.tok_s(), 0.0);
     }

@@ -35,6 +35,9 @@ pub struct GenerationStats {
     /// Bytes written from the host to the GPU during decode steps (the new ids, positions and
     /// mask; constants are uploaded once).
     pub decode_bytes_uploaded: u64,
+    /// Bind groups created during decode steps (a step binding what the step before bound
+    /// reuses its bind groups).
+    pub decode_bind_groups_created: u64,
     /// Queue submits during decode steps.
     pub decode_submits: u64,
 }
@@ -308,5 +311,6 @@ fn add(stats: &mut GenerationStats, before: &CounterSnapshot, after: &CounterSna
     stats.decode_bytes_read_back += after.bytes_read_back - before.bytes_read_back;
     stats.decode_buffers_created += after.buffers_created - before.buffers_created;
     stats.decode_bytes_uploaded += after.bytes_uploaded - before.bytes_uploaded;
+    stats.decode_bind_groups_created += after.bind_groups_created - before.bind_groups_created;
     stats.decode_submits += after.submits - before.submits;
 }

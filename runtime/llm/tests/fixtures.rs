@@ -104,8 +104,13 @@ fn q4_greedy_tokens_equal_onnx_runtime() {
             assert!(want.len() >= 32);
             let mut g = Generator::new(&model, &input, Sampling::Greedy).expect("generator");
             let mut got = Vec::new();
-            for _ in 0..want.len() {
+            let mut groups = 0;
+            for step in 0..want.len() {
+                let before = gpu.counters.snapshot().bind_groups_created;
                 got.push(pollster::block_on(g.next_token()).expect("step"));
+                if step >= 2 {
+                    groups += gpu.counters.snapshot().bind_groups_created - before;
+                }
             }
             assert_eq!(got, want, "{name} q4 {pname}: greedy tokens");
             let stats = g.stats();
@@ -122,6 +127,14 @@ fn q4_greedy_tokens_equal_onnx_runtime() {
                 "{name} {pname}: {} submits in {} decode steps",
                 stats.decode_submits, stats.decode_tokens
             );
+            // A decode step binds what the step before bound (the cache in place, the pool's
+            // buffers in the same order): bind groups are made only when a buffer changes (the
+            // cache or the mask outgrowing theirs), not per step.
+            let steps = (want.len() - 2) as u64;
+            assert!(
+                groups * 4 <= steps * stats.dispatches_per_token() as u64,
+                "{name} {pname}: {groups} bind groups created in {steps} decode steps"
+            );
             // The cache grows in place in the pool's size buckets: no buffer per step.
             assert!(
                 (stats.decode_buffers_created as usize) < stats.decode_tokens,
@@ -130,7 +143,7 @@ fn q4_greedy_tokens_equal_onnx_runtime() {
                 stats.decode_tokens
             );
             eprintln!(
-                "{name} q4 {pname}: {} tokens match; logits max diff {worst:.2e}; {:.1} dispatches/token, {:.1} bytes read back/token, {} buffers created while decoding, decode {:.1} tok/s",
+                "{name} q4 {pname}: {} tokens match; logits max diff {worst:.2e}; {:.1} dispatches/token, {:.1} bytes read back/token, {} buffers and {groups} bind groups created while decoding, decode {:.1} tok/s",
                 got.len(),
                 stats.dispatches_per_token(),
                 stats.bytes_read_back_per_token(),

@@ -131,6 +131,7 @@ pub fn browser_model(raw: &Value) -> Value {
         "bytes_read_back_per_token",
         "buffers_created_per_token",
         "bytes_uploaded_per_token",
+        "bind_groups_created_per_token",
     ] {
         let v: Vec<f64> = ours
             .iter()
@@ -228,6 +229,7 @@ pub fn native_model(raw: &Value, layers: Option<u64>) -> Value {
                 "bytes_read_back_per_token",
                 "buffers_created_per_token",
                 "bytes_uploaded_per_token",
+                "bind_groups_created_per_token",
             ] {
                 out.insert(key.into(), num(median(&values(&runs, key))));
             }
@@ -435,12 +437,13 @@ pub fn markdown(doc: &Value) -> String {
                 let plain =
                     |k: &str| get(m, &["ours", k]).map_or("–".into(), |x| format!("{x:.1}"));
                 s.push_str(&format!(
-                    "\nOurs per decoded token: {} dispatches, {} submits, {} bytes read back, {} bytes uploaded, {} buffers created; wasm memory after load {}.\n",
+                    "\nOurs per decoded token: {} dispatches, {} submits, {} bytes read back, {} bytes uploaded, {} buffers and {} bind groups created; wasm memory after load {}.\n",
                     plain("dispatches_per_token"),
                     plain("submits_per_token"),
                     plain("bytes_read_back_per_token"),
                     plain("bytes_uploaded_per_token"),
                     plain("buffers_created_per_token"),
+                    plain("bind_groups_created_per_token"),
                     fmt_num(get(m, &["ours", "wasm_memory_bytes"]), Unit::Bytes),
                 ));
                 for (who, key) in [("ours", "ours"), ("onnxruntime-web", "onnxruntime_web")] {

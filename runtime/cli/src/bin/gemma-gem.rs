@@ -294,6 +294,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
                 "bytes_read_back_per_token": run.bytes_read_back_per_token,
                 "buffers_created_per_token": run.buffers_created_per_token,
                 "bytes_uploaded_per_token": run.bytes_uploaded_per_token,
+                "bind_groups_created_per_token": run.bind_groups_created_per_token,
             }));
         }
         decode.push(json!({"context": c, "tokens": args.decode_tokens, "runs": runs}));
