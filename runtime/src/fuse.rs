@@ -41,7 +41,9 @@ use crate::gpu::{Gpu, Kernel, Storage};
 use crate::model::{Graph, Initializer, Node};
 use crate::ops::{Attrs, MS, Op};
 use crate::tensor::DType;
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 mod rotary_table;
 mod shared_attn;
@@ -1595,7 +1597,20 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
 /// dispatch's last column) with the staged row, written out for distinct accumulators so that each
 /// load of the row serves every column. `wide`: the bits are read four words per load
 /// (`ldv_qw{j}`, whole quant blocks of 16 bytes), otherwise a word per load.
-fn gemv_dot(j: usize, reps: u32, wide: bool) -> String {
+fn gemv_dot(j: usize, reps: u32, wide: bool) -> Rc<str> {
+    thread_local! {
+        /// The functions made so far: a decode step asks for the same few every time.
+        static MADE: RefCell<HashMap<(usize, u32, bool), Rc<str>>> = RefCell::default();
+    }
+    MADE.with(|m| {
+        m.borrow_mut()
+            .entry((j, reps, wide))
+            .or_insert_with(|| make_gemv_dot(j, reps, wide).into())
+            .clone()
+    })
+}
+
+fn make_gemv_dot(j: usize, reps: u32, wide: bool) -> String {
     let rs = 0..reps;
     let each = |f: &dyn Fn(u32) -> String| rs.clone().map(f).collect::<Vec<_>>().join("\n");
     let body = if wide {
