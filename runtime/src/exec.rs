@@ -241,13 +241,15 @@ enum Cmd {
 /// cache exceeds [`BIND_GROUP_ENTRIES`].
 #[derive(Default)]
 pub(crate) struct BindGroupCache {
-    groups: HashMap<BindGroupKey, (wgpu::BindGroup, u64)>,
+    /// The group, the epoch of its last use, and its pipeline (held, so that the address in
+    /// the key names it as long as the entry lives).
+    groups: HashMap<BindGroupKey, (wgpu::BindGroup, u64, Rc<crate::gpu::Pipeline>)>,
     /// Submits with dispatches so far.
     epoch: u64,
 }
 
-/// A bind group's pipeline (by address: pipelines live as long as the device's cache) and its
-/// buffer ranges in binding order, the parameter slot last.
+/// A bind group's pipeline (by address; the entry holds it) and its buffer ranges in binding
+/// order, the parameter slot last.
 #[derive(PartialEq, Eq, Hash)]
 struct BindGroupKey {
     pipeline: usize,
@@ -267,7 +269,7 @@ impl BindGroupCache {
             self.groups.clear();
         } else {
             self.groups
-                .retain(|_, (_, used)| *used + BIND_GROUP_FLUSHES >= epoch);
+                .retain(|_, (_, used, _)| *used + BIND_GROUP_FLUSHES >= epoch);
         }
     }
 }
@@ -579,7 +581,7 @@ impl<'a> Ctx<'a> {
         let mut cache = self.bind_groups.borrow_mut();
         let epoch = cache.epoch;
         let group = match cache.groups.get_mut(&key) {
-            Some((group, used)) => {
+            Some((group, used, _)) => {
                 *used = epoch;
                 group.clone()
             }
@@ -609,7 +611,9 @@ impl<'a> Ctx<'a> {
                     .counters
                     .bind_groups_created
                     .set(self.gpu.counters.bind_groups_created.get() + 1);
-                cache.groups.insert(key, (group.clone(), epoch));
+                cache
+                    .groups
+                    .insert(key, (group.clone(), epoch, pipeline.clone()));
                 group
             }
         };

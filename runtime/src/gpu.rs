@@ -56,7 +56,11 @@ fn wide_weight_loads(i: &wgpu::AdapterInfo) -> bool {
     if let Ok(v) = std::env::var("GG_GEMV_WIDE") {
         return v.trim() != "0";
     }
-    !i.name.to_lowercase().contains("swiftshader")
+    // Software adapters: only Mesa's llvmpipe / lavapipe is known to gain. In the browser the
+    // adapter's name (its description) is often empty, so SwiftShader is recognised there as
+    // the fallback adapter, with any other CPU adapter.
+    let name = i.name.to_lowercase();
+    !is_software(i) || name.contains("llvmpipe") || name.contains("lavapipe")
 }
 
 /// Work counters (monotonic; take differences around a run).
@@ -145,8 +149,10 @@ pub struct Gpu {
     /// workgroup barriers to add it up) give each invocation whole dot products instead.
     pub software: bool,
     /// Whether kernels read quantized weights 16 bytes per load (`array<vec4<u32>>` bindings,
-    /// [`Kernel::input_wide`]) where they can. True except on SwiftShader, which runs a vec4
-    /// load per invocation as four gathers and then spills: its fused GEMVs take twice as long
+    /// [`Kernel::input_wide`]) where they can. True on GPUs and on llvmpipe / lavapipe, false on
+    /// other software adapters (SwiftShader, the browser's fallback adapter): SwiftShader runs a
+    /// vec4 load per invocation as four gathers and then spills, and its fused GEMVs take twice
+    /// as long
     /// (E2B-shaped q4f16 decode 0.6 -> 0.3 tok/s), while lavapipe gains (after 1024 tokens:
     /// 2.3 / 2.2 -> 2.6 / 2.6 tok/s) and GPUs read whole 16-byte blocks per lane. Natively `GG_GEMV_WIDE=0` or `1`
     /// overrides it; setting it on an open device is safe (tests do, to run both forms).
