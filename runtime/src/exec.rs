@@ -344,7 +344,7 @@ impl<'a> Ctx<'a> {
     }
 
     /// [`Ctx::alloc`] with room for at least `spare` more elements after the tensor's own (a
-    /// cache that will grow in place: [`GpuTensor::regrown`]).
+    /// cache that will grow in place: `GpuTensor::regrown`).
     pub fn alloc_spare(
         &mut self,
         dtype: DType,
@@ -418,7 +418,7 @@ impl<'a> Ctx<'a> {
 
     /// Uploads a host tensor (int64 narrowed to i32, bool widened to words, f16 packed). A
     /// host value among the inputs of the node being run is uploaded once: its copy is reused
-    /// (for the session when it is a constant, for the run otherwise; see [`HostCopy`]).
+    /// (for the session when it is a constant, for the run otherwise; see `HostCopy`).
     pub fn upload(&mut self, t: &HostTensor) -> Result<GpuTensor> {
         let (addr, len) = (t.data.as_ptr() as usize, t.data.len());
         let known = self

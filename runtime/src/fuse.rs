@@ -22,7 +22,7 @@
 //! - **FusedNorms**: the independent RMS norms that follow one FusedGemv's separate results (the
 //!   per-head q/k/v norms) in one dispatch (their results ranges of one buffer, one binding),
 //!   and any other norm unit between Casts (f16
-//!   activations) or followed by a tail `Add(y, other)` [`-> Mul(., scalar)`] (optionally with
+//!   activations) or followed by a tail `Add(y, other)` (then `Mul(., scalar)`) (optionally with
 //!   `other = Cast(float16)(x)`; Gemma's per-layer inputs), f32 or f16.
 //! - **SharedAttn** (`shared_attn.rs`): Gemma 4's KV-shared attention (query norm, rotation by
 //!   halves, 5-D MatMul / mask / Softmax / MatMul) as one flash-attention dispatch.

@@ -152,10 +152,10 @@ pub struct Gpu {
     /// [`Kernel::input_wide`]) where they can. True on GPUs and on llvmpipe / lavapipe, false on
     /// other software adapters (SwiftShader, the browser's fallback adapter): SwiftShader runs a
     /// vec4 load per invocation as four gathers and then spills, and its fused GEMVs take twice
-    /// as long
-    /// (E2B-shaped q4f16 decode 0.6 -> 0.3 tok/s), while lavapipe gains (after 1024 tokens:
-    /// 2.3 / 2.2 -> 2.6 / 2.6 tok/s) and GPUs read whole 16-byte blocks per lane. Natively `GG_GEMV_WIDE=0` or `1`
-    /// overrides it; setting it on an open device is safe (tests do, to run both forms).
+    /// as long (E2B-shaped q4f16 decode 0.6 -> 0.3 tok/s), while lavapipe gains (after 1024
+    /// tokens: 2.3 / 2.2 -> 2.6 / 2.6 tok/s) and GPUs read whole 16-byte blocks per lane.
+    /// Natively `GG_GEMV_WIDE=0` or `1` overrides it; setting it on an open device is safe
+    /// (tests do, to run both forms).
     pub wide_weight_loads: bool,
     /// Weights larger than this many bytes are split by rows across buffers (defaults to the
     /// adapter's `max_storage_buffer_binding_size`; lower it to test or to save address space).
@@ -415,7 +415,8 @@ impl Gpu {
     }
 }
 
-/// How a tensor of a given dtype is laid out in a GPU buffer (always an `array<u32>` binding).
+/// How a tensor of a given dtype is laid out in a GPU buffer (an `array<u32>` binding, or
+/// `array<vec4<u32>>` for [`Kernel::input_wide`]: the same words).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Storage {
     /// One f32 per word.
@@ -662,7 +663,7 @@ impl Kernel {
     }
 
     /// Adds the standard element-mapped `main`: the body defines `fn compute(i: u32) -> f32` and
-    /// each invocation writes one word of `output` (meta[0] = element count).
+    /// each invocation writes one word of `output` (`meta[0]` = element count).
     pub fn mapped(mut self, output: &str) -> Self {
         self.map_outputs = vec![output.into()];
         self

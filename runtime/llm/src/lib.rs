@@ -8,7 +8,7 @@
 //!   (`present.*` fed back as `past_key_values.*`), the next token sampled on the GPU
 //!   ([`Sampling`]), only its id read back.
 //! - [`TextStream`]: text per token with end ids, `max_new_tokens` and cancellation.
-//! - [`bench`]: the prefill and decode measurements of `gemma-gem bench` and the browser bench.
+//! - [`bench`](mod@bench): the prefill and decode measurements of `gemma-gem bench` and the browser bench.
 //! - [`GemmaBackend`]: the agent's `ModelBackend` (and a tokenizer-exact `TokenCounter`).
 //!
 //! ```no_run
