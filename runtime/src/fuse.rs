@@ -117,8 +117,7 @@ impl Limits {
     }
 }
 
-/// A natively set tuning variable (`GG_GEMV_MIN_WG` overrides
-/// [`Limits::gemv_min_workgroups`]); never in the browser.
+/// A natively set tuning variable (`GG_GEMV_TPC`, `GG_GEMV_MIN_WG`); never in the browser.
 fn env_u32(name: &str) -> Option<u32> {
     #[cfg(not(target_arch = "wasm32"))]
     return std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
@@ -135,15 +134,9 @@ const WG: u32 = 64;
 /// Threads per column of the fused GEMV on `gpu` (see [`Limits::gemv_tpc`]); natively
 /// `GG_GEMV_TPC` (1, 2, 4, 8 .. 64) overrides it, for comparing both on one adapter.
 fn gemv_tpc(gpu: &Gpu) -> u32 {
-    #[cfg(not(target_arch = "wasm32"))]
-    if let Some(t) = std::env::var("GG_GEMV_TPC")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
+    env_u32("GG_GEMV_TPC")
         .filter(|t| t.is_power_of_two() && *t <= WG)
-    {
-        return t;
-    }
-    if gpu.software { 1 } else { 8 }
+        .unwrap_or(if gpu.software { 1 } else { 8 })
 }
 
 struct Mat {
@@ -1269,12 +1262,15 @@ impl FusedGemv {
             && weights
                 .iter()
                 .all(|(q, _, _)| q.byte_offset().is_multiple_of(16));
-        if packed {
-            kern = if wide {
-                kern.input_wide("wts", Storage::U8)
+        let bits_input = |k: Kernel, name: &str| {
+            if wide {
+                k.input_wide(name, Storage::U8)
             } else {
-                kern.input("wts", Storage::U8)
-            };
+                k.input(name, Storage::U8)
+            }
+        };
+        if packed {
+            kern = bits_input(kern, "wts");
             bind.push(q0.whole());
         }
         for (j, (q, s, z)) in weights.into_iter().enumerate() {
@@ -1310,13 +1306,7 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
                     ));
                 }
             } else {
-                let name = format!("qw{j}");
-                kern = if wide {
-                    kern.input_wide(&name, Storage::U8)
-                } else {
-                    kern.input(&name, Storage::U8)
-                }
-                .input(&format!("sc{j}"), s.storage());
+                kern = bits_input(kern, &format!("qw{j}")).input(&format!("sc{j}"), s.storage());
                 bind.extend([q, s]);
                 if let Some(z) = &z {
                     kern = kern.input(&format!("zp{j}"), Storage::U8);
