@@ -62,7 +62,7 @@ window.bench = {
       decode = { decode_s: r.decode_s, tokens: r.tokens, dispatches_per_token: r.dispatches_per_token,
         submits_per_token: r.submits_per_token, bytes_read_back_per_token: r.bytes_read_back_per_token,
         buffers_created_per_token: r.buffers_created_per_token, bytes_uploaded_per_token: r.bytes_uploaded_per_token,
-        bind_groups_created_per_token: r.bind_groups_created_per_token };
+        bind_groups_created_per_token: r.bind_groups_created_per_token, record_ms_per_token: r.record_ms_per_token };
     } else {
       [cold] = await ms(() => ort.prefill(handle, prefill));
       [warm] = await ms(() => ort.prefill(handle, prefill));

@@ -628,10 +628,11 @@ impl<'a> Ctx<'a> {
         Ok(())
     }
 
-    /// Submits everything recorded so far (one submit).
-    pub fn flush(&mut self) {
+    /// Submits everything recorded so far (one submit); returns its index (`None`: nothing was
+    /// recorded, nothing submitted).
+    pub fn flush(&mut self) -> Option<wgpu::SubmissionIndex> {
         if self.cmds.is_empty() {
-            return;
+            return None;
         }
         if !self.meta.is_empty() {
             self.gpu.queue.write_buffer(
@@ -678,13 +679,14 @@ impl<'a> Ctx<'a> {
                 }
             }
         }
-        self.gpu.queue.submit(Some(enc.finish()));
+        let index = self.gpu.queue.submit(Some(enc.finish()));
         self.gpu.count_submit();
         if dispatched {
             self.bind_groups.borrow_mut().end_epoch();
         }
         self.meta.clear();
         self.pool.borrow_mut().settle();
+        Some(index)
     }
 
     /// Copies a GPU tensor back to the host (submits pending work first).
@@ -695,6 +697,20 @@ impl<'a> Ctx<'a> {
                 data.extend(Box::pin(self.download(p)).await?.data);
             }
             return HostTensor::new(t.dtype, t.shape.clone(), data);
+        }
+        self.read_later(t)?.wait().await
+    }
+
+    /// Starts copying a GPU tensor back to the host: records the copy, submits everything
+    /// recorded so far and requests the mapping, without waiting. The returned read completes
+    /// when the GPU has done this submit; work submitted after it (the next step, recorded
+    /// meanwhile) does not delay it. Not for tensors split into row ranges (see
+    /// [`Ctx::download`]).
+    pub fn read_later(&mut self, t: &GpuTensor) -> Result<PendingRead<'a>> {
+        if t.split.is_some() {
+            return Err(Error::Invalid(format!(
+                "{t:?} is split into row ranges; download it instead"
+            )));
         }
         let n = t.numel();
         let storage = t.storage();
@@ -722,27 +738,23 @@ impl<'a> Ctx<'a> {
             dst: staging.clone(),
             size: bytes,
         });
-        self.flush();
+        let submission = self.flush();
         let (tx, rx) = futures::channel::oneshot::channel();
         staging
             .slice(..bytes)
             .map_async(wgpu::MapMode::Read, move |r| {
                 let _ = tx.send(r);
             });
-        self.gpu.poll_wait();
-        rx.await
-            .map_err(|_| Error::Gpu("read-back was cancelled (device lost?)".into()))?
-            .map_err(|e| Error::Gpu(format!("read-back failed: {e}")))?;
-        self.gpu.take_error()?;
-        let raw = staging
-            .slice(..bytes)
-            .get_mapped_range()
-            .map_err(|e| Error::Gpu(format!("read-back mapping failed: {e}")))?
-            .to_vec();
-        staging.unmap();
-        self.pool.borrow_mut().staging.push((size, staging));
-        self.gpu.count_read_back(bytes);
-        from_gpu_bytes(t.dtype, t.shape.clone(), &raw)
+        Ok(PendingRead {
+            gpu: self.gpu,
+            pool: self.pool.clone(),
+            staging: (size, staging),
+            bytes,
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            submission,
+            rx,
+        })
     }
 
     /// The value on the host (downloading GPU tensors).
@@ -751,6 +763,57 @@ impl<'a> Ctx<'a> {
             Value::Host(h) => Ok(h.clone()),
             Value::Gpu(t) => self.download(t).await,
         }
+    }
+}
+
+/// A read-back in flight (see [`Ctx::read_later`]): the copy is submitted and the mapping
+/// requested. Dropping it without [`PendingRead::wait`] abandons the read (its staging buffer is
+/// released, not reused).
+pub struct PendingRead<'a> {
+    gpu: &'a Gpu,
+    pool: Rc<RefCell<PoolState>>,
+    staging: (u64, wgpu::Buffer),
+    bytes: u64,
+    dtype: DType,
+    shape: Vec<usize>,
+    submission: Option<wgpu::SubmissionIndex>,
+    rx: futures::channel::oneshot::Receiver<std::result::Result<(), wgpu::BufferAsyncError>>,
+}
+
+impl std::fmt::Debug for PendingRead<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PendingRead({:?} {:?})", self.dtype, self.shape)
+    }
+}
+
+impl PendingRead<'_> {
+    /// Waits for the copy (natively: for its submit only, not for work submitted after it;
+    /// in the browser the mapping resolves on the event loop) and returns the tensor.
+    pub async fn wait(self) -> Result<HostTensor> {
+        let PendingRead {
+            gpu,
+            pool,
+            staging: (size, staging),
+            bytes,
+            dtype,
+            shape,
+            submission,
+            rx,
+        } = self;
+        gpu.poll_until(submission);
+        rx.await
+            .map_err(|_| Error::Gpu("read-back was cancelled (device lost?)".into()))?
+            .map_err(|e| Error::Gpu(format!("read-back failed: {e}")))?;
+        gpu.take_error()?;
+        let raw = staging
+            .slice(..bytes)
+            .get_mapped_range()
+            .map_err(|e| Error::Gpu(format!("read-back mapping failed: {e}")))?
+            .to_vec();
+        staging.unmap();
+        pool.borrow_mut().staging.push((size, staging));
+        gpu.count_read_back(bytes);
+        from_gpu_bytes(dtype, shape, &raw)
     }
 }
 

@@ -161,7 +161,7 @@ impl BenchModel {
     pub fn decode(&self, context: usize, tokens: usize) -> Promise {
         let model = self.model.clone();
         future_to_promise(async move {
-            let r = gg_llm::bench::decode(&model, context, tokens)
+            let r = gg_llm::bench::decode(&model, context, tokens, None)
                 .await
                 .map_err(js_err)?;
             let doc = serde_json::json!({
@@ -174,6 +174,7 @@ impl BenchModel {
                 "buffers_created_per_token": r.buffers_created_per_token,
                 "bytes_uploaded_per_token": r.bytes_uploaded_per_token,
                 "bind_groups_created_per_token": r.bind_groups_created_per_token,
+                "record_ms_per_token": r.record_ms_per_token,
             });
             Ok(JsValue::from_str(&doc.to_string()))
         })

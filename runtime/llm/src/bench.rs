@@ -67,6 +67,9 @@ pub struct DecodeRun {
     pub bytes_uploaded_per_token: f64,
     /// Bind groups created per decoded token.
     pub bind_groups_created_per_token: f64,
+    /// Host milliseconds of recording and submitting per decoded token (overlapping the GPU's
+    /// work on the step before: the next step runs ahead).
+    pub record_ms_per_token: f64,
 }
 
 impl DecodeRun {
@@ -107,23 +110,34 @@ fn greedy_on_prompt(model: &GemmaModel, n: usize, total: usize) -> Result<Genera
 pub async fn prefill(model: &GemmaModel, n: usize) -> Result<PrefillRun> {
     let mut g = greedy_on_prompt(model, n, n + 1)?;
     let t0 = now_s();
-    g.next_token().await?;
+    g.last_token().await?;
     Ok(PrefillRun {
         tokens: n,
         ttft_s: now_s() - t0,
     })
 }
 
-/// Prefills `context` tokens, then times `tokens` decode steps.
-pub async fn decode(model: &GemmaModel, context: usize, tokens: usize) -> Result<DecodeRun> {
+/// Prefills `context` tokens, then times `tokens` decode steps, each but the last running the
+/// next one ahead as a text stream does (`run_ahead`: `None` as the generator chooses for the
+/// adapter, `Some(false)` none does, `Some(true)` each does).
+pub async fn decode(
+    model: &GemmaModel,
+    context: usize,
+    tokens: usize,
+    run_ahead: Option<bool>,
+) -> Result<DecodeRun> {
     if tokens == 0 {
         return Err(LlmError::Options("decode needs at least one token".into()));
     }
     // The prefill produces the first token; each further token is one decode step.
     let mut g = greedy_on_prompt(model, context, context + tokens + 1)?;
-    for _ in 0..=tokens {
+    if let Some(on) = run_ahead {
+        g = g.run_ahead(on);
+    }
+    for _ in 0..tokens {
         g.next_token().await?;
     }
+    g.last_token().await?;
     let s = g.stats();
     let per = |v: u64| v as f64 / s.decode_tokens.max(1) as f64;
     Ok(DecodeRun {
@@ -136,6 +150,7 @@ pub async fn decode(model: &GemmaModel, context: usize, tokens: usize) -> Result
         buffers_created_per_token: per(s.decode_buffers_created),
         bytes_uploaded_per_token: per(s.decode_bytes_uploaded),
         bind_groups_created_per_token: per(s.decode_bind_groups_created),
+        record_ms_per_token: s.record_ms_per_token(),
     })
 }
 
@@ -147,9 +162,10 @@ pub async fn decode_profile(
     model: &GemmaModel,
     context: usize,
 ) -> Result<(Vec<(String, gg_runtime::OpProfile)>, u64)> {
+    // Without run-ahead, so that the profiled call records the step it measures.
     let mut g = greedy_on_prompt(model, context.max(1), context + 2)?;
-    g.next_token().await?;
-    profiled(model, g.next_token()).await
+    g.last_token().await?;
+    profiled(model, g.last_token()).await
 }
 
 /// The same for the prompt's step: `tokens` prompt tokens up to the first token.
@@ -158,7 +174,7 @@ pub async fn prefill_profile(
     tokens: usize,
 ) -> Result<(Vec<(String, gg_runtime::OpProfile)>, u64)> {
     let mut g = greedy_on_prompt(model, tokens.max(1), tokens + 1)?;
-    profiled(model, g.next_token()).await
+    profiled(model, g.last_token()).await
 }
 
 async fn profiled<T>(
@@ -223,6 +239,7 @@ mod tests {
             buffers_created_per_token: 0.0,
             bytes_uploaded_per_token: 0.0,
             bind_groups_created_per_token: 0.0,
+            record_ms_per_token: 0.0,
         };
         assert_eq!(d.tok_s(), 0.0);
     }

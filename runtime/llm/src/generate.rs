@@ -7,13 +7,21 @@
 //! rows into it (gg-runtime `ops/attention.rs`, `Gqa::append`). When a cache outgrows its
 //! buffer it is copied once into a new one with room for a quarter more (at least 16 rows), so
 //! capacity grows geometrically and a decode step neither copies nor allocates the cache.
+//!
+//! Run-ahead: each step ends with the sampling kernel writing the token id into a GPU tensor
+//! and a 4-byte read-back of it. Before waiting for that read, [`Generator::next_token`] records
+//! and submits the next step with the id tensor itself as the embedding's `input_ids`, so the host
+//! records step N+1 while the GPU runs step N, and the GPU starts step N+1 without waiting for
+//! the host. The host learns id N afterwards (for the text and the stop rules). When the caller
+//! stops after id N (an end id, cancellation) step N+1 has run for nothing; its results are
+//! dropped. [`Generator::last_token`] takes a token without running ahead.
 
 use crate::error::{LlmError, Result};
 use crate::model::GemmaModel;
 use crate::sampler::{self, Sampling};
-use gg_runtime::exec::Ctx;
+use gg_runtime::exec::{Ctx, PendingRead};
 use gg_runtime::gpu::CounterSnapshot;
-use gg_runtime::{GpuTensor, HostTensor, Value};
+use gg_runtime::{DType, GpuTensor, HostTensor, Value};
 
 /// Work counters of a generation, split into prefill (the prompt) and decode (each new token).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -40,6 +48,9 @@ pub struct GenerationStats {
     pub decode_bind_groups_created: u64,
     /// Queue submits during decode steps.
     pub decode_submits: u64,
+    /// Host seconds spent recording and submitting decode steps (with run-ahead this overlaps
+    /// the GPU's work on the step before).
+    pub decode_record_s: f64,
 }
 
 impl GenerationStats {
@@ -58,6 +69,14 @@ impl GenerationStats {
     /// Bytes read back per decoded token.
     pub fn bytes_read_back_per_token(&self) -> f64 {
         per(self.decode_bytes_read_back, self.decode_tokens)
+    }
+    /// Host milliseconds of recording and submitting per decoded token.
+    pub fn record_ms_per_token(&self) -> f64 {
+        if self.decode_tokens == 0 {
+            0.0
+        } else {
+            self.decode_record_s * 1000.0 / self.decode_tokens as f64
+        }
     }
 }
 
@@ -97,18 +116,46 @@ pub(crate) fn now_s() -> f64 {
     }
 }
 
+/// What a step feeds the embedding.
+enum StepInput {
+    /// Ids on the host (the prompt, or a token read back).
+    Host(Vec<u32>),
+    /// The id the step before sampled, still on the GPU (`[1, 1]` int64).
+    Gpu(GpuTensor),
+}
+
+/// A step submitted to the GPU whose token id has not been read back yet.
+struct InFlight<'m> {
+    read: PendingRead<'m>,
+    /// The sampled id on the GPU: the next step's `input_ids`.
+    id: GpuTensor,
+    /// The prompt's step.
+    prefill: bool,
+    /// Counters before and after recording and submitting it.
+    before: CounterSnapshot,
+    after: CounterSnapshot,
+    /// Host seconds of recording and submitting it.
+    record_s: f64,
+}
+
 /// One generation in progress: the GPU-resident cache and the position.
 pub struct Generator<'m> {
     model: &'m GemmaModel,
     cache: Vec<Value>,
-    /// Tokens in the cache.
+    /// Tokens in the cache (with a step in flight, its input included).
     past: usize,
     sampling: Sampling,
+    /// Tokens returned so far.
     step: u64,
-    /// Ids waiting to be fed (the prompt, then each sampled token).
+    /// Steps recorded so far (the sampler's step index).
+    launched: u64,
+    /// Ids waiting to be fed (the prompt, then each token read back when no step runs ahead).
     pending: Vec<u32>,
+    /// The step submitted ahead, fed with the last sampled id on the GPU.
+    in_flight: Option<InFlight<'m>>,
+    run_ahead: bool,
     stats: GenerationStats,
-    /// Decoder runs so far (prefill counts as one).
+    /// Decoder runs so far (prefill counts as one; a step run ahead counts when recorded).
     pub steps_run: usize,
 }
 
@@ -117,6 +164,7 @@ impl std::fmt::Debug for Generator<'_> {
         f.debug_struct("Generator")
             .field("past", &self.past)
             .field("step", &self.step)
+            .field("in_flight", &self.in_flight.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -154,7 +202,10 @@ impl<'m> Generator<'m> {
             past: 0,
             sampling,
             step: 0,
+            launched: 0,
             pending: prompt.to_vec(),
+            in_flight: None,
+            run_ahead: model.gpu.submits_overlap,
             stats: GenerationStats {
                 prefill_tokens: prompt.len(),
                 ..GenerationStats::default()
@@ -163,7 +214,16 @@ impl<'m> Generator<'m> {
         })
     }
 
-    /// Tokens in the cache.
+    /// Whether [`Generator::next_token`] runs the next step ahead (by default where the GPU's
+    /// submits overlap, [`gg_runtime::Gpu::submits_overlap`]; off, every step is recorded after
+    /// the id before it is read back, as [`Generator::last_token`] does). The tokens are the same
+    /// either way.
+    pub fn run_ahead(mut self, on: bool) -> Self {
+        self.run_ahead = on;
+        self
+    }
+
+    /// Tokens in the cache (a step running ahead included).
     pub fn position(&self) -> usize {
         self.past
     }
@@ -173,11 +233,27 @@ impl<'m> Generator<'m> {
         self.stats
     }
 
-    /// Records both sessions on the pending ids into `cx` (nothing is submitted); returns the
-    /// logits of the last position (on the GPU).
-    async fn forward(&mut self, cx: &mut Ctx<'_>) -> Result<GpuTensor> {
-        let ids = std::mem::take(&mut self.pending);
-        let s = ids.len();
+    /// Records both sessions on `input` into `cx` (nothing is submitted); returns the logits of
+    /// the last position (on the GPU).
+    async fn forward(&mut self, cx: &mut Ctx<'_>, input: StepInput) -> Result<GpuTensor> {
+        let ids = match input {
+            StepInput::Host(ids) => {
+                if ids.is_empty() {
+                    return Err(LlmError::Options("no token ids to feed".into()));
+                }
+                let ids64: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
+                Value::Host(HostTensor::from_i64(vec![1, ids.len()], &ids64))
+            }
+            StepInput::Gpu(t) => {
+                if t.shape != [1, 1] || t.dtype != DType::I64 {
+                    return Err(LlmError::Model(format!(
+                        "the sampled id is {t:?}, expected int64 [1, 1]"
+                    )));
+                }
+                Value::Gpu(t)
+            }
+        };
+        let s = ids.shape()[1];
         let total = self.past + s;
         if let Some(limit) = self.model.context_limit()
             && total > limit
@@ -187,17 +263,10 @@ impl<'m> Generator<'m> {
                 limit,
             });
         }
-        let ids64: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
         let embeds = self
             .model
             .embed
-            .run_in(
-                cx,
-                vec![(
-                    "input_ids".into(),
-                    Value::Host(HostTensor::from_i64(vec![1, s], &ids64)),
-                )],
-            )
+            .run_in(cx, vec![("input_ids".into(), ids)])
             .await?;
         let layout = &self.model.layout;
         let mut inputs: Vec<(String, Value)> = Vec::with_capacity(8 + layout.cache.len());
@@ -261,46 +330,117 @@ impl<'m> Generator<'m> {
         }
     }
 
-    /// Feeds the pending ids and returns the next token (sampled on the GPU; only its id is read
-    /// back). The token becomes pending for the next call.
-    pub async fn next_token(&mut self) -> Result<u32> {
-        let prefill = self.step == 0;
-        let gpu = &self.model.gpu;
-        let before = gpu.counters.snapshot();
-        let t0 = now_s();
-        // The embedding, the decoder and the sampling kernel go to the GPU in one submit, which
-        // also reads back the id.
+    /// Records and submits one step on `input`, with the sampling kernel and the read-back of
+    /// its id.
+    async fn launch(&mut self, input: StepInput) -> Result<InFlight<'m>> {
         let model = self.model;
+        let before = model.gpu.counters.snapshot();
+        let t0 = now_s();
+        let prefill = self.launched == 0;
+        // The embedding, the decoder and the sampling kernel go to the GPU in one submit, which
+        // also starts the read-back of the id.
         let mut cx = model.decoder.context();
-        let logits = self.forward(&mut cx).await?;
-        let out = sampler::record(&mut cx, &logits, &self.sampling, self.step)?;
+        let logits = self.forward(&mut cx, input).await?;
+        let id = sampler::record(&mut cx, &logits, &self.sampling, self.launched)?;
         drop(logits);
-        let id = sampler::read_id(&mut cx, &out).await?;
+        let read = cx.read_later(&id)?;
+        self.launched += 1;
+        Ok(InFlight {
+            read,
+            id,
+            prefill,
+            before,
+            after: model.gpu.counters.snapshot(),
+            record_s: now_s() - t0,
+        })
+    }
+
+    /// Feeds the pending ids (the prompt, then each token) and returns the next token, sampled on
+    /// the GPU; only its id is read back. Runs the step after it ahead (see the module docs)
+    /// unless [`Generator::run_ahead`] turned that off or the context is full: call
+    /// [`Generator::last_token`] instead when no token will follow.
+    pub async fn next_token(&mut self) -> Result<u32> {
+        self.advance(self.run_ahead).await
+    }
+
+    /// Like [`Generator::next_token`], without running the next step ahead: for the last token
+    /// the caller will take, so that no step runs for nothing.
+    pub async fn last_token(&mut self) -> Result<u32> {
+        self.advance(false).await
+    }
+
+    async fn advance(&mut self, ahead: bool) -> Result<u32> {
+        let t0 = now_s();
+        let cur = match self.in_flight.take() {
+            Some(f) => f,
+            None => {
+                let ids = std::mem::take(&mut self.pending);
+                self.launch(StepInput::Host(ids)).await?
+            }
+        };
+        let room = self
+            .model
+            .context_limit()
+            .is_none_or(|limit| self.past < limit);
+        if ahead && room {
+            let next = self.launch(StepInput::Gpu(cur.id.clone())).await?;
+            self.in_flight = Some(next);
+        }
+        let InFlight {
+            read,
+            id: _,
+            prefill,
+            before,
+            after,
+            record_s,
+        } = cur;
+        let waited = self.model.gpu.counters.snapshot();
+        let host = read.wait().await?;
+        let done = self.model.gpu.counters.snapshot();
+        let id = host
+            .to_i64()
+            .first()
+            .copied()
+            .ok_or_else(|| LlmError::Model("sampler returned nothing".into()))?;
+        let id =
+            u32::try_from(id).map_err(|_| LlmError::Model(format!("sampler returned id {id}")))?;
         let dt = now_s() - t0;
-        let after = gpu.counters.snapshot();
         if prefill {
             self.stats.prefill_s += dt;
         } else {
             self.stats.decode_tokens += 1;
             self.stats.decode_s += dt;
+            self.stats.decode_record_s += record_s;
             add(&mut self.stats, &before, &after);
+            add(&mut self.stats, &waited, &done);
         }
         self.step += 1;
-        self.pending.push(id);
+        if self.in_flight.is_none() {
+            self.pending.push(id);
+        }
         Ok(id)
     }
 
     /// Feeds `ids` (instead of the pending ids; empty: the pending ids, e.g. the prompt) and
     /// returns the logits of the last position, read back to the host: for tests and teacher
-    /// forcing, not for decoding.
+    /// forcing, not for decoding. Not after [`Generator::next_token`] ran a step ahead (take
+    /// that token with [`Generator::last_token`] first).
     pub async fn logits_for(&mut self, ids: &[u32]) -> Result<Vec<f32>> {
+        if self.in_flight.is_some() {
+            return Err(LlmError::Options(
+                "a step is running ahead (next_token); take the token before logits_for with last_token"
+                    .into(),
+            ));
+        }
         if !ids.is_empty() {
             self.pending = ids.to_vec();
         }
         let model = self.model;
         let mut cx = model.decoder.context();
-        let logits = self.forward(&mut cx).await?;
+        let ids = std::mem::take(&mut self.pending);
+        let logits = self.forward(&mut cx, StepInput::Host(ids)).await?;
         self.step += 1;
+        self.launched += 1;
         let host = cx.download(&logits).await?;
         Ok(host.to_f32())
     }

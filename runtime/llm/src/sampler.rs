@@ -61,7 +61,8 @@ pub fn random_word(seed: u64, step: u64) -> u32 {
 }
 
 /// Records the sampling kernel over the last row of `logits` (`[.., V]`, f32 or f16) into `cx`;
-/// returns the one-element i32 tensor that receives the token id.
+/// returns the tensor that receives the token id: int64 `[1, 1]` (held as one i32 word, like
+/// every int64 tensor on the GPU), so that it can be the next step's `input_ids` as it is.
 pub fn record(
     cx: &mut Ctx<'_>,
     logits: &GpuTensor,
@@ -93,7 +94,7 @@ pub fn record(
         .input("logits", storage)
         .output("out", Storage::I32)
         .workgroup(WG);
-    let out = cx.alloc(DType::I32, vec![1])?;
+    let out = cx.alloc(DType::I64, vec![1, 1])?;
     let n = u32::try_from(v).map_err(|_| LlmError::Model(format!("vocabulary of {v}")))?;
     let meta = match *sampling {
         Sampling::Greedy => [n, 0, 0, 0, 0, 0],

@@ -83,7 +83,12 @@ impl<'m> TextStream<'m> {
             self.stopped = Some(StopReason::MaxNewTokens);
             return Ok(None);
         }
-        let id = self.generator.next_token().await?;
+        // The step after this token runs ahead on the GPU unless this is the last one allowed.
+        let id = if self.produced + 1 < self.options.max_new_tokens {
+            self.generator.next_token().await?
+        } else {
+            self.generator.last_token().await?
+        };
         self.produced += 1;
         if self.model.tokenizer.is_end(id) || self.options.stop_ids.contains(&id) {
             self.stopped = Some(StopReason::EndId(id));
@@ -116,7 +121,8 @@ impl<'m> TextStream<'m> {
         self.generator.stats()
     }
 
-    /// Decoder runs so far (the prefill is one).
+    /// Decoder runs so far (the prefill is one; a step run ahead of a token the stream did not
+    /// return, after an end id or a cancellation, counts too).
     pub fn steps_run(&self) -> usize {
         self.generator.steps_run
     }

@@ -102,15 +102,25 @@ fn q4_greedy_tokens_equal_onnx_runtime() {
             let input = ids(&prompt["input_ids"]);
             let want = ids(&prompt["greedy_tokens"]);
             assert!(want.len() >= 32);
-            let mut g = Generator::new(&model, &input, Sampling::Greedy).expect("generator");
+            // Run-ahead forced on: lavapipe (CI) runs without it by default.
+            let mut g = Generator::new(&model, &input, Sampling::Greedy)
+                .expect("generator")
+                .run_ahead(true);
             let mut got = Vec::new();
             let mut groups = 0;
+            let submits = gpu.counters.snapshot().submits;
             for step in 0..want.len() {
                 let before = gpu.counters.snapshot().bind_groups_created;
                 got.push(pollster::block_on(g.next_token()).expect("step"));
                 if step >= 2 {
                     groups += gpu.counters.snapshot().bind_groups_created - before;
                 }
+                // Run-ahead: when token `step` comes back, the step after it is submitted.
+                assert_eq!(
+                    gpu.counters.snapshot().submits - submits,
+                    step as u64 + 2,
+                    "{name} {pname}: submits after token {step}"
+                );
             }
             assert_eq!(got, want, "{name} q4 {pname}: greedy tokens");
             let stats = g.stats();
@@ -202,9 +212,17 @@ fn q4f16_logits_on(gpu: &Rc<Gpu>) {
 
 #[test]
 fn stop_ids_max_tokens_and_cancellation() {
-    let gpu = gpu();
+    // With and without run-ahead (the stream uses the generator's default for the adapter).
+    for overlap in [false, true] {
+        let mut gpu = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
+        gpu.submits_overlap = overlap;
+        stop_rules(&Rc::new(gpu));
+    }
+}
+
+fn stop_rules(gpu: &Rc<Gpu>) {
     let name = "gemma4-tiny";
-    let model = load(&gpu, name, Dtype::Q4);
+    let model = load(gpu, name, Dtype::Q4);
     // End ids come from generation_config.json.
     assert_eq!(model.tokenizer.special().end_ids, vec![1, 106, 50]);
     let reference = reference(name, Dtype::Q4);
@@ -250,7 +268,10 @@ fn stop_ids_max_tokens_and_cancellation() {
     );
     assert_eq!(got, want[..7].to_vec());
     assert_eq!((reason, steps), (Some(StopReason::MaxNewTokens), 7));
-    // Cancellation is answered before the next step: no decoder run after the cancel.
+    // Cancellation is answered before the next step: no decoder run is recorded after the
+    // cancel. Where the generator runs ahead, the step after the third token was already running
+    // when that token was returned.
+    let ahead = usize::from(gpu.submits_overlap);
     let token = CancellationToken::new();
     let (got, reason, steps) = run(
         TextOptions {
@@ -262,7 +283,56 @@ fn stop_ids_max_tokens_and_cancellation() {
         Some((3, &token)),
     );
     assert_eq!(got, want[..3].to_vec());
-    assert_eq!((reason, steps), (Some(StopReason::Cancelled), 3));
+    assert_eq!((reason, steps), (Some(StopReason::Cancelled), 3 + ahead));
+}
+
+#[test]
+fn run_ahead_gives_the_same_tokens() {
+    let gpu = gpu();
+    let name = "gemma4-tiny";
+    let model = load(&gpu, name, Dtype::Q4);
+    let reference = reference(name, Dtype::Q4);
+    let input = ids(&reference["prompts"][0]["input_ids"]);
+    let sampled = Sampling::Sample {
+        temperature: 1.5,
+        top_k: 0,
+        top_p: 1.0,
+        seed: 7,
+    };
+    let generate = |ahead: bool| -> (Vec<u32>, u64) {
+        let mut g = Generator::new(&model, &input, sampled)
+            .expect("generator")
+            .run_ahead(ahead);
+        let before = gpu.counters.snapshot().submits;
+        let mut got: Vec<u32> = (0..23)
+            .map(|_| pollster::block_on(g.next_token()).expect("step"))
+            .collect();
+        got.push(pollster::block_on(g.last_token()).expect("last"));
+        (got, gpu.counters.snapshot().submits - before)
+    };
+    // The random draw of step n is the same whether the step was fed its id from the GPU (run
+    // ahead) or from the host; one submit per step either way, none left running after
+    // last_token.
+    let (ahead, ahead_submits) = generate(true);
+    let (plain, plain_submits) = generate(false);
+    assert_eq!(ahead, plain);
+    assert_eq!((ahead_submits, plain_submits), (24, 24));
+    assert!(
+        ahead.iter().collect::<std::collections::HashSet<_>>().len() > 5,
+        "temperature 1.5 should wander: {ahead:?}"
+    );
+    // Teacher forcing needs the step running ahead to be taken first.
+    let mut g = Generator::new(&model, &input, Sampling::Greedy)
+        .expect("generator")
+        .run_ahead(true);
+    pollster::block_on(g.next_token()).expect("prefill");
+    let err = pollster::block_on(g.logits_for(&[5])).expect_err("a step runs ahead");
+    assert!(err.to_string().contains("last_token"), "{err}");
+    let mut g = Generator::new(&model, &input, Sampling::Greedy).expect("generator");
+    let first = pollster::block_on(g.last_token()).expect("prefill");
+    let logits = pollster::block_on(g.logits_for(&[])).expect("logits of the pending token");
+    assert_eq!(g.position(), input.len() + 1);
+    assert_eq!(logits.len(), 1024, "after {first}");
 }
 
 #[test]

@@ -6,7 +6,8 @@
 //!   (`prefill_<n>_tok_s`, `ttft_<n>_s`, `decode_<context>_tok_s`, `dispatches_per_token`,
 //!   `dispatches_per_layer_per_token`, `submits_per_token`, `bytes_read_back_per_token`,
 //!   `buffers_created_per_token`, `bytes_uploaded_per_token`, `bind_groups_created_per_token`,
-//!   `gpu_memory_after_load_bytes`, `gpu_memory_peak_bytes`, `adapter`, `dtype`, `skipped`);
+//!   `record_ms_per_token`, `gpu_memory_after_load_bytes`, `gpu_memory_peak_bytes`, `adapter`,
+//!   `dtype`, `skipped`);
 //! - `browser`: `browser_version`, `adapter`, `config`, and `models.<model>` with `ours` and
 //!   `onnxruntime_web` (medians of each metric in [`report::BROWSER_METRICS`]) and one
 //!   `<metric>_ratio` (ours / theirs) per metric: `decode_tok_s_ratio`, `prefill_tok_s_ratio`,

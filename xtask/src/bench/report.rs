@@ -43,6 +43,18 @@ pub enum Unit {
     Bytes,
 }
 
+/// Per-decoded-token work the bench reports for our runtime (native and browser), from the
+/// decode runs.
+const DECODE_COUNTERS: [&str; 7] = [
+    "dispatches_per_token",
+    "submits_per_token",
+    "bytes_read_back_per_token",
+    "buffers_created_per_token",
+    "bytes_uploaded_per_token",
+    "bind_groups_created_per_token",
+    "record_ms_per_token",
+];
+
 /// The browser metrics, in table order. Ratios are always ours / theirs.
 pub const BROWSER_METRICS: &[Metric] = &[
     Metric {
@@ -125,14 +137,7 @@ pub fn browser_model(raw: &Value) -> Value {
         t.insert(m.key.into(), num(b));
         out.insert(m.ratio_key.into(), num(ratio(a, b)));
     }
-    for key in [
-        "dispatches_per_token",
-        "submits_per_token",
-        "bytes_read_back_per_token",
-        "buffers_created_per_token",
-        "bytes_uploaded_per_token",
-        "bind_groups_created_per_token",
-    ] {
+    for key in DECODE_COUNTERS {
         let v: Vec<f64> = ours
             .iter()
             .filter_map(|r| {
@@ -223,14 +228,7 @@ pub fn native_model(raw: &Value, layers: Option<u64>) -> Value {
             // Work per token barely depends on the context; report it from the first context.
             first_decode = false;
             out.insert("decode_counters_context".into(), json!(c));
-            for key in [
-                "dispatches_per_token",
-                "submits_per_token",
-                "bytes_read_back_per_token",
-                "buffers_created_per_token",
-                "bytes_uploaded_per_token",
-                "bind_groups_created_per_token",
-            ] {
+            for key in DECODE_COUNTERS {
                 out.insert(key.into(), num(median(&values(&runs, key))));
             }
             let per_layer = median(&values(&runs, "dispatches_per_token"))
@@ -329,8 +327,8 @@ pub fn markdown(doc: &Value) -> String {
                 .map(Value::to_string)
                 .unwrap_or_default()
         ));
-        s.push_str("| model | adapter | dtype | load | prefill 128 | prefill 512 | TTFT 128 | decode after 128 | decode after 1024 | dispatches / token | dispatches / layer / token | submits / token | bytes read back / token | GPU memory (after load / peak) |\n");
-        s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        s.push_str("| model | adapter | dtype | load | prefill 128 | prefill 512 | TTFT 128 | decode after 128 | decode after 1024 | dispatches / token | dispatches / layer / token | submits / token | bytes read back / token | host recording / token | GPU memory (after load / peak) |\n");
+        s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (name, m) in native {
             let g = |k: &str| m.get(k).and_then(Value::as_f64);
             let mem = match (g("gpu_memory_after_load_bytes"), g("gpu_memory_peak_bytes")) {
@@ -339,7 +337,7 @@ pub fn markdown(doc: &Value) -> String {
             };
             let plain = |k: &str| g(k).map_or("–".into(), |x| format!("{x:.1}"));
             s.push_str(&format!(
-                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {mem} |\n",
+                "| {name} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {mem} |\n",
                 text(m, "adapter"),
                 text(m, "dtype"),
                 fmt_num(g("load_s"), Unit::Seconds),
@@ -352,6 +350,7 @@ pub fn markdown(doc: &Value) -> String {
                 plain("dispatches_per_layer_per_token"),
                 plain("submits_per_token"),
                 plain("bytes_read_back_per_token"),
+                g("record_ms_per_token").map_or("–".into(), |x| format!("{x:.2} ms")),
             ));
         }
         let mut extra = String::new();
@@ -437,13 +436,14 @@ pub fn markdown(doc: &Value) -> String {
                 let plain =
                     |k: &str| get(m, &["ours", k]).map_or("–".into(), |x| format!("{x:.1}"));
                 s.push_str(&format!(
-                    "\nOurs per decoded token: {} dispatches, {} submits, {} bytes read back, {} bytes uploaded, {} buffers and {} bind groups created; wasm memory after load {}.\n",
+                    "\nOurs per decoded token: {} dispatches, {} submits, {} bytes read back, {} bytes uploaded, {} buffers and {} bind groups created, {} ms of host recording (overlapping the GPU's step before); wasm memory after load {}.\n",
                     plain("dispatches_per_token"),
                     plain("submits_per_token"),
                     plain("bytes_read_back_per_token"),
                     plain("bytes_uploaded_per_token"),
                     plain("buffers_created_per_token"),
                     plain("bind_groups_created_per_token"),
+                    get(m, &["ours", "record_ms_per_token"]).map_or("–".into(), |x| format!("{x:.2}")),
                     fmt_num(get(m, &["ours", "wasm_memory_bytes"]), Unit::Bytes),
                 ));
                 for (who, key) in [("ours", "ours"), ("onnxruntime-web", "onnxruntime_web")] {
@@ -559,7 +559,7 @@ mod tests {
             "gpu_memory_peak": {"allocated_bytes": 2097152, "reserved_bytes": 2},
             "prefill": [{"tokens": 128, "runs": [{"tok_s": 10.0, "ttft_s": 12.8}, {"tok_s": 20.0, "ttft_s": 6.4}, {"tok_s": 30.0, "ttft_s": 4.0}]},
                         {"tokens": 512, "skipped": "too long"}],
-            "decode": [{"context": 128, "tokens": 8, "runs": [{"tok_s": 5.0, "dispatches_per_token": 60.0, "submits_per_token": 3.0, "bytes_read_back_per_token": 4.0, "buffers_created_per_token": 0.0}]}]
+            "decode": [{"context": 128, "tokens": 8, "runs": [{"tok_s": 5.0, "dispatches_per_token": 60.0, "submits_per_token": 3.0, "bytes_read_back_per_token": 4.0, "buffers_created_per_token": 0.0, "record_ms_per_token": 1.234}]}]
         });
         let s = native_model(&raw, Some(6));
         assert_eq!(s["prefill_128_tok_s"], json!(20.0));
@@ -569,7 +569,7 @@ mod tests {
         assert_eq!(s["gpu_memory_peak_bytes"], json!(2097152));
         assert_eq!(s["skipped"], json!(["prefill 512: too long"]));
         let md = markdown(&json!({"date": "d", "native": {"tiny": s}}));
-        assert!(md.contains("| tiny | llvmpipe | q4 | 500 ms | 20.0 tok/s | – | 6.40 s | 5.0 tok/s | – | 60.0 | 10.0 | 3.0 | 4.0 | 1.0 MiB / 2.0 MiB |"), "{md}");
+        assert!(md.contains("| tiny | llvmpipe | q4 | 500 ms | 20.0 tok/s | – | 6.40 s | 5.0 tok/s | – | 60.0 | 10.0 | 3.0 | 4.0 | 1.23 ms | 1.0 MiB / 2.0 MiB |"), "{md}");
         assert!(md.contains("tiny: skipped prefill 512: too long"), "{md}");
     }
 }

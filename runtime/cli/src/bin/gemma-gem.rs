@@ -25,6 +25,23 @@ enum Cmd {
     Bench(BenchArgs),
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum RunAhead {
+    Auto,
+    On,
+    Off,
+}
+
+impl RunAhead {
+    fn choice(self) -> Option<bool> {
+        match self {
+            RunAhead::Auto => None,
+            RunAhead::On => Some(true),
+            RunAhead::Off => Some(false),
+        }
+    }
+}
+
 #[derive(Args)]
 struct BenchArgs {
     /// Model folder (Hugging Face layout: config.json, onnx/, ...).
@@ -48,6 +65,11 @@ struct BenchArgs {
     /// Adapter to use: a case-insensitive substring of its description.
     #[arg(long)]
     adapter: Option<String>,
+    /// Whether each decode step records and submits the next one before reading its id back:
+    /// `auto` (where the adapter's submits overlap: not on llvmpipe / lavapipe), `on` or `off`
+    /// (to measure what it gains).
+    #[arg(long, value_enum, default_value_t = RunAhead::Auto)]
+    run_ahead: RunAhead,
 }
 
 #[derive(Args)]
@@ -272,18 +294,19 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         }
         if !warm {
             progress("decode: warm-up");
-            bench::decode(&model, 8.min(c.max(1)), 2).await?;
+            bench::decode(&model, 8.min(c.max(1)), 2, args.run_ahead.choice()).await?;
             warm = true;
         }
         let mut runs = Vec::new();
         for r in 0..args.runs {
-            let run = bench::decode(&model, c, args.decode_tokens).await?;
+            let run = bench::decode(&model, c, args.decode_tokens, args.run_ahead.choice()).await?;
             progress(&format!(
-                "decode {} tokens after {c}, run {}: {:.1} tok/s, {:.1} dispatches/token",
+                "decode {} tokens after {c}, run {}: {:.1} tok/s, {:.1} dispatches/token, {:.2} ms recording/token",
                 run.tokens,
                 r + 1,
                 run.tok_s(),
-                run.dispatches_per_token
+                run.dispatches_per_token,
+                run.record_ms_per_token
             ));
             note_memory(&mut peak);
             runs.push(json!({
@@ -295,6 +318,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
                 "buffers_created_per_token": run.buffers_created_per_token,
                 "bytes_uploaded_per_token": run.bytes_uploaded_per_token,
                 "bind_groups_created_per_token": run.bind_groups_created_per_token,
+                "record_ms_per_token": run.record_ms_per_token,
             }));
         }
         decode.push(json!({"context": c, "tokens": args.decode_tokens, "runs": runs}));
@@ -320,6 +344,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "adapter": model.gpu.adapter,
         "dtype": model.dtype.name(),
         "load_s": load_s,
+        "run_ahead": args.run_ahead.choice().unwrap_or(model.gpu.submits_overlap),
         "gpu_memory_after_load": memory(after_load),
         "gpu_memory_peak": memory(peak),
         "prefill": prefill,
