@@ -229,6 +229,7 @@ enum Cmd {
         src: wgpu::Buffer,
         src_offset: u64,
         dst: wgpu::Buffer,
+        dst_offset: u64,
         size: u64,
     },
 }
@@ -371,6 +372,37 @@ impl<'a> Ctx<'a> {
             split: None,
             view: None,
         })
+    }
+
+    /// Records a copy of `src`'s bytes (its whole range) to the start of `dst`'s range, in order
+    /// with the dispatches around it. Both ranges must start and end on 4-byte boundaries, and
+    /// `dst`'s buffer must hold them at that offset.
+    pub fn copy(&mut self, src: &GpuTensor, dst: &GpuTensor) -> Result<()> {
+        let (so, bytes) = (src.byte_offset(), src.storage().bytes(src.numel()));
+        let (d_off, d_cap) = match dst.view {
+            Some(v) => v,
+            None => (0, dst.capacity()),
+        };
+        if src.split.is_some() || dst.split.is_some() {
+            return Err(Error::Invalid(
+                "cannot copy tensors split into row ranges".into(),
+            ));
+        }
+        if so % 4 != 0 || d_off % 4 != 0 || bytes % 4 != 0 || bytes > d_cap {
+            return Err(Error::Invalid(format!(
+                "cannot copy {src:?} ({bytes} bytes at {so}) into {dst:?} ({d_cap} bytes at {d_off})"
+            )));
+        }
+        if bytes > 0 {
+            self.cmds.push(Cmd::Copy {
+                src: src.buffer().clone(),
+                src_offset: so,
+                dst: dst.buffer().clone(),
+                dst_offset: d_off,
+                size: bytes,
+            });
+        }
+        Ok(())
     }
 
     /// Uninitialised GPU tensors of one element type as ranges of one pooled buffer (each
@@ -655,9 +687,10 @@ impl<'a> Ctx<'a> {
                     src,
                     src_offset,
                     dst,
+                    dst_offset,
                     size,
                 } => {
-                    enc.copy_buffer_to_buffer(src, *src_offset, dst, 0, *size);
+                    enc.copy_buffer_to_buffer(src, *src_offset, dst, *dst_offset, *size);
                     i += 1;
                 }
                 Cmd::Dispatch { .. } => {
@@ -736,6 +769,7 @@ impl<'a> Ctx<'a> {
             src: t.buffer().clone(),
             src_offset: t.byte_offset(),
             dst: staging.clone(),
+            dst_offset: 0,
             size: bytes,
         });
         let submission = self.flush();

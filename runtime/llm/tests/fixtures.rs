@@ -109,11 +109,14 @@ fn q4_greedy_tokens_equal_onnx_runtime() {
             let mut got = Vec::new();
             let mut groups = 0;
             let submits = gpu.counters.snapshot().submits;
+            let mut compiled = 0;
             for step in 0..want.len() {
-                let before = gpu.counters.snapshot().bind_groups_created;
+                let before = gpu.counters.snapshot();
                 got.push(pollster::block_on(g.next_token()).expect("step"));
                 if step >= 2 {
-                    groups += gpu.counters.snapshot().bind_groups_created - before;
+                    let after = gpu.counters.snapshot();
+                    groups += after.bind_groups_created - before.bind_groups_created;
+                    compiled += after.pipelines_compiled - before.pipelines_compiled;
                 }
                 // Run-ahead: when token `step` comes back, the step after it is submitted.
                 assert_eq!(
@@ -123,6 +126,12 @@ fn q4_greedy_tokens_equal_onnx_runtime() {
                 );
             }
             assert_eq!(got, want, "{name} q4 {pname}: greedy tokens");
+            // No kernel is compiled once decoding runs, even when a cache outgrows its buffer
+            // (it is copied, and the new rows appended by the kernel of every step).
+            assert_eq!(
+                compiled, 0,
+                "{name} {pname}: pipelines compiled while decoding"
+            );
             let stats = g.stats();
             assert_eq!(stats.decode_tokens, want.len() - 1);
             // Only the sampled id comes back: the KV cache and the logits never leave the GPU.

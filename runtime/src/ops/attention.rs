@@ -1011,6 +1011,28 @@ impl Gqa {
         };
         let out_k = cx.alloc_spare(dtype, shape.clone(), spare)?;
         let out_v = cx.alloc_spare(dtype, shape, spare)?;
+        // A donated cache that outgrew its buffer: its rows (contiguous with one row block) are
+        // copied into the new buffers, and the new rows appended in place there, by the same
+        // kernel as every other step (no kernel of its own to compile in the middle of a
+        // generation).
+        let copied = |pt: &Option<&GpuTensor>| {
+            pt.is_some_and(|pt| {
+                pt.dtype == dtype && pt.view.is_none() && pt.storage().bytes(p * d) % 4 == 0
+            })
+        };
+        if let (Some(from), [Some(pk), Some(pv)]) = (donated, past)
+            && one_row_block
+            && copied(&past[0])
+            && copied(&past[1])
+            && d % Storage::of(dtype).map_or(1, |st| st.per_word() as usize) == 0
+        {
+            cx.copy(pk, &out_k)?;
+            cx.copy(pv, &out_v)?;
+            let from = usize::try_from(from).unwrap_or(0).min(p);
+            let outs = [&out_k, &out_v];
+            self.append_into(cx, src, rot, [None, None], seqlens, dims, outs, Some(from))?;
+            return Ok((out_k, out_v));
+        }
         self.append_into(cx, src, rot, past, seqlens, dims, [&out_k, &out_v], None)?;
         Ok((out_k, out_v))
     }

@@ -7,6 +7,9 @@ use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::tensor::{DType, numel};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
 
 const MNB: &str = include_str!("../kernels/matmul_nbits.wgsl");
 const MNB_TILED: &str = include_str!("../kernels/matmul_nbits_tiled.wgsl");
@@ -104,7 +107,22 @@ struct RegsCode {
     store: String,
 }
 
-fn regs_code(r: u32, c: u32, f16_a: bool, f16_out: bool) -> RegsCode {
+/// [`make_regs_code`], made once per block shape and shared: a decode step runs the same
+/// several-row MatMulNBits (e.g. over the per-layer inputs) every time.
+fn regs_code(r: u32, c: u32, f16_a: bool, f16_out: bool) -> Rc<RegsCode> {
+    type Made = HashMap<(u32, u32, bool, bool), Rc<RegsCode>>;
+    thread_local! {
+        static MADE: RefCell<Made> = RefCell::default();
+    }
+    MADE.with(|m| {
+        m.borrow_mut()
+            .entry((r, c, f16_a, f16_out))
+            .or_insert_with(|| make_regs_code(r, c, f16_a, f16_out).into())
+            .clone()
+    })
+}
+
+fn make_regs_code(r: u32, c: u32, f16_a: bool, f16_out: bool) -> RegsCode {
     let mut decl = String::new();
     let mut block_start = String::new();
     let mut word = String::new();
