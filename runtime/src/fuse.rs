@@ -1389,7 +1389,7 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
                     let ys = cx.alloc_pack(act, &shapes)?;
                     kern = kern.output("y", st(act));
                     bind.push(ys[0].whole());
-                    dots.push_str(&packed_stores(&ys));
+                    dots.push_str(&packed_stores(&ys, None));
                     Some(ys)
                 } else {
                     None
@@ -1761,6 +1761,7 @@ impl Op for FusedNorms {
         let mut fns = String::new();
         let mut disp = String::new();
         let mut row0 = 0usize;
+        let mut ends: Vec<u32> = Vec::new();
         for (j, &(xi, l, eps)) in self.norms.iter().enumerate() {
             let (Some(xv), Some(gv)) = (
                 inputs.get(xi).copied().flatten(),
@@ -1844,19 +1845,29 @@ impl Op for FusedNorms {
 ",
                 eps = crate::gpu::wgsl_f32(eps)
             ));
+            // Row ranges come from the parameters (prm[j]: the end of norm j's rows), not the
+            // code, so that prompts of any length share one pipeline.
+            let start = if j == 0 {
+                "0u".to_string()
+            } else {
+                format!("prm[{}]", j - 1)
+            };
             disp.push_str(&format!(
-                "if (row < {end}u) {{ norm{j}(row - {row0}u, t); return; }}\n    ",
-                end = row0 + rows
+                "if (row < prm[{j}]) {{ norm{j}(row - {start}, t); return; }}\n    "
             ));
             row0 += rows;
+            ends.push(row0 as u32);
         }
         // Several results: ranges of one buffer, one binding (so that three norms fit eight
         // storage buffers).
+        // The results' offsets in a pack follow the norms' ends (prm[n + j]).
+        let mut meta = ends;
         let outs = if shapes.len() > 1 {
             let ys = cx.alloc_pack(act, &shapes)?;
             kern = kern.output("y", Storage::of(act).unwrap_or(Storage::F32));
             bind.push(ys[0].whole());
-            fns.push_str(&packed_stores(&ys));
+            fns.push_str(&packed_stores(&ys, Some(meta.len())));
+            meta.extend(ys.iter().map(|y| (y.byte_offset() / 4) as u32));
             ys
         } else {
             let mut outs = Vec::new();
@@ -1873,7 +1884,7 @@ impl Op for FusedNorms {
             .code("DISPATCH", &disp)
             .code("RD", rd_code(self.f16));
         let refs: Vec<&GpuTensor> = bind.iter().collect();
-        cx.dispatch(&kern, &refs, &[0], row0 as u64 * 64)?;
+        cx.dispatch(&kern, &refs, &meta, row0 as u64 * 64)?;
         Ok(outs.into_iter().map(Value::Gpu).collect())
     }
 }
@@ -1898,13 +1909,19 @@ impl std::fmt::Debug for FusedGemv {
 
 /// WGSL for results that are ranges of one output binding `y` (from `Ctx::alloc_pack`): for
 /// result `j`, `st_y{j}(w, v0, v1)` stores word `w` of its range, and `EPW_y{j}` is `EPW_y`.
-fn packed_stores(ys: &[GpuTensor]) -> String {
+/// `meta`: the ranges' first words are read from the parameters (`prm[meta + j]`, for results
+/// whose sizes change from run to run, e.g. with the prompt's length) instead of written into
+/// the code.
+fn packed_stores(ys: &[GpuTensor], meta: Option<usize>) -> String {
     ys.iter()
         .enumerate()
         .map(|(j, y)| {
+            let at = match meta {
+                Some(m) => format!("prm[{}]", m + j),
+                None => format!("{}u", y.byte_offset() / 4),
+            };
             format!(
-                "const EPW_y{j}: u32 = EPW_y;\nfn st_y{j}(w: u32, v0: f32, v1: f32) {{ st_y(w + {}u, v0, v1); }}\n",
-                y.byte_offset() / 4
+                "const EPW_y{j}: u32 = EPW_y;\nfn st_y{j}(w: u32, v0: f32, v1: f32) {{ st_y(w + {at}, v0, v1); }}\n"
             )
         })
         .collect()

@@ -310,6 +310,19 @@ async fn load_inner(repo: &str, model_size: &str) -> Result<Rc<Loaded>, LoadErro
             format!("Loading the model from {repo} failed: {message}"),
         )
     })?;
+    // On a GPU the kernels are compiled now rather than in the first answers (recorded, never
+    // run). Software adapters compile slowly (SwiftShader: 14 s for the E2B-shaped model's 58
+    // pipelines) and their answers take minutes anyway: there each kernel is compiled when
+    // first used, and only those.
+    if !model.gpu.software {
+        stage("compiling the GPU kernels");
+        model.warm_up().await.map_err(|e| {
+            LoadError::new(
+                ModelErrorKind::LoadFailed,
+                format!("Preparing the model's GPU kernels failed: {e}"),
+            )
+        })?;
+    }
     Ok(Rc::new(Loaded {
         repo: repo.to_owned(),
         adapter,

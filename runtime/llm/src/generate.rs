@@ -421,6 +421,23 @@ impl<'m> Generator<'m> {
         Ok(id)
     }
 
+    /// Records the pending ids' step and `decode` more, each fed the id the step before sampled
+    /// (on the GPU), into one context, and drops it without submitting: compiles what those
+    /// steps need (see [`GemmaModel::warm_up`]). The generation is spent afterwards.
+    async fn rehearse(mut self, decode: usize) -> Result<()> {
+        let model = self.model;
+        let mut cx = model.decoder.context();
+        let ids = std::mem::take(&mut self.pending);
+        let mut input = StepInput::Host(ids);
+        for _ in 0..=decode {
+            let logits = self.forward(&mut cx, input).await?;
+            let id = sampler::record(&mut cx, &logits, &self.sampling, self.launched)?;
+            self.launched += 1;
+            input = StepInput::Gpu(id);
+        }
+        Ok(())
+    }
+
     /// Feeds `ids` (instead of the pending ids; empty: the pending ids, e.g. the prompt) and
     /// returns the logits of the last position, read back to the host: for tests and teacher
     /// forcing, not for decoding. Not after [`Generator::next_token`] ran a step ahead (take
@@ -453,4 +470,35 @@ fn add(stats: &mut GenerationStats, before: &CounterSnapshot, after: &CounterSna
     stats.decode_bytes_uploaded += after.bytes_uploaded - before.bytes_uploaded;
     stats.decode_bind_groups_created += after.bind_groups_created - before.bind_groups_created;
     stats.decode_submits += after.submits - before.submits;
+}
+
+/// Prompt lengths [`GemmaModel::warm_up`] rehearses: a short chat (the prompt kernels' row
+/// bucket of 17 to 32), one past that bucket (33 and more rows share one variant), and one past
+/// the 256 keys from which a decode step splits its attention across workgroups.
+pub const WARM_UP_PROMPTS: [usize; 3] = [24, 40, 300];
+
+impl GemmaModel {
+    /// Compiles the kernels of a generation ahead of the first one, without running anything:
+    /// for each of [`WARM_UP_PROMPTS`] (that the context holds) it records a greedy generation
+    /// on a synthetic prompt (the prompt's step and two decode steps, each fed the id the step
+    /// before sampled on the GPU) into one context and drops it unsubmitted. Recording compiles
+    /// every pipeline the steps use, and pipelines are kept per GPU, so the first real prompts
+    /// and their decode steps compile nothing (seconds of the first answer on a GPU in the
+    /// browser). Costs no GPU time: only the host's recording, the compiling, and pool buffers
+    /// a prompt of that length needs anyway. E2B-shaped: 58 pipelines, 1.2 s natively on
+    /// lavapipe, 14 s on SwiftShader, which compiles slowly: on software adapters compiling
+    /// each kernel when first used (only those) is cheaper.
+    pub async fn warm_up(&self) -> Result<()> {
+        let vocab = crate::bench::vocab_of(self);
+        for n in WARM_UP_PROMPTS {
+            if self.context_limit().is_some_and(|l| n + 3 > l) {
+                continue;
+            }
+            let prompt = crate::bench::prompt_ids(n, vocab);
+            Generator::new(self, &prompt, Sampling::Greedy)?
+                .rehearse(2)
+                .await?;
+        }
+        Ok(())
+    }
 }

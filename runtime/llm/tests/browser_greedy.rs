@@ -156,6 +156,19 @@ async fn greedy_matches(
     )
     .await
     .unwrap_or_else(|e| panic!("{name}: load: {e}"));
+    // The warm-up compiles the kernels without running anything (as the extension does after
+    // loading); the generations below then compile nothing and stay exact.
+    let before = gpu.counters.snapshot();
+    model
+        .warm_up()
+        .await
+        .unwrap_or_else(|e| panic!("{name}: warm-up: {e}"));
+    let warmed = gpu.counters.snapshot();
+    assert_eq!(
+        warmed.submits, before.submits,
+        "{name}: the warm-up submits nothing"
+    );
+    assert!(warmed.pipelines_compiled > before.pipelines_compiled);
     let reference: Value = serde_json::from_str(reference).expect("reference json");
     for prompt in reference["prompts"].as_array().expect("prompts") {
         let pname = prompt["name"].as_str().expect("name");
@@ -175,6 +188,11 @@ async fn greedy_matches(
             );
         }
         assert_eq!(got, want, "{name} q4 {pname}: greedy tokens in the browser");
+        assert_eq!(
+            gpu.counters.snapshot().pipelines_compiled,
+            warmed.pipelines_compiled,
+            "{name} {pname}: kernels compiled after the warm-up"
+        );
         let stats = g.stats();
         assert!(
             stats.bytes_read_back_per_token() <= 16.0,

@@ -556,3 +556,57 @@ fn loads_over_http_with_chunked_external_data() {
     .expect_err("missing files");
     assert!(err.to_string().contains("config.json"), "{err}");
 }
+
+#[test]
+fn warm_up_compiles_what_generations_need() {
+    let gpu = gpu();
+    let model = load(&gpu, "gemma4-tiny", Dtype::Q4);
+    let before = gpu.counters.snapshot();
+    pollster::block_on(model.warm_up()).expect("warm-up");
+    let warmed = gpu.counters.snapshot();
+    assert!(
+        warmed.pipelines_compiled > before.pipelines_compiled,
+        "the warm-up compiles the kernels"
+    );
+    assert_eq!(warmed.submits, before.submits, "the warm-up runs nothing");
+    // Prompts of other lengths (the prompt kernels' row buckets: 17 to 32, 33 and more; from
+    // 256 keys a decode splits its attention) and their decode steps, run ahead or not, find
+    // every kernel compiled, as does a decode crossing 256 keys.
+    let vocab = gg_llm::bench::vocab_of(&model);
+    for (n, tokens, ahead) in [
+        (23, 4, true),
+        (32, 4, false),
+        (40, 4, true),
+        (57, 4, false),
+        (130, 4, true),
+        (250, 12, true),
+        (301, 4, false),
+        (420, 4, true),
+    ] {
+        let prompt = gg_llm::bench::prompt_ids(n, vocab);
+        let mut g = Generator::new(&model, &prompt, Sampling::Greedy)
+            .expect("generator")
+            .run_ahead(ahead);
+        for _ in 1..tokens {
+            pollster::block_on(g.next_token()).expect("step");
+        }
+        pollster::block_on(g.last_token()).expect("last");
+        assert_eq!(
+            gpu.counters.snapshot().pipelines_compiled,
+            warmed.pipelines_compiled,
+            "a prompt of {n} tokens compiled kernels after the warm-up"
+        );
+    }
+    // What the warm-up recorded and dropped (its uploads still reach the GPU with the next
+    // submit) leaves generations exact.
+    let reference = reference("gemma4-tiny", Dtype::Q4);
+    let prompt = &reference["prompts"][0];
+    let want = ids(&prompt["greedy_tokens"]);
+    let mut g = Generator::new(&model, &ids(&prompt["input_ids"]), Sampling::Greedy)
+        .expect("generator")
+        .run_ahead(true);
+    let got: Vec<u32> = (0..want.len())
+        .map(|_| pollster::block_on(g.next_token()).expect("step"))
+        .collect();
+    assert_eq!(got, want);
+}
