@@ -59,14 +59,18 @@ fn wide_weight_loads(i: &wgpu::AdapterInfo) -> bool {
     // Software adapters: only Mesa's llvmpipe / lavapipe is known to gain. In the browser the
     // adapter's name (its description) is often empty, so SwiftShader is recognised there as
     // the fallback adapter, with any other CPU adapter.
+    !is_software(i) || is_mesa_cpu(i)
+}
+
+/// Mesa's CPU driver (llvmpipe, lavapipe under Vulkan).
+fn is_mesa_cpu(i: &wgpu::AdapterInfo) -> bool {
     let name = i.name.to_lowercase();
-    !is_software(i) || name.contains("llvmpipe") || name.contains("lavapipe")
+    name.contains("llvmpipe") || name.contains("lavapipe")
 }
 
 /// See [`Gpu::submits_overlap`].
 fn submits_overlap(i: &wgpu::AdapterInfo) -> bool {
-    let name = i.name.to_lowercase();
-    !(name.contains("llvmpipe") || name.contains("lavapipe"))
+    !is_mesa_cpu(i)
 }
 
 /// Work counters (monotonic; take differences around a run).

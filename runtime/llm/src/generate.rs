@@ -340,11 +340,8 @@ impl<'m> Generator<'m> {
         // The embedding, the decoder and the sampling kernel go to the GPU in one submit, which
         // also starts the read-back of the id.
         let mut cx = model.decoder.context();
-        let logits = self.forward(&mut cx, input).await?;
-        let id = sampler::record(&mut cx, &logits, &self.sampling, self.launched)?;
-        drop(logits);
+        let id = self.record_step(&mut cx, input).await?;
         let read = cx.read_later(&id)?;
-        self.launched += 1;
         Ok(InFlight {
             read,
             id,
@@ -353,6 +350,15 @@ impl<'m> Generator<'m> {
             after: model.gpu.counters.snapshot(),
             record_s: now_s() - t0,
         })
+    }
+
+    /// Records one step on `input` and the sampling kernel into `cx`; returns the tensor the
+    /// token id goes to.
+    async fn record_step(&mut self, cx: &mut Ctx<'_>, input: StepInput) -> Result<GpuTensor> {
+        let logits = self.forward(cx, input).await?;
+        let id = sampler::record(cx, &logits, &self.sampling, self.launched)?;
+        self.launched += 1;
+        Ok(id)
     }
 
     /// Feeds the pending ids (the prompt, then each token) and returns the next token, sampled on
@@ -395,15 +401,8 @@ impl<'m> Generator<'m> {
             record_s,
         } = cur;
         let waited = self.model.gpu.counters.snapshot();
-        let host = read.wait().await?;
+        let id = sampler::id_of(&read.wait().await?)?;
         let done = self.model.gpu.counters.snapshot();
-        let id = host
-            .to_i64()
-            .first()
-            .copied()
-            .ok_or_else(|| LlmError::Model("sampler returned nothing".into()))?;
-        let id =
-            u32::try_from(id).map_err(|_| LlmError::Model(format!("sampler returned id {id}")))?;
         let dt = now_s() - t0;
         if prefill {
             self.stats.prefill_s += dt;
@@ -430,10 +429,7 @@ impl<'m> Generator<'m> {
         let ids = std::mem::take(&mut self.pending);
         let mut input = StepInput::Host(ids);
         for _ in 0..=decode {
-            let logits = self.forward(&mut cx, input).await?;
-            let id = sampler::record(&mut cx, &logits, &self.sampling, self.launched)?;
-            self.launched += 1;
-            input = StepInput::Gpu(id);
+            input = StepInput::Gpu(self.record_step(&mut cx, input).await?);
         }
         Ok(())
     }

@@ -4,7 +4,7 @@
 use crate::error::{LlmError, Result};
 use gg_runtime::exec::{Ctx, GpuTensor};
 use gg_runtime::gpu::{Kernel, Storage};
-use gg_runtime::{DType, Session};
+use gg_runtime::{DType, HostTensor, Session};
 
 /// Workgroup size of the sampling kernel (WebGPU guarantees 256 invocations per workgroup).
 const WG: u32 = 256;
@@ -130,7 +130,11 @@ pub async fn sample(
 
 /// Submits what `cx` recorded and reads back the token id [`record`] left in `out` (4 bytes).
 pub async fn read_id(cx: &mut Ctx<'_>, out: &GpuTensor) -> Result<u32> {
-    let host = cx.download(out).await?;
+    id_of(&cx.download(out).await?)
+}
+
+/// The token id in the read-back of [`record`]'s output.
+pub fn id_of(host: &HostTensor) -> Result<u32> {
     let id = host
         .to_i64()
         .first()

@@ -990,15 +990,23 @@ impl Gqa {
                 )));
             }
         }
-        if let (Some(from), [Some(pk), Some(pv)]) = (donated, past)
-            && one_row_block
-            && p > 0
-            && pk.dtype == dtype
-            && pv.dtype == dtype
-            && d % Storage::of(dtype).map_or(1, |st| st.per_word() as usize) == 0
+        // Pasts given away that the in-place kernel can write: from their first row that may
+        // change.
+        let reusable = match (donated, past) {
+            (Some(from), [Some(pk), Some(pv)])
+                if one_row_block
+                    && p > 0
+                    && pk.dtype == dtype
+                    && pv.dtype == dtype
+                    && d % Storage::of(dtype).map_or(1, |st| st.per_word() as usize) == 0 =>
+            {
+                Some((usize::try_from(from).unwrap_or(0).min(p), pk, pv))
+            }
+            _ => None,
+        };
+        if let Some((from, pk, pv)) = reusable
             && let (Ok(out_k), Ok(out_v)) = (pk.regrown(shape.clone()), pv.regrown(shape.clone()))
         {
-            let from = usize::try_from(from).unwrap_or(0).min(p);
             let outs = [&out_k, &out_v];
             self.append_into(cx, src, rot, [None, None], seqlens, dims, outs, Some(from))?;
             return Ok((out_k, out_v));
@@ -1015,20 +1023,14 @@ impl Gqa {
         // copied into the new buffers, and the new rows appended in place there, by the same
         // kernel as every other step (no kernel of its own to compile in the middle of a
         // generation).
-        let copied = |pt: &Option<&GpuTensor>| {
-            pt.is_some_and(|pt| {
-                pt.dtype == dtype && pt.view.is_none() && pt.storage().bytes(p * d) % 4 == 0
-            })
-        };
-        if let (Some(from), [Some(pk), Some(pv)]) = (donated, past)
-            && one_row_block
-            && copied(&past[0])
-            && copied(&past[1])
-            && d % Storage::of(dtype).map_or(1, |st| st.per_word() as usize) == 0
+        let copied =
+            |pt: &GpuTensor| pt.view.is_none() && pt.storage().bytes(p * d).is_multiple_of(4);
+        if let Some((from, pk, pv)) = reusable
+            && copied(pk)
+            && copied(pv)
         {
             cx.copy(pk, &out_k)?;
             cx.copy(pv, &out_v)?;
-            let from = usize::try_from(from).unwrap_or(0).min(p);
             let outs = [&out_k, &out_v];
             self.append_into(cx, src, rot, [None, None], seqlens, dims, outs, Some(from))?;
             return Ok((out_k, out_v));
