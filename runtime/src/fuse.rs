@@ -36,7 +36,7 @@
 //! more storage bindings than the adapter allows are not formed.
 
 use crate::error::{Result, op_err};
-use crate::exec::{Ctx, GpuTensor, Value};
+use crate::exec::{Ctx, GpuTensor, KernelMemo, Value, input_signature};
 use crate::gpu::{Gpu, Kernel, Storage};
 use crate::model::{Graph, Initializer, Node};
 use crate::ops::{Attrs, MS, Op};
@@ -874,6 +874,8 @@ struct FusedGemv {
     /// The prologue for rows the one-kernel path does not take (`None`: no prologue).
     rows: Option<RowsPrologue>,
     limits: Limits,
+    /// The one-kernel path's last kernel (a decode step's inputs look the same every step).
+    memo: KernelMemo,
 }
 
 /// A fused group's prologue (residual and/or norm) as one dispatch over all rows
@@ -1099,6 +1101,11 @@ impl FusedGemv {
             return Ok(None);
         }
         let row_shape = x.shape().to_vec();
+        // The code depends on the inputs' types, shapes, offsets and scalars only: when they
+        // look as they did last time, the last kernel is run again without writing its code.
+        let sig = input_signature(inputs);
+        let hit = self.memo.get(sig);
+        let build = KernelMemo::must_build(&hit);
         // Operands on the GPU (small constants live on the host and are uploaded).
         macro_rules! operand {
             ($i:expr, $ok:expr) => {
@@ -1111,9 +1118,10 @@ impl FusedGemv {
         let row = |v: &Value| v.dtype() == act && v.numel() == k;
         let gamma = |v: &Value| v.dtype() == DType::F32 && v.numel() == k;
         let mut bind: Vec<GpuTensor> = Vec::new();
-        let mut kern = Kernel::new("fused_gemv", FUSED_GEMV)
-            .workgroup(WG)
-            .wg_reduce(cx.gpu.subgroups);
+        let mut kern = Kernel::new("fused_gemv", FUSED_GEMV);
+        if build {
+            kern = kern.workgroup(WG).wg_reduce(cx.gpu.subgroups);
+        }
         let mut scalar = 1.0f32;
         let mut pro = String::new();
         let st = |d: DType| Storage::of(d).unwrap_or(Storage::F32);
@@ -1130,13 +1138,14 @@ impl FusedGemv {
                 };
                 scalar = v;
             }
-            kern = kern
-                .input("o", st(act))
-                .input("res", st(act))
-                .input("g1", Storage::F32);
             bind.extend([o, res, g1]);
-            pro.push_str(&format!(
-                "var ss = 0.0;
+            if build {
+                kern = kern
+                    .input("o", st(act))
+                    .input("res", st(act))
+                    .input("g1", Storage::F32);
+                pro.push_str(&format!(
+                    "var ss = 0.0;
     for (var l = t; l < K; l = l + WG) {{ let u = ld_o(l); ss = ss + u * u; }}
     let inv1 = inverseSqrt(wg_sum(t, ss) / f32(K) + {eps});
     var s2 = 0.0;
@@ -1148,27 +1157,30 @@ impl FusedGemv {
     workgroupBarrier();
     {store}
     ",
-                eps = crate::gpu::wgsl_f32(eps1),
-                h = if sc.is_some() {
-                    "rd(rd(ld_res(l) + rd(ld_o(l) * inv1 * ld_g1(l))) * scalar)"
-                } else {
-                    "rd(ld_res(l) + rd(ld_o(l) * inv1 * ld_g1(l)))"
-                },
-                store = if self.slots.h_out {
-                    "if (flat == 0u) {
+                    eps = crate::gpu::wgsl_f32(eps1),
+                    h = if sc.is_some() {
+                        "rd(rd(ld_res(l) + rd(ld_o(l) * inv1 * ld_g1(l))) * scalar)"
+                    } else {
+                        "rd(ld_res(l) + rd(ld_o(l) * inv1 * ld_g1(l)))"
+                    },
+                    store = if self.slots.h_out {
+                        "if (flat == 0u) {
         for (var w = t; w < K / EPW_h; w = w + WG) {
             st_h(w, xs_get(w * EPW_h), xs_get(min(w * EPW_h + 1u, K - 1u)));
         }
     }"
-                } else {
-                    ""
-                },
-            ));
+                    } else {
+                        ""
+                    },
+                ));
+            }
         } else {
             let xt = operand!(self.slots.x, row);
-            kern = kern.input("x", st(act));
             bind.push(xt);
-            if staged {
+            if build {
+                kern = kern.input("x", st(act));
+            }
+            if staged && build {
                 pro.push_str(
                     "var s2 = 0.0;
     for (var l = t; l < K; l = l + WG) { let h = ld_x(l); xs_set(l, h); s2 = s2 + h * h; }
@@ -1178,15 +1190,17 @@ impl FusedGemv {
         }
         if let Some((g2, eps2)) = self.slots.g2 {
             let g = operand!(g2, gamma);
-            kern = kern.input("g2", Storage::F32);
             bind.push(g);
-            pro.push_str(&format!(
-                "let inv2 = inverseSqrt(wg_sum(t, s2) / f32(K) + {});
+            if build {
+                kern = kern.input("g2", Storage::F32);
+                pro.push_str(&format!(
+                    "let inv2 = inverseSqrt(wg_sum(t, s2) / f32(K) + {});
     for (var l = t; l < K; l = l + WG) {{ xs_set(l, rd(xs_get(l) * inv2 * ld_g2(l))); }}",
-                crate::gpu::wgsl_f32(eps2)
-            ));
+                    crate::gpu::wgsl_f32(eps2)
+                ));
+            }
         }
-        if staged {
+        if staged && build {
             // The padding of the last block meets the weights' padding nibbles.
             pro.push_str(
                 "
@@ -1270,10 +1284,19 @@ impl FusedGemv {
             }
         };
         if packed {
-            kern = bits_input(kern, "wts");
+            if build {
+                kern = bits_input(kern, "wts");
+            }
             bind.push(q0.whole());
         }
         for (j, (q, s, z)) in weights.into_iter().enumerate() {
+            if !build {
+                if !packed {
+                    bind.extend([q, s]);
+                    bind.extend(z);
+                }
+                continue;
+            }
             if packed {
                 // The loaders of gpu.rs's bindings, at this weight's offsets in `w`.
                 let sc = if s.dtype == DType::F16 {
@@ -1359,7 +1382,9 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
                     }
                 }
             }
-            kern = kern.input("other", ot.storage());
+            if build {
+                kern = kern.input("other", ot.storage());
+            }
             bind.push(ot);
         }
         // Outputs.
@@ -1374,7 +1399,9 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
         let mut h_out = None;
         if self.slots.h_out {
             let h = cx.alloc(act, row_shape.clone())?;
-            kern = kern.output("h", st(act));
+            if build {
+                kern = kern.output("h", st(act));
+            }
             bind.push(h.clone());
             h_out = Some(h);
         }
@@ -1387,9 +1414,11 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
                 let shapes: Vec<Vec<usize>> = self.ns.iter().map(|&n| out_shape(n)).collect();
                 let pack = if shapes.len() > 1 {
                     let ys = cx.alloc_pack(act, &shapes)?;
-                    kern = kern.output("y", st(act));
                     bind.push(ys[0].whole());
-                    dots.push_str(&packed_stores(&ys, None));
+                    if build {
+                        kern = kern.output("y", st(act));
+                        dots.push_str(&packed_stores(&ys, None));
+                    }
                     Some(ys)
                 } else {
                     None
@@ -1399,13 +1428,19 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
                         Some(ys) => ys[j].clone(),
                         None => {
                             let y = cx.alloc(act, out_shape(n))?;
-                            kern = kern.output(&format!("y{j}"), st(act));
+                            if build {
+                                kern = kern.output(&format!("y{j}"), st(act));
+                            }
                             bind.push(y.clone());
                             y
                         }
                     };
                     results.push(y);
                     let end = start + n;
+                    if !build {
+                        start = end;
+                        continue;
+                    }
                     let (cond, els) = if j + 1 == self.ns.len() {
                         (String::new(), "")
                     } else {
@@ -1424,7 +1459,9 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
             1 => {
                 let n = self.ns[0];
                 let y = cx.alloc(act, out_shape(n))?;
-                kern = kern.output("y", st(act));
+                if build {
+                    kern = kern.output("y", st(act));
+                }
                 bind.push(y.clone());
                 results.push(y);
                 (
@@ -1440,7 +1477,9 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
             e => {
                 let n = self.ns[0];
                 let y = cx.alloc(act, out_shape(n))?;
-                kern = kern.output("y", st(act));
+                if build {
+                    kern = kern.output("y", st(act));
+                }
                 bind.push(y.clone());
                 results.push(y);
                 let value = match e {
@@ -1489,7 +1528,8 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
         // the workgroup is whole subgroups (see `Gpu::subgroup_sizes`).
         let (sg_min, sg_max) = cx.gpu.subgroup_sizes;
         let shuffle = cx.gpu.subgroups && tpc > 1 && tpc <= sg_min && WG.is_multiple_of(sg_max);
-        let kern = kern
+        if build {
+            kern = kern
             .u32("K", k as u32)
             .u32("NB", nb as u32)
             .u32("BLOCK", self.block as u32)
@@ -1552,6 +1592,8 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
             .code("ORDER", if shuffle { "sg_id * sg_size + sg_lane" } else { "t" })
             .code("REDUCE", if shuffle { REDUCE_SHUFFLE } else { REDUCE_TREE })
             .code("STORE", &store);
+        }
+        let kern = self.memo.check(sig, hit, kern);
         let split_at = split.as_ref().map(|(at, _)| *at);
         let ranges: Vec<(usize, usize, Option<GpuTensor>)> = match split {
             Some((_, parts)) => parts
@@ -1748,6 +1790,8 @@ struct FusedNorms {
     /// f16 activations (the norms sit between Casts).
     f16: bool,
     fallback: Fallback,
+    /// The last kernel (see [`KernelMemo`]).
+    memo: KernelMemo,
 }
 
 impl Op for FusedNorms {
@@ -1755,9 +1799,13 @@ impl Op for FusedNorms {
         let act = if self.f16 { DType::F16 } else { DType::F32 };
         let mut bind = Vec::new();
         let mut shapes = Vec::new();
-        let mut kern = Kernel::new("fused_norms", FUSED_NORMS)
-            .workgroup(64)
-            .wg_reduce(cx.gpu.subgroups);
+        let sig = input_signature(inputs);
+        let hit = self.memo.get(sig);
+        let build = KernelMemo::must_build(&hit);
+        let mut kern = Kernel::new("fused_norms", FUSED_NORMS);
+        if build {
+            kern = kern.workgroup(64).wg_reduce(cx.gpu.subgroups);
+        }
         let mut fns = String::new();
         let mut disp = String::new();
         let mut row0 = 0usize;
@@ -1784,9 +1832,11 @@ impl Op for FusedNorms {
             }
             let rows = x.numel() / l;
             shapes.push(x.shape.clone());
-            kern = kern
-                .input(&format!("x{j}"), x.storage())
-                .input(&format!("g{j}"), Storage::F32);
+            if build {
+                kern = kern
+                    .input(&format!("x{j}"), x.storage())
+                    .input(&format!("g{j}"), Storage::F32);
+            }
             // The tail: y = rd(rd(rd(y) + other) [* s]), as the Cast, Add and Mul nodes round.
             let mut tail = "rd(y)".to_string();
             if let Some((oi, cast, si)) = self.tails.get(j).copied().flatten() {
@@ -1804,7 +1854,9 @@ impl Op for FusedNorms {
                 if o.split.is_some() {
                     return self.fallback.run(cx, inputs);
                 }
-                tail = format!("rd({tail} + rd(ld_o{j}(i)))");
+                if build {
+                    tail = format!("rd({tail} + rd(ld_o{j}(i)))");
+                }
                 if let Some(si) = si {
                     let s = match inputs.get(si).copied().flatten() {
                         Some(Value::Host(h))
@@ -1816,12 +1868,21 @@ impl Op for FusedNorms {
                         }
                         _ => return self.fallback.run(cx, inputs),
                     };
-                    tail = format!("rd({tail} * {})", crate::gpu::wgsl_f32(s));
+                    if build {
+                        tail = format!("rd({tail} * {})", crate::gpu::wgsl_f32(s));
+                    }
                 }
-                kern = kern.input(&format!("o{j}"), o.storage());
+                if build {
+                    kern = kern.input(&format!("o{j}"), o.storage());
+                }
                 bind.extend([x, g, o]);
             } else {
                 bind.extend([x, g]);
+            }
+            row0 += rows;
+            ends.push(row0 as u32);
+            if !build {
+                continue;
             }
             fns.push_str(&format!(
                 "fn tail{j}(i: u32, y: f32) -> f32 {{
@@ -1855,8 +1916,6 @@ impl Op for FusedNorms {
             disp.push_str(&format!(
                 "if (row < prm[{j}]) {{ norm{j}(row - {start}, t); return; }}\n    "
             ));
-            row0 += rows;
-            ends.push(row0 as u32);
         }
         // Several results: ranges of one buffer, one binding (so that three norms fit eight
         // storage buffers).
@@ -1864,25 +1923,32 @@ impl Op for FusedNorms {
         let mut meta = ends;
         let outs = if shapes.len() > 1 {
             let ys = cx.alloc_pack(act, &shapes)?;
-            kern = kern.output("y", Storage::of(act).unwrap_or(Storage::F32));
             bind.push(ys[0].whole());
-            fns.push_str(&packed_stores(&ys, Some(meta.len())));
+            if build {
+                kern = kern.output("y", Storage::of(act).unwrap_or(Storage::F32));
+                fns.push_str(&packed_stores(&ys, Some(meta.len())));
+            }
             meta.extend(ys.iter().map(|y| (y.byte_offset() / 4) as u32));
             ys
         } else {
             let mut outs = Vec::new();
             for (j, shape) in shapes.into_iter().enumerate() {
                 let y = cx.alloc(act, shape)?;
-                kern = kern.output(&format!("y{j}"), y.storage());
+                if build {
+                    kern = kern.output(&format!("y{j}"), y.storage());
+                }
                 bind.push(y.clone());
                 outs.push(y);
             }
             outs
         };
-        let kern = kern
-            .code("NORMS", &fns)
-            .code("DISPATCH", &disp)
-            .code("RD", rd_code(self.f16));
+        if build {
+            kern = kern
+                .code("NORMS", &fns)
+                .code("DISPATCH", &disp)
+                .code("RD", rd_code(self.f16));
+        }
+        let kern = self.memo.check(sig, hit, kern);
         let refs: Vec<&GpuTensor> = bind.iter().collect();
         cx.dispatch(&kern, &refs, &meta, row0 as u64 * 64)?;
         Ok(outs.into_iter().map(Value::Gpu).collect())
@@ -2359,6 +2425,7 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             fallback,
             rows,
             limits: *limits,
+            memo: KernelMemo::default(),
         };
         let node = Node {
             name: format!("fused:{first}"),
@@ -2419,6 +2486,7 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             tails: norm_tails,
             f16: units[0].f16,
             fallback: fallback_for(&g, &members, &ext, &outs, &mut ops),
+            memo: KernelMemo::default(),
         };
         let node = Node {
             name: format!("fused:{first}"),

@@ -530,6 +530,9 @@ pub struct Kernel {
     extra: String,
     /// WGSL appended to the body, parameters included (see [`Kernel::wg_reduce`]).
     tail: &'static str,
+    /// [`Kernel::key`], computed on first use (every builder method clears it): a kernel kept
+    /// across runs (an op's memo) is hashed once.
+    key: std::cell::OnceCell<u128>,
 }
 
 /// The workgroup reductions `wg_sum` / `wg_max` through workgroup memory ...
@@ -613,6 +616,7 @@ impl Kernel {
             map_outputs: Vec::new(),
             extra: String::new(),
             tail: "",
+            key: std::cell::OnceCell::new(),
         }
     }
 
@@ -623,6 +627,7 @@ impl Kernel {
     /// memory (`wg_reduce.wgsl`).
     pub fn wg_reduce(mut self, subgroups: bool) -> Self {
         if subgroups {
+            self.key.take();
             self.tail = WG_REDUCE_SG;
             // No `enable subgroups;`: naga (wgpu 30) rejects the directive and takes the
             // built-ins on the device's SUBGROUP feature alone.
@@ -637,6 +642,7 @@ impl Kernel {
                 "sg_id = sg_id_in; sg_n = sg_n_in; sg_lane = sg_lane_in; sg_size = sg_size_in;",
             )
         } else {
+            self.key.take();
             self.tail = WG_REDUCE;
             self.code("SG", "").code("SG_INIT", "")
         }
@@ -647,6 +653,7 @@ impl Kernel {
     /// own. For tensors packed into one buffer (e.g. the rotary cos and sin caches), so that
     /// they take one storage-buffer slot. `offset` is in elements.
     pub fn alias(mut self, name: &str, of: &str, offset: u64) -> Self {
+        self.key.take();
         self.extra.push_str(&format!(
             "fn ld_{name}(i: u32) -> f32 {{ return ld_{of}(i + {offset}u); }}\n"
         ));
@@ -656,6 +663,7 @@ impl Kernel {
     /// Declares an input tensor binding.
     /// Binding names must not shadow the accessor parameters (`i`, `w`, `v`, `v0`, `v1`).
     pub fn input(mut self, name: &str, storage: Storage) -> Self {
+        self.key.take();
         self.bindings.push(Binding {
             name: name.into(),
             storage,
@@ -671,6 +679,7 @@ impl Kernel {
     /// are: the storage offset alignment is at least 32); a tail shorter than 16 bytes is
     /// unreadable, so the tensor's bytes that are read must end on a 16-byte boundary too.
     pub fn input_wide(mut self, name: &str, storage: Storage) -> Self {
+        self.key.take();
         self.bindings.push(Binding {
             name: name.into(),
             storage,
@@ -682,6 +691,7 @@ impl Kernel {
 
     /// Declares an output tensor binding.
     pub fn output(mut self, name: &str, storage: Storage) -> Self {
+        self.key.take();
         self.bindings.push(Binding {
             name: name.into(),
             storage,
@@ -694,6 +704,7 @@ impl Kernel {
     /// Adds the standard element-mapped `main`: the body defines `fn compute(i: u32) -> f32` and
     /// each invocation writes one word of `output` (`meta[0]` = element count).
     pub fn mapped(mut self, output: &str) -> Self {
+        self.key.take();
         self.map_outputs = vec![output.into()];
         self
     }
@@ -701,42 +712,49 @@ impl Kernel {
     /// The element-mapped `main` for two outputs of the same storage: the body defines
     /// `fn compute2(i: u32) -> vec2<f32>` (element i of `a`, of `b`).
     pub fn mapped_pair(mut self, a: &str, b: &str) -> Self {
+        self.key.take();
         self.map_outputs = vec![a.into(), b.into()];
         self
     }
 
     /// A `u32` parameter (`{{KEY}}` becomes `123u`).
     pub fn u32(mut self, key: &str, v: u32) -> Self {
+        self.key.take();
         self.params.push((key.into(), format!("{v}u")));
         self
     }
 
     /// An `i32` parameter (`{{KEY}}` becomes `-3i`).
     pub fn i32(mut self, key: &str, v: i32) -> Self {
+        self.key.take();
         self.params.push((key.into(), format!("{v}i")));
         self
     }
 
     /// An `f32` parameter, written exactly (bit pattern through `bitcast`).
     pub fn f32(mut self, key: &str, v: f32) -> Self {
+        self.key.take();
         self.params.push((key.into(), wgsl_f32(v)));
         self
     }
 
     /// A `bool` parameter.
     pub fn bool(mut self, key: &str, v: bool) -> Self {
+        self.key.take();
         self.params.push((key.into(), v.to_string()));
         self
     }
 
     /// A WGSL code fragment (an expression or statement chosen from a fixed set by the op).
     pub fn code(mut self, key: &str, wgsl: &str) -> Self {
+        self.key.take();
         self.params.push((key.into(), wgsl.into()));
         self
     }
 
     /// Sets the workgroup size (`{{WG}}` in the body).
     pub fn workgroup(mut self, wg: u32) -> Self {
+        self.key.take();
         self.workgroup = wg;
         self
     }
@@ -760,7 +778,11 @@ impl Kernel {
     /// every parameter (the body is the name's; an appended tail is told apart by its length),
     /// computed without building a string of them: the fused kernels' parameters are whole code
     /// fragments, and a decode step looks up ~100 kernels.
-    fn key(&self) -> u128 {
+    pub(crate) fn key(&self) -> u128 {
+        *self.key.get_or_init(|| self.compute_key())
+    }
+
+    fn compute_key(&self) -> u128 {
         use std::hash::Hash;
         let mut h = xxhash_rust::xxh3::Xxh3Default::new();
         self.name.hash(&mut h);

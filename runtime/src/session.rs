@@ -597,7 +597,8 @@ impl Session {
                 "the recording context belongs to another GPU device than this session".into(),
             ));
         }
-        let mut env: Vec<Option<Value>> = self.consts.clone();
+        // This run's values; the constants are read from `self.consts` (not copied per run).
+        let mut env: Vec<Option<Value>> = vec![None; self.consts.len()];
         let mut dims: HashMap<String, usize> = HashMap::new();
         let mut given = std::collections::HashSet::new();
         for (name, v) in inputs {
@@ -724,6 +725,7 @@ impl Session {
                         } else {
                             env[*vid].clone()
                         };
+                        let v = v.or_else(|| self.consts[*vid].clone());
                         Some(v.ok_or_else(|| Error::Op {
                             node: node.name.clone(),
                             op: node.op_type.clone(),
@@ -800,8 +802,10 @@ impl Session {
         self.gpu.take_error()?;
         let mut out = Vec::new();
         for o in &self.graph.outputs {
-            let v = env[self.ids[&o.name]]
+            let id = self.ids[&o.name];
+            let v = env[id]
                 .take()
+                .or_else(|| self.consts[id].clone())
                 .ok_or_else(|| Error::Invalid(format!("output {} was not produced", o.name)))?;
             out.push((o.name.clone(), v));
         }

@@ -7,6 +7,9 @@ use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::tensor::{DType, numel};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
 
 const EW: &str = include_str!("../kernels/ew.wgsl");
 
@@ -51,22 +54,8 @@ pub fn ew_gpu(
             && v.strides == host::bcast_strides(out_shape, out_shape)
     };
     let bcast = !views.iter().all(contiguous);
-    let names = ["a", "b", "c"];
-    let mut k = Kernel::new("ew", EW)
-        .bool("BCAST", bcast)
-        .code("EXPR", expr);
-    let mut loads = String::new();
-    for (i, v) in views.iter().enumerate() {
-        k = k.input(names[i], v.t.storage());
-        loads.push_str(&format!("let {0} = ld_{0}(off(i, {i}u)); ", names[i]));
-    }
-    let k = k
-        .code("LOADS", &loads)
-        .output(
-            "y",
-            Storage::of(out_dtype).ok_or_else(|| op_err("f64 on GPU"))?,
-        )
-        .mapped("y");
+    let out_storage = Storage::of(out_dtype).ok_or_else(|| op_err("f64 on GPU"))?;
+    let k = ew_kernel(expr, bcast, views, out_storage);
     let mut meta = vec![n as u32, rank as u32, 0, 0, 0];
     for (i, v) in views.iter().enumerate() {
         meta[2 + i] = v.base as i32 as u32;
@@ -83,6 +72,39 @@ pub fn ew_gpu(
     let words = n.div_ceil(out.storage().per_word() as usize);
     cx.dispatch(&k, &tensors, &meta, words as u64)?;
     Ok(out)
+}
+
+/// The kernel of [`ew_gpu`]: made once per expression, broadcast form and storages (a decode
+/// step runs the same few dozen every time).
+fn ew_kernel(expr: &str, bcast: bool, views: &[View<'_>], out: Storage) -> Rc<Kernel> {
+    use std::hash::{Hash, Hasher};
+    thread_local! {
+        static MADE: RefCell<HashMap<u128, Rc<Kernel>>> = RefCell::default();
+    }
+    let mut h = xxhash_rust::xxh3::Xxh3Default::new();
+    (expr, bcast, out).hash(&mut h);
+    for v in views {
+        v.t.storage().hash(&mut h);
+    }
+    h.write_usize(views.len());
+    let key = h.digest128();
+    MADE.with(|m| {
+        m.borrow_mut()
+            .entry(key)
+            .or_insert_with(|| {
+                let names = ["a", "b", "c"];
+                let mut k = Kernel::new("ew", EW)
+                    .bool("BCAST", bcast)
+                    .code("EXPR", expr);
+                let mut loads = String::new();
+                for (i, v) in views.iter().enumerate() {
+                    k = k.input(names[i], v.t.storage());
+                    loads.push_str(&format!("let {0} = ld_{0}(off(i, {i}u)); ", names[i]));
+                }
+                Rc::new(k.code("LOADS", &loads).output("y", out).mapped("y"))
+            })
+            .clone()
+    })
 }
 
 /// Copies a strided view into a new contiguous tensor.
