@@ -942,6 +942,57 @@ impl KernelMemo {
     }
 }
 
+/// Kernels kept under an op's own recipe key (a hash of what its code depends on), shared by
+/// every instance of the op: e.g. all sliding-window layers' attention runs one kernel, made
+/// once. [`recipe_kernel`] looks one up; [`recipe_keep`] keeps (or, in debug builds, checks) it.
+const RECIPES_KEPT: usize = 4096;
+
+thread_local! {
+    static RECIPES: RefCell<HashMap<(&'static str, u128), Rc<Kernel>>> = RefCell::default();
+}
+
+/// The kernel kept under `(site, recipe)`, if any. The caller then builds with
+/// [`Kernel::discard`] unless [`KernelMemo::must_build`] says otherwise (debug builds always
+/// build, and [`recipe_keep`] compares).
+pub(crate) fn recipe_kernel(site: &'static str, recipe: u128) -> Option<Rc<Kernel>> {
+    RECIPES.with(|r| r.borrow().get(&(site, recipe)).cloned())
+}
+
+/// The kernel to run for `(site, recipe)`: the one kept (checked against `built` in debug
+/// builds: a recipe that misses something the code depends on fails the tests), or `built`,
+/// which is kept.
+pub(crate) fn recipe_keep(
+    site: &'static str,
+    recipe: u128,
+    hit: Option<Rc<Kernel>>,
+    built: Kernel,
+) -> Rc<Kernel> {
+    match hit {
+        Some(k) => {
+            if cfg!(debug_assertions) {
+                assert_eq!(
+                    k.key(),
+                    built.key(),
+                    "kernel {}: the code kept for this recipe differs from the code made now",
+                    built.name()
+                );
+            }
+            k
+        }
+        None => {
+            let k = Rc::new(built);
+            RECIPES.with(|r| {
+                let mut r = r.borrow_mut();
+                if r.len() >= RECIPES_KEPT {
+                    r.clear();
+                }
+                r.insert((site, recipe), k.clone());
+            });
+            k
+        }
+    }
+}
+
 /// Host bytes as laid out on the GPU.
 pub fn to_gpu_bytes(t: &HostTensor) -> Result<Vec<u8>> {
     Ok(match t.dtype {

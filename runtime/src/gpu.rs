@@ -533,6 +533,8 @@ pub struct Kernel {
     /// [`Kernel::key`], computed on first use (every builder method clears it): a kernel kept
     /// across runs (an op's memo) is hashed once.
     key: std::cell::OnceCell<u128>,
+    /// A builder that records nothing ([`Kernel::discard`]).
+    discard: bool,
 }
 
 /// The workgroup reductions `wg_sum` / `wg_max` through workgroup memory ...
@@ -617,6 +619,16 @@ impl Kernel {
             extra: String::new(),
             tail: "",
             key: std::cell::OnceCell::new(),
+            discard: false,
+        }
+    }
+
+    /// A builder whose methods do nothing: for an op that already holds the kernel these calls
+    /// would make (see `exec::recipe_kernel`) but runs the same code to collect its bindings.
+    pub(crate) fn discard() -> Self {
+        Self {
+            discard: true,
+            ..Self::new("discarded", "")
         }
     }
 
@@ -626,6 +638,9 @@ impl Kernel {
     /// reduce within subgroups first (`wg_reduce_sg.wgsl`); otherwise as a tree in workgroup
     /// memory (`wg_reduce.wgsl`).
     pub fn wg_reduce(mut self, subgroups: bool) -> Self {
+        if self.discard {
+            return self;
+        }
         if subgroups {
             self.key.take();
             self.tail = WG_REDUCE_SG;
@@ -653,6 +668,9 @@ impl Kernel {
     /// own. For tensors packed into one buffer (e.g. the rotary cos and sin caches), so that
     /// they take one storage-buffer slot. `offset` is in elements.
     pub fn alias(mut self, name: &str, of: &str, offset: u64) -> Self {
+        if self.discard {
+            return self;
+        }
         self.key.take();
         self.extra.push_str(&format!(
             "fn ld_{name}(i: u32) -> f32 {{ return ld_{of}(i + {offset}u); }}\n"
@@ -663,6 +681,9 @@ impl Kernel {
     /// Declares an input tensor binding.
     /// Binding names must not shadow the accessor parameters (`i`, `w`, `v`, `v0`, `v1`).
     pub fn input(mut self, name: &str, storage: Storage) -> Self {
+        if self.discard {
+            return self;
+        }
         self.key.take();
         self.bindings.push(Binding {
             name: name.into(),
@@ -679,6 +700,9 @@ impl Kernel {
     /// are: the storage offset alignment is at least 32); a tail shorter than 16 bytes is
     /// unreadable, so the tensor's bytes that are read must end on a 16-byte boundary too.
     pub fn input_wide(mut self, name: &str, storage: Storage) -> Self {
+        if self.discard {
+            return self;
+        }
         self.key.take();
         self.bindings.push(Binding {
             name: name.into(),
@@ -691,6 +715,9 @@ impl Kernel {
 
     /// Declares an output tensor binding.
     pub fn output(mut self, name: &str, storage: Storage) -> Self {
+        if self.discard {
+            return self;
+        }
         self.key.take();
         self.bindings.push(Binding {
             name: name.into(),
@@ -704,6 +731,9 @@ impl Kernel {
     /// Adds the standard element-mapped `main`: the body defines `fn compute(i: u32) -> f32` and
     /// each invocation writes one word of `output` (`meta[0]` = element count).
     pub fn mapped(mut self, output: &str) -> Self {
+        if self.discard {
+            return self;
+        }
         self.key.take();
         self.map_outputs = vec![output.into()];
         self
@@ -712,6 +742,9 @@ impl Kernel {
     /// The element-mapped `main` for two outputs of the same storage: the body defines
     /// `fn compute2(i: u32) -> vec2<f32>` (element i of `a`, of `b`).
     pub fn mapped_pair(mut self, a: &str, b: &str) -> Self {
+        if self.discard {
+            return self;
+        }
         self.key.take();
         self.map_outputs = vec![a.into(), b.into()];
         self
@@ -719,6 +752,9 @@ impl Kernel {
 
     /// A `u32` parameter (`{{KEY}}` becomes `123u`).
     pub fn u32(mut self, key: &str, v: u32) -> Self {
+        if self.discard {
+            return self;
+        }
         self.key.take();
         self.params.push((key.into(), format!("{v}u")));
         self
@@ -726,6 +762,9 @@ impl Kernel {
 
     /// An `i32` parameter (`{{KEY}}` becomes `-3i`).
     pub fn i32(mut self, key: &str, v: i32) -> Self {
+        if self.discard {
+            return self;
+        }
         self.key.take();
         self.params.push((key.into(), format!("{v}i")));
         self
@@ -733,6 +772,9 @@ impl Kernel {
 
     /// An `f32` parameter, written exactly (bit pattern through `bitcast`).
     pub fn f32(mut self, key: &str, v: f32) -> Self {
+        if self.discard {
+            return self;
+        }
         self.key.take();
         self.params.push((key.into(), wgsl_f32(v)));
         self
@@ -740,6 +782,9 @@ impl Kernel {
 
     /// A `bool` parameter.
     pub fn bool(mut self, key: &str, v: bool) -> Self {
+        if self.discard {
+            return self;
+        }
         self.key.take();
         self.params.push((key.into(), v.to_string()));
         self
@@ -747,6 +792,9 @@ impl Kernel {
 
     /// A WGSL code fragment (an expression or statement chosen from a fixed set by the op).
     pub fn code(mut self, key: &str, wgsl: &str) -> Self {
+        if self.discard {
+            return self;
+        }
         self.key.take();
         self.params.push((key.into(), wgsl.into()));
         self
@@ -754,6 +802,9 @@ impl Kernel {
 
     /// Sets the workgroup size (`{{WG}}` in the body).
     pub fn workgroup(mut self, wg: u32) -> Self {
+        if self.discard {
+            return self;
+        }
         self.key.take();
         self.workgroup = wg;
         self

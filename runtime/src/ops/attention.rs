@@ -4,7 +4,7 @@
 use super::elementwise::cast_gpu;
 use super::{Attrs, MS, Op, Registry, host_in, req};
 use crate::error::{Result, op_err};
-use crate::exec::{Ctx, GpuTensor, Value};
+use crate::exec::{Ctx, GpuTensor, KernelMemo, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::tensor::DType;
 
@@ -893,7 +893,61 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
         Query::Gqa { rot: None, .. } => ("gqa", GQA),
         Query::Shared { .. } => ("gqa_shared", GQA),
     };
-    let mut kern = Kernel::new(name, body)
+    let part = if chunks > 1 {
+        Some(cx.alloc(DType::F32, vec![b * h * s * chunks * (d + 2)])?)
+    } else {
+        None
+    };
+    let q_pack = q.cos_sin_pack();
+    // The code depends on these only (sizes and offsets are parameters): a kernel made for
+    // them is run again without writing it (every layer of a kind, every decode step).
+    let recipe = {
+        use std::hash::Hash;
+        let mut hs = xxhash_rust::xxh3::Xxh3Default::new();
+        (name, bq, bkv, dpt, f.scale.to_bits(), f.softcap.to_bits()).hash(&mut hs);
+        match q {
+            Query::Gqa {
+                x,
+                rot,
+                interleaved,
+                ..
+            } => (
+                0u8,
+                x.storage(),
+                *interleaved,
+                rot.map(|(c, sn, _)| (c.storage(), sn.storage())),
+            )
+                .hash(&mut hs),
+            Query::Shared {
+                x, norm, cos, sin, ..
+            } => (
+                1u8,
+                x.storage(),
+                norm.map(|(g, _)| g.storage()),
+                cos.storage(),
+                sin.storage(),
+            )
+                .hash(&mut hs),
+        }
+        (
+            q_pack.as_ref().map(|p| (p.cos, p.sin)),
+            f.k.storage(),
+            f.v.storage(),
+            f.seqlens.map(GpuTensor::storage),
+            f.bias.as_ref().map(|bs| bs.t.storage()),
+            part.is_some(),
+            y.storage(),
+        )
+            .hash(&mut hs);
+        hs.digest128()
+    };
+    let hit = crate::exec::recipe_kernel("flash_attention", recipe);
+    let mut kern = if KernelMemo::must_build(&hit) {
+        Kernel::new(name, body)
+    } else {
+        Kernel::discard()
+    };
+    kern = kern
         .workgroup(128)
         .u32("BQ", bq as u32)
         .u32("BKV", bkv as u32)
@@ -903,7 +957,6 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
         .u32("ACC_LEN", (bq * dpt) as u32)
         .f32("SCALE", f.scale)
         .code("SOFTCAP", &softcap);
-    let q_pack = q.cos_sin_pack();
     let mut bind: Vec<&GpuTensor> = Vec::new();
     let (k2, qp) = query_inputs(q, kern, &mut bind, q_pack.as_ref());
     kern = k2.input("k", f.k.storage()).input("v", f.v.storage());
@@ -911,11 +964,6 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
     bind.push(f.v);
     kern = f.causal(kern, &mut bind);
     kern = f.bias_input(kern, &mut bind);
-    let part = if chunks > 1 {
-        Some(cx.alloc(DType::F32, vec![b * h * s * chunks * (d + 2)])?)
-    } else {
-        None
-    };
     let kern = match &part {
         Some(pt) => {
             bind.push(pt);
@@ -926,6 +974,7 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
             kern.code("STORE", STORE_Y).output("y", y.storage())
         }
     };
+    let kern = crate::exec::recipe_keep("flash_attention", recipe, hit, kern);
     let meta = f.params(&qp, [chunks as u32, chunk_len as u32]);
     cx.dispatch_groups(
         &kern,
@@ -934,10 +983,18 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
         (row_tiles as u32, (b * kvh * chunks) as u32),
     )?;
     if let Some(pt) = &part {
-        let comb = Kernel::new("gqa_combine", GQA_COMBINE)
-            .workgroup(64)
-            .input("part", Storage::F32)
-            .output("y", y.storage());
+        let recipe = y.storage() as u128;
+        let hit = crate::exec::recipe_kernel("gqa_combine", recipe);
+        let comb = match hit {
+            Some(k) if !cfg!(debug_assertions) => k,
+            hit => {
+                let built = Kernel::new("gqa_combine", GQA_COMBINE)
+                    .workgroup(64)
+                    .input("part", Storage::F32)
+                    .output("y", y.storage());
+                crate::exec::recipe_keep("gqa_combine", recipe, hit, built)
+            }
+        };
         let meta = [
             b as u32,
             s as u32,
@@ -1119,12 +1176,38 @@ impl Gqa {
         } else {
             KV_APPEND
         };
-        let mut k = Kernel::new("kv_append", body)
+        let pack = rot.and_then(|(c, s, _)| cos_sin_pack(c, s));
+        // What the code depends on (see `flash_attention`).
+        let recipe = {
+            use std::hash::Hash;
+            let mut hs = xxhash_rust::xxh3::Xxh3Default::new();
+            let value_past = past[1].filter(|_| value.is_some());
+            (
+                in_place.is_some(),
+                self.interleaved,
+                rot.map(|(c, sn, _)| (c.storage(), sn.storage())),
+                pack.as_ref().map(|p| (p.cos, p.sin)),
+                src.storage(),
+                seqlens.storage(),
+                value.map(|(vs, _)| (vs.storage(), out[1].storage())),
+                past[0].map(GpuTensor::storage),
+                value_past.map(GpuTensor::storage),
+                out[0].storage(),
+            )
+                .hash(&mut hs);
+            hs.digest128()
+        };
+        let hit = crate::exec::recipe_kernel("kv_append", recipe);
+        let mut k = if KernelMemo::must_build(&hit) {
+            Kernel::new("kv_append", body)
+        } else {
+            Kernel::discard()
+        };
+        k = k
             .bool("ROTARY", rot.is_some())
             .bool("INTERLEAVED", self.interleaved)
             .input("x", src.storage())
             .input("seqlens", seqlens.storage());
-        let pack = rot.and_then(|(c, s, _)| cos_sin_pack(c, s));
         let mut bind = vec![src, seqlens];
         let (rot_dim, half) = match rot {
             Some((c, sn, rot_dim)) => {
@@ -1187,6 +1270,7 @@ impl Gqa {
         if value.is_some() {
             bind.push(out[1]);
         }
+        let k = crate::exec::recipe_keep("kv_append", recipe, hit, k);
         let words = n.div_ceil(epw) - first / epw;
         cx.dispatch(
             &k,
