@@ -9,8 +9,9 @@
 #                  timeout_s: 540)
 #              unpacks the loader, generates the E2B-shaped model (~30 s), runs
 #              `xtask bench --native` (both models, full configuration, 3 runs), then decode
-#              after 128 with `--run-ahead off` and `on` alternating (2 each), and writes the
-#              results (JSON + Markdown, run-ahead-*.json) to $OUT/;
+#              after 128 with `--run-ahead off` and `on` alternating (2 each, each after the
+#              extension's kernel warm-up: `warm_up` in its JSON), and writes the results
+#              (JSON + Markdown, run-ahead-*.json) to $OUT/;
 #   3. here:   copy the two files from the returned folder into bench/results/ and commit them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -54,13 +55,14 @@ run)
   "$BIN/xtask" bench --native --runs "${RUNS:-3}" --gemma-gem "$BIN/gemma-gem" \
     --out "$OUTDIR" ${ADAPTER:+--adapter "$ADAPTER"} "$@" 2>&1 | tee "$OUTDIR/device-log.txt"
   # Run-ahead side by side (off, on, off, on): decode after 128 tokens on the E2B-shaped model
-  # the bench generated; JSON per run in $OUT/run-ahead-<on|off>-<i>.json.
+  # the bench generated, each after `--warm-up` (what compiling the kernels at load costs on this
+  # GPU); JSON per run in $OUT/run-ahead-<on|off>-<i>.json.
   E2B=$ROOT/bench/cache/gemma4-e2b-bench
   if [ -f "$E2B/config.json" ] && [ -z "${NO_RUN_AHEAD_AB:-}" ]; then
     for i in 1 2; do
       for ra in off on; do
         timeout 120 "$BIN/gemma-gem" bench --model "$E2B" --prefill 16 --decode-context 128 \
-          --decode-tokens 64 --runs 1 --run-ahead "$ra" ${ADAPTER:+--adapter "$ADAPTER"} \
+          --decode-tokens 64 --runs 1 --run-ahead "$ra" --warm-up ${ADAPTER:+--adapter "$ADAPTER"} \
           > "$OUTDIR/run-ahead-$ra-$i.json" 2>>"$OUTDIR/device-log.txt" || echo "run-ahead $ra $i failed" >&2
         grep -h '"tok_s"' "$OUTDIR/run-ahead-$ra-$i.json" | tail -1 | sed "s/^/run-ahead $ra $i decode: /"
       done

@@ -468,10 +468,12 @@ fn add(stats: &mut GenerationStats, before: &CounterSnapshot, after: &CounterSna
     stats.decode_submits += after.submits - before.submits;
 }
 
-/// Prompt lengths [`GemmaModel::warm_up`] rehearses: a short chat (the prompt kernels' row
-/// bucket of 17 to 32), one past that bucket (33 and more rows share one variant), and one past
-/// the 256 keys from which a decode step splits its attention across workgroups.
-pub const WARM_UP_PROMPTS: [usize; 3] = [24, 40, 300];
+/// Prompt lengths [`GemmaModel::warm_up`] rehearses: one per row bucket of the prompt kernels
+/// (the GEMMs' 2-4, 5-8, 9-16, 17-32 and 33+ rows; 2 also takes the attention's smallest query
+/// block where a key head serves 2 or 4 query heads), so that short prompts — a first "hi", a
+/// later turn's few new tokens after the cached conversation — compile nothing either, and one
+/// past the 256 keys from which a decode step splits its attention across workgroups.
+pub const WARM_UP_PROMPTS: [usize; 7] = [2, 4, 8, 16, 24, 40, 300];
 
 impl GemmaModel {
     /// Compiles the kernels of a generation ahead of the first one, without running anything:
@@ -481,9 +483,11 @@ impl GemmaModel {
     /// every pipeline the steps use, and pipelines are kept per GPU, so the first real prompts
     /// and their decode steps compile nothing (seconds of the first answer on a GPU in the
     /// browser). Costs no GPU time: only the host's recording, the compiling, and pool buffers
-    /// a prompt of that length needs anyway. E2B-shaped: 58 pipelines, 1.2 s natively on
-    /// lavapipe, 14 s on SwiftShader, which compiles slowly: on software adapters compiling
-    /// each kernel when first used (only those) is cheaper.
+    /// a prompt of that length needs anyway. E2B-shaped, natively on lavapipe: 60 pipelines in
+    /// 1.05 s with the GPU's kernels (57 in 0.77 s before the short prompts' buckets were
+    /// added), 59 in 1.2 s with a software adapter's; SwiftShader compiles ~58 in 14 s, so on
+    /// software adapters compiling each kernel when first used (only those) is cheaper.
+    /// `gemma-gem bench --warm-up` measures it.
     pub async fn warm_up(&self) -> Result<()> {
         let vocab = crate::bench::vocab_of(self);
         for n in WARM_UP_PROMPTS {

@@ -559,7 +559,16 @@ fn loads_over_http_with_chunked_external_data() {
 
 #[test]
 fn warm_up_compiles_what_generations_need() {
-    let gpu = gpu();
+    // As here (a software adapter: register-blocked prompt kernels), and as a GPU (tiled GEMMs
+    // with their own row buckets), which is where the extension warms up.
+    for hardware in [false, true] {
+        let mut g = pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe in CI)");
+        g.software &= !hardware;
+        warm_up_covers(Rc::new(g));
+    }
+}
+
+fn warm_up_covers(gpu: Rc<Gpu>) {
     let model = load(&gpu, "gemma4-tiny", Dtype::Q4);
     let before = gpu.counters.snapshot();
     pollster::block_on(model.warm_up()).expect("warm-up");
@@ -569,11 +578,15 @@ fn warm_up_compiles_what_generations_need() {
         "the warm-up compiles the kernels"
     );
     assert_eq!(warmed.submits, before.submits, "the warm-up runs nothing");
-    // Prompts of other lengths (the prompt kernels' row buckets: 17 to 32, 33 and more; from
-    // 256 keys a decode splits its attention) and their decode steps, run ahead or not, find
-    // every kernel compiled, as does a decode crossing 256 keys.
+    // Prompts of other lengths (the prompt kernels' row buckets: 2 to 4, 5 to 8, 9 to 16, 17 to
+    // 32, 33 and more; from 256 keys a decode splits its attention) and their decode steps, run
+    // ahead or not, find every kernel compiled, as does a decode crossing 256 keys.
     let vocab = gg_llm::bench::vocab_of(&model);
     for (n, tokens, ahead) in [
+        (3, 4, true),
+        (6, 4, false),
+        (11, 4, true),
+        (16, 4, false),
         (23, 4, true),
         (32, 4, false),
         (40, 4, true),
@@ -594,7 +607,8 @@ fn warm_up_compiles_what_generations_need() {
         assert_eq!(
             gpu.counters.snapshot().pipelines_compiled,
             warmed.pipelines_compiled,
-            "a prompt of {n} tokens compiled kernels after the warm-up"
+            "a prompt of {n} tokens compiled kernels after the warm-up (software: {})",
+            gpu.software
         );
     }
     // What the warm-up recorded and dropped (its uploads still reach the GPU with the next

@@ -70,6 +70,10 @@ struct BenchArgs {
     /// (to measure what it gains).
     #[arg(long, value_enum, default_value_t = RunAhead::Auto)]
     run_ahead: RunAhead,
+    /// Compile the generation's kernels after loading, as the extension does on a GPU
+    /// (`GemmaModel::warm_up`), and report its time and pipelines (`warm_up`).
+    #[arg(long)]
+    warm_up: bool,
 }
 
 #[derive(Args)]
@@ -246,6 +250,18 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     let t0 = std::time::Instant::now();
     let model = GemmaModel::load(gpu, &repo, &LoadOptions { dtype: args.dtype }).await?;
     let load_s = t0.elapsed().as_secs_f64();
+    let warm_up = if args.warm_up {
+        let before = model.gpu.counters.snapshot();
+        let t = std::time::Instant::now();
+        model.warm_up().await?;
+        let s = t.elapsed().as_secs_f64();
+        let pipelines =
+            model.gpu.counters.snapshot().pipelines_compiled - before.pipelines_compiled;
+        eprintln!("gemma-gem bench: warm-up: {pipelines} pipelines compiled in {s:.2} s");
+        json!({"s": s, "pipelines_compiled": pipelines})
+    } else {
+        Value::Null
+    };
     let after_load = gpu_memory(&model.gpu);
     let mut peak = after_load;
     let note_memory = |peak: &mut Option<(u64, u64)>| {
@@ -344,6 +360,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "adapter": model.gpu.adapter,
         "dtype": model.dtype.name(),
         "load_s": load_s,
+        "warm_up": warm_up,
         "run_ahead": args.run_ahead.choice().unwrap_or(model.gpu.submits_overlap),
         "gpu_memory_after_load": memory(after_load),
         "gpu_memory_peak": memory(peak),
