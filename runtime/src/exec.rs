@@ -921,23 +921,34 @@ impl KernelMemo {
     /// The kernel to run: the memo's (checked against the one just made, in debug builds), or
     /// `built`, which becomes the memo.
     pub(crate) fn check(&self, sig: u128, hit: Option<Rc<Kernel>>, built: Kernel) -> Rc<Kernel> {
-        match hit {
-            Some(k) => {
-                if cfg!(debug_assertions) {
-                    assert_eq!(
-                        k.key(),
-                        built.key(),
-                        "kernel {}: the memo's code differs from the code for these inputs",
-                        built.name()
-                    );
-                }
-                k
+        kept_or_built(hit, built, |k| *self.0.borrow_mut() = Some((sig, k)))
+    }
+}
+
+/// `hit` (in debug builds asserted to have the key of `built`, the kernel made now: a
+/// signature or recipe that misses something the code depends on fails the tests), or else
+/// `built`, handed to `keep`.
+fn kept_or_built(
+    hit: Option<Rc<Kernel>>,
+    built: Kernel,
+    keep: impl FnOnce(Rc<Kernel>),
+) -> Rc<Kernel> {
+    match hit {
+        Some(k) => {
+            if cfg!(debug_assertions) {
+                assert_eq!(
+                    k.key(),
+                    built.key(),
+                    "kernel {}: the code kept for these inputs differs from the code made now",
+                    built.name()
+                );
             }
-            None => {
-                let k = Rc::new(built);
-                *self.0.borrow_mut() = Some((sig, k.clone()));
-                k
-            }
+            k
+        }
+        None => {
+            let k = Rc::new(built);
+            keep(k.clone());
+            k
         }
     }
 }
@@ -967,30 +978,15 @@ pub(crate) fn recipe_keep(
     hit: Option<Rc<Kernel>>,
     built: Kernel,
 ) -> Rc<Kernel> {
-    match hit {
-        Some(k) => {
-            if cfg!(debug_assertions) {
-                assert_eq!(
-                    k.key(),
-                    built.key(),
-                    "kernel {}: the code kept for this recipe differs from the code made now",
-                    built.name()
-                );
+    kept_or_built(hit, built, |k| {
+        RECIPES.with(|r| {
+            let mut r = r.borrow_mut();
+            if r.len() >= RECIPES_KEPT {
+                r.clear();
             }
-            k
-        }
-        None => {
-            let k = Rc::new(built);
-            RECIPES.with(|r| {
-                let mut r = r.borrow_mut();
-                if r.len() >= RECIPES_KEPT {
-                    r.clear();
-                }
-                r.insert((site, recipe), k.clone());
-            });
-            k
-        }
-    }
+            r.insert((site, recipe), k);
+        })
+    })
 }
 
 /// Host bytes as laid out on the GPU.

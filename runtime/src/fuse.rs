@@ -1530,68 +1530,68 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
         let shuffle = cx.gpu.subgroups && tpc > 1 && tpc <= sg_min && WG.is_multiple_of(sg_max);
         if build {
             kern = kern
-            .u32("K", k as u32)
-            .u32("NB", nb as u32)
-            .u32("BLOCK", self.block as u32)
-            .u32("ZROW", zrow as u32)
-            .u32("NV", nv as u32)
-            .u32("TPC", tpc)
-            .u32("REPS", reps)
-            .u32("EPW", if f16 { 2 } else { 1 })
-            .code(
-                "RD",
-                rd_code(f16),
-            )
-            .u32("XS_LEN", if staged { (nb * self.block / 4) as u32 } else { 2 })
-            .code(
-                "XM",
-                if staged {
-                    "return 0.0;"
-                } else if k.is_multiple_of(8) {
-                    "return ld_x(k);"
-                } else {
-                    "return select(0.0, ld_x(min(k, K - 1u)), k < K);"
-                },
-            )
-            .code(
-                "XE",
-                if staged {
-                    "return xs[2u * i];"
-                } else {
-                    "let k = 8u * i; return vec4<f32>(xm(k), xm(k + 2u), xm(k + 4u), xm(k + 6u));"
-                },
-            )
-            .code(
-                "XO",
-                if staged {
-                    "return xs[2u * i + 1u];"
-                } else {
-                    "let k = 8u * i + 1u; return vec4<f32>(xm(k), xm(k + 2u), xm(k + 4u), xm(k + 6u));"
-                },
-            )
-            .code(
-                "XEO",
-                if staged {
-                    "return mat2x4<f32>(xs[2u * i], xs[2u * i + 1u]);"
-                } else if f16 && k.is_multiple_of(8) {
-                    // Four words hold the eight elements: each unpacked once for both halves.
-                    "let a = unpack2x16float(ldw_x(4u * i));
+                .u32("K", k as u32)
+                .u32("NB", nb as u32)
+                .u32("BLOCK", self.block as u32)
+                .u32("ZROW", zrow as u32)
+                .u32("NV", nv as u32)
+                .u32("TPC", tpc)
+                .u32("REPS", reps)
+                .u32("EPW", if f16 { 2 } else { 1 })
+                .code(
+                    "RD",
+                    rd_code(f16),
+                )
+                .u32("XS_LEN", if staged { (nb * self.block / 4) as u32 } else { 2 })
+                .code(
+                    "XM",
+                    if staged {
+                        "return 0.0;"
+                    } else if k.is_multiple_of(8) {
+                        "return ld_x(k);"
+                    } else {
+                        "return select(0.0, ld_x(min(k, K - 1u)), k < K);"
+                    },
+                )
+                .code(
+                    "XE",
+                    if staged {
+                        "return xs[2u * i];"
+                    } else {
+                        "let k = 8u * i; return vec4<f32>(xm(k), xm(k + 2u), xm(k + 4u), xm(k + 6u));"
+                    },
+                )
+                .code(
+                    "XO",
+                    if staged {
+                        "return xs[2u * i + 1u];"
+                    } else {
+                        "let k = 8u * i + 1u; return vec4<f32>(xm(k), xm(k + 2u), xm(k + 4u), xm(k + 6u));"
+                    },
+                )
+                .code(
+                    "XEO",
+                    if staged {
+                        "return mat2x4<f32>(xs[2u * i], xs[2u * i + 1u]);"
+                    } else if f16 && k.is_multiple_of(8) {
+                        // Four words hold the eight elements: each unpacked once for both halves.
+                        "let a = unpack2x16float(ldw_x(4u * i));
     let b = unpack2x16float(ldw_x(4u * i + 1u));
     let c = unpack2x16float(ldw_x(4u * i + 2u));
     let d = unpack2x16float(ldw_x(4u * i + 3u));
     return mat2x4<f32>(vec4<f32>(a.x, b.x, c.x, d.x), vec4<f32>(a.y, b.y, c.y, d.y));"
-                } else {
-                    "return mat2x4<f32>(xe(i), xo(i));"
-                },
-            )
-            .code("NIBBLES", crate::ops::quant::NIBBLES_WGSL)
-            .code("DOTS", &dots)
-            .code("PROLOGUE", &pro)
-            .code("COMPUTE", &compute)
-            .code("VALUE", &value)
-            .code("ORDER", if shuffle { "sg_id * sg_size + sg_lane" } else { "t" })
-            .code("REDUCE", if shuffle { REDUCE_SHUFFLE } else { REDUCE_TREE })
-            .code("STORE", &store);
+                    } else {
+                        "return mat2x4<f32>(xe(i), xo(i));"
+                    },
+                )
+                .code("NIBBLES", crate::ops::quant::NIBBLES_WGSL)
+                .code("DOTS", &dots)
+                .code("PROLOGUE", &pro)
+                .code("COMPUTE", &compute)
+                .code("VALUE", &value)
+                .code("ORDER", if shuffle { "sg_id * sg_size + sg_lane" } else { "t" })
+                .code("REDUCE", if shuffle { REDUCE_SHUFFLE } else { REDUCE_TREE })
+                .code("STORE", &store);
         }
         let kern = self.memo.check(sig, hit, kern);
         let split_at = split.as_ref().map(|(at, _)| *at);
