@@ -962,11 +962,45 @@ thread_local! {
     static RECIPES: RefCell<HashMap<(&'static str, u128), Rc<Kernel>>> = RefCell::default();
 }
 
+/// A recipe key: the 128-bit hash of what a kernel's code depends on.
+pub(crate) fn hash128(what: impl std::hash::Hash) -> u128 {
+    let mut h = xxhash_rust::xxh3::Xxh3Default::new();
+    what.hash(&mut h);
+    h.digest128()
+}
+
 /// The kernel kept under `(site, recipe)`, if any. The caller then builds with
-/// [`Kernel::discard`] unless [`KernelMemo::must_build`] says otherwise (debug builds always
-/// build, and [`recipe_keep`] compares).
+/// [`recipe_builder`] (debug builds always build, and [`recipe_keep`] compares).
 pub(crate) fn recipe_kernel(site: &'static str, recipe: u128) -> Option<Rc<Kernel>> {
     RECIPES.with(|r| r.borrow().get(&(site, recipe)).cloned())
+}
+
+/// The builder for an op that collects its bindings while it builds: `Kernel::new(name, body)`
+/// where [`KernelMemo::must_build`] (a miss, or a debug build), else [`Kernel::discard`].
+pub(crate) fn recipe_builder(
+    hit: &Option<Rc<Kernel>>,
+    name: &'static str,
+    body: &'static str,
+) -> Kernel {
+    if KernelMemo::must_build(hit) {
+        Kernel::new(name, body)
+    } else {
+        Kernel::discard()
+    }
+}
+
+/// The kernel kept under `(site, recipe)`, or the one `make` makes (kept; in debug builds
+/// always made and compared, see [`recipe_keep`]): for ops whose kernel is made apart from
+/// their bindings.
+pub(crate) fn recipe_made(
+    site: &'static str,
+    recipe: u128,
+    make: impl FnOnce() -> Kernel,
+) -> Rc<Kernel> {
+    match recipe_kernel(site, recipe) {
+        Some(k) if !cfg!(debug_assertions) => k,
+        hit => recipe_keep(site, recipe, hit, make()),
+    }
 }
 
 /// The kernel to run for `(site, recipe)`: the one kept (checked against `built` in debug

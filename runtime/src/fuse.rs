@@ -1118,10 +1118,14 @@ impl FusedGemv {
         let row = |v: &Value| v.dtype() == act && v.numel() == k;
         let gamma = |v: &Value| v.dtype() == DType::F32 && v.numel() == k;
         let mut bind: Vec<GpuTensor> = Vec::new();
-        let mut kern = Kernel::new("fused_gemv", FUSED_GEMV);
-        if build {
-            kern = kern.workgroup(WG).wg_reduce(cx.gpu.subgroups);
+        // On a hit the kernel builder records nothing (its code is skipped below too).
+        let mut kern = if build {
+            Kernel::new("fused_gemv", FUSED_GEMV)
+        } else {
+            Kernel::discard()
         }
+        .workgroup(WG)
+        .wg_reduce(cx.gpu.subgroups);
         let mut scalar = 1.0f32;
         let mut pro = String::new();
         let st = |d: DType| Storage::of(d).unwrap_or(Storage::F32);
@@ -1177,9 +1181,7 @@ impl FusedGemv {
         } else {
             let xt = operand!(self.slots.x, row);
             bind.push(xt);
-            if build {
-                kern = kern.input("x", st(act));
-            }
+            kern = kern.input("x", st(act));
             if staged && build {
                 pro.push_str(
                     "var s2 = 0.0;
@@ -1284,9 +1286,7 @@ impl FusedGemv {
             }
         };
         if packed {
-            if build {
-                kern = bits_input(kern, "wts");
-            }
+            kern = bits_input(kern, "wts");
             bind.push(q0.whole());
         }
         for (j, (q, s, z)) in weights.into_iter().enumerate() {
@@ -1382,9 +1382,7 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
                     }
                 }
             }
-            if build {
-                kern = kern.input("other", ot.storage());
-            }
+            kern = kern.input("other", ot.storage());
             bind.push(ot);
         }
         // Outputs.
@@ -1399,9 +1397,7 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
         let mut h_out = None;
         if self.slots.h_out {
             let h = cx.alloc(act, row_shape.clone())?;
-            if build {
-                kern = kern.output("h", st(act));
-            }
+            kern = kern.output("h", st(act));
             bind.push(h.clone());
             h_out = Some(h);
         }
@@ -1459,9 +1455,7 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
             1 => {
                 let n = self.ns[0];
                 let y = cx.alloc(act, out_shape(n))?;
-                if build {
-                    kern = kern.output("y", st(act));
-                }
+                kern = kern.output("y", st(act));
                 bind.push(y.clone());
                 results.push(y);
                 (
@@ -1477,9 +1471,7 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
             e => {
                 let n = self.ns[0];
                 let y = cx.alloc(act, out_shape(n))?;
-                if build {
-                    kern = kern.output("y", st(act));
-                }
+                kern = kern.output("y", st(act));
                 bind.push(y.clone());
                 results.push(y);
                 let value = match e {
@@ -1802,10 +1794,14 @@ impl Op for FusedNorms {
         let sig = input_signature(inputs);
         let hit = self.memo.get(sig);
         let build = KernelMemo::must_build(&hit);
-        let mut kern = Kernel::new("fused_norms", FUSED_NORMS);
-        if build {
-            kern = kern.workgroup(64).wg_reduce(cx.gpu.subgroups);
+        // On a hit the kernel builder records nothing (its code is skipped below too).
+        let mut kern = if build {
+            Kernel::new("fused_norms", FUSED_NORMS)
+        } else {
+            Kernel::discard()
         }
+        .workgroup(64)
+        .wg_reduce(cx.gpu.subgroups);
         let mut fns = String::new();
         let mut disp = String::new();
         let mut row0 = 0usize;

@@ -632,34 +632,40 @@ impl Kernel {
         }
     }
 
+    /// Every builder method's change: skipped by a discarding builder, and clearing the cached
+    /// key otherwise.
+    fn edit(mut self, change: impl FnOnce(&mut Self)) -> Self {
+        if !self.discard {
+            self.key.take();
+            change(&mut self);
+        }
+        self
+    }
+
     /// Adds the workgroup reductions `wg_sum(t, v)` and `wg_max(t, v)` (and the scratch
     /// `red: array<f32, WG>`) for a body whose `main` ends its parameter list with `{{SG}}` and
     /// starts with `{{SG_INIT}}`. With `subgroups` (the device's [`Gpu::subgroups`]) they
     /// reduce within subgroups first (`wg_reduce_sg.wgsl`); otherwise as a tree in workgroup
     /// memory (`wg_reduce.wgsl`).
-    pub fn wg_reduce(mut self, subgroups: bool) -> Self {
-        if self.discard {
-            return self;
-        }
+    pub fn wg_reduce(self, subgroups: bool) -> Self {
         if subgroups {
-            self.key.take();
-            self.tail = WG_REDUCE_SG;
-            // No `enable subgroups;`: naga (wgpu 30) rejects the directive and takes the
-            // built-ins on the device's SUBGROUP feature alone.
-            self.code(
-                "SG",
-                ", @builtin(subgroup_id) sg_id_in: u32, @builtin(num_subgroups) sg_n_in: u32, \
+            self.edit(|k| k.tail = WG_REDUCE_SG)
+                // No `enable subgroups;`: naga (wgpu 30) rejects the directive and takes the
+                // built-ins on the device's SUBGROUP feature alone.
+                .code(
+                    "SG",
+                    ", @builtin(subgroup_id) sg_id_in: u32, @builtin(num_subgroups) sg_n_in: u32, \
                  @builtin(subgroup_invocation_id) sg_lane_in: u32, \
                  @builtin(subgroup_size) sg_size_in: u32",
-            )
-            .code(
-                "SG_INIT",
-                "sg_id = sg_id_in; sg_n = sg_n_in; sg_lane = sg_lane_in; sg_size = sg_size_in;",
-            )
+                )
+                .code(
+                    "SG_INIT",
+                    "sg_id = sg_id_in; sg_n = sg_n_in; sg_lane = sg_lane_in; sg_size = sg_size_in;",
+                )
         } else {
-            self.key.take();
-            self.tail = WG_REDUCE;
-            self.code("SG", "").code("SG_INIT", "")
+            self.edit(|k| k.tail = WG_REDUCE)
+                .code("SG", "")
+                .code("SG_INIT", "")
         }
     }
 
@@ -667,31 +673,25 @@ impl Kernel {
     /// storage): `ld_{name}(i)` reads element `i + offset` of `of`, without a binding of its
     /// own. For tensors packed into one buffer (e.g. the rotary cos and sin caches), so that
     /// they take one storage-buffer slot. `offset` is in elements.
-    pub fn alias(mut self, name: &str, of: &str, offset: u64) -> Self {
-        if self.discard {
-            return self;
-        }
-        self.key.take();
-        self.extra.push_str(&format!(
-            "fn ld_{name}(i: u32) -> f32 {{ return ld_{of}(i + {offset}u); }}\n"
-        ));
-        self
+    pub fn alias(self, name: &str, of: &str, offset: u64) -> Self {
+        self.edit(|k| {
+            k.extra.push_str(&format!(
+                "fn ld_{name}(i: u32) -> f32 {{ return ld_{of}(i + {offset}u); }}\n"
+            ));
+        })
     }
 
     /// Declares an input tensor binding.
     /// Binding names must not shadow the accessor parameters (`i`, `w`, `v`, `v0`, `v1`).
-    pub fn input(mut self, name: &str, storage: Storage) -> Self {
-        if self.discard {
-            return self;
-        }
-        self.key.take();
-        self.bindings.push(Binding {
-            name: name.into(),
-            storage,
-            write: false,
-            wide: false,
-        });
-        self
+    pub fn input(self, name: &str, storage: Storage) -> Self {
+        self.edit(|k| {
+            k.bindings.push(Binding {
+                name: name.into(),
+                storage,
+                write: false,
+                wide: false,
+            });
+        })
     }
 
     /// [`Kernel::input`] declared as `array<vec4<u32>>`, with `ldv_{name}(v) -> vec4<u32>`
@@ -699,115 +699,85 @@ impl Kernel {
     /// 16 bytes at a time. The tensor's byte offset must be a multiple of 16 (binding offsets
     /// are: the storage offset alignment is at least 32); a tail shorter than 16 bytes is
     /// unreadable, so the tensor's bytes that are read must end on a 16-byte boundary too.
-    pub fn input_wide(mut self, name: &str, storage: Storage) -> Self {
-        if self.discard {
-            return self;
-        }
-        self.key.take();
-        self.bindings.push(Binding {
-            name: name.into(),
-            storage,
-            write: false,
-            wide: true,
-        });
-        self
+    pub fn input_wide(self, name: &str, storage: Storage) -> Self {
+        self.edit(|k| {
+            k.bindings.push(Binding {
+                name: name.into(),
+                storage,
+                write: false,
+                wide: true,
+            });
+        })
     }
 
     /// Declares an output tensor binding.
-    pub fn output(mut self, name: &str, storage: Storage) -> Self {
-        if self.discard {
-            return self;
-        }
-        self.key.take();
-        self.bindings.push(Binding {
-            name: name.into(),
-            storage,
-            write: true,
-            wide: false,
-        });
-        self
+    pub fn output(self, name: &str, storage: Storage) -> Self {
+        self.edit(|k| {
+            k.bindings.push(Binding {
+                name: name.into(),
+                storage,
+                write: true,
+                wide: false,
+            });
+        })
     }
 
     /// Adds the standard element-mapped `main`: the body defines `fn compute(i: u32) -> f32` and
     /// each invocation writes one word of `output` (`meta[0]` = element count).
-    pub fn mapped(mut self, output: &str) -> Self {
-        if self.discard {
-            return self;
-        }
-        self.key.take();
-        self.map_outputs = vec![output.into()];
-        self
+    pub fn mapped(self, output: &str) -> Self {
+        self.edit(|k| {
+            k.map_outputs = vec![output.into()];
+        })
     }
 
     /// The element-mapped `main` for two outputs of the same storage: the body defines
     /// `fn compute2(i: u32) -> vec2<f32>` (element i of `a`, of `b`).
-    pub fn mapped_pair(mut self, a: &str, b: &str) -> Self {
-        if self.discard {
-            return self;
-        }
-        self.key.take();
-        self.map_outputs = vec![a.into(), b.into()];
-        self
+    pub fn mapped_pair(self, a: &str, b: &str) -> Self {
+        self.edit(|k| {
+            k.map_outputs = vec![a.into(), b.into()];
+        })
     }
 
     /// A `u32` parameter (`{{KEY}}` becomes `123u`).
-    pub fn u32(mut self, key: &str, v: u32) -> Self {
-        if self.discard {
-            return self;
-        }
-        self.key.take();
-        self.params.push((key.into(), format!("{v}u")));
-        self
+    pub fn u32(self, key: &str, v: u32) -> Self {
+        self.edit(|k| {
+            k.params.push((key.into(), format!("{v}u")));
+        })
     }
 
     /// An `i32` parameter (`{{KEY}}` becomes `-3i`).
-    pub fn i32(mut self, key: &str, v: i32) -> Self {
-        if self.discard {
-            return self;
-        }
-        self.key.take();
-        self.params.push((key.into(), format!("{v}i")));
-        self
+    pub fn i32(self, key: &str, v: i32) -> Self {
+        self.edit(|k| {
+            k.params.push((key.into(), format!("{v}i")));
+        })
     }
 
     /// An `f32` parameter, written exactly (bit pattern through `bitcast`).
-    pub fn f32(mut self, key: &str, v: f32) -> Self {
-        if self.discard {
-            return self;
-        }
-        self.key.take();
-        self.params.push((key.into(), wgsl_f32(v)));
-        self
+    pub fn f32(self, key: &str, v: f32) -> Self {
+        self.edit(|k| {
+            k.params.push((key.into(), wgsl_f32(v)));
+        })
     }
 
     /// A `bool` parameter.
-    pub fn bool(mut self, key: &str, v: bool) -> Self {
-        if self.discard {
-            return self;
-        }
-        self.key.take();
-        self.params.push((key.into(), v.to_string()));
-        self
+    pub fn bool(self, key: &str, v: bool) -> Self {
+        self.edit(|k| {
+            k.params.push((key.into(), v.to_string()));
+        })
     }
 
     /// A WGSL code fragment (an expression or statement chosen from a fixed set by the op).
-    pub fn code(mut self, key: &str, wgsl: &str) -> Self {
-        if self.discard {
-            return self;
-        }
-        self.key.take();
-        self.params.push((key.into(), wgsl.into()));
-        self
+    pub fn code(self, key: &str, wgsl: &str) -> Self {
+        self.edit(|k| {
+            k.params.push((key.into(), wgsl.into()));
+        })
     }
 
     /// Sets the workgroup size (`{{WG}}` in the body).
-    pub fn workgroup(mut self, wg: u32) -> Self {
-        if self.discard {
-            return self;
-        }
-        self.key.take();
-        self.workgroup = wg;
-        self
+    pub fn workgroup(self, wg: u32) -> Self {
+        self.edit(|k| {
+            k.workgroup = wg;
+        })
     }
 
     /// Number of tensor bindings (meta comes after them).

@@ -4,7 +4,7 @@
 use super::elementwise::cast_gpu;
 use super::{Attrs, MS, Op, Registry, host_in, req};
 use crate::error::{Result, op_err};
-use crate::exec::{Ctx, GpuTensor, KernelMemo, Value};
+use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::tensor::DType;
 
@@ -901,53 +901,42 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
     let q_pack = q.cos_sin_pack();
     // The code depends on these only (sizes and offsets are parameters): a kernel made for
     // them is run again without writing it (every layer of a kind, every decode step).
-    let recipe = {
-        use std::hash::Hash;
-        let mut hs = xxhash_rust::xxh3::Xxh3Default::new();
-        (name, bq, bkv, dpt, f.scale.to_bits(), f.softcap.to_bits()).hash(&mut hs);
-        match q {
-            Query::Gqa {
-                x,
-                rot,
-                interleaved,
-                ..
-            } => (
-                0u8,
-                x.storage(),
-                *interleaved,
-                rot.map(|(c, sn, _)| (c.storage(), sn.storage())),
-            )
-                .hash(&mut hs),
-            Query::Shared {
-                x, norm, cos, sin, ..
-            } => (
-                1u8,
-                x.storage(),
-                norm.map(|(g, _)| g.storage()),
-                cos.storage(),
-                sin.storage(),
-            )
-                .hash(&mut hs),
-        }
-        (
-            q_pack.as_ref().map(|p| (p.cos, p.sin)),
-            f.k.storage(),
-            f.v.storage(),
-            f.seqlens.map(GpuTensor::storage),
-            f.bias.as_ref().map(|bs| bs.t.storage()),
-            part.is_some(),
-            y.storage(),
-        )
-            .hash(&mut hs);
-        hs.digest128()
+    // The query reader's form: which variant, its storages and flags.
+    let q_form = match q {
+        Query::Gqa {
+            x,
+            rot,
+            interleaved,
+            ..
+        } => (
+            0u8,
+            x.storage(),
+            *interleaved,
+            rot.map(|(c, sn, _)| (c.storage(), sn.storage())),
+            None,
+        ),
+        Query::Shared {
+            x, norm, cos, sin, ..
+        } => (
+            1u8,
+            x.storage(),
+            false,
+            Some((cos.storage(), sin.storage())),
+            norm.map(|(g, _)| g.storage()),
+        ),
     };
+    let recipe = crate::exec::hash128((
+        (name, bq, bkv, dpt, f.scale.to_bits(), f.softcap.to_bits()),
+        q_form,
+        q_pack.as_ref().map(|p| (p.cos, p.sin)),
+        (f.k.storage(), f.v.storage()),
+        f.seqlens.map(GpuTensor::storage),
+        f.bias.as_ref().map(|bs| bs.t.storage()),
+        part.is_some(),
+        y.storage(),
+    ));
     let hit = crate::exec::recipe_kernel("flash_attention", recipe);
-    let mut kern = if KernelMemo::must_build(&hit) {
-        Kernel::new(name, body)
-    } else {
-        Kernel::discard()
-    };
-    kern = kern
+    let kern = crate::exec::recipe_builder(&hit, name, body)
         .workgroup(128)
         .u32("BQ", bq as u32)
         .u32("BKV", bkv as u32)
@@ -959,7 +948,7 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
         .code("SOFTCAP", &softcap);
     let mut bind: Vec<&GpuTensor> = Vec::new();
     let (k2, qp) = query_inputs(q, kern, &mut bind, q_pack.as_ref());
-    kern = k2.input("k", f.k.storage()).input("v", f.v.storage());
+    let mut kern = k2.input("k", f.k.storage()).input("v", f.v.storage());
     bind.push(f.k);
     bind.push(f.v);
     kern = f.causal(kern, &mut bind);
@@ -983,18 +972,13 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
         (row_tiles as u32, (b * kvh * chunks) as u32),
     )?;
     if let Some(pt) = &part {
-        let recipe = y.storage() as u128;
-        let hit = crate::exec::recipe_kernel("gqa_combine", recipe);
-        let comb = match hit {
-            Some(k) if !cfg!(debug_assertions) => k,
-            hit => {
-                let built = Kernel::new("gqa_combine", GQA_COMBINE)
+        let comb =
+            crate::exec::recipe_made("gqa_combine", crate::exec::hash128(y.storage()), || {
+                Kernel::new("gqa_combine", GQA_COMBINE)
                     .workgroup(64)
                     .input("part", Storage::F32)
-                    .output("y", y.storage());
-                crate::exec::recipe_keep("gqa_combine", recipe, hit, built)
-            }
-        };
+                    .output("y", y.storage())
+            });
         let meta = [
             b as u32,
             s as u32,
@@ -1178,32 +1162,19 @@ impl Gqa {
         };
         let pack = rot.and_then(|(c, s, _)| cos_sin_pack(c, s));
         // What the code depends on (see `flash_attention`).
-        let recipe = {
-            use std::hash::Hash;
-            let mut hs = xxhash_rust::xxh3::Xxh3Default::new();
-            let value_past = past[1].filter(|_| value.is_some());
-            (
-                in_place.is_some(),
-                self.interleaved,
-                rot.map(|(c, sn, _)| (c.storage(), sn.storage())),
-                pack.as_ref().map(|p| (p.cos, p.sin)),
-                src.storage(),
-                seqlens.storage(),
-                value.map(|(vs, _)| (vs.storage(), out[1].storage())),
-                past[0].map(GpuTensor::storage),
-                value_past.map(GpuTensor::storage),
-                out[0].storage(),
-            )
-                .hash(&mut hs);
-            hs.digest128()
-        };
+        let recipe = crate::exec::hash128((
+            in_place.is_some(),
+            self.interleaved,
+            rot.map(|(c, sn, _)| (c.storage(), sn.storage())),
+            pack.as_ref().map(|p| (p.cos, p.sin)),
+            (src.storage(), seqlens.storage()),
+            value.map(|(vs, _)| (vs.storage(), out[1].storage())),
+            past[0].map(GpuTensor::storage),
+            past[1].filter(|_| value.is_some()).map(GpuTensor::storage),
+            out[0].storage(),
+        ));
         let hit = crate::exec::recipe_kernel("kv_append", recipe);
-        let mut k = if KernelMemo::must_build(&hit) {
-            Kernel::new("kv_append", body)
-        } else {
-            Kernel::discard()
-        };
-        k = k
+        let mut k = crate::exec::recipe_builder(&hit, "kv_append", body)
             .bool("ROTARY", rot.is_some())
             .bool("INTERLEAVED", self.interleaved)
             .input("x", src.storage())

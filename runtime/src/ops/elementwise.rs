@@ -7,8 +7,6 @@ use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::tensor::{DType, numel};
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::rc::Rc;
 
 const EW: &str = include_str!("../kernels/ew.wgsl");
@@ -77,33 +75,20 @@ pub fn ew_gpu(
 /// The kernel of [`ew_gpu`]: made once per expression, broadcast form and storages (a decode
 /// step runs the same few dozen every time).
 fn ew_kernel(expr: &str, bcast: bool, views: &[View<'_>], out: Storage) -> Rc<Kernel> {
-    use std::hash::{Hash, Hasher};
-    thread_local! {
-        static MADE: RefCell<HashMap<u128, Rc<Kernel>>> = RefCell::default();
-    }
-    let mut h = xxhash_rust::xxh3::Xxh3Default::new();
-    (expr, bcast, out).hash(&mut h);
-    for v in views {
-        v.t.storage().hash(&mut h);
-    }
-    h.write_usize(views.len());
-    let key = h.digest128();
-    MADE.with(|m| {
-        m.borrow_mut()
-            .entry(key)
-            .or_insert_with(|| {
-                let names = ["a", "b", "c"];
-                let mut k = Kernel::new("ew", EW)
-                    .bool("BCAST", bcast)
-                    .code("EXPR", expr);
-                let mut loads = String::new();
-                for (i, v) in views.iter().enumerate() {
-                    k = k.input(names[i], v.t.storage());
-                    loads.push_str(&format!("let {0} = ld_{0}(off(i, {i}u)); ", names[i]));
-                }
-                Rc::new(k.code("LOADS", &loads).output("y", out).mapped("y"))
-            })
-            .clone()
+    let storages: [Option<Storage>; 3] =
+        std::array::from_fn(|i| views.get(i).map(|v| v.t.storage()));
+    let recipe = crate::exec::hash128((expr, bcast, out, storages));
+    crate::exec::recipe_made("ew", recipe, || {
+        let names = ["a", "b", "c"];
+        let mut k = Kernel::new("ew", EW)
+            .bool("BCAST", bcast)
+            .code("EXPR", expr);
+        let mut loads = String::new();
+        for (i, v) in views.iter().enumerate() {
+            k = k.input(names[i], v.t.storage());
+            loads.push_str(&format!("let {0} = ld_{0}(off(i, {i}u)); ", names[i]));
+        }
+        k.code("LOADS", &loads).output("y", out).mapped("y")
     })
 }
 

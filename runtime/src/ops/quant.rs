@@ -454,13 +454,7 @@ fn matmul_nbits(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
 struct GatherBlockQuantized {
     bits: u32,
     block: usize,
-    /// The last kernel, under the storages it was made for (the same every decode step).
-    memo: RefCell<Option<(GbqStorages, Rc<Kernel>)>>,
 }
-
-/// What [`GatherBlockQuantized`]'s code depends on besides its attributes: the storages of the
-/// indices, scales, zero points (and their type) and result.
-type GbqStorages = (Storage, Storage, Option<(Storage, DType)>, Storage);
 
 impl Op for GatherBlockQuantized {
     fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
@@ -492,32 +486,31 @@ impl Op for GatherBlockQuantized {
             return Err(op_err("float16 output needs an even row length"));
         }
         let zrow = (nb * self.bits as usize).div_ceil(8);
-        let storages = (
+        // The code depends on the attributes and on the storages of the indices, scales, zero
+        // points (and their type) and result: made once (the same every decode step).
+        let recipe = crate::exec::hash128((
+            self.bits,
+            self.block,
             idx.storage(),
             scales.storage(),
             zp.as_ref().map(|z| (z.storage(), z.dtype)),
             y.storage(),
-        );
-        let memo = self.memo.borrow().clone();
-        let kern = match memo {
-            Some((s, k)) if s == storages => k,
-            _ => {
-                let zp_code = zp_code(zp.as_ref(), self.bits).replace("n * ", "row * ");
-                let mut kern = Kernel::new("gather_block_quantized", GBQ)
-                    .u32("BITS", self.bits)
-                    .u32("BLOCK", self.block as u32)
-                    .code("ZP", &zp_code)
-                    .input("data", Storage::U8)
-                    .input("idx", idx.storage())
-                    .input("scales", scales.storage());
-                if let Some(z) = &zp {
-                    kern = kern.input("zp", z.storage());
-                }
-                let kern = Rc::new(kern.output("y", y.storage()));
-                *self.memo.borrow_mut() = Some((storages, kern.clone()));
-                kern
+        ));
+        let kern = crate::exec::recipe_made("gather_block_quantized", recipe, || {
+            let zp_code = zp_code(zp.as_ref(), self.bits).replace("n * ", "row * ");
+            let kern = Kernel::new("gather_block_quantized", GBQ)
+                .u32("BITS", self.bits)
+                .u32("BLOCK", self.block as u32)
+                .code("ZP", &zp_code)
+                .input("data", Storage::U8)
+                .input("idx", idx.storage())
+                .input("scales", scales.storage());
+            match &zp {
+                Some(z) => kern.input("zp", z.storage()),
+                None => kern,
             }
-        };
+            .output("y", y.storage())
+        });
         for (row0, data) in &data_parts {
             let part_rows = data.shape[0];
             let mut bind = vec![data, &idx, &scales];
@@ -562,7 +555,6 @@ fn gather_block_quantized(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
         return Err(a.err(format!("block_size={block} is not supported")));
     }
     Ok(Box::new(GatherBlockQuantized {
-        memo: RefCell::default(),
         bits: bits as u32,
         block: block as usize,
     }))
