@@ -684,14 +684,7 @@ impl Kernel {
     /// Declares an input tensor binding.
     /// Binding names must not shadow the accessor parameters (`i`, `w`, `v`, `v0`, `v1`).
     pub fn input(self, name: &str, storage: Storage) -> Self {
-        self.edit(|k| {
-            k.bindings.push(Binding {
-                name: name.into(),
-                storage,
-                write: false,
-                wide: false,
-            });
-        })
+        self.binding(name, storage, false, false)
     }
 
     /// [`Kernel::input`] declared as `array<vec4<u32>>`, with `ldv_{name}(v) -> vec4<u32>`
@@ -700,25 +693,24 @@ impl Kernel {
     /// are: the storage offset alignment is at least 32); a tail shorter than 16 bytes is
     /// unreadable, so the tensor's bytes that are read must end on a 16-byte boundary too.
     pub fn input_wide(self, name: &str, storage: Storage) -> Self {
-        self.edit(|k| {
-            k.bindings.push(Binding {
-                name: name.into(),
-                storage,
-                write: false,
-                wide: true,
-            });
-        })
+        self.binding(name, storage, false, true)
     }
 
     /// Declares an output tensor binding.
     pub fn output(self, name: &str, storage: Storage) -> Self {
+        self.binding(name, storage, true, false)
+    }
+
+    /// Declares a tensor binding (see [`Kernel::input`], [`Kernel::input_wide`],
+    /// [`Kernel::output`]).
+    fn binding(self, name: &str, storage: Storage, write: bool, wide: bool) -> Self {
         self.edit(|k| {
             k.bindings.push(Binding {
                 name: name.into(),
                 storage,
-                write: true,
-                wide: false,
-            });
+                write,
+                wide,
+            })
         })
     }
 
