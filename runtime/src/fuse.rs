@@ -7,8 +7,9 @@
 //!
 //! - **FusedGemv**: one or more `MatMulNBits` (4-bit, no bias, no `g_idx`) that read the same
 //!   input, with
-//!   - a norm prologue: the input is `SimplifiedLayerNormalization(x)` (consumed only by them);
-//!   - a residual prologue: `x = res + SimplifiedLayerNormalization(o)` or `(res + ...) * scalar`
+//!   - a norm prologue: the input is `RMSNorm(x)` (consumed only by them), where RMSNorm is
+//!     `SimplifiedLayerNormalization` or ai.onnx 23 `RMSNormalization` (fused alike);
+//!   - a residual prologue: `x = res + RMSNorm(o)` or `(res + ...) * scalar`
 //!     (Gemma's post-norm + residual add + layer scalar); `x` stays an output when others read it;
 //!   - an epilogue: `Gelu(tanh)(y_gate) * y_up` for two weights (the MLP), or for one weight
 //!     `Gelu(tanh)(y) * other` (optionally `other = Gather(per_layer, i, axis=2)`), the logit
@@ -274,6 +275,12 @@ impl<'a> Graphs<'a> {
         let n = self.node(i);
         n.op_type == op && (n.domain == domain || (domain.is_empty() && n.domain == "ai.onnx"))
     }
+    /// An RMS norm node: `SimplifiedLayerNormalization` (the contrib-era export, registered in
+    /// ai.onnx by ONNX Runtime) or ai.onnx 23 `RMSNormalization`; both compute
+    /// `x / sqrt(mean(x²) + eps) * scale` over the axes from `axis` on, so they fuse alike.
+    fn is_rms(&self, i: usize) -> bool {
+        self.is(i, "", "SimplifiedLayerNormalization") || self.is(i, "", "RMSNormalization")
+    }
     fn users(&self, v: &str) -> &[usize] {
         self.consumers.get(v).map_or(&[], Vec::as_slice)
     }
@@ -300,7 +307,7 @@ impl<'a> Graphs<'a> {
     }
     /// An RMS norm over the last axis with f32 statistics and an f32 `[k]` scale.
     fn rms_norm(&self, i: usize, k: usize) -> Option<(String, f32)> {
-        if !self.is(i, "", "SimplifiedLayerNormalization") || !self.plain(i, 2) {
+        if !self.is_rms(i) || !self.plain(i, 2) {
             return None;
         }
         let a = self.attrs(i);
@@ -350,11 +357,14 @@ impl<'a> Graphs<'a> {
     fn unit_producing(&self, v: &str, k: usize) -> Option<Unit> {
         let p = self.producer.get(v).copied()?;
         let p = if self.cast_to(p, 10) {
-            self.producer_of(&self.node(p).inputs[0], "", "SimplifiedLayerNormalization")?
+            self.producer
+                .get(self.node(p).inputs[0].as_str())
+                .copied()
+                .filter(|&n| self.is_rms(n))?
         } else {
             p
         };
-        if !self.is(p, "", "SimplifiedLayerNormalization") {
+        if !self.is_rms(p) {
             return None;
         }
         self.unit(p, k).filter(|u| u.output == v)
@@ -442,7 +452,7 @@ impl<'a> Graphs<'a> {
         if self.cast_to(n, 1) {
             n = single(&self.node(n).outputs[0])?;
         }
-        if !self.is(n, "", "SimplifiedLayerNormalization") {
+        if !self.is_rms(n) {
             return None;
         }
         let l = self
@@ -2230,7 +2240,7 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
     }
     // Any other norm between Casts (f16 activations): one kernel instead of three.
     for (p, node) in graph.nodes.iter().enumerate() {
-        if used.contains(&p) || !g.is(p, "", "SimplifiedLayerNormalization") {
+        if used.contains(&p) || !g.is_rms(p) {
             continue;
         }
         let Some(l) = node
@@ -2471,10 +2481,13 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             }
         }
         members.sort_unstable();
-        let kind = format!(
-            "Fused[{}xSimplifiedLayerNormalization{suffix}]",
-            units.len()
-        );
+        // Named after the norm op the graph uses (SimplifiedLayerNormalization or RMSNormalization).
+        let norm_op = units[0]
+            .nodes
+            .iter()
+            .find(|&&n| g.is_rms(n))
+            .map_or("RMSNorm", |&n| g.node(n).op_type.as_str());
+        let kind = format!("Fused[{}x{norm_op}{suffix}]", units.len());
         let first = &g.node(members[0]).name;
         fused.push(format!("{kind} at {first}"));
         let op = FusedNorms {

@@ -955,3 +955,85 @@ fn groups_are_narrowed_to_fit_fewer_storage_buffers() {
         }
     }
 }
+
+/// The mobius exporter writes every norm as ai.onnx 23 `RMSNormalization`: the Gemma 4 graph with
+/// its 46 `SimplifiedLayerNormalization` nodes renamed to `RMSNormalization` (same attributes:
+/// `axis`, `epsilon`, `stash_type`) fuses into the same groups and decodes with the same dispatch
+/// count and the same results as the original, for a prompt and for decode steps.
+#[test]
+fn rms_normalization_fuses_like_simplified_layer_normalization() {
+    let gpu = gpu();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/models/gemma4-tiny/onnx");
+    for file in [
+        "decoder_model_merged_q4.onnx",
+        "decoder_model_merged_q4f16.onnx",
+    ] {
+        let sln =
+            Graph::decode(&std::fs::read(dir.join(file)).expect("model"), file).expect("decodes");
+        let mut rms = sln.clone();
+        let mut renamed = 0;
+        for n in &mut rms.nodes {
+            if n.op_type == "SimplifiedLayerNormalization" && n.domain.is_empty() {
+                // RMSNormalization has one output (the fixture's norms have only `Y` too).
+                assert_eq!(n.outputs.len(), 1, "{}", n.name);
+                n.op_type = "RMSNormalization".into();
+                renamed += 1;
+            }
+        }
+        assert_eq!(renamed, 46, "{file}");
+        let v = rms.opsets.entry(String::new()).or_insert(23);
+        *v = (*v).max(23);
+        let load = |graph: &Graph| {
+            pollster::block_on(Session::from_graph_with(
+                gpu.clone(),
+                graph.clone(),
+                &gg_runtime::source::DirSource::new(&dir),
+                SessionOptions { fuse: true },
+            ))
+            .expect("loads")
+        };
+        let (a, b) = (load(&sln), load(&rms));
+        let kinds_b: Vec<String> = b
+            .fused()
+            .iter()
+            .map(|k| k.replace("RMSNormalization", "SimplifiedLayerNormalization"))
+            .collect();
+        assert_eq!(a.fused(), &kinds_b[..], "{file}: the same fused groups");
+        assert!(
+            b.fused().iter().any(|k| k.contains("xRMSNormalization")),
+            "{file}: {:?}",
+            b.fused()
+        );
+        for (new, past) in [(5, 0), (1, 9), (1, 300)] {
+            let run = |s: &Session| {
+                let before = gpu.counters.snapshot().dispatches;
+                let outs =
+                    pollster::block_on(s.run(decoder_inputs(s, new, past, 11))).expect("runs");
+                let n = gpu.counters.snapshot().dispatches - before;
+                let v: Vec<(String, Vec<f32>)> = outs
+                    .into_iter()
+                    .map(|(n, v)| (n, pollster::block_on(s.read(&v)).expect("reads").to_f32()))
+                    .collect();
+                (n, v)
+            };
+            let (da, va) = run(&a);
+            let (db, vb) = run(&b);
+            eprintln!(
+                "{file} new {new} past {past}: dispatches SimplifiedLayerNormalization {da}, RMSNormalization {db}"
+            );
+            assert_eq!(da, db, "{file} new {new} past {past}: dispatch counts");
+            assert_eq!(va.len(), vb.len());
+            for ((na, xa), (_, xb)) in va.iter().zip(&vb) {
+                let worst = xa
+                    .iter()
+                    .zip(xb)
+                    .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+                assert!(
+                    worst <= 1e-6,
+                    "{file} new {new} past {past} {na}: max |rms - sln| {worst}"
+                );
+            }
+        }
+    }
+}

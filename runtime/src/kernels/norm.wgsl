@@ -1,5 +1,6 @@
 // Layer / RMS normalisation over rows of length L, optionally with a residual (skip) and bias added
-// first. One workgroup per row. prm: [rows, L, gamma_len, beta_len]
+// first. One workgroup per row. prm: [rows, L, gamma_len, beta_len].
+// The scale is read at GAMMA_AT: `l % gl` (cyclic over the row) or `base + l` (one per element).
 
 fn xin(i: u32, l: u32) -> f32 {
     return {{LOAD_X}};
@@ -30,7 +31,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     let inv = inverseSqrt(wg_sum(t, s2) / f32(L) + {{EPS}});
     for (var l = t; l < L; l = l + WG) {
-        let v = (xin(base + l, l) - mean) * inv * ld_gamma(l % gl);
+        let v = (xin(base + l, l) - mean) * inv * ld_gamma({{GAMMA_AT}});
         stf_y(base + l, v {{BETA}});
     }
     if (t == 0u) {

@@ -1,7 +1,8 @@
-//! Normalisations: LayerNormalization, SimplifiedLayerNormalization (RMS), and the contrib
-//! SkipSimplifiedLayerNormalization / SkipLayerNormalization (residual add fused in).
+//! Normalisations: LayerNormalization, SimplifiedLayerNormalization and RMSNormalization (RMS),
+//! and the contrib SkipSimplifiedLayerNormalization / SkipLayerNormalization (residual add fused
+//! in). Statistics are always computed in f32 (`stash_type` 1).
 
-use super::elementwise::cast_gpu;
+use super::elementwise::{View, cast_gpu, copy_view};
 use super::{Attrs, MS, Op, Registry, axis, req};
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
@@ -19,6 +20,49 @@ struct Norm {
     outs: [Option<usize>; 4],
     /// Input positions: (x, skip, gamma, beta, bias).
     ins: [Option<usize>; 5],
+    /// The scale broadcasts to the input unidirectionally (ai.onnx RMSNormalization); otherwise it
+    /// is read cyclically over each row (`l % len`), as the other norms define it.
+    bcast_scale: bool,
+}
+
+/// How the norm kernel reads a unidirectionally broadcast scale.
+enum ScaleRead {
+    /// The scale (leading 1s dropped) is a suffix of the input's shape inside the normalised
+    /// dimensions: read at `l % len`, as it is.
+    Cyclic,
+    /// Expanded to the normalised shape `x[axis..]` (a scale with 1s inside it).
+    Row,
+    /// Expanded to the whole input (a scale that varies over the leading, non-normalised axes).
+    Whole,
+}
+
+/// Checks that `scale` broadcasts unidirectionally to `x` and says how the kernel reads it.
+fn scale_read(scale: &[usize], x: &[usize], ax: usize) -> Result<ScaleRead> {
+    let r = x.len();
+    let bad = || {
+        op_err(format!(
+            "scale shape {scale:?} does not broadcast to the input shape {x:?}"
+        ))
+    };
+    if scale.len() > r {
+        return Err(bad());
+    }
+    let lead = r - scale.len();
+    for (d, &w) in scale.iter().enumerate() {
+        if w != 1 && w != x[lead + d] {
+            return Err(bad());
+        }
+    }
+    let first = scale.iter().position(|&w| w != 1).unwrap_or(scale.len());
+    let core = &scale[first..];
+    if core.len() <= r - ax && core == &x[r - core.len()..] {
+        return Ok(ScaleRead::Cyclic);
+    }
+    if lead + first >= ax {
+        Ok(ScaleRead::Row)
+    } else {
+        Ok(ScaleRead::Whole)
+    }
 }
 
 fn opt_gpu(
@@ -44,8 +88,22 @@ impl Op for Norm {
         } else {
             None
         };
-        let gamma =
+        let mut gamma =
             opt_gpu(cx, inputs, self.ins[2])?.ok_or_else(|| op_err("scale/gamma is required"))?;
+        let mut gamma_at = "l % gl";
+        if self.bcast_scale {
+            match scale_read(&gamma.shape, &shape, ax)? {
+                ScaleRead::Cyclic => {}
+                ScaleRead::Row => {
+                    let row = &shape[ax..];
+                    gamma = copy_view(cx, View::bcast(&gamma, row), row)?;
+                }
+                ScaleRead::Whole => {
+                    gamma = copy_view(cx, View::bcast(&gamma, &shape), &shape)?;
+                    gamma_at = "base + l";
+                }
+            }
+        }
         let beta = opt_gpu(cx, inputs, self.ins[3])?;
         let bias = opt_gpu(cx, inputs, self.ins[4])?;
         if let Some(s) = &skip
@@ -117,6 +175,7 @@ impl Op for Norm {
         }
         let k = k
             .code("LOAD_X", &load)
+            .code("GAMMA_AT", gamma_at)
             .code(
                 "BETA",
                 if beta.is_some() {
@@ -189,6 +248,7 @@ pub fn register(r: &mut Registry) {
             eps: a.f_or("epsilon", 1e-5),
             outs: [Some(0), present(a, 1), present(a, 2), None],
             ins: [Some(0), None, Some(1), Some(2), None],
+            bcast_scale: false,
         }))
     });
     r.register("", "SimplifiedLayerNormalization", |a| {
@@ -199,6 +259,27 @@ pub fn register(r: &mut Registry) {
             eps: a.f_or("epsilon", 1e-5),
             outs: [Some(0), None, present(a, 1), None],
             ins: [Some(0), None, Some(1), None, None],
+            bcast_scale: false,
+        }))
+    });
+    // ai.onnx 23: y = x / sqrt(mean(x², axes axis..) + epsilon) * scale, the scale broadcast
+    // unidirectionally to x. Statistics in f32 (stash_type 1, the only precision defined by the
+    // reference implementation).
+    r.register("", "RMSNormalization", |a| {
+        let stash = a.i_or("stash_type", 1);
+        if stash != 1 {
+            return Err(a.err(format!(
+                "stash_type {stash} is not supported (only 1: f32 statistics)"
+            )));
+        }
+        Ok(Box::new(Norm {
+            simple: true,
+            skip: false,
+            axis: a.i_or("axis", -1),
+            eps: a.f_or("epsilon", 1e-5),
+            outs: [Some(0), None, None, None],
+            ins: [Some(0), None, Some(1), None, None],
+            bcast_scale: true,
         }))
     });
     r.register(MS, "SkipSimplifiedLayerNormalization", |a| {
@@ -209,6 +290,7 @@ pub fn register(r: &mut Registry) {
             eps: a.f_or("epsilon", 1e-5),
             outs: [Some(0), present(a, 1), present(a, 2), present(a, 3)],
             ins: [Some(0), Some(1), Some(2), None, Some(3)],
+            bcast_scale: false,
         }))
     });
     r.register(MS, "SkipLayerNormalization", |a| {
@@ -219,6 +301,7 @@ pub fn register(r: &mut Registry) {
             eps: a.f_or("epsilon", 1e-5),
             outs: [Some(0), present(a, 1), present(a, 2), present(a, 3)],
             ins: [Some(0), Some(1), Some(2), Some(3), Some(4)],
+            bcast_scale: false,
         }))
     });
 }

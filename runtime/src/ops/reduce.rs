@@ -37,7 +37,9 @@ impl Kind {
     fn host(self, vals: &[f64]) -> f64 {
         match self {
             Kind::Sum => vals.iter().sum(),
-            Kind::Mean => vals.iter().sum::<f64>() / vals.len().max(1) as f64,
+            // The mean of an empty set is undefined (ONNX); NaN, as numpy gives.
+            Kind::Mean if vals.is_empty() => f64::NAN,
+            Kind::Mean => vals.iter().sum::<f64>() / vals.len() as f64,
             Kind::Max => vals.iter().copied().fold(f64::NEG_INFINITY, f64::max),
             Kind::Min => vals.iter().copied().fold(f64::INFINITY, f64::min),
             Kind::Prod => vals.iter().product(),
@@ -92,6 +94,20 @@ impl Op for Reduce {
         };
         let count = numel(&red_shape);
         let st = strides(&in_shape);
+        if count == 0 {
+            // Over an empty set every output is the reduction's identity (ONNX): 0 for the sums,
+            // 1 for Prod, -inf / +inf for Max / Min (the type's minimum / maximum for integers,
+            // false / true for bools), undefined (NaN) for Mean. No data is read: a constant.
+            let fill = self.kind.host(&[]);
+            let n = numel(&out_shape);
+            let dtype = x.dtype();
+            let t = if dtype == DType::Bool {
+                HostTensor::from_i64_as(dtype, out_shape, &vec![i64::from(fill > 0.0); n])
+            } else {
+                HostTensor::from_f64_as(dtype, out_shape, &vec![fill; n])
+            };
+            return Ok(vec![Value::Host(t)]);
+        }
         if let Value::Host(h) = x
             && (host_dtype(h.dtype) || !h.dtype.is_float())
         {
