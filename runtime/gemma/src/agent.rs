@@ -13,13 +13,17 @@
 //!   the model's turn stays open after it, as it was when the model generated the calls;
 //! - images become `<|image|>` placeholders when `with_images` is set and are dropped otherwise
 //!   (a model without its vision encoder cannot use them); images returned by tools are dropped
-//!   (the tool-response syntax has no place for them).
+//!   (the tool-response syntax has no place for them);
+//! - every string but the system prompt's (user and model text, thinking, tool-call names and
+//!   arguments, tool responses with their keys) is marked as an [untrusted](crate::untrusted)
+//!   span, so it is tokenized as plain text: only what the template writes becomes a marker.
 
 use gg_agent as agent;
 
 use crate::chat::{
     ChatMessage, Content, ContentPart, Role, ToolCallRequest, ToolDeclaration, ToolResponse,
 };
+use crate::untrusted;
 
 /// What the agent sees of one output-parser event: text, thinking, a tool call or a malformed
 /// one (with the function name when it can be read). `None` for the events a backend handles
@@ -52,16 +56,45 @@ pub fn messages_from_agent(messages: &[agent::ChatMessage], with_images: bool) -
     let mut out: Vec<ChatMessage> = Vec::with_capacity(messages.len());
     for m in messages {
         match m.role {
-            agent::Role::System => out.push(with_content(ChatMessage::system(""), m, with_images)),
-            agent::Role::User => out.push(with_content(ChatMessage::user(""), m, with_images)),
+            agent::Role::System => {
+                out.push(with_content(ChatMessage::system(""), m, with_images, false))
+            }
+            agent::Role::User => {
+                out.push(with_content(ChatMessage::user(""), m, with_images, true))
+            }
             agent::Role::Model => {
-                let mut msg = with_content(ChatMessage::assistant(""), m, with_images);
+                let mut msg = with_content(ChatMessage::assistant(""), m, with_images, true);
                 msg.tool_calls = m
                     .tool_calls
                     .iter()
-                    .map(|c| ToolCallRequest::new(None, c.name.clone(), c.args.clone()))
+                    .map(|c| {
+                        // The template writes argument keys bare after a `,`: a key of letters,
+                        // digits and `_` (a declared parameter) stays unmarked, so that it
+                        // tokenizes with its comma as the model wrote it; any other is marked.
+                        let args = c
+                            .args
+                            .iter()
+                            .map(|(key, value)| {
+                                let plain = !key.is_empty()
+                                    && key
+                                        .chars()
+                                        .all(|ch| ch.is_ascii_alphanumeric() || ch == '_');
+                                let key = if plain {
+                                    key.clone()
+                                } else {
+                                    untrusted::mark(key)
+                                };
+                                (key, untrusted::mark_value(value))
+                            })
+                            .collect();
+                        ToolCallRequest::new(None, untrusted::mark(&c.name), args)
+                    })
                     .collect();
-                msg.reasoning = m.thinking.clone().filter(|t| !t.is_empty());
+                msg.reasoning = m
+                    .thinking
+                    .as_deref()
+                    .filter(|t| !t.is_empty())
+                    .map(untrusted::mark);
                 out.push(msg);
             }
             agent::Role::Tool => {
@@ -69,8 +102,8 @@ pub fn messages_from_agent(messages: &[agent::ChatMessage], with_images: bool) -
                     continue;
                 };
                 let entry = ToolResponse {
-                    name: response.name.clone(),
-                    response: response.response.clone(),
+                    name: untrusted::mark(&response.name),
+                    response: untrusted::mark_value(&response.response),
                 };
                 match out.last_mut() {
                     Some(prev) if prev.role == Role::Assistant => prev.tool_responses.push(entry),
@@ -86,20 +119,32 @@ pub fn messages_from_agent(messages: &[agent::ChatMessage], with_images: bool) -
     out
 }
 
-fn with_content(mut msg: ChatMessage, m: &agent::ChatMessage, with_images: bool) -> ChatMessage {
+fn with_content(
+    mut msg: ChatMessage,
+    m: &agent::ChatMessage,
+    with_images: bool,
+    untrusted: bool,
+) -> ChatMessage {
+    let text = |t: &str| {
+        if untrusted {
+            untrusted::mark(t)
+        } else {
+            t.to_owned()
+        }
+    };
     let has_images = with_images && m.images().next().is_some();
     msg.content = Some(if has_images {
         Content::Parts(
             m.parts
                 .iter()
                 .map(|p| match p {
-                    agent::Part::Text { text } => ContentPart::Text { text: text.clone() },
+                    agent::Part::Text { text: t } => ContentPart::Text { text: text(t) },
                     agent::Part::Image(_) => ContentPart::Image,
                 })
                 .collect(),
         )
     } else {
-        Content::Text(m.text())
+        Content::Text(text(&m.text()))
     });
     msg
 }
@@ -143,22 +188,27 @@ mod tests {
         let out = messages_from_agent(&conv, false);
         assert_eq!(out.len(), 3);
         assert_eq!(out[1].role, Role::Assistant);
-        assert_eq!(out[1].reasoning.as_deref(), Some("t"));
-        assert_eq!(out[1].tool_calls[0].function.name, "f");
+        let m = untrusted::mark;
+        assert_eq!(out[1].reasoning.as_deref(), Some(m("t").as_str()));
+        assert_eq!(out[1].tool_calls[0].function.name, m("f"));
+        assert_eq!(
+            out[1].tool_calls[0].function.arguments.get("a"),
+            Some(&json!(1))
+        );
         assert_eq!(
             out[1].tool_responses,
             vec![
                 ToolResponse {
-                    name: "f".into(),
+                    name: m("f"),
                     response: json!({"ok": true})
                 },
                 ToolResponse {
-                    name: "f".into(),
-                    response: json!("second")
+                    name: m("f"),
+                    response: json!(m("second"))
                 },
             ]
         );
-        assert_eq!(out[2].content, Some(Content::Text("done".into())));
+        assert_eq!(out[2].content, Some(Content::Text(m("done"))));
 
         // A tool message with nothing to attach to gets its own model message.
         let out = messages_from_agent(
@@ -179,14 +229,17 @@ mod tests {
             messages_from_agent(&conv, true)[0].content,
             Some(Content::Parts(vec![
                 ContentPart::Text {
-                    text: "look".into()
+                    text: untrusted::mark("look")
                 },
                 ContentPart::Image
             ]))
         );
         assert_eq!(
             messages_from_agent(&conv, false)[0].content,
-            Some(Content::Text("look".into()))
+            Some(Content::Text(untrusted::mark("look")))
         );
+        // The system prompt is ours: not marked.
+        let system = messages_from_agent(&[agent::ChatMessage::system("rules")], false);
+        assert_eq!(system[0].content, Some(Content::Text("rules".into())));
     }
 }

@@ -17,6 +17,7 @@
 //! - [`syntax`]: Gemma's argument syntax both ways (render a value as the template does, parse
 //!   what the model wrote into `serde_json::Value`).
 //!
+//! - [`untrusted`]: spans of the prompt tokenized as plain text (no added token can be formed).
 //! - [`agent`]: the agent crate's conversation and tool definitions converted to template
 //!   messages and declarations.
 //!
@@ -32,6 +33,7 @@ mod special;
 pub mod syntax;
 mod template;
 mod tokenizer;
+pub mod untrusted;
 
 pub use chat::{
     ChatMessage, FunctionCall, FunctionDeclaration, Role, ToolCallRequest, ToolDeclaration,

@@ -1,7 +1,11 @@
 //! The model's tokenizer (`tokenizer.json`) through the `tokenizers` crate.
 
+use std::collections::HashSet;
+
 use serde_json::Value;
-use tokenizers::Tokenizer;
+use tokenizers::{
+    Model, Normalizer, OffsetType, PreTokenizedString, PreTokenizer, Token, Tokenizer,
+};
 
 use crate::detok::IncrementalDecoder;
 use crate::error::{Result, TextError};
@@ -16,6 +20,9 @@ pub struct GemmaTokenizer {
     dropped_merges: usize,
     /// Whether `<0xHH>` pieces decode to their byte (the ByteFallback decoder is in use).
     byte_fallback: bool,
+    /// Ids of every added token of `tokenizer.json` (special or not): none may come out of an
+    /// untrusted span.
+    added_ids: HashSet<u32>,
 }
 
 impl GemmaTokenizer {
@@ -51,11 +58,13 @@ impl GemmaTokenizer {
             .token_to_id("<0x41>")
             .and_then(|id| inner.decode(&[id], false).ok())
             .is_some_and(|text| text == "A");
+        let added_ids = inner.get_added_tokens_decoder().into_keys().collect();
         Ok(Self {
             inner,
             special,
             dropped_merges,
             byte_fallback,
+            added_ids,
         })
     }
 
@@ -97,13 +106,106 @@ impl GemmaTokenizer {
     }
 
     /// Encodes a rendered prompt. The chat template already wrote `<bos>` and every marker, so no
-    /// special tokens are added; marker texts in the prompt become their special-token ids.
+    /// special tokens are added; marker texts that the template wrote become their special-token
+    /// ids, while spans marked untrusted ([`crate::untrusted`]) are encoded as plain text: no
+    /// added token comes out of them.
     pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
-        let encoding = self
-            .inner
-            .encode(text, false)
-            .map_err(|e| TextError::Tokenizer(e.to_string()))?;
-        Ok(encoding.get_ids().to_vec())
+        let mut ids = Vec::new();
+        for (untrusted, segment) in crate::untrusted::segments(text) {
+            if untrusted {
+                ids.extend(self.encode_untrusted(&segment)?);
+            } else {
+                let encoding = self
+                    .inner
+                    .encode(segment.as_str(), false)
+                    .map_err(|e| TextError::Tokenizer(e.to_string()))?;
+                ids.extend_from_slice(encoding.get_ids());
+            }
+        }
+        Ok(ids)
+    }
+
+    /// The ids of every added token (`tokenizer.json` `added_tokens`, special or not).
+    pub fn added_token_ids(&self) -> &HashSet<u32> {
+        &self.added_ids
+    }
+
+    /// Encodes text that must stay plain text: the normalizer, the pre-tokenizer and the BPE
+    /// model, without the added-token step. Any added-token id the model still produces is
+    /// replaced by the encoding of its characters one by one (byte-fallback pieces for a
+    /// character that is itself an added token); it is an error when that is impossible.
+    pub fn encode_untrusted(&self, text: &str) -> Result<Vec<u32>> {
+        let tokens = self.plain_tokens(text)?;
+        let mut ids = Vec::with_capacity(tokens.len());
+        for token in tokens {
+            if !self.added_ids.contains(&token.id) {
+                ids.push(token.id);
+                continue;
+            }
+            let Some(piece) = text.get(token.offsets.0..token.offsets.1) else {
+                return Err(TextError::Tokenizer(format!(
+                    "untrusted text: no source for token {} at {:?}",
+                    token.id, token.offsets
+                )));
+            };
+            for c in piece.chars() {
+                let mut buf = [0u8; 4];
+                let one = c.encode_utf8(&mut buf);
+                let char_tokens = self.plain_tokens(one)?;
+                if char_tokens.iter().all(|t| !self.added_ids.contains(&t.id)) {
+                    ids.extend(char_tokens.iter().map(|t| t.id));
+                    continue;
+                }
+                for byte in one.bytes() {
+                    match self.byte_piece_id(byte) {
+                        Some(id) => ids.push(id),
+                        None => {
+                            return Err(TextError::Tokenizer(format!(
+                                "untrusted text: {c:?} can only be written as an added token here"
+                            )));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// The BPE model's tokens of `text`, offsets in bytes of `text`.
+    fn plain_tokens(&self, text: &str) -> Result<Vec<Token>> {
+        let error = |e: tokenizers::Error| TextError::Tokenizer(e.to_string());
+        let mut pretokenized = PreTokenizedString::from(text);
+        if let Some(normalizer) = self.inner.get_normalizer() {
+            pretokenized
+                .normalize(|s| normalizer.normalize(s))
+                .map_err(error)?;
+        }
+        if let Some(pre_tokenizer) = self.inner.get_pre_tokenizer() {
+            pre_tokenizer
+                .pre_tokenize(&mut pretokenized)
+                .map_err(error)?;
+        }
+        let model = self.inner.get_model();
+        pretokenized
+            .tokenize(|normalized| model.tokenize(normalized.get()))
+            .map_err(error)?;
+        let encoding = pretokenized
+            .into_encoding(None, 0, OffsetType::Byte)
+            .map_err(error)?;
+        Ok(encoding
+            .get_ids()
+            .iter()
+            .zip(encoding.get_offsets())
+            .zip(encoding.get_tokens())
+            .map(|((id, offsets), value)| Token::new(*id, value.clone(), *offsets))
+            .collect())
+    }
+
+    /// The id of the byte-fallback piece `<0xHH>` of `byte`, when the vocabulary has one that
+    /// is not an added token.
+    fn byte_piece_id(&self, byte: u8) -> Option<u32> {
+        let id = self.inner.token_to_id(&format!("<0x{byte:02X}>"))?;
+        (!self.added_ids.contains(&id)).then_some(id)
     }
 
     /// Decodes ids to text, keeping special tokens (`<|tool_call>` etc. appear as text).

@@ -290,10 +290,13 @@ fn agent_conversation_converts_and_renders_like_python() {
 
     let messages = messages_from_agent(&conversation, false);
     let tools = tools_from_agent(&tool_defs);
-    assert_eq!(
-        serde_json::to_value(&messages).expect("json"),
-        case["messages"]
-    );
+    // Every string but the system prompt is marked as an untrusted span; without the marks the
+    // messages are Python's.
+    let json = serde_json::to_string(&messages).expect("json");
+    assert!(json.contains('\u{FDD0}'), "untrusted spans are marked");
+    let unmarked: serde_json::Value =
+        serde_json::from_str(&gg_gemma::untrusted::unmarked(&json)).expect("json");
+    assert_eq!(unmarked, case["messages"]);
     assert_eq!(serde_json::to_value(&tools).expect("json"), case["tools"]);
 
     let options = PromptOptions {
@@ -306,7 +309,7 @@ fn agent_conversation_converts_and_renders_like_python() {
             .render(&messages, &tools, options, &tokens())
             .expect("renders");
         assert_same(
-            &got,
+            &gg_gemma::untrusted::unmarked(&got),
             &golden(&path, "agent_conversation"),
             &format!("agent {}", path.display()),
         );
