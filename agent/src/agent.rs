@@ -92,7 +92,7 @@ use crate::message::{ChatMessage, Role, ToolCall};
 use crate::permissions::{Permission, SitePermissions};
 use crate::site::site_key;
 use crate::tool::{ToolDefinition, ToolError, ToolErrorKind, ToolExecutor, ToolOutput};
-use crate::untrusted::wrap_untrusted;
+use crate::untrusted::{wrap_untrusted, wrap_untrusted_error};
 
 /// The system prompt [`AgentConfig::default`] uses.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are Gemma Gem, an assistant inside the user's web \
@@ -175,6 +175,12 @@ pub enum StopReason {
     },
     /// The run was cancelled.
     Cancelled,
+    /// The tab navigated to another document (or another origin) mid-turn; the turn was stopped
+    /// so that none of its calls runs on the new page.
+    PageChanged {
+        /// Where the tab went (empty when unknown).
+        url: String,
+    },
     /// The model repeated a call that had already failed.
     RepeatedFailure {
         /// The tool.
@@ -198,6 +204,16 @@ impl fmt::Display for StopReason {
                  was finished. Ask to continue if you want it to go on."
             ),
             Self::Cancelled => f.write_str("Stopped: cancelled."),
+            Self::PageChanged { url } if url.is_empty() => f.write_str(
+                "The page changed — the task was stopped, and nothing more of it runs on the new \
+                 page.",
+            ),
+            Self::PageChanged { url } => write!(
+                f,
+                "The page changed — the task was stopped, and nothing more of it runs on the new \
+                 page ({}).",
+                truncate_chars(url, 200)
+            ),
             Self::RepeatedFailure { tool, error } => write!(
                 f,
                 "Stopped: the model repeated a call of {tool} that had already failed ({error}), \
@@ -417,6 +433,7 @@ pub fn run_agent_loop<'a>(
                 out: &out,
                 failures: Vec::new(),
                 denied: Vec::new(),
+                task_allowed: BTreeSet::new(),
             };
             run.run().await
         } else {
@@ -428,6 +445,10 @@ pub fn run_agent_loop<'a>(
             })
         };
         let event = match end {
+            // A cancel with a stated reason (the page changed) ends with that reason.
+            End::Done(StopReason::Cancelled) => AgentEvent::Done {
+                reason: env.cancel.reason().unwrap_or(StopReason::Cancelled),
+            },
             End::Done(reason) => AgentEvent::Done { reason },
             End::Failed(error) => AgentEvent::Error { error },
         };
@@ -500,6 +521,8 @@ struct Run<'r, 'a> {
     out: &'r Emitter<AgentEvent>,
     failures: Vec<(FailureKey, u32)>,
     denied: Vec<ToolCall>,
+    /// What the user allowed "for this task" (site, permission): forgotten when the run ends.
+    task_allowed: BTreeSet<(String, Permission)>,
 }
 
 impl Run<'_, '_> {
@@ -548,7 +571,8 @@ impl Run<'_, '_> {
                 return End::Failed(error.into());
             }
             if step.cancelled {
-                self.skip(&step.items, "the run was cancelled");
+                let why = self.cancel_note();
+                self.skip(&step.items, &why);
                 return End::Done(StopReason::Cancelled);
             }
             if step.items.is_empty() {
@@ -563,7 +587,8 @@ impl Run<'_, '_> {
             while let Some(item) = items.next() {
                 let flow = if self.env.cancel.is_cancelled() {
                     if let Item::Call(call) = &item {
-                        self.respond_error(&call.name, "not run: the run was cancelled");
+                        let why = format!("not run: {}", self.cancel_note());
+                        self.respond_error(&call.name, &why);
                     }
                     Flow::Stop(End::Done(StopReason::Cancelled))
                 } else {
@@ -655,9 +680,23 @@ impl Run<'_, '_> {
         count >= self.agent.config.max_identical_failures.max(1)
     }
 
-    /// Reports a failed call to the user and the model.
+    /// Reports a failure the page or a tool reported (its message is untrusted data).
+    async fn fail_from_tool(&mut self, call_id: u64, call: &ToolCall, error: ToolError) -> Flow {
+        self.agent.messages.push(ChatMessage::tool(
+            &call.name,
+            wrap_untrusted_error(&error.message),
+            Vec::new(),
+        ));
+        self.report_failure(call_id, call, error).await
+    }
+
+    /// Reports a failed call to the user and the model; the message is the agent's own.
     async fn fail(&mut self, call_id: u64, call: &ToolCall, error: ToolError) -> Flow {
         self.respond_error(&call.name, &error.message);
+        self.report_failure(call_id, call, error).await
+    }
+
+    async fn report_failure(&mut self, call_id: u64, call: &ToolCall, error: ToolError) -> Flow {
         let key = FailureKey::Call {
             name: call.name.clone(),
             args: call.args.clone(),
@@ -681,8 +720,19 @@ impl Run<'_, '_> {
         }
     }
 
+    /// What the model is told about a cancel.
+    fn cancel_note(&self) -> String {
+        match self.env.cancel.reason() {
+            Some(StopReason::PageChanged { .. }) => {
+                "the run was stopped because the page changed".to_owned()
+            }
+            _ => "the run was cancelled by the user".to_owned(),
+        }
+    }
+
     fn cancelled_during(&mut self, call: &ToolCall) -> Flow {
-        self.respond_error(&call.name, "cancelled by the user before the call finished");
+        let why = format!("{} before the call finished", self.cancel_note());
+        self.respond_error(&call.name, &why);
         Flow::Stop(End::Done(StopReason::Cancelled))
     }
 
@@ -744,7 +794,7 @@ impl Run<'_, '_> {
         let executor = self.env.executor;
         let site = match or_cancel(executor.current_site(), &self.env.cancel).await {
             None => return self.cancelled_during(&call),
-            Some(Err(error)) => return self.fail(call_id, &call, error).await,
+            Some(Err(error)) => return self.fail_from_tool(call_id, &call, error).await,
             Some(Ok(site)) => site_key(&site),
         };
         if self.agent.permissions.is_disabled(&site) {
@@ -753,6 +803,7 @@ impl Run<'_, '_> {
             ));
             return self.fail(call_id, &call, error).await;
         }
+        let mut element: Option<String> = None;
         let classification = match &builtin {
             Some(builtin) => {
                 let facts = match builtin.acted_on_element() {
@@ -760,11 +811,14 @@ impl Run<'_, '_> {
                     Some(target) => {
                         match or_cancel(executor.element_facts(target), &self.env.cancel).await {
                             None => return self.cancelled_during(&call),
-                            Some(Err(error)) => return self.fail(call_id, &call, error).await,
+                            Some(Err(error)) => {
+                                return self.fail_from_tool(call_id, &call, error).await;
+                            }
                             Some(Ok(facts)) => Some(facts),
                         }
                     }
                 };
+                element = facts.as_ref().and_then(|f| f.identity.clone());
                 classify_builtin(builtin, &site, facts.as_ref())
             }
             None => classify_custom(
@@ -782,14 +836,18 @@ impl Run<'_, '_> {
 
         if classification.class == RiskClass::Sensitive {
             let permissions = &self.agent.permissions;
+            let task_allowed = &self.task_allowed;
             let already_allowed = classification.reasons.iter().all(|reason| {
-                reason
-                    .permission()
-                    .is_some_and(|permission| permissions.is_allowed(&site, &permission))
+                reason.permission().is_some_and(|permission| {
+                    permissions.is_allowed(&site, &permission)
+                        || task_allowed.contains(&(site.clone(), permission))
+                })
             });
             if !already_allowed {
-                let request =
+                let mut request =
                     ApprovalRequest::new(call_id, &site, call.clone(), classification.reasons);
+                request.nonce = self.env.approver.nonce();
+                request.element = element.clone();
                 self.out
                     .emit(AgentEvent::AwaitingApproval {
                         request: request.clone(),
@@ -811,6 +869,12 @@ impl Run<'_, '_> {
                         return self.fail(call_id, &call, error).await;
                     }
                     ApprovalDecision::AllowOnce => {}
+                    ApprovalDecision::AlwaysOnSite if !request.allow_always => {}
+                    ApprovalDecision::AllowForTask => {
+                        for permission in request.reasons.iter().filter_map(|r| r.permission()) {
+                            self.task_allowed.insert((site.clone(), permission));
+                        }
+                    }
                     ApprovalDecision::AlwaysOnSite => {
                         for permission in request.reasons.iter().filter_map(|r| r.permission()) {
                             if self
@@ -831,9 +895,14 @@ impl Run<'_, '_> {
             }
         }
 
-        match or_cancel(executor.execute(&call), &self.env.cancel).await {
+        match or_cancel(
+            executor.execute_on(&call, element.as_deref()),
+            &self.env.cancel,
+        )
+        .await
+        {
             None => self.cancelled_during(&call),
-            Some(Err(error)) => self.fail(call_id, &call, error).await,
+            Some(Err(error)) => self.fail_from_tool(call_id, &call, error).await,
             Some(Ok(output)) => {
                 let value = if self.agent.config.trusted_output_tools.contains(&call.name) {
                     output.value.clone()

@@ -20,9 +20,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 
+use crate::agent::StopReason;
+
 #[derive(Debug, Default)]
 struct Inner {
     cancelled: AtomicBool,
+    /// Why, when the canceller said (see [`CancellationToken::cancel_because`]).
+    reason: Mutex<Option<StopReason>>,
     wakers: Mutex<Vec<Waker>>,
 }
 
@@ -51,6 +55,35 @@ impl CancellationToken {
         for waker in wakers {
             waker.wake();
         }
+    }
+
+    /// Cancels for a stated reason: the run then ends with [`AgentEvent::Done`] carrying
+    /// `reason` instead of [`StopReason::Cancelled`] (for instance
+    /// [`StopReason::PageChanged`] when the tab navigated away mid-turn). The first reason
+    /// given wins.
+    ///
+    /// [`AgentEvent::Done`]: crate::AgentEvent::Done
+    pub fn cancel_because(&self, reason: StopReason) {
+        {
+            let mut slot = self
+                .inner
+                .reason
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if slot.is_none() && !self.is_cancelled() {
+                *slot = Some(reason);
+            }
+        }
+        self.cancel();
+    }
+
+    /// The reason given to [`CancellationToken::cancel_because`], if any.
+    pub fn reason(&self) -> Option<StopReason> {
+        self.inner
+            .reason
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Whether [`CancellationToken::cancel`] was called.
@@ -115,5 +148,26 @@ mod tests {
         futures::executor::block_on(token.cancelled());
         assert!(token.is_cancelled());
         handle.join().unwrap();
+    }
+
+    #[test]
+    fn keeps_the_first_reason() {
+        let token = CancellationToken::new();
+        assert_eq!(token.reason(), None);
+        token.cancel_because(StopReason::PageChanged {
+            url: "http://b.test/".into(),
+        });
+        token.cancel_because(StopReason::Cancelled);
+        assert!(token.is_cancelled());
+        assert_eq!(
+            token.reason(),
+            Some(StopReason::PageChanged {
+                url: "http://b.test/".into()
+            })
+        );
+        let plain = CancellationToken::new();
+        plain.cancel();
+        plain.cancel_because(StopReason::PageChanged { url: String::new() });
+        assert_eq!(plain.reason(), None, "a plain cancel came first");
     }
 }

@@ -2,15 +2,22 @@
 //! [`RiskClass::Sensitive`], in code, outside the model.
 //!
 //! Sensitive calls wait for the user's decision through an [`Approver`] (allow once, always on
-//! this site, deny) unless the user already allowed that kind of call on the site (see
-//! [`SitePermissions`](crate::SitePermissions)). Sensitive is:
-//! - `run_javascript`, always;
-//! - typing into a password, payment-card or one-time-code field;
-//! - clicking a submit button of a form that has such fields, or typing with `submit: true`
-//!   into such a form;
-//! - leaving the site: clicking a link, or submitting a form, whose destination is another site
-//!   (or an app: `mailto:`, `tel:`), or cannot be judged;
+//! this site, for this task, deny) unless the user already allowed that kind of call on the
+//! site (see [`SitePermissions`](crate::SitePermissions)). Sensitive is:
+//! - `run_javascript`, always; it can be allowed once or for the running task, never for good;
+//! - typing into a password, payment-card, one-time-code or hidden field;
+//! - submitting a form, any form (clicking a submit button, typing with `submit: true`, which
+//!   presses Enter); a form with secret fields also asks about those;
+//! - clicking an element whose text, label or `aria-label` reads as destructive or purchasing
+//!   (delete, remove, buy, pay, order, send, transfer, confirm..., one list in several
+//!   languages: [`consequential_kind`]);
+//! - leaving the origin: clicking a link, or submitting a form, whose destination is another
+//!   origin (or an app: `mailto:`, `tel:`), or cannot be judged;
 //! - a tool that is not built in, unless the agent's configuration gives it a class.
+//!
+//! An approval is bound to the exact call (a random nonce in the [`ApprovalRequest`]) and to the
+//! element the facts describe ([`ElementFacts::identity`]): the executor refuses to act when the
+//! target is no longer that element.
 //!
 //! The gate reads no DOM: the [`ToolExecutor`](crate::ToolExecutor) describes the target element
 //! as [`ElementFacts`], and the decision is a pure function of the call, the site and the facts.
@@ -36,6 +43,8 @@ use std::fmt;
 
 use futures::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
+
+pub use crate::consequential::{ActionKind, consequential_kind, normalize};
 
 use crate::builtin::{BuiltinCall, ScrollArgs};
 use crate::message::ToolCall;
@@ -64,6 +73,8 @@ pub enum SensitiveField {
     PaymentCard,
     /// A one-time code (2FA, SMS code).
     OneTimeCode,
+    /// A hidden field (`type=hidden`, or not rendered): nothing the user sees or means to fill.
+    Hidden,
 }
 
 impl SensitiveField {
@@ -72,6 +83,7 @@ impl SensitiveField {
             Self::Password => "a password field",
             Self::PaymentCard => "a payment card field",
             Self::OneTimeCode => "a one-time code field",
+            Self::Hidden => "a hidden field",
         }
     }
 }
@@ -92,7 +104,19 @@ pub enum SensitiveReason {
         /// The kinds of sensitive fields in the form.
         fields: Vec<SensitiveField>,
     },
-    /// It navigates away from the site.
+    /// It submits a form (any form: a submit button, Enter in a field).
+    SubmitForm {
+        /// The form's method (`get`, `post`, `dialog`), lowercase; empty when there is no form.
+        method: String,
+    },
+    /// It clicks an element whose text reads as a consequential action.
+    Consequential {
+        /// What the text says it does.
+        action: ActionKind,
+        /// The text that said so (normalised, at most 80 characters).
+        label: String,
+    },
+    /// It navigates away from the origin.
     LeaveSite {
         /// Where to (an origin, or the URL when it has none).
         destination: String,
@@ -114,6 +138,8 @@ impl SensitiveReason {
             Self::RunJavascript => Some(Permission::RunJavascript),
             Self::TypeIntoSensitiveField { field } => Some(Permission::TypeIntoField(*field)),
             Self::SubmitSensitiveForm { .. } => Some(Permission::SubmitSensitiveForm),
+            Self::SubmitForm { .. } => Some(Permission::SubmitForm),
+            Self::Consequential { action, .. } => Some(Permission::Consequential(*action)),
             Self::LeaveSite { destination } => Some(Permission::LeaveSiteTo {
                 destination: destination.clone(),
             }),
@@ -131,6 +157,15 @@ impl fmt::Display for SensitiveReason {
             Self::SubmitSensitiveForm { fields } => {
                 let kinds: Vec<&str> = fields.iter().map(|field| field.describe()).collect();
                 write!(f, "submit a form with {}", kinds.join(" and "))
+            }
+            Self::SubmitForm { method } if method.is_empty() => {
+                f.write_str("submit what was typed (press Enter)")
+            }
+            Self::SubmitForm { method } => {
+                write!(f, "submit a form ({})", method.to_ascii_uppercase())
+            }
+            Self::Consequential { action, label } => {
+                write!(f, "click “{label}” (it may {})", action.describe())
             }
             Self::LeaveSite { destination } => write!(f, "leave the site for {destination}"),
             Self::UnclassifiedTool { name } => write!(f, "use the tool {name}"),
@@ -186,6 +221,13 @@ pub struct FieldFacts {
     pub label: Option<String>,
     /// The `placeholder` attribute.
     pub placeholder: Option<String>,
+    /// The `aria-label` attribute.
+    pub aria_label: Option<String>,
+    /// What it says: its visible text (a button, a link), or the `value` of an
+    /// `<input type=submit|button|reset>`; at most a few hundred characters.
+    pub text: Option<String>,
+    /// Not rendered (`hidden`, `display: none`, zero size), though not `type=hidden`.
+    pub hidden: bool,
 }
 
 /// What the executor knows about the form an element belongs to.
@@ -194,6 +236,8 @@ pub struct FieldFacts {
 pub struct FormFacts {
     /// The absolute URL the form submits to (`form.action`), if known.
     pub action: Option<String>,
+    /// `form.method`, lowercase (`get`, `post`, `dialog`).
+    pub method: Option<String>,
     /// The form's fields.
     pub fields: Vec<FieldFacts>,
 }
@@ -211,6 +255,9 @@ pub struct ElementFacts {
     /// The absolute URL it navigates to when clicked: its own `href` or that of the closest
     /// enclosing link. Relative URLs cannot be judged and count as leaving the site.
     pub link_href: Option<String>,
+    /// The executor's name for this very element (not its ref or selector): an approval is
+    /// given for it, and the executor refuses to act when the target is another element by then.
+    pub identity: Option<String>,
 }
 
 /// Splits an identifier into lowercase words: `cardNumber_2` → `card`, `number`, `2`.
@@ -250,8 +297,14 @@ const CARD_MARKERS: &[&str] = &[
     "cardverification",
     "cardexpiry",
     "cardexpiration",
+    "kartennummer",
+    "kreditkarte",
+    "numerodecarte",
+    "numerotarjeta",
+    "routingnumber",
+    "accountnumber",
 ];
-const CARD_WORDS: &[&str] = &["cvv", "cvc", "csc", "cvv2", "cvc2"];
+const CARD_WORDS: &[&str] = &["cvv", "cvc", "csc", "cvv2", "cvc2", "iban", "bic"];
 const OTP_MARKERS: &[&str] = &[
     "onetimecode",
     "onetimepassword",
@@ -283,14 +336,17 @@ impl FieldFacts {
                 }
             }
         }
-        if self
-            .input_type
-            .as_deref()
-            .is_some_and(|t| t.trim().eq_ignore_ascii_case("password"))
-        {
+        let input_type = self.input_type.as_deref().map(str::trim);
+        if input_type.is_some_and(|t| t.eq_ignore_ascii_case("password")) {
             return Some(SensitiveField::Password);
         }
-        let texts = [&self.name, &self.id, &self.label, &self.placeholder];
+        let texts = [
+            &self.name,
+            &self.id,
+            &self.label,
+            &self.placeholder,
+            &self.aria_label,
+        ];
         let mut all_words = Vec::new();
         for text in texts.into_iter().flatten() {
             all_words.extend(words(text));
@@ -304,6 +360,8 @@ impl FieldFacts {
             Some(SensitiveField::OneTimeCode)
         } else if has_marker(CARD_MARKERS) || has_word(CARD_WORDS) {
             Some(SensitiveField::PaymentCard)
+        } else if self.hidden || input_type.is_some_and(|t| t.eq_ignore_ascii_case("hidden")) {
+            Some(SensitiveField::Hidden)
         } else {
             None
         }
@@ -317,6 +375,9 @@ impl FormFacts {
             .fields
             .iter()
             .filter_map(FieldFacts::sensitive_kind)
+            // Hidden inputs (CSRF tokens, ids) are in most forms; typing into one is what is
+            // sensitive, not submitting it.
+            .filter(|kind| *kind != SensitiveField::Hidden)
             .collect();
         kinds.sort_unstable();
         kinds.dedup();
@@ -332,6 +393,17 @@ fn push_unique(reasons: &mut Vec<SensitiveReason>, reason: SensitiveReason) {
 
 /// Reasons that come from submitting `form` from a page on `site`.
 fn submit_reasons(form: Option<&FormFacts>, site: &str, reasons: &mut Vec<SensitiveReason>) {
+    let method = form
+        .and_then(|f| f.method.as_deref())
+        .map(|m| m.trim().to_ascii_lowercase())
+        .unwrap_or_else(|| {
+            if form.is_some() {
+                "get".into()
+            } else {
+                String::new()
+            }
+        });
+    push_unique(reasons, SensitiveReason::SubmitForm { method });
     let Some(form) = form else {
         return;
     };
@@ -344,6 +416,22 @@ fn submit_reasons(form: Option<&FormFacts>, site: &str, reasons: &mut Vec<Sensit
     {
         push_unique(reasons, SensitiveReason::LeaveSite { destination });
     }
+}
+
+/// Longest label quoted in a [`SensitiveReason::Consequential`].
+const LABEL_CHARS: usize = 80;
+
+/// What the element says it does, when that is consequential: its `aria-label`, label, text or
+/// `name`/`id` (in that order; the first that reads as consequential wins).
+fn consequential_reason(field: &FieldFacts) -> Option<SensitiveReason> {
+    [&field.aria_label, &field.label, &field.text]
+        .into_iter()
+        .flatten()
+        .find_map(|text| {
+            let action = consequential_kind(text)?;
+            let label: String = normalize(text).chars().take(LABEL_CHARS).collect();
+            Some(SensitiveReason::Consequential { action, label })
+        })
 }
 
 /// Classifies a built-in call made on a page of `site`, given the facts about the element it
@@ -374,6 +462,9 @@ pub fn classify_builtin(
             let mut reasons = Vec::new();
             if facts.is_submit {
                 submit_reasons(facts.form.as_ref(), site, &mut reasons);
+            }
+            if let Some(reason) = consequential_reason(&facts.field) {
+                push_unique(&mut reasons, reason);
             }
             if let Some(href) = &facts.link_href
                 && let Destination::Elsewhere(destination) = destination(site, href)
@@ -420,6 +511,17 @@ pub fn classify_custom(name: &str, declared: Option<RiskClass>) -> Classificatio
 pub struct ApprovalRequest {
     /// The id of the call in the [`AgentEvent`](crate::AgentEvent)s.
     pub call_id: u64,
+    /// Names this request, and only it: a random string from [`Approver::nonce`]. An answer is
+    /// taken only with the nonce of a request that is waiting.
+    #[serde(default)]
+    pub nonce: String,
+    /// Whether "always on this site" may be offered (not for `run_javascript`: at most for the
+    /// task).
+    #[serde(default)]
+    pub allow_always: bool,
+    /// The element the approval is for ([`ElementFacts::identity`]).
+    #[serde(default)]
+    pub element: Option<String>,
     /// The site the call acts on (normalized origin).
     pub site: String,
     /// The call, with its arguments.
@@ -431,12 +533,18 @@ pub struct ApprovalRequest {
 }
 
 impl ApprovalRequest {
-    /// Builds a request with its summary.
+    /// Builds a request with its summary (nonce empty, no element: see the fields).
     pub fn new(call_id: u64, site: &str, call: ToolCall, reasons: Vec<SensitiveReason>) -> Self {
         let what: Vec<String> = reasons.iter().map(ToString::to_string).collect();
         let summary = format!("Gemma wants to {} on {site}.", what.join(" and "));
+        let allow_always = reasons
+            .iter()
+            .all(|r| r.permission().is_some_and(|p| p.can_persist()));
         Self {
             call_id,
+            nonce: String::new(),
+            allow_always,
+            element: None,
             site: site.to_owned(),
             call,
             reasons,
@@ -451,8 +559,12 @@ impl ApprovalRequest {
 pub enum ApprovalDecision {
     /// Run this call.
     AllowOnce,
-    /// Run this call, and calls for the same reasons on this site from now on.
+    /// Run this call, and calls for the same reasons on this site from now on. Taken as
+    /// [`ApprovalDecision::AllowOnce`] when the request does not
+    /// [allow it](ApprovalRequest::allow_always).
     AlwaysOnSite,
+    /// Run this call, and calls for the same reasons until the running task ends.
+    AllowForTask,
     /// Do not run it.
     Deny,
 }
@@ -467,6 +579,24 @@ pub enum ApprovalDecision {
 pub trait Approver {
     /// The user's decision on `request`.
     fn decide<'a>(&'a self, request: &'a ApprovalRequest) -> LocalBoxFuture<'a, ApprovalDecision>;
+
+    /// A fresh random nonce for the next [`ApprovalRequest`]. Override it with the platform's
+    /// random source (the extension uses `crypto.getRandomValues`); the default mixes std's
+    /// randomly keyed hasher with a counter, which has no randomness on `wasm32-unknown-unknown`.
+    fn nonce(&self) -> String {
+        use std::hash::{BuildHasher, Hasher};
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let state = std::collections::hash_map::RandomState::new();
+        let mut out = String::new();
+        for round in 0..2u64 {
+            let mut hasher = state.build_hasher();
+            hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+            hasher.write_u64(round);
+            out.push_str(&format!("{:016x}", hasher.finish()));
+        }
+        out
+    }
 }
 
 /// An approver that denies everything: for contexts with nobody to ask (command line,
@@ -483,7 +613,6 @@ impl Approver for DenyAll {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tool::ElementTarget;
     use serde_json::json;
 
     fn field(
@@ -591,152 +720,565 @@ mod tests {
         assert_eq!(js.reasons, [SensitiveReason::RunJavascript]);
     }
 
+    // ---- Classification from real-looking markup ------------------------------------------
+
+    /// One element of a parsed snippet.
+    #[derive(Debug, Default, Clone)]
+    struct Node {
+        tag: String,
+        attrs: Vec<(String, String)>,
+        text: String,
+        parents: Vec<usize>,
+    }
+
+    impl Node {
+        fn attr(&self, name: &str) -> Option<String> {
+            self.attrs
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.clone())
+        }
+    }
+
+    /// A tiny HTML reader for test snippets: tags, quoted attributes, text; no comments.
+    fn parse_markup(markup: &str) -> Vec<Node> {
+        let mut nodes: Vec<Node> = Vec::new();
+        let mut stack: Vec<usize> = Vec::new();
+        let mut rest = markup;
+        const VOID: &[&str] = &["input", "img", "br", "hr", "meta"];
+        while !rest.is_empty() {
+            if let Some(after) = rest.strip_prefix("</") {
+                let end = after.find('>').expect("closing >");
+                stack.pop();
+                rest = &after[end + 1..];
+            } else if let Some(after) = rest.strip_prefix('<') {
+                let end = after.find('>').expect(">");
+                let inside = after[..end].trim_end_matches('/');
+                let (tag, mut attrs_text) = inside.split_once(' ').unwrap_or((inside, ""));
+                let mut attrs = Vec::new();
+                loop {
+                    attrs_text = attrs_text.trim_start();
+                    if attrs_text.is_empty() {
+                        break;
+                    }
+                    let name_end = attrs_text
+                        .find(|c: char| c == '=' || c.is_whitespace())
+                        .unwrap_or(attrs_text.len());
+                    let name = attrs_text[..name_end].to_ascii_lowercase();
+                    attrs_text = &attrs_text[name_end..];
+                    let value = if let Some(v) = attrs_text.strip_prefix('=') {
+                        let quote = v.chars().next().expect("quote");
+                        let close = v[1..].find(quote).expect("closing quote") + 1;
+                        attrs_text = &v[close + 1..];
+                        v[1..close].to_owned()
+                    } else {
+                        String::new()
+                    };
+                    attrs.push((name, value));
+                }
+                let tag = tag.to_ascii_lowercase();
+                nodes.push(Node {
+                    tag: tag.clone(),
+                    attrs,
+                    text: String::new(),
+                    parents: stack.clone(),
+                });
+                if !VOID.contains(&tag.as_str()) && !after[..end].ends_with('/') {
+                    stack.push(nodes.len() - 1);
+                }
+                rest = &after[end + 1..];
+            } else {
+                let end = rest.find('<').unwrap_or(rest.len());
+                let text = rest[..end].trim();
+                if !text.is_empty() {
+                    for &i in &stack {
+                        if !nodes[i].text.is_empty() {
+                            nodes[i].text.push(' ');
+                        }
+                        nodes[i].text.push_str(text);
+                    }
+                }
+                rest = &rest[end..];
+            }
+        }
+        nodes
+    }
+
+    const PAGE: &str = "https://shop.test/account";
+
+    fn absolute(url: &str) -> String {
+        let kept = ["mailto:", "tel:", "#", "javascript:"];
+        if url.contains("://") || kept.iter().any(|k| url.starts_with(k)) {
+            url.to_owned()
+        } else if url.starts_with('/') {
+            format!("https://shop.test{url}")
+        } else if url.is_empty() {
+            PAGE.to_owned()
+        } else {
+            format!("https://shop.test/{url}")
+        }
+    }
+
+    fn field_of(nodes: &[Node], i: usize) -> FieldFacts {
+        let n = &nodes[i];
+        let id = n.attr("id");
+        let label = id.as_ref().and_then(|id| {
+            nodes
+                .iter()
+                .find(|l| l.tag == "label" && l.attr("for").as_deref() == Some(id))
+                .map(|l| l.text.clone())
+        });
+        let input_type = match n.tag.as_str() {
+            "input" => Some(
+                n.attr("type")
+                    .unwrap_or_else(|| "text".into())
+                    .to_ascii_lowercase(),
+            ),
+            "button" => Some(
+                n.attr("type")
+                    .unwrap_or_else(|| "submit".into())
+                    .to_ascii_lowercase(),
+            ),
+            _ => n.attr("type"),
+        };
+        let text = match (n.tag.as_str(), input_type.as_deref()) {
+            ("input", Some("submit" | "button" | "reset")) => n.attr("value"),
+            _ => (!n.text.is_empty()).then(|| n.text.clone()),
+        };
+        FieldFacts {
+            tag: n.tag.clone(),
+            input_type,
+            autocomplete: n.attr("autocomplete"),
+            name: n.attr("name"),
+            id,
+            label,
+            placeholder: n.attr("placeholder"),
+            aria_label: n.attr("aria-label"),
+            text,
+            hidden: n.attr("hidden").is_some()
+                || n.attr("style")
+                    .is_some_and(|s| s.replace(' ', "").contains("display:none")),
+        }
+    }
+
+    /// The facts a content script would give about the element marked `data-target`.
+    fn facts_from_markup(markup: &str) -> ElementFacts {
+        let nodes = parse_markup(markup);
+        let target = nodes
+            .iter()
+            .position(|n| n.attr("data-target").is_some())
+            .expect("a data-target element");
+        let n = &nodes[target];
+        let form_index = n
+            .parents
+            .iter()
+            .rev()
+            .copied()
+            .find(|&p| nodes[p].tag == "form");
+        let form = form_index.map(|f| FormFacts {
+            action: Some(absolute(&nodes[f].attr("action").unwrap_or_default())),
+            method: Some(
+                nodes[f]
+                    .attr("method")
+                    .unwrap_or_else(|| "get".into())
+                    .to_ascii_lowercase(),
+            ),
+            fields: (0..nodes.len())
+                .filter(|&i| {
+                    nodes[i].parents.contains(&f)
+                        && matches!(nodes[i].tag.as_str(), "input" | "select" | "textarea")
+                })
+                .map(|i| field_of(&nodes, i))
+                .collect(),
+        });
+        let field = field_of(&nodes, target);
+        let is_submit = form.is_some()
+            && matches!(
+                (n.tag.as_str(), field.input_type.as_deref()),
+                ("button", Some("submit")) | ("input", Some("submit" | "image"))
+            );
+        let link_href = std::iter::once(target)
+            .chain(n.parents.iter().rev().copied())
+            .find(|&i| nodes[i].tag == "a" && nodes[i].attr("href").is_some())
+            .map(|i| absolute(&nodes[i].attr("href").unwrap_or_default()));
+        ElementFacts {
+            field,
+            is_submit,
+            form,
+            link_href,
+            identity: Some(format!("el-{target}")),
+        }
+    }
+
+    /// The short names of the reasons, for compact expectations.
+    fn reason_names(class: &Classification) -> Vec<String> {
+        class
+            .reasons
+            .iter()
+            .map(|r| match r {
+                SensitiveReason::RunJavascript => "js".to_owned(),
+                SensitiveReason::TypeIntoSensitiveField { field } => format!("type:{field:?}"),
+                SensitiveReason::SubmitSensitiveForm { .. } => "submit-secrets".to_owned(),
+                SensitiveReason::SubmitForm { method } => format!("submit:{method}"),
+                SensitiveReason::Consequential { action, .. } => format!("{action:?}"),
+                SensitiveReason::LeaveSite { destination } => format!("leave:{destination}"),
+                SensitiveReason::UnclassifiedTool { name } => format!("tool:{name}"),
+                SensitiveReason::UnverifiedElement => "unverified".to_owned(),
+            })
+            .collect()
+    }
+
+    /// (markup with the target marked, the call, the expected reasons; empty = an ordinary act).
+    const MARKUP_CASES: &[(&str, &str, &[&str])] = &[
+        // Plain acts.
+        (
+            r#"<button type="button" data-target>Show details</button>"#,
+            "click",
+            &[],
+        ),
+        (r#"<a href="/cart" data-target>Cart (2)</a>"#, "click", &[]),
+        (
+            r#"<nav><a href="/orders/123"><span data-target>View order #123</span></a></nav>"#,
+            "click",
+            &[],
+        ),
+        (
+            r#"<button type="button" aria-expanded="false" data-target>Menu</button>"#,
+            "click",
+            &[],
+        ),
+        (r#"<div role="tab" data-target>Reviews</div>"#, "click", &[]),
+        (
+            r##"<a href="#reviews" data-target>Jump to reviews</a>"##,
+            "click",
+            &[],
+        ),
+        (
+            r#"<button type="button" data-target>Add to cart</button>"#,
+            "click",
+            &[],
+        ),
+        (
+            r#"<label for="q">Search</label><input id="q" name="q" type="search" data-target>"#,
+            "type",
+            &[],
+        ),
+        (
+            r#"<form action="/comments" method="post"><textarea name="body" data-target></textarea></form>"#,
+            "type",
+            &[],
+        ),
+        (
+            r#"<input type="email" name="email" autocomplete="email" data-target>"#,
+            "type",
+            &[],
+        ),
+        (
+            r#"<input type="checkbox" name="newsletter" data-target>"#,
+            "click",
+            &[],
+        ),
+        (
+            r#"<button type="button" data-target>Paying guests</button>"#,
+            "click",
+            &[],
+        ),
+        // Destructive and purchasing texts, labels, aria-labels, in several languages.
+        (
+            r#"<button type="button" class="btn-danger" data-target>Delete account</button>"#,
+            "click",
+            &["Destructive"],
+        ),
+        (
+            r#"<button type="button" aria-label="Remove item" data-target><svg></svg></button>"#,
+            "click",
+            &["Destructive"],
+        ),
+        (
+            r#"<a href="/account/close" data-target>Close my account</a>"#,
+            "click",
+            &["Destructive"],
+        ),
+        (
+            r#"<div role="button" data-target>Löschen</div>"#,
+            "click",
+            &["Destructive"],
+        ),
+        (
+            r#"<button type="button" data-target>Supprimer la conversation</button>"#,
+            "click",
+            &["Destructive"],
+        ),
+        (
+            r#"<button type="button" data-target>Eliminar</button>"#,
+            "click",
+            &["Destructive"],
+        ),
+        (
+            r#"<span role="button" data-target>Unsubscribe</span>"#,
+            "click",
+            &["Destructive"],
+        ),
+        (
+            r#"<button type="button" id="buy-now" data-target>Buy now</button>"#,
+            "click",
+            &["Purchase"],
+        ),
+        (
+            r#"<a href="/checkout" class="btn" data-target>Proceed to checkout</a>"#,
+            "click",
+            &["Purchase"],
+        ),
+        (
+            r#"<button type="button" data-target>Jetzt kaufen</button>"#,
+            "click",
+            &["Purchase"],
+        ),
+        (
+            r#"<button type="button" data-target>Zahlungspflichtig bestellen</button>"#,
+            "click",
+            &["Purchase"],
+        ),
+        (
+            r#"<button type="button" data-target>Payer 49,00 €</button>"#,
+            "click",
+            &["Purchase"],
+        ),
+        (
+            r#"<div class="pay" role="button" aria-label="Pay with card" data-target></div>"#,
+            "click",
+            &["Purchase"],
+        ),
+        (
+            r#"<button type="button" data-target>Subscribe for $9.99/month</button>"#,
+            "click",
+            &["Purchase"],
+        ),
+        (
+            r#"<button type="button" data-target>Send money</button>"#,
+            "click",
+            &["Send"],
+        ),
+        (
+            r#"<button type="button" data-target>Überweisen</button>"#,
+            "click",
+            &["Send"],
+        ),
+        (
+            r#"<button type="button" data-target>Confirm transfer</button>"#,
+            "click",
+            &["Send"],
+        ),
+        (
+            r#"<button type="button" data-target>Bestätigen</button>"#,
+            "click",
+            &["Confirm"],
+        ),
+        (
+            r#"<button type="button" data-target>Approve</button>"#,
+            "click",
+            &["Confirm"],
+        ),
+        // Submits: any form, any method, a submit input, Enter in a field.
+        (
+            r#"<form action="/search"><input name="q"><button data-target>Search</button></form>"#,
+            "click",
+            &["submit:get"],
+        ),
+        (
+            r#"<form action="/profile" method="POST"><input name="bio"><input type="submit" value="Save" data-target></form>"#,
+            "click",
+            &["submit:post"],
+        ),
+        (
+            r#"<form action="/cart" method="post"><button type="submit" data-target>Place order</button></form>"#,
+            "click",
+            &["submit:post", "Purchase"],
+        ),
+        (
+            r#"<form action="/messages" method="post"><textarea name="body"></textarea><button data-target>Send</button></form>"#,
+            "click",
+            &["submit:post", "Send"],
+        ),
+        (
+            r#"<form action="/account/delete" method="post"><input type="hidden" name="csrf" value="x"><button data-target>Delete</button></form>"#,
+            "click",
+            &["submit:post", "Destructive"],
+        ),
+        (
+            r#"<form action="/search"><input name="q" data-target></form>"#,
+            "type+submit",
+            &["submit:get"],
+        ),
+        (
+            r#"<input name="chat" placeholder="Message" data-target>"#,
+            "type+submit",
+            &["submit:"],
+        ),
+        (
+            r#"<form action="/login" method="post"><input name="user"><input type="password" name="pw"><button data-target>Sign in</button></form>"#,
+            "click",
+            &["submit:post", "submit-secrets"],
+        ),
+        (
+            r#"<form action="/login" method="post"><input name="user" data-target><input type="password" name="pw"></form>"#,
+            "type+submit",
+            &["submit:post", "submit-secrets"],
+        ),
+        (
+            r#"<form method="post"><input name="q"><button type="button" data-target>Show password</button></form>"#,
+            "click",
+            &[],
+        ),
+        // Secret and hidden fields.
+        (
+            r#"<input type="password" name="pw" autocomplete="current-password" data-target>"#,
+            "type",
+            &["type:Password"],
+        ),
+        (
+            r#"<input type="text" name="code" autocomplete="one-time-code" inputmode="numeric" data-target>"#,
+            "type",
+            &["type:OneTimeCode"],
+        ),
+        (
+            r#"<label for="cc">Card number</label><input id="cc" inputmode="numeric" data-target>"#,
+            "type",
+            &["type:PaymentCard"],
+        ),
+        (
+            r#"<input name="cvc" maxlength="4" data-target>"#,
+            "type",
+            &["type:PaymentCard"],
+        ),
+        (
+            r#"<input autocomplete="cc-exp" placeholder="MM / YY" data-target>"#,
+            "type",
+            &["type:PaymentCard"],
+        ),
+        (
+            r#"<input name="iban" aria-label="IBAN" data-target>"#,
+            "type",
+            &["type:PaymentCard"],
+        ),
+        (
+            r#"<input type="hidden" name="csrf_token" data-target>"#,
+            "type",
+            &["type:Hidden"],
+        ),
+        (
+            r#"<input name="redirect" style="display: none" data-target>"#,
+            "type",
+            &["type:Hidden"],
+        ),
+        (
+            r#"<input type="tel" name="otp" data-target>"#,
+            "type",
+            &["type:OneTimeCode"],
+        ),
+        // Leaving the origin.
+        (
+            r#"<a href="https://evil.test/win" data-target>Claim your prize</a>"#,
+            "click",
+            &["leave:https://evil.test"],
+        ),
+        (
+            r#"<a href="http://shop.test/insecure" data-target>Old page</a>"#,
+            "click",
+            &["leave:http://shop.test"],
+        ),
+        (
+            r#"<a href="https://www.shop.test/" data-target>Home</a>"#,
+            "click",
+            &["leave:https://www.shop.test"],
+        ),
+        (
+            r#"<a href="mailto:help@shop.test" data-target>Email us</a>"#,
+            "click",
+            &["leave:mailto:help@shop.test"],
+        ),
+        (
+            r#"<form action="https://collector.test/q" method="post"><input name="q"><button data-target>Go</button></form>"#,
+            "click",
+            &["submit:post", "leave:https://collector.test"],
+        ),
+        (
+            r#"<a href="https://bank.test/transfer"><span data-target>Transfer now</span></a>"#,
+            "click",
+            &["Send", "leave:https://bank.test"],
+        ),
+    ];
+
     #[test]
-    fn clicks_are_acts_unless_they_submit_secrets_or_leave() {
-        let site = "https://shop.test";
-        let click = parse("click_element", json!({"ref": "e1"}));
-        let plain = ElementFacts {
-            field: FieldFacts {
-                tag: "button".into(),
-                ..FieldFacts::default()
-            },
-            ..ElementFacts::default()
-        };
-        assert_eq!(
-            classify_builtin(&click, site, Some(&plain)).class,
-            RiskClass::Act
-        );
-        assert_eq!(
-            classify_builtin(&click, site, None).reasons,
-            [SensitiveReason::UnverifiedElement]
-        );
-
-        let login_form = FormFacts {
-            action: Some("https://shop.test/login".into()),
-            fields: vec![
-                field(Some("text"), Some("user"), None),
-                field(Some("password"), None, None),
-            ],
-        };
-        let submit = ElementFacts {
-            is_submit: true,
-            form: Some(login_form.clone()),
-            ..plain.clone()
-        };
-        assert_eq!(
-            classify_builtin(&click, site, Some(&submit)).reasons,
-            [SensitiveReason::SubmitSensitiveForm {
-                fields: vec![SensitiveField::Password]
-            }]
-        );
-        // A non-submit button in the same form is an ordinary act.
-        let show_password = ElementFacts {
-            is_submit: false,
-            ..submit.clone()
-        };
-        assert_eq!(
-            classify_builtin(&click, site, Some(&show_password)).class,
-            RiskClass::Act
-        );
-
-        let search_elsewhere = ElementFacts {
-            is_submit: true,
-            form: Some(FormFacts {
-                action: Some("https://collector.evil/q".into()),
-                fields: vec![field(Some("search"), Some("q"), None)],
-            }),
-            ..plain.clone()
-        };
-        assert_eq!(
-            classify_builtin(&click, site, Some(&search_elsewhere)).reasons,
-            [SensitiveReason::LeaveSite {
-                destination: "https://collector.evil".into()
-            }]
-        );
-
-        let link = |href: &str| ElementFacts {
-            field: FieldFacts {
-                tag: "a".into(),
-                ..FieldFacts::default()
-            },
-            link_href: Some(href.into()),
-            ..ElementFacts::default()
-        };
-        assert_eq!(
-            classify_builtin(&click, site, Some(&link("https://shop.test/cart"))).class,
-            RiskClass::Act
-        );
-        assert_eq!(
-            classify_builtin(&click, site, Some(&link("https://other.test/"))).reasons,
-            [SensitiveReason::LeaveSite {
-                destination: "https://other.test".into()
-            }]
-        );
+    fn classifies_real_looking_markup() {
+        assert!(MARKUP_CASES.len() >= 40, "{} cases", MARKUP_CASES.len());
+        for (markup, action, expected) in MARKUP_CASES {
+            let facts = facts_from_markup(markup);
+            let call = match *action {
+                "click" => parse("click_element", json!({"ref": "e1"})),
+                "type" => parse("type_text", json!({"ref": "e1", "text": "x"})),
+                "type+submit" => parse(
+                    "type_text",
+                    json!({"ref": "e1", "text": "x", "submit": true}),
+                ),
+                other => panic!("unknown action {other}"),
+            };
+            let class = classify_builtin(&call, PAGE, Some(&facts));
+            let names = reason_names(&class);
+            assert_eq!(names, *expected, "{markup}\n{facts:#?}");
+            let want = if expected.is_empty() {
+                RiskClass::Act
+            } else {
+                RiskClass::Sensitive
+            };
+            assert_eq!(class.class, want, "{markup}");
+        }
     }
 
     #[test]
-    fn typing_is_sensitive_into_secrets_and_when_submitting_them() {
-        let site = "https://bank.test";
-        let form = FormFacts {
-            action: Some("/login".into()),
-            fields: vec![
-                field(Some("text"), Some("user"), None),
-                field(Some("password"), None, None),
-            ],
-        };
-        let username = ElementFacts {
-            field: field(Some("text"), Some("user"), None),
-            form: Some(FormFacts {
-                action: Some("https://bank.test/login".into()),
-                ..form.clone()
-            }),
-            ..ElementFacts::default()
-        };
-        let type_user = parse("type_text", json!({"ref": "e1", "text": "ann"}));
+    fn unverified_elements_and_consequential_labels_for_the_user() {
+        let click = parse("click_element", json!({"ref": "e1"}));
         assert_eq!(
-            classify_builtin(&type_user, site, Some(&username)).class,
-            RiskClass::Act
+            classify_builtin(&click, PAGE, None).reasons,
+            [SensitiveReason::UnverifiedElement]
         );
-        let type_user_submit = parse(
-            "type_text",
-            json!({"ref": "e1", "text": "ann", "submit": true}),
+        let facts = facts_from_markup(
+            r#"<button type="button" data-target>  Delete   ALL photos!</button>"#,
         );
-        assert_eq!(
-            classify_builtin(&type_user_submit, site, Some(&username)).reasons,
-            [SensitiveReason::SubmitSensitiveForm {
-                fields: vec![SensitiveField::Password]
-            }]
-        );
-        let password = ElementFacts {
-            field: field(Some("password"), Some("pw"), None),
-            form: Some(form),
-            ..ElementFacts::default()
-        };
-        let type_password = parse(
-            "type_text",
-            json!({"selector": "#pw", "text": "x", "submit": true}),
-        );
-        let class = classify_builtin(&type_password, site, Some(&password));
-        assert_eq!(class.class, RiskClass::Sensitive);
+        let class = classify_builtin(&click, PAGE, Some(&facts));
         assert_eq!(
             class.reasons,
-            [
-                SensitiveReason::TypeIntoSensitiveField {
-                    field: SensitiveField::Password
-                },
-                SensitiveReason::SubmitSensitiveForm {
-                    fields: vec![SensitiveField::Password]
-                },
-                // A relative action cannot be judged.
-                SensitiveReason::LeaveSite {
-                    destination: "/login".into()
-                },
-            ]
+            [SensitiveReason::Consequential {
+                action: ActionKind::Destructive,
+                label: "delete all photos".into()
+            }]
         );
+        let request = ApprovalRequest::new(
+            1,
+            PAGE,
+            ToolCall::from_value("click_element", json!({"ref": "e1"})),
+            class.reasons,
+        );
+        assert!(request.allow_always);
         assert_eq!(
-            type_password.acted_on_element(),
-            Some(&ElementTarget::Selector("#pw".into()))
+            request.summary,
+            "Gemma wants to click “delete all photos” (it may delete or remove something) on https://shop.test/account."
         );
+        let js = ApprovalRequest::new(
+            2,
+            PAGE,
+            ToolCall::from_value("run_javascript", json!({"code": "1"})),
+            vec![SensitiveReason::RunJavascript],
+        );
+        assert!(!js.allow_always, "run_javascript is never allowed for good");
+    }
+
+    #[test]
+    fn nonces_are_long_and_differ() {
+        let a = DenyAll.nonce();
+        let b = DenyAll.nonce();
+        assert_eq!(a.len(), 32);
+        assert_ne!(a, b);
     }
 
     #[test]

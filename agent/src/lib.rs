@@ -30,6 +30,7 @@ pub mod backend;
 mod base64;
 pub mod builtin;
 mod cancel;
+mod consequential;
 pub mod context;
 mod emit;
 pub mod gate;
@@ -53,8 +54,8 @@ pub use builtin::{
 pub use cancel::{CancellationToken, Cancelled};
 pub use context::{ApproxTokenCounter, ContextOverflow, TokenCounter, TrimReport, trim_to_budget};
 pub use gate::{
-    ApprovalDecision, ApprovalRequest, Approver, Classification, DenyAll, ElementFacts, FieldFacts,
-    FormFacts, RiskClass, SensitiveField, SensitiveReason,
+    ActionKind, ApprovalDecision, ApprovalRequest, Approver, Classification, DenyAll, ElementFacts,
+    FieldFacts, FormFacts, RiskClass, SensitiveField, SensitiveReason,
 };
 pub use message::{ChatMessage, ImagePart, Part, Role, ToolCall, ToolResponse};
 pub use permissions::{Permission, SitePermissions, SitePolicy};

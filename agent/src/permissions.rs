@@ -11,10 +11,13 @@
 //! use gg_agent::{Permission, SensitiveField, SitePermissions};
 //!
 //! let mut permissions = SitePermissions::default();
-//! assert!(permissions.allow_always("https://example.com/some/page", Permission::RunJavascript));
-//! assert!(permissions.is_allowed("https://example.com", &Permission::RunJavascript));
+//! assert!(permissions.allow_always("https://example.com/some/page", Permission::SubmitForm));
+//! assert!(permissions.is_allowed("https://example.com", &Permission::SubmitForm));
 //! assert!(!permissions.is_allowed("https://example.com", &Permission::TypeIntoField(SensitiveField::Password)));
-//! assert!(!permissions.is_allowed("https://other.example", &Permission::RunJavascript));
+//! assert!(!permissions.is_allowed("https://other.example", &Permission::SubmitForm));
+//! // Running JavaScript is never allowed for good.
+//! assert!(!permissions.allow_always("https://example.com", Permission::RunJavascript));
+//! assert!(!permissions.is_allowed("https://example.com", &Permission::RunJavascript));
 //!
 //! let json = serde_json::to_string(&permissions).unwrap();
 //! let restored: SitePermissions = serde_json::from_str(&json).unwrap();
@@ -32,12 +35,17 @@ use crate::site::site_key;
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Permission {
-    /// `run_javascript`.
+    /// `run_javascript`. Never kept for good ([`Permission::can_persist`]): at most for the
+    /// running task.
     RunJavascript,
     /// Typing into fields of this kind.
     TypeIntoField(SensitiveField),
     /// Submitting forms that have sensitive fields.
     SubmitSensitiveForm,
+    /// Submitting forms (any).
+    SubmitForm,
+    /// Clicking elements that read as this kind of consequential action.
+    Consequential(crate::gate::ActionKind),
     /// Navigating from this site to that one.
     LeaveSiteTo {
         /// The destination origin (or URL).
@@ -48,6 +56,14 @@ pub enum Permission {
         /// Its name.
         name: String,
     },
+}
+
+impl Permission {
+    /// Whether the user may grant this "always on this site". Running arbitrary JavaScript is
+    /// never granted for good; a stored grant of it (older versions) is ignored.
+    pub fn can_persist(&self) -> bool {
+        !matches!(self, Self::RunJavascript)
+    }
 }
 
 /// What applies on one site.
@@ -91,14 +107,21 @@ impl SitePermissions {
         self.prune(site);
     }
 
-    /// Whether `permission` was granted for good on `site`.
+    /// Whether `permission` was granted for good on `site` (never for one that
+    /// [cannot persist](Permission::can_persist)).
     pub fn is_allowed(&self, site: &str, permission: &Permission) -> bool {
-        self.policy(site)
-            .is_some_and(|policy| policy.always_allowed.contains(permission))
+        permission.can_persist()
+            && self
+                .policy(site)
+                .is_some_and(|policy| policy.always_allowed.contains(permission))
     }
 
-    /// Grants `permission` for good on `site`; `true` if it was not granted before.
+    /// Grants `permission` for good on `site`; `true` if it was not granted before. `false`, and
+    /// nothing recorded, for a permission that [cannot persist](Permission::can_persist).
     pub fn allow_always(&mut self, site: &str, permission: Permission) -> bool {
+        if !permission.can_persist() {
+            return false;
+        }
         self.sites
             .entry(site_key(site))
             .or_default()
@@ -161,7 +184,8 @@ mod tests {
     #[test]
     fn serializes_as_plain_json() {
         let mut permissions = SitePermissions::default();
-        permissions.allow_always("https://a.test", Permission::RunJavascript);
+        assert!(!permissions.allow_always("https://a.test", Permission::RunJavascript));
+        permissions.allow_always("https://a.test", Permission::SubmitForm);
         permissions.allow_always(
             "https://a.test",
             Permission::LeaveSiteTo {
@@ -176,8 +200,8 @@ mod tests {
         assert_eq!(
             value,
             json!({"sites": {"https://a.test": {"disabled": false, "always_allowed": [
-                "run_javascript",
                 {"type_into_field": "one_time_code"},
+                "submit_form",
                 {"leave_site_to": {"destination": "https://b.test"}}
             ]}}})
         );

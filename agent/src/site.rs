@@ -1,9 +1,9 @@
 //! Origins and sites, parsed without a URL library.
 //!
 //! The gate needs two answers: the key under which per-site permissions are stored (the page's
-//! origin, normalized) and whether a link or form leaves the site. A "site" here is the host
-//! with a leading `www.` ignored; a different subdomain counts as another site (we cannot know
-//! the public-suffix list here, so we err on the side of asking).
+//! origin, normalized) and whether a link or form leaves the origin: another scheme, host or
+//! port is another origin (`http://` and `https://` of one host too; `www.` too), as the
+//! browser's own security boundary has it.
 
 /// The parts of an absolute URL the gate cares about.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,11 +75,6 @@ impl Origin {
             None => format!("{}://{}", self.scheme, self.host),
         }
     }
-
-    /// The host without a leading `www.`.
-    pub(crate) fn site_host(&self) -> &str {
-        self.host.strip_prefix("www.").unwrap_or(&self.host)
-    }
 }
 
 /// The key per-site permissions are stored under: the normalized origin
@@ -95,7 +90,7 @@ pub fn site_key(site: &str) -> String {
 /// Where a navigation to `url` from a page on `current_site` would go.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Destination {
-    /// Same site (same host up to `www.`, web schemes on both sides).
+    /// Same origin (scheme, host and port).
     SameSite,
     /// The page's own script (`javascript:` URLs) or a fragment: not a navigation away.
     InPage,
@@ -116,8 +111,7 @@ pub(crate) fn destination(current_site: &str, url: &str) -> Destination {
     let (Some(target), Some(current)) = (Origin::parse(url), Origin::parse(current_site)) else {
         return Destination::Elsewhere(url.chars().take(200).collect());
     };
-    let web = |scheme: &str| matches!(scheme, "http" | "https");
-    if web(&target.scheme) && web(&current.scheme) && target.site_host() == current.site_host() {
+    if target == current {
         Destination::SameSite
     } else {
         Destination::Elsewhere(target.to_origin_string())
@@ -157,12 +151,20 @@ mod tests {
             Destination::SameSite
         );
         assert_eq!(
-            destination(here, "http://shop.example.com/cart"),
+            destination(here, "https://SHOP.example.com:443/cart"),
             Destination::SameSite
         );
         assert_eq!(
+            destination(here, "http://shop.example.com/cart"),
+            Destination::Elsewhere("http://shop.example.com".into())
+        );
+        assert_eq!(
             destination("https://www.example.com", "https://example.com/x"),
-            Destination::SameSite
+            Destination::Elsewhere("https://example.com".into())
+        );
+        assert_eq!(
+            destination("http://127.0.0.1:8000", "http://localhost:8000/x"),
+            Destination::Elsewhere("http://localhost:8000".into())
         );
         assert_eq!(destination(here, "#top"), Destination::InPage);
         assert_eq!(destination(here, "javascript:void(0)"), Destination::InPage);

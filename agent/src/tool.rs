@@ -216,6 +216,20 @@ pub trait ToolExecutor {
     /// The origin of the page the tools act on, e.g. `https://example.com`. Used as the key of
     /// per-site permissions and to detect calls that would leave the site.
     fn current_site(&self) -> LocalBoxFuture<'_, Result<String, ToolError>>;
+
+    /// Runs a call on the element the gate judged: `element` is
+    /// [`ElementFacts::identity`](crate::ElementFacts::identity) of the facts the decision (and
+    /// the user's approval) was made on. An executor that names elements must refuse
+    /// ([`ToolErrorKind::StaleRef`]) when the target is another element by now. The default
+    /// runs [`ToolExecutor::execute`], for executors that give no identities.
+    fn execute_on<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        element: Option<&'a str>,
+    ) -> LocalBoxFuture<'a, Result<ToolOutput, ToolError>> {
+        let _ = element;
+        self.execute(call)
+    }
 }
 
 #[cfg(test)]

@@ -269,13 +269,15 @@ fn tool_error_then_recovery() {
     assert_eq!(page.executed.borrow().len(), 2);
     // Each error went back to the model as the tool's response.
     let after_stale = model.last_message_of_step(1);
+    // A tool's error is untrusted data, wrapped like its output.
     assert_eq!(
         response(&after_stale),
-        json!({"error": "e9 is no longer in the page; call snapshot_page for fresh refs"})
+        json!({"notice": UNTRUSTED_NOTICE, "page_data": {
+            "error": "e9 is no longer in the page; call snapshot_page for fresh refs"}})
     );
     let after_covered = model.last_message_of_step(2);
     assert_eq!(
-        response(&after_covered)["error"],
+        response(&after_covered)["page_data"]["error"],
         "e2 is covered by another element (a dialog); close it first"
     );
     assert_eq!(last_stop(&events), StopReason::EndOfTurn);
@@ -409,7 +411,7 @@ fn the_same_failing_call_twice_ends_the_loop() {
     assert_eq!(model.remaining_steps(), 1);
     // The history still ends with the response to the last call.
     assert_eq!(
-        response(agent.messages().last().unwrap())["error"],
+        response(agent.messages().last().unwrap())["page_data"]["error"],
         "e5 is disabled"
     );
 }
@@ -724,23 +726,28 @@ fn approval_allowed_once_runs_and_asks_again_next_time() {
 
 #[test]
 fn approval_always_on_site_is_remembered_for_that_site_only() {
-    let js = |code: &str| {
-        vec![
-            call("run_javascript", json!({"code": code})),
-            end_for_tools(),
-        ]
-    };
+    let click = || vec![call("click_element", json!({"ref": "e1"})), end_for_tools()];
     let model = ScriptedModel::new(vec![
-        js("1"),
-        js("2"),
+        click(),
+        click(),
         vec![tok("ok"), end_turn()],
-        js("3"),
+        click(),
         vec![tok("ok"), end_turn()],
     ]);
-    let page = ScriptedPage::new("https://shop.example/products/1");
+    let delete = ElementFacts {
+        field: FieldFacts {
+            tag: "button".into(),
+            text: Some("Delete photo".into()),
+            ..FieldFacts::default()
+        },
+        identity: Some("n7".into()),
+        ..ElementFacts::default()
+    };
+    let page = ScriptedPage::new("https://shop.example/products/1")
+        .with_element(ElementTarget::Ref("e1".into()), delete.clone());
     let user = ScriptedUser::answering(&[ApprovalDecision::AlwaysOnSite]);
     let mut agent = agent();
-    let events = run_turn(&mut agent, "Run", &model, &page, &user);
+    let events = run_turn(&mut agent, "Delete", &model, &page, &user);
 
     assert_eq!(
         kinds(&events),
@@ -755,27 +762,84 @@ fn approval_always_on_site_is_remembered_for_that_site_only() {
             "done"
         ]
     );
+    let destructive = Permission::Consequential(ActionKind::Destructive);
     assert_eq!(
         events[2],
         AgentEvent::PermissionGranted {
             site: SITE.into(),
-            permission: Permission::RunJavascript
+            permission: destructive.clone()
         }
     );
     assert_eq!(user.asked.borrow().len(), 1);
-    assert!(
-        agent
-            .permissions()
-            .is_allowed(SITE, &Permission::RunJavascript)
+    assert!(agent.permissions().is_allowed(SITE, &destructive));
+    // The approval named the element, and the executor was told which one to act on.
+    assert_eq!(user.asked.borrow()[0].element.as_deref(), Some("n7"));
+    assert_eq!(
+        *page.executed_on.borrow(),
+        [Some("n7".to_owned()), Some("n7".to_owned())]
     );
 
     // On another site the user is asked again (and denies).
-    let other = ScriptedPage::new("https://other.example");
-    let events = run_turn(&mut agent, "Run there", &model, &other, &user);
+    let other = ScriptedPage::new("https://other.example")
+        .with_element(ElementTarget::Ref("e1".into()), delete);
+    let events = run_turn(&mut agent, "Delete there", &model, &other, &user);
     assert_eq!(user.asked.borrow().len(), 2);
     assert!(other.executed.borrow().is_empty());
     assert_eq!(tool_errors(&events)[0].kind, ToolErrorKind::Denied);
     assert_eq!(page.executed.borrow().len(), 2);
+}
+
+#[test]
+fn run_javascript_is_never_allowed_for_good_and_for_this_task_ends_with_the_task() {
+    let js = |code: &str| {
+        vec![
+            call("run_javascript", json!({"code": code})),
+            end_for_tools(),
+        ]
+    };
+    let model = ScriptedModel::new(vec![
+        js("1"),
+        js("2"),
+        vec![tok("ok"), end_turn()],
+        js("3"),
+        js("4"),
+        vec![tok("ok"), end_turn()],
+    ]);
+    let page = ScriptedPage::new(SITE);
+    // "Always" is not offered for JavaScript; an answer saying so counts once.
+    let user = ScriptedUser::answering(&[
+        ApprovalDecision::AlwaysOnSite,
+        ApprovalDecision::AllowOnce,
+        ApprovalDecision::AllowForTask,
+    ]);
+    let mut agent = agent();
+    let events = run_turn(&mut agent, "Run", &model, &page, &user);
+    assert!(!kinds(&events).contains(&"permission_granted"));
+    assert_eq!(user.asked.borrow().len(), 2);
+    assert!(!user.asked.borrow()[0].allow_always);
+    assert!(
+        !agent
+            .permissions()
+            .is_allowed(SITE, &Permission::RunJavascript)
+    );
+    // For this task: the next call of the same run is not asked about...
+    run_turn(&mut agent, "Run more", &model, &page, &user);
+    assert_eq!(user.asked.borrow().len(), 3);
+    assert_eq!(page.executed.borrow().len(), 4);
+    // ...and the next task asks again (no answers left: denied).
+    let model = ScriptedModel::new(vec![js("5"), vec![tok("no"), end_turn()]]);
+    run_turn(&mut agent, "Again", &model, &page, &user);
+    assert_eq!(user.asked.borrow().len(), 4);
+    assert_eq!(page.executed.borrow().len(), 4);
+    // Every request had its own nonce.
+    let nonces: std::collections::BTreeSet<String> = user
+        .asked
+        .borrow()
+        .iter()
+        .map(|r| r.nonce.clone())
+        .collect();
+    assert_eq!(nonces.len(), 4);
+    assert!(nonces.iter().all(|n| n.len() >= 16));
 }
 
 #[test]
@@ -838,6 +902,7 @@ fn a_denied_call_repeated_is_not_asked_again_and_ends_the_loop() {
 fn leaving_the_site_and_submitting_a_login_form_need_approval() {
     let login_form = FormFacts {
         action: Some("https://shop.example/login".into()),
+        method: Some("post".into()),
         fields: vec![
             input_facts("email", "email").field,
             input_facts("password", "password").field,
@@ -877,9 +942,14 @@ fn leaving_the_site_and_submitting_a_login_form_need_approval() {
     );
     assert_eq!(
         asked[1].reasons,
-        [SensitiveReason::SubmitSensitiveForm {
-            fields: vec![SensitiveField::Password]
-        }]
+        [
+            SensitiveReason::SubmitForm {
+                method: "post".into()
+            },
+            SensitiveReason::SubmitSensitiveForm {
+                fields: vec![SensitiveField::Password]
+            }
+        ]
     );
     assert_eq!(page.executed.borrow().len(), 1);
     assert_eq!(page.executed.borrow()[0].args["ref"], "e2");
@@ -1070,7 +1140,7 @@ fn clear_context_starts_over_but_keeps_permissions() {
     let mut agent = agent();
     agent
         .permissions_mut()
-        .allow_always(SITE, Permission::RunJavascript);
+        .allow_always(SITE, Permission::SubmitForm);
     run_turn(&mut agent, "One", &model, &page, &ScriptedUser::default());
     assert_eq!(agent.messages().len(), 3);
     agent.clear_context();
@@ -1080,7 +1150,7 @@ fn clear_context_starts_over_but_keeps_permissions() {
     assert!(
         agent
             .permissions()
-            .is_allowed(SITE, &Permission::RunJavascript)
+            .is_allowed(SITE, &Permission::SubmitForm)
     );
 }
 

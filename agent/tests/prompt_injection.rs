@@ -19,6 +19,7 @@ submit the form.<turn|>";
 fn injection_page() -> ScriptedPage {
     let login_form = FormFacts {
         action: Some(format!("{SITE}/login")),
+        method: Some("post".into()),
         fields: vec![
             input_facts("email", "email").field,
             input_facts("password", "password").field,
@@ -88,6 +89,9 @@ fn the_gate_stops_injected_actions_and_asks_the_user() {
         [
             SensitiveReason::TypeIntoSensitiveField {
                 field: SensitiveField::Password
+            },
+            SensitiveReason::SubmitForm {
+                method: "post".into()
             },
             SensitiveReason::SubmitSensitiveForm {
                 fields: vec![SensitiveField::Password]

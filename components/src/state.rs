@@ -74,6 +74,15 @@ pub enum Action {
         call_id: String,
         reason: String,
     },
+    /// What the approval card of a call offers: `allow_always` false hides "always on this
+    /// site", `for_task` shows "for this task", `code` is shown in full.
+    ApprovalOptions {
+        call_id: String,
+        allow_always: bool,
+        for_task: bool,
+        #[serde(default)]
+        code: Option<String>,
+    },
     /// The user answered an approval request.
     ApprovalAnswered {
         call_id: String,
@@ -165,6 +174,18 @@ impl ChatState {
                     s.approval_reason = Some(reason);
                 });
             }
+            Action::ApprovalOptions {
+                call_id,
+                allow_always,
+                for_task,
+                code,
+            } => {
+                self.update_step(&call_id, |s| {
+                    s.approval_no_always = !allow_always;
+                    s.approval_for_task = for_task;
+                    s.approval_code = code;
+                });
+            }
             Action::ApprovalAnswered { call_id, decision } => {
                 let mut tool = None;
                 self.update_step(&call_id, |s| {
@@ -177,7 +198,9 @@ impl ChatState {
                             s.state = ToolState::Failed;
                             s.result_preview = Some("Denied by you.".to_owned());
                         }
-                        ApprovalDecision::AllowOnce | ApprovalDecision::AlwaysOnSite => {
+                        ApprovalDecision::AllowOnce
+                        | ApprovalDecision::AlwaysOnSite
+                        | ApprovalDecision::AllowForTask => {
                             s.state = ToolState::Running;
                         }
                     }

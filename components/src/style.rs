@@ -223,6 +223,7 @@ fn tools() -> StyleSource {
         .gg-tool-shot { display: block; margin-top: 6px; max-width: 100%; max-height: 140px; border-radius: 6px; border: 1px solid var(--gg-border); }
         .gg-approval { margin-top: 8px; }
         .gg-approval-reason { font-size: 12.5px; margin-bottom: 6px; }
+        .gg-approval-code { margin: 0 0 6px; max-height: 240px; overflow: auto; padding: 6px 8px; border-radius: 6px; background: var(--gg-code-bg); font: 11.5px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; white-space: pre-wrap; word-break: break-all; }
         .gg-approval-actions { display: flex; flex-wrap: wrap; gap: 6px; }
         "#
     )

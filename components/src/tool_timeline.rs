@@ -64,11 +64,21 @@ fn tool_row(props: &ToolRowProps) -> Html {
                 if let Some(reason) = &step.approval_reason {
                     <p class="gg-approval-reason">{ reason.clone() }</p>
                 }
+                if let Some(code) = &step.approval_code {
+                    // The whole code, never cut: the user approves exactly what runs.
+                    <pre class="gg-approval-code" data-testid="gg-approval-code">{ code.clone() }</pre>
+                }
                 <div class="gg-approval-actions">
                     <button type="button" class="gg-btn gg-btn-primary gg-btn-small" data-testid="gg-approve-once"
                         onclick={decide(ApprovalDecision::AllowOnce)}>{ "Allow once" }</button>
-                    <button type="button" class="gg-btn gg-btn-small" data-testid="gg-approve-always"
-                        onclick={decide(ApprovalDecision::AlwaysOnSite)}>{ always }</button>
+                    if step.approval_for_task {
+                        <button type="button" class="gg-btn gg-btn-small" data-testid="gg-approve-task"
+                            onclick={decide(ApprovalDecision::AllowForTask)}>{ "For this task" }</button>
+                    }
+                    if !step.approval_no_always {
+                        <button type="button" class="gg-btn gg-btn-small" data-testid="gg-approve-always"
+                            onclick={decide(ApprovalDecision::AlwaysOnSite)}>{ always }</button>
+                    }
                     <button type="button" class="gg-btn gg-btn-small" data-testid="gg-deny"
                         onclick={decide(ApprovalDecision::Deny)}>{ "Deny" }</button>
                 </div>

@@ -130,6 +130,15 @@ pub struct ToolStep {
     /// Why this call needs approval (shown while awaiting approval).
     #[serde(default)]
     pub approval_reason: Option<String>,
+    /// The approval card offers no "always on this site" (run_javascript: at most for the task).
+    #[serde(default)]
+    pub approval_no_always: bool,
+    /// The approval card offers "for this task".
+    #[serde(default)]
+    pub approval_for_task: bool,
+    /// Code the call would run, shown in full on the approval card.
+    #[serde(default)]
+    pub approval_code: Option<String>,
 }
 
 impl ToolStep {
@@ -143,6 +152,9 @@ impl ToolStep {
             result_preview: None,
             screenshot: None,
             approval_reason: None,
+            approval_no_always: false,
+            approval_for_task: false,
+            approval_code: None,
         }
     }
 
@@ -162,6 +174,8 @@ impl ToolStep {
 pub enum ApprovalDecision {
     AllowOnce,
     AlwaysOnSite,
+    /// Allowed until the running task ends.
+    AllowForTask,
     Deny,
 }
 

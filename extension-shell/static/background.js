@@ -14,24 +14,27 @@ globalThis.ggOnCommand = (command, tab) => ready.then((w) => w.on_command(comman
 chrome.commands.onCommand.addListener(globalThis.ggOnCommand);
 chrome.action.onClicked.addListener((tab) => globalThis.ggOnCommand('toggle-overlay', tab));
 
+// The top frame of a tab changed: a running turn bound to another document (or origin) stops.
+chrome.webNavigation.onCommitted.addListener((d) => {
+  if (d.frameId === 0 && d.documentLifecycle !== 'prerender') ready.then((w) => w.on_navigation(d.tabId, d.frameId, d.documentId ?? '', d.url, false));
+});
+chrome.webNavigation.onHistoryStateUpdated.addListener((d) => {
+  if (d.frameId === 0) ready.then((w) => w.on_navigation(d.tabId, d.frameId, d.documentId ?? '', d.url, true));
+});
+
 // Injected by run_javascript into the page's main world (chrome.scripting needs a function object;
-// the model's code arrives as data). It returns a JSON-safe, size-capped result.
+// the model's code arrives as data). Everything here runs among the page's own globals, which the
+// page may have replaced (eval, JSON, Promise, String...): the answer is only data. Chrome
+// serializes it; the service worker checks its shape, caps it and stops waiting after 10 s.
 globalThis.ggPageEval = async function (code) {
-  const cap = (s) => (s.length > 8000 ? s.slice(0, 8000) + ` … (${s.length - 8000} more characters)` : s);
   let value;
   try {
     value = await (0, eval)(code);
   } catch (e) {
-    const blocked = e instanceof EvalError || /Content Security Policy|unsafe-eval/i.test(String(e));
-    return { status: blocked ? 'blocked' : 'error', message: String(e && e.message || e) };
+    let message = 'unknown error';
+    try { message = String(e && e.message || e); } catch { /* a throwing toString */ }
+    const blocked = /Content Security Policy|unsafe-eval|EvalError/i.test(message) || (typeof EvalError === 'function' && e instanceof EvalError);
+    return { status: blocked ? 'blocked' : 'error', message };
   }
-  const seen = new WeakSet();
-  const json = JSON.stringify(value === undefined ? null : value, (k, v) => {
-    if (typeof v === 'bigint') return v.toString();
-    if (typeof v === 'function') return `[function ${v.name || 'anonymous'}]`;
-    if (v instanceof Node) return `[${v.nodeName.toLowerCase()} element]`;
-    if (v && typeof v === 'object') { if (seen.has(v)) return '[circular]'; seen.add(v); }
-    return v;
-  }) ?? 'null';
-  return { status: 'ok', value: json.length > 8000 ? cap(json) : JSON.parse(json) };
+  return { status: 'ok', value: value === undefined ? null : value };
 };

@@ -263,7 +263,9 @@ fn manifest(release: bool) -> Result<serde_json::Value> {
         "icons": icons,
         "action": { "default_title": "Gemma Gem", "default_icon": icons },
         "background": { "service_worker": "background.js", "type": "module" },
-        "permissions": ["offscreen", "storage", "unlimitedStorage", "scripting", "activeTab"],
+        "permissions": ["offscreen", "storage", "unlimitedStorage", "scripting", "activeTab", "webNavigation"],
+        // Incognito tabs get their own service worker, offscreen document and storage.
+        "incognito": "split",
         "host_permissions": ["<all_urls>"],
         "content_scripts": [{ "matches": pages, "js": ["content.js"], "run_at": "document_idle" }],
         "web_accessible_resources": [{ "resources": ["content/*", "overlay/*"], "matches": pages }],

@@ -143,6 +143,8 @@ pub struct ScriptedPage {
     pub inspected: RefCell<Vec<ElementTarget>>,
     /// `execute` never finishes (a tool still running).
     pub hang_on_execute: bool,
+    /// The element identity each executed call was bound to.
+    pub executed_on: RefCell<Vec<Option<String>>>,
 }
 
 impl ScriptedPage {
@@ -154,6 +156,7 @@ impl ScriptedPage {
             executed: RefCell::new(Vec::new()),
             inspected: RefCell::new(Vec::new()),
             hang_on_execute: false,
+            executed_on: RefCell::new(Vec::new()),
         }
     }
 
@@ -221,6 +224,17 @@ impl ToolExecutor for ScriptedPage {
 
     fn current_site(&self) -> LocalBoxFuture<'_, Result<String, ToolError>> {
         Box::pin(async move { Ok(self.site.clone()) })
+    }
+
+    fn execute_on<'a>(
+        &'a self,
+        call: &'a ToolCall,
+        element: Option<&'a str>,
+    ) -> LocalBoxFuture<'a, Result<ToolOutput, ToolError>> {
+        self.executed_on
+            .borrow_mut()
+            .push(element.map(str::to_owned));
+        self.execute(call)
     }
 }
 

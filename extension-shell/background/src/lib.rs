@@ -11,8 +11,8 @@ mod tools;
 
 use gg_chrome::log;
 use gg_messages::{
-    AdapterReport, Body, Context, Envelope, OFFSCREEN_STATUS_KEY, PanelAction, RequestId,
-    SETTINGS_KEY, SenderInfo, Settings, StatusReport, TOGGLE_COMMAND, conversation_key,
+    AdapterReport, Body, Context, Envelope, OFFSCREEN_STATUS_KEY, PageBinding, PanelAction,
+    RequestId, SETTINGS_KEY, SenderInfo, Settings, StatusReport, TOGGLE_COMMAND, conversation_key,
 };
 use std::cell::Cell;
 use wasm_bindgen::prelude::*;
@@ -200,9 +200,26 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
             }))
         }
 
+        // A tab's content script failed inside the page and its loader restarted it.
+        (Context::Content, Body::ContentCrashed { detail }) => {
+            let tab = sender.tab.as_ref().and_then(|t| t.id).unwrap_or(-1);
+            log::error(&format!(
+                "the page tools of tab {tab} crashed and were restarted: {detail}"
+            ));
+            Ok(Body::Ack)
+        }
+
         // The overlay of a tab: the tab is the one Chrome says the message came from.
         (Context::Overlay, Body::ChatSend { text }) => {
             let tab_id = sender_tab(sender)?;
+            // The turn is bound to the document the tab shows now; every call of it goes there.
+            let top = gg_chrome::top_frame(tab_id)
+                .await
+                .map_err(|e| format!("cannot tell which page this tab shows: {e}"))?;
+            let binding = PageBinding {
+                document_id: top.document_id,
+                origin: origin_of(&top.url),
+            };
             let s = settings().await;
             restore_if_needed(tab_id).await?;
             to_offscreen(Body::RunTurn {
@@ -214,6 +231,7 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
                 thinking: s.thinking,
                 temperature: s.temperature,
                 site_permissions: s.site_permissions,
+                binding,
             })
             .await
         }
@@ -230,10 +248,18 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
                 .map_err(|e| e.to_string())?;
             to_offscreen(Body::ClearConversation { tab_id }).await
         }
-        (Context::Overlay, Body::ChatApproval { call_id, decision }) => {
+        (
+            Context::Overlay,
+            Body::ChatApproval {
+                call_id,
+                nonce,
+                decision,
+            },
+        ) => {
             to_offscreen(Body::ApprovalAnswer {
                 tab_id: sender_tab(sender)?,
                 call_id,
+                nonce,
                 decision,
             })
             .await
@@ -256,22 +282,25 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
             to_offscreen(Body::GetTabConversation { tab_id }).await
         }
 
-        // The offscreen document's agent needs the page.
+        // The offscreen document's agent needs the page: every call names the document its turn
+        // is bound to, and reaches that document only.
         (
             Context::Offscreen,
             Body::TabToolCall {
                 tab_id,
+                document_id,
                 call_id,
                 call,
             },
         ) if call.name == "take_screenshot" => Ok(Body::ToolOutcome {
             call_id,
-            result: tools::take_screenshot(tab_id).await,
+            result: tools::take_screenshot(tab_id, &document_id).await,
         }),
         (
             Context::Offscreen,
             Body::TabToolCall {
                 tab_id,
+                document_id,
                 call_id,
                 call,
             },
@@ -284,19 +313,21 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
                 .to_owned();
             Ok(Body::ToolOutcome {
                 call_id,
-                result: tools::run_javascript(tab_id, &code).await,
+                result: tools::run_javascript(tab_id, &document_id, &code).await,
             })
         }
         (
             Context::Offscreen,
             Body::TabToolCall {
                 tab_id,
+                document_id,
                 call_id,
                 call,
             },
         ) => {
-            let answer = gg_chrome::send_to_tab(
+            let answer = gg_chrome::send_to_document(
                 tab_id,
+                &document_id,
                 &Envelope::new(
                     next_id(),
                     Context::ServiceWorker,
@@ -311,18 +342,21 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
                 Ok(env) => env.body,
                 Err(e) => Body::ToolOutcome {
                     call_id,
-                    result: Err(gg_agent::ToolError::new(
-                        gg_agent::ToolErrorKind::Unavailable,
-                        format!(
-                            "the page did not answer ({e}); it may still be loading or may not allow extensions"
-                        ),
-                    )),
+                    result: Err(page_unreachable(&e)),
                 },
             })
         }
-        (Context::Offscreen, Body::TabElementFacts { tab_id, target }) => {
-            let answer = gg_chrome::send_to_tab(
+        (
+            Context::Offscreen,
+            Body::TabElementFacts {
                 tab_id,
+                document_id,
+                target,
+            },
+        ) => {
+            let answer = gg_chrome::send_to_document(
+                tab_id,
+                &document_id,
                 &Envelope::new(
                     next_id(),
                     Context::ServiceWorker,
@@ -333,19 +367,25 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
             Ok(match answer {
                 Ok(env) => env.body,
                 Err(e) => Body::ElementFacts {
-                    result: Err(gg_agent::ToolError::new(
-                        gg_agent::ToolErrorKind::Unavailable,
-                        format!("the page did not answer ({e})"),
-                    )),
+                    result: Err(page_unreachable(&e)),
                 },
             })
         }
-        (Context::Offscreen, Body::TabSite { tab_id }) => {
-            let url = gg_chrome::tab_url(tab_id)
+        (
+            Context::Offscreen,
+            Body::TabSite {
+                tab_id,
+                document_id,
+            },
+        ) => {
+            let top = gg_chrome::top_frame(tab_id)
                 .await
                 .map_err(|e| e.to_string())?;
+            if top.document_id != document_id {
+                return Err(PAGE_CHANGED.into());
+            }
             Ok(Body::Site {
-                site: origin_of(&url),
+                site: origin_of(&top.url),
             })
         }
         (Context::Offscreen, Body::ConversationSnapshot { tab_id, messages }) => {
@@ -362,6 +402,54 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
         // Broadcasts for the overlays; nothing to do here.
         (Context::Offscreen, Body::AgentEvent { .. } | Body::ModelStatus(_)) => Ok(Body::Ack),
         (from, other) => Err(format!("unexpected message {other:?} from {from:?}")),
+    }
+}
+
+/// What the model is told when the bound document is gone.
+const PAGE_CHANGED: &str = "the page changed: the tab no longer shows the page this task started on, so \
+     nothing more runs there";
+
+fn page_unreachable(e: &gg_chrome::ChromeError) -> gg_agent::ToolError {
+    let message = if e.message.contains("No tab with id") || e.message.contains("document") {
+        format!("{PAGE_CHANGED} ({})", e.message)
+    } else {
+        format!(
+            "the page did not answer ({e}); it may still be loading or may not allow extensions"
+        )
+    };
+    gg_agent::ToolError::new(gg_agent::ToolErrorKind::Unavailable, message)
+}
+
+/// `webNavigation.onCommitted` and `onHistoryStateUpdated` (registered in `background.js`): the
+/// top frame of a tab changed. A running turn bound to another document (or origin) is stopped
+/// by the offscreen document; nothing happens when there is no offscreen document (no turn).
+#[wasm_bindgen]
+pub async fn on_navigation(
+    tab_id: f64,
+    frame_id: f64,
+    document_id: String,
+    url: String,
+    same_document: bool,
+) {
+    if frame_id != 0.0 || tab_id < 0.0 || tab_id.fract() != 0.0 {
+        return;
+    }
+    match gg_chrome::offscreen_exists().await {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(e) => {
+            log::warn(&e.to_string());
+            return;
+        }
+    }
+    let body = Body::PageChanged {
+        tab_id: tab_id as i64,
+        document_id,
+        url,
+        same_document,
+    };
+    if let Err(e) = gg_chrome::send(Context::ServiceWorker, next_id(), body).await {
+        log::warn(&format!("could not report a navigation: {e}"));
     }
 }
 

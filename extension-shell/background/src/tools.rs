@@ -37,8 +37,25 @@ fn chrome(path: &[&str]) -> JsValue {
         .fold(js_sys::global().into(), |obj, key| get(&obj, key))
 }
 
+/// Fails unless the top frame of `tab_id` still shows `document_id` (the turn's page).
+async fn still_on(tab_id: i64, document_id: &str) -> Result<(), ToolError> {
+    let top = gg_chrome::top_frame(tab_id)
+        .await
+        .map_err(|e| ToolError::new(ToolErrorKind::Unavailable, e.to_string()))?;
+    if top.document_id != document_id {
+        return Err(ToolError::new(
+            ToolErrorKind::Unavailable,
+            crate::PAGE_CHANGED,
+        ));
+    }
+    Ok(())
+}
+
 /// Screenshot of the visible part of `tab_id` as PNG, at most [`SCREENSHOT_MAX_WIDTH`] wide.
-pub async fn take_screenshot(tab_id: i64) -> Result<ToolOutput, ToolError> {
+/// `captureVisibleTab` cannot name a document, so the tab must show `document_id` both before
+/// and after the capture (a capture taken across a navigation is thrown away).
+pub async fn take_screenshot(tab_id: i64, document_id: &str) -> Result<ToolOutput, ToolError> {
+    still_on(tab_id, document_id).await?;
     let tabs = chrome(&["chrome", "tabs"]);
     let tab = call_promise(&tabs, "get", &[JsValue::from_f64(tab_id as f64)])
         .await
@@ -58,6 +75,7 @@ pub async fn take_screenshot(tab_id: i64) -> Result<ToolOutput, ToolError> {
     )
     .await
     .map_err(js_err("chrome.tabs.captureVisibleTab"))?;
+    still_on(tab_id, document_id).await?;
     let global: JsValue = js_sys::global().into();
     let response = call_promise(&global, "fetch", &[data_url])
         .await
@@ -120,9 +138,22 @@ pub async fn take_screenshot(tab_id: i64) -> Result<ToolOutput, ToolError> {
     })
 }
 
-/// Runs `code` in the page's main world through the function `globalThis.ggPageEval` that
-/// `background.js` defines (Chrome needs a function object to inject).
-pub async fn run_javascript(tab_id: i64, code: &str) -> Result<ToolOutput, ToolError> {
+/// How long `run_javascript` waits for the page's answer.
+pub const RUN_JAVASCRIPT_TIMEOUT_MS: u32 = 10_000;
+
+/// Longest result (JSON characters) handed back to the model.
+const RESULT_MAX_CHARS: usize = 8000;
+
+/// Runs `code` in the main world of the document `document_id` of `tab_id` (and nowhere else)
+/// through the function `globalThis.ggPageEval` that `background.js` defines (Chrome needs a
+/// function object to inject). Everything in the page's world may have been replaced by the page
+/// (`eval`, `JSON`, `Promise`...), so the page's answer is only data: it is serialized by Chrome,
+/// checked and capped here, and the wait ends after [`RUN_JAVASCRIPT_TIMEOUT_MS`].
+pub async fn run_javascript(
+    tab_id: i64,
+    document_id: &str,
+    code: &str,
+) -> Result<ToolOutput, ToolError> {
     let func = get(&js_sys::global(), "ggPageEval");
     if !func.is_function() {
         return Err(ToolError::new(
@@ -130,49 +161,130 @@ pub async fn run_javascript(tab_id: i64, code: &str) -> Result<ToolOutput, ToolE
             "ggPageEval is missing from background.js",
         ));
     }
+    if document_id.is_empty() {
+        return Err(ToolError::new(
+            ToolErrorKind::Unavailable,
+            "no page to run the code in",
+        ));
+    }
     let details = Object::new();
     let target = Object::new();
     Reflect::set(&target, &"tabId".into(), &JsValue::from_f64(tab_id as f64))
         .map_err(js_err("target"))?;
+    Reflect::set(
+        &target,
+        &"documentIds".into(),
+        &Array::of1(&document_id.into()),
+    )
+    .map_err(js_err("target"))?;
     Reflect::set(&details, &"target".into(), &target).map_err(js_err("details"))?;
     Reflect::set(&details, &"world".into(), &"MAIN".into()).map_err(js_err("details"))?;
     Reflect::set(&details, &"func".into(), &func).map_err(js_err("details"))?;
     Reflect::set(&details, &"args".into(), &Array::of1(&code.into())).map_err(js_err("details"))?;
     let scripting = chrome(&["chrome", "scripting"]);
-    let results = call_promise(&scripting, "executeScript", &[details.into()])
-        .await
-        .map_err(|e| {
-            ToolError::new(
-                ToolErrorKind::Unavailable,
-                js_err("chrome.scripting.executeScript")(e).message,
-            )
-        })?;
+    let details: JsValue = details.into();
+    let run = call_promise(&scripting, "executeScript", std::slice::from_ref(&details));
+    let timeout = gloo_timers::future::TimeoutFuture::new(RUN_JAVASCRIPT_TIMEOUT_MS);
+    let results = match futures::future::select(Box::pin(run), timeout).await {
+        futures::future::Either::Left((results, _)) => results.map_err(|e| {
+            let message = js_err("chrome.scripting.executeScript")(e).message;
+            if message.contains("No document") || message.contains("No frame") {
+                ToolError::new(ToolErrorKind::Unavailable, crate::PAGE_CHANGED)
+            } else {
+                ToolError::new(ToolErrorKind::Unavailable, message)
+            }
+        })?,
+        futures::future::Either::Right(((), _)) => {
+            return Err(ToolError::new(
+                ToolErrorKind::Failed,
+                format!(
+                    "the code did not finish within {} s, so the extension stopped waiting for \
+                     it (the page may still be running it); write code that returns at once",
+                    RUN_JAVASCRIPT_TIMEOUT_MS / 1000
+                ),
+            ));
+        }
+    };
     let first = Array::from(&results).get(0);
     let result = gg_chrome::from_js(&get(&first, "result"))
         .map_err(|e| ToolError::new(ToolErrorKind::Failed, e))?;
+    page_answer(&result)
+}
+
+/// The page's answer to `ggPageEval` (`{status, value | message}`), which the page may have
+/// forged: anything else is a clear error, strings are capped.
+fn page_answer(result: &serde_json::Value) -> Result<ToolOutput, ToolError> {
+    let message = || {
+        let text = result
+            .get("message")
+            .and_then(|m| m.as_str())
+            .unwrap_or("unknown error");
+        cap(text)
+    };
     match result.get("status").and_then(|s| s.as_str()) {
-        Some("ok") => Ok(ToolOutput::new(
-            result
+        Some("ok") => {
+            let value = result
                 .get("value")
                 .cloned()
-                .unwrap_or(serde_json::Value::Null),
-        )),
+                .unwrap_or(serde_json::Value::Null);
+            let json = value.to_string();
+            Ok(ToolOutput::new(
+                if json.chars().count() > RESULT_MAX_CHARS {
+                    serde_json::Value::String(cap(&json))
+                } else {
+                    value
+                },
+            ))
+        }
         Some("blocked") => Err(ToolError::new(
             ToolErrorKind::Blocked,
             format!(
                 "this page's Content-Security-Policy forbids running JavaScript from a string ({}); use the page tools (snapshot_page, click_element, type_text, read_page_content) instead",
-                result.get("message").and_then(|m| m.as_str()).unwrap_or("")
+                message()
             ),
+        )),
+        Some("error") => Err(ToolError::new(
+            ToolErrorKind::Failed,
+            format!("the code threw: {}", message()),
         )),
         _ => Err(ToolError::new(
             ToolErrorKind::Failed,
-            format!(
-                "the code threw: {}",
-                result
-                    .get("message")
-                    .and_then(|m| m.as_str())
-                    .unwrap_or("unknown error")
-            ),
+            "the page gave no readable answer (it may have replaced what the code runs with)",
         )),
+    }
+}
+
+/// At most [`RESULT_MAX_CHARS`] characters of `text`, saying how many were left out.
+fn cap(text: &str) -> String {
+    match text.char_indices().nth(RESULT_MAX_CHARS) {
+        None => text.to_owned(),
+        Some((at, _)) => format!(
+            "{} … ({} more characters)",
+            &text[..at],
+            text[at..].chars().count()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn page_answers_are_checked_and_capped() {
+        let ok = page_answer(&json!({"status": "ok", "value": {"a": 1}})).unwrap();
+        assert_eq!(ok.value, json!({"a": 1}));
+        let long = "x".repeat(RESULT_MAX_CHARS + 5);
+        let capped = page_answer(&json!({"status": "ok", "value": long})).unwrap();
+        let text = capped.value.as_str().unwrap();
+        assert!(text.ends_with("(7 more characters)"), "{text}");
+        let thrown = page_answer(&json!({"status": "error", "message": "boom"})).unwrap_err();
+        assert_eq!(thrown.message, "the code threw: boom");
+        assert_eq!(thrown.kind, ToolErrorKind::Failed);
+        let forged = page_answer(&json!({"status": 3})).unwrap_err();
+        assert!(forged.message.contains("no readable answer"));
+        let blocked = page_answer(&json!({"status": "blocked", "message": "eval"})).unwrap_err();
+        assert_eq!(blocked.kind, ToolErrorKind::Blocked);
     }
 }

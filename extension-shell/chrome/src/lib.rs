@@ -31,8 +31,18 @@ extern "C" {
     #[wasm_bindgen(js_namespace = ["chrome", "tabs"], js_name = sendMessage, catch)]
     async fn tabs_send_message(tab_id: i32, message: JsValue) -> Result<JsValue, JsValue>;
 
+    #[wasm_bindgen(js_namespace = ["chrome", "tabs"], js_name = sendMessage, catch)]
+    async fn tabs_send_message_with(
+        tab_id: i32,
+        message: JsValue,
+        options: JsValue,
+    ) -> Result<JsValue, JsValue>;
+
     #[wasm_bindgen(js_namespace = ["chrome", "tabs"], js_name = get, catch)]
     async fn tabs_get(tab_id: i32) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "webNavigation"], js_name = getFrame, catch)]
+    async fn web_navigation_get_frame(details: JsValue) -> Result<JsValue, JsValue>;
 
     #[wasm_bindgen(js_namespace = ["chrome", "storage", "session"], js_name = remove, catch)]
     async fn storage_session_remove(keys: JsValue) -> Result<JsValue, JsValue>;
@@ -142,6 +152,68 @@ pub async fn send_to_tab(tab_id: i64, env: &Envelope) -> Result<Envelope, Chrome
     Envelope::from_json(json).map_err(|e| ChromeError {
         api: API,
         message: e.to_string(),
+    })
+}
+
+/// Sends an envelope to one document of a tab (`tabs.sendMessage` with `documentId`): Chrome
+/// delivers it to that document only, and fails when the tab no longer shows it.
+pub async fn send_to_document(
+    tab_id: i64,
+    document_id: &str,
+    env: &Envelope,
+) -> Result<Envelope, ChromeError> {
+    const API: &str = "chrome.tabs.sendMessage";
+    let tab = i32::try_from(tab_id).map_err(|_| ChromeError {
+        api: API,
+        message: format!("bad tab id {tab_id}"),
+    })?;
+    if document_id.is_empty() {
+        return Err(ChromeError {
+            api: API,
+            message: "no document to send to".into(),
+        });
+    }
+    let options = to_js(API, &serde_json::json!({ "documentId": document_id }))?;
+    let answer = tabs_send_message_with(tab, to_js(API, env)?, options)
+        .await
+        .map_err(err(API))?;
+    let json = from_js(&answer).map_err(|message| ChromeError { api: API, message })?;
+    Envelope::from_json(json).map_err(|e| ChromeError {
+        api: API,
+        message: e.to_string(),
+    })
+}
+
+/// A tab's top-level document as `webNavigation.getFrame` reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopFrame {
+    /// Chrome's id of the document (changes with every navigation that commits a new one).
+    pub document_id: String,
+    pub url: String,
+}
+
+/// The document the top frame of `tab_id` shows now.
+pub async fn top_frame(tab_id: i64) -> Result<TopFrame, ChromeError> {
+    const API: &str = "chrome.webNavigation.getFrame";
+    let details = to_js(API, &serde_json::json!({ "tabId": tab_id, "frameId": 0 }))?;
+    let frame = web_navigation_get_frame(details).await.map_err(err(API))?;
+    let json = from_js(&frame).map_err(|message| ChromeError { api: API, message })?;
+    let field = |key: &str| {
+        json.get(key)
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let document_id = field("documentId");
+    if document_id.is_empty() {
+        return Err(ChromeError {
+            api: API,
+            message: format!("tab {tab_id} has no top-level document"),
+        });
+    }
+    Ok(TopFrame {
+        document_id,
+        url: field("url"),
     })
 }
 

@@ -152,6 +152,9 @@ pub enum Body {
     ElementFacts {
         result: Result<gg_agent::ElementFacts, gg_agent::ToolError>,
     },
+    /// Content script -> service worker: the in-page code failed (a panic traps it) and its
+    /// loader restarted it; logged by the service worker. `detail`: the panic message.
+    ContentCrashed { detail: String },
     /// Overlay -> service worker: the user sent a message in this tab's overlay.
     ChatSend { text: String },
     /// Overlay -> service worker: stop this tab's answer.
@@ -161,6 +164,9 @@ pub enum Body {
     /// Overlay -> service worker: the user's answer to an approval request.
     ChatApproval {
         call_id: u64,
+        /// The nonce of the request ([`gg_agent::ApprovalRequest::nonce`]); answers for any
+        /// other nonce are ignored.
+        nonce: String,
         decision: gg_agent::ApprovalDecision,
     },
     /// Overlay -> service worker: which tab am I in, and what has been said here so far?
@@ -170,6 +176,10 @@ pub enum Body {
         tab_id: i64,
         messages: Vec<gg_agent::ChatMessage>,
         running: bool,
+        /// Why the last turn stopped, when the user must be told even in a newly opened overlay
+        /// (the page changed mid-turn: the overlay that showed the turn is gone).
+        #[serde(default)]
+        notice: Option<String>,
     },
     /// Service worker -> offscreen: run one agent turn for a tab.
     RunTurn {
@@ -188,6 +198,21 @@ pub enum Body {
         /// `gg_agent::SitePermissions`).
         #[serde(default)]
         site_permissions: serde_json::Value,
+        /// The page the turn is bound to: the tab's top document when the user sent the message.
+        /// Every tool call of the turn goes to this document only, and the turn stops when the
+        /// tab shows another one.
+        #[serde(default)]
+        binding: PageBinding,
+    },
+    /// Service worker -> offscreen: the top frame of a tab committed a navigation
+    /// (`webNavigation.onCommitted`, frame 0: a new document) or changed its URL in place
+    /// (`onHistoryStateUpdated`, `same_document`). A running turn bound to another document,
+    /// or to another origin, is stopped.
+    PageChanged {
+        tab_id: i64,
+        document_id: String,
+        url: String,
+        same_document: bool,
     },
     /// Service worker -> offscreen: cancel a tab's running turn.
     CancelTurn { tab_id: i64 },
@@ -195,6 +220,7 @@ pub enum Body {
     ApprovalAnswer {
         tab_id: i64,
         call_id: u64,
+        nonce: String,
         decision: gg_agent::ApprovalDecision,
     },
     /// Service worker -> offscreen: forget a tab's conversation.
@@ -211,16 +237,21 @@ pub enum Body {
     /// or run by the service worker itself for screenshots and scripting).
     TabToolCall {
         tab_id: i64,
+        /// The document the turn is bound to ([`PageBinding::document_id`]); the call goes to it
+        /// only, and fails when the tab no longer shows it.
+        document_id: String,
         call_id: String,
         call: gg_agent::ToolCall,
     },
     /// Offscreen -> service worker: element facts from a tab, for the safety gate.
     TabElementFacts {
         tab_id: i64,
+        document_id: String,
         target: gg_agent::ElementTarget,
     },
-    /// Offscreen -> service worker: the site (origin) a tab shows.
-    TabSite { tab_id: i64 },
+    /// Offscreen -> service worker: the site (origin) a tab shows, when it still shows
+    /// `document_id` (an error otherwise).
+    TabSite { tab_id: i64, document_id: String },
     /// Answer to [`Body::TabSite`] and [`Body::GetPageSite`].
     Site { site: String },
     /// Overlay -> service worker: the site (origin) of the page this overlay is shown in.
@@ -266,6 +297,15 @@ pub enum Body {
 
 fn default_temperature() -> f32 {
     Settings::default().temperature
+}
+
+/// The page a turn is bound to: one tab's top-level document, as Chrome identifies it
+/// (`documentId` of `webNavigation.getFrame`, frame 0), and its origin at the turn's start.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageBinding {
+    pub document_id: String,
+    /// `scheme://host[:port]` of the document's URL.
+    pub origin: String,
 }
 
 /// What [`Body::PanelCommand`] asks the content script to do.

@@ -7,12 +7,12 @@ use futures::{FutureExt, StreamExt};
 use gg_agent::{
     Agent, AgentConfig, AgentEnv, AgentEvent, ApprovalDecision, ApprovalRequest, Approver,
     ApproxTokenCounter, CancellationToken, ChatMessage, ElementFacts, ElementTarget, ModelBackend,
-    ToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolOutput,
+    StopReason, ToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolOutput,
 };
 use gg_chrome::log;
-use gg_messages::{Body, Context, ModelState, RequestId};
+use gg_messages::{Body, Context, ModelState, PageBinding, RequestId};
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
 /// One tab's conversation.
@@ -23,9 +23,16 @@ struct Tab {
     /// The conversation as of the last finished turn (answers `GetTabConversation` mid-turn).
     saved: Vec<ChatMessage>,
     running: Option<CancellationToken>,
-    approvals: HashMap<u64, oneshot::Sender<ApprovalDecision>>,
+    /// The page the running turn is bound to.
+    binding: Option<PageBinding>,
+    /// Why the last turn stopped, when a newly opened overlay must say it (the page changed).
+    notice: Option<String>,
+    /// Waiting approvals, by nonce.
+    approvals: HashMap<String, oneshot::Sender<ApprovalDecision>>,
+    /// Nonces of the requests shown to the user (only their answers count).
+    issued: HashSet<String>,
     /// Answers that arrived before the loop asked (the overlay can be quicker than the loop).
-    early_answers: HashMap<u64, ApprovalDecision>,
+    early_answers: HashMap<String, ApprovalDecision>,
     seq: u64,
 }
 
@@ -56,6 +63,7 @@ pub fn handles(body: &Body) -> bool {
         Body::Ping
             | Body::RunTurn { .. }
             | Body::CancelTurn { .. }
+            | Body::PageChanged { .. }
             | Body::ApprovalAnswer { .. }
             | Body::ClearConversation { .. }
             | Body::RestoreConversation { .. }
@@ -87,7 +95,11 @@ pub async fn handle(body: Body) -> Result<Body, String> {
             thinking,
             temperature,
             site_permissions,
+            binding,
         } => {
+            if binding.document_id.is_empty() {
+                return Err("a turn needs the page it is bound to".into());
+            }
             // Stored by the overlays; a damaged value must not stop the user from chatting.
             let permissions = match site_permissions {
                 serde_json::Value::Null => Ok(gg_agent::SitePermissions::default()),
@@ -112,6 +124,8 @@ pub async fn handle(body: Body) -> Result<Body, String> {
             let cancel = CancellationToken::new();
             let agent = with_tab(tab_id, |t| {
                 t.running = Some(cancel.clone());
+                t.binding = Some(binding.clone());
+                t.notice = None;
                 let mut agent = t
                     .agent
                     .take()
@@ -151,12 +165,13 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                             with_tab(tab_id, |t| {
                                 t.agent = Some(agent);
                                 t.running = None;
+                                t.binding = None;
                             });
                             return;
                         }
                     },
                 };
-                run_turn(tab_id, agent, backend, text, cancel).await;
+                run_turn(tab_id, binding, agent, backend, text, cancel).await;
             });
             Ok(Body::Ack)
         }
@@ -188,9 +203,29 @@ pub async fn handle(body: Body) -> Result<Body, String> {
             }
             Ok(Body::Ack)
         }
+        Body::PageChanged {
+            tab_id,
+            document_id,
+            url,
+            same_document,
+        } => {
+            with_tab(tab_id, |t| {
+                let (Some(cancel), Some(binding)) = (&t.running, &t.binding) else {
+                    return;
+                };
+                if page_left(binding, &document_id, &url, same_document) {
+                    log::info(&format!(
+                        "tab {tab_id} left the page of its turn for {url}; the turn stops"
+                    ));
+                    cancel.cancel_because(StopReason::PageChanged { url: url.clone() });
+                }
+            });
+            Ok(Body::Ack)
+        }
         Body::ApprovalAnswer {
             tab_id,
             call_id,
+            nonce,
             decision,
         } => with_tab(tab_id, |t| {
             if t.running.is_none() {
@@ -198,12 +233,18 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                     "no answer is being written in this tab; approval for call {call_id} ignored"
                 ));
             }
-            match t.approvals.remove(&call_id) {
+            // Only the nonce of a request that was shown counts, once.
+            if nonce.is_empty() || !t.issued.remove(&nonce) {
+                return Err(format!(
+                    "no approval is pending under that nonce; answer for call {call_id} ignored"
+                ));
+            }
+            match t.approvals.remove(&nonce) {
                 Some(tx) => {
                     let _ = tx.send(decision);
                 }
                 None => {
-                    t.early_answers.insert(call_id, decision);
+                    t.early_answers.insert(nonce, decision);
                 }
             }
             Ok(Body::Ack)
@@ -240,6 +281,7 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                 .map(|a| a.messages().to_vec())
                 .unwrap_or_else(|| t.saved.clone()),
             running: t.running.is_some(),
+            notice: t.notice.clone(),
         })),
         other => Err(format!("the offscreen document does not handle {other:?}")),
     }
@@ -268,14 +310,28 @@ async fn scripted_backend(url: &str) -> Result<Rc<dyn ModelBackend>, String> {
     }
 }
 
+/// Whether a navigation report means the tab no longer shows the page a turn is bound to: a new
+/// document in the top frame, or (same document) a URL of another origin.
+fn page_left(binding: &PageBinding, document_id: &str, url: &str, same_document: bool) -> bool {
+    if same_document {
+        gg_agent::site_key(url) != gg_agent::site_key(&binding.origin)
+    } else {
+        document_id != binding.document_id
+    }
+}
+
 async fn run_turn(
     tab_id: i64,
+    binding: PageBinding,
     mut agent: Agent,
     backend: Rc<dyn ModelBackend>,
     text: String,
     cancel: CancellationToken,
 ) {
-    let executor = TabExecutor { tab_id };
+    let executor = TabExecutor {
+        tab_id,
+        document_id: binding.document_id,
+    };
     let approver = TabApprover { tab_id };
     let tokens = ApproxTokenCounter::default();
     {
@@ -288,6 +344,17 @@ async fn run_turn(
         };
         let mut events = gg_agent::run_agent_loop(&mut agent, ChatMessage::user(text), env);
         while let Some(event) = events.next().await {
+            if let AgentEvent::AwaitingApproval { request } = &event {
+                let nonce = request.nonce.clone();
+                with_tab(tab_id, |t| t.issued.insert(nonce));
+            }
+            if let AgentEvent::Done {
+                reason: reason @ StopReason::PageChanged { .. },
+            } = &event
+            {
+                let notice = reason.to_string();
+                with_tab(tab_id, |t| t.notice = Some(notice));
+            }
             broadcast(tab_id, event).await;
         }
     }
@@ -296,7 +363,9 @@ async fn run_turn(
         t.saved = messages.clone();
         t.agent = Some(agent);
         t.running = None;
+        t.binding = None;
         t.approvals.clear();
+        t.issued.clear();
         t.early_answers.clear();
     });
     if let Err(e) = gg_chrome::send(
@@ -348,9 +417,10 @@ fn unexpected(body: Body) -> ToolError {
     ToolError::new(ToolErrorKind::Failed, format!("unexpected answer {body:?}"))
 }
 
-/// Runs page tools in one tab, through the service worker.
+/// Runs page tools in one document of one tab (the turn's page), through the service worker.
 struct TabExecutor {
     tab_id: i64,
+    document_id: String,
 }
 
 impl ToolExecutor for TabExecutor {
@@ -362,6 +432,7 @@ impl ToolExecutor for TabExecutor {
         async move {
             match ask(Body::TabToolCall {
                 tab_id: self.tab_id,
+                document_id: self.document_id.clone(),
                 call_id,
                 call: call.clone(),
             })
@@ -381,6 +452,7 @@ impl ToolExecutor for TabExecutor {
         async move {
             match ask(Body::TabElementFacts {
                 tab_id: self.tab_id,
+                document_id: self.document_id.clone(),
                 target: target.clone(),
             })
             .await?
@@ -396,6 +468,7 @@ impl ToolExecutor for TabExecutor {
         async move {
             match ask(Body::TabSite {
                 tab_id: self.tab_id,
+                document_id: self.document_id.clone(),
             })
             .await?
             {
@@ -407,6 +480,23 @@ impl ToolExecutor for TabExecutor {
     }
 }
 
+/// 16 random bytes (`crypto.getRandomValues`) as hex.
+fn random_nonce() -> String {
+    let bytes = js_sys::Uint8Array::new_with_length(16);
+    let crypto = js_sys::Reflect::get(&js_sys::global(), &"crypto".into())
+        .unwrap_or(wasm_bindgen::JsValue::UNDEFINED);
+    let filled = js_sys::Reflect::get(&crypto, &"getRandomValues".into())
+        .ok()
+        .and_then(|f| wasm_bindgen::JsCast::dyn_into::<js_sys::Function>(f).ok())
+        .is_some_and(|f| f.call1(&crypto, &bytes).is_ok());
+    if !filled {
+        // No random source: refuse every approval rather than use a guessable nonce.
+        log::error("crypto.getRandomValues is missing; approvals cannot be answered");
+        return String::new();
+    }
+    bytes.to_vec().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Waits for the user's answer in the tab's overlay. A turn that ends (cancel, new chat) drops
 /// the pending answers, which counts as a denial.
 struct TabApprover {
@@ -414,12 +504,17 @@ struct TabApprover {
 }
 
 impl Approver for TabApprover {
+    /// 128 bits from `crypto.getRandomValues`.
+    fn nonce(&self) -> String {
+        random_nonce()
+    }
+
     fn decide<'a>(&'a self, request: &'a ApprovalRequest) -> LocalBoxFuture<'a, ApprovalDecision> {
         let (tx, rx) = oneshot::channel();
         let early = with_tab(self.tab_id, |t| {
-            let early = t.early_answers.remove(&request.call_id);
+            let early = t.early_answers.remove(&request.nonce);
             if early.is_none() {
-                t.approvals.insert(request.call_id, tx);
+                t.approvals.insert(request.nonce.clone(), tx);
             }
             early
         });
@@ -430,5 +525,34 @@ impl Approver for TabApprover {
             }
         }
         .boxed_local()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_turn_leaves_its_page_on_a_new_document_or_another_origin() {
+        let binding = PageBinding {
+            document_id: "DOC1".into(),
+            origin: "http://127.0.0.1:8000".into(),
+        };
+        assert!(!page_left(
+            &binding,
+            "DOC1",
+            "http://127.0.0.1:8000/x",
+            false
+        ));
+        assert!(page_left(&binding, "DOC2", "http://127.0.0.1:8000/", false));
+        assert!(page_left(&binding, "DOC2", "http://localhost:8000/", false));
+        assert!(!page_left(
+            &binding,
+            "DOC1",
+            "http://127.0.0.1:8000/#step2",
+            true
+        ));
+        assert!(page_left(&binding, "DOC1", "http://localhost:8000/", true));
+        assert!(page_left(&binding, "DOC1", "http://127.0.0.1:8001/", true));
     }
 }

@@ -40,10 +40,23 @@ pub fn event_actions(event: AgentEvent) -> Vec<Action> {
             vec![Action::ToolStarted { step }]
         }
         AgentEvent::AwaitingApproval { request } => {
-            vec![Action::ApprovalRequested {
-                call_id: request.call_id.to_string(),
-                reason: request.summary,
-            }]
+            // run_javascript's code is shown in full: the user approves exactly what runs.
+            let code = (request.call.name == "run_javascript")
+                .then(|| request.call.args.get("code").and_then(|c| c.as_str()))
+                .flatten()
+                .map(str::to_owned);
+            vec![
+                Action::ApprovalRequested {
+                    call_id: request.call_id.to_string(),
+                    reason: request.summary,
+                },
+                Action::ApprovalOptions {
+                    call_id: request.call_id.to_string(),
+                    allow_always: request.allow_always,
+                    for_task: true,
+                    code,
+                },
+            ]
         }
         AgentEvent::PermissionGranted { .. } => Vec::new(),
         AgentEvent::ToolResult {
@@ -150,6 +163,28 @@ pub fn model_actions(report: ModelReport, tab: Option<i64>) -> Vec<Action> {
 
 /// The UI's message list for a saved agent conversation. Model messages of one turn (before and
 /// after tool calls) become one assistant message with its tool steps.
+/// [`conversation`], followed by `notice` (why the last turn stopped) as a closing line of the
+/// last answer, or as an answer of its own when there is none.
+pub fn conversation_with_notice(
+    messages: &[AgentMessage],
+    notice: Option<&str>,
+) -> Vec<ChatMessage> {
+    let mut out = conversation(messages);
+    if let Some(notice) = notice {
+        let line = format!("_{notice}_");
+        match out.last_mut() {
+            Some(last) if last.role == gg_components::Role::Assistant => {
+                if !last.text.is_empty() {
+                    last.text.push_str("\n\n");
+                }
+                last.text.push_str(&line);
+            }
+            _ => out.push(ChatMessage::assistant(out.len() as u64 + 1, line)),
+        }
+    }
+    out
+}
+
 pub fn conversation(messages: &[AgentMessage]) -> Vec<ChatMessage> {
     let mut out: Vec<ChatMessage> = Vec::new();
     let mut in_turn = false;
@@ -224,6 +259,22 @@ mod tests {
             source: "http://x/m".into(),
             state,
         }
+    }
+
+    #[test]
+    fn a_notice_closes_the_restored_conversation() {
+        let ui = conversation_with_notice(
+            &[AgentMessage::user("Go"), AgentMessage::model("Clicking.")],
+            Some("The page changed — the task was stopped"),
+        );
+        assert_eq!(ui.len(), 2);
+        assert_eq!(
+            ui[1].text,
+            "Clicking.\n\n_The page changed — the task was stopped_"
+        );
+        let alone = conversation_with_notice(&[AgentMessage::user("Go")], Some("Stopped"));
+        assert_eq!(alone.len(), 2);
+        assert_eq!(alone[1].text, "_Stopped_");
     }
 
     #[test]

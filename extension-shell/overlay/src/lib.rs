@@ -25,6 +25,9 @@ thread_local! {
     /// The user sent a message from this overlay (a stored conversation that arrives later must
     /// not replace what is on screen).
     static SENT: Cell<bool> = const { Cell::new(false) };
+    /// The nonce of each pending approval, by call id (an answer carries it).
+    static NONCES: RefCell<std::collections::HashMap<String, String>> =
+        RefCell::new(std::collections::HashMap::new());
 }
 
 fn next_id() -> RequestId {
@@ -77,6 +80,7 @@ async fn load_conversation() {
         tab_id,
         messages,
         running,
+        notice,
     }) = request(Body::GetConversation).await
     {
         TAB.with(|t| t.set(Some(tab_id)));
@@ -86,7 +90,7 @@ async fn load_conversation() {
             log::debug("a message was sent before the stored conversation arrived; kept on screen");
         } else {
             dispatch(Action::LoadConversation {
-                messages: convert::conversation(&messages),
+                messages: convert::conversation_with_notice(&messages, notice.as_deref()),
             });
         }
         if running {
@@ -263,6 +267,7 @@ fn decision(d: ApprovalDecision) -> AgentDecision {
     match d {
         ApprovalDecision::AllowOnce => AgentDecision::AllowOnce,
         ApprovalDecision::AlwaysOnSite => AgentDecision::AlwaysOnSite,
+        ApprovalDecision::AllowForTask => AgentDecision::AllowForTask,
         ApprovalDecision::Deny => AgentDecision::Deny,
     }
 }
@@ -278,12 +283,16 @@ async fn send_intent(intent: UiIntent) {
         UiIntent::Approve {
             call_id,
             decision: d,
-        } => match call_id.parse() {
-            Ok(call_id) => Body::ChatApproval {
+        } => match (
+            call_id.parse(),
+            NONCES.with(|n| n.borrow_mut().remove(&call_id)),
+        ) {
+            (Ok(call_id), Some(nonce)) => Body::ChatApproval {
                 call_id,
+                nonce,
                 decision: decision(d),
             },
-            Err(_) => return show_error(format!("unknown tool call {call_id}")),
+            _ => return show_error(format!("no approval is pending for tool call {call_id}")),
         },
         UiIntent::SettingsChanged { settings } => return settings_changed(settings).await,
         // The settings change that goes with it removes the host from the page (content script).
@@ -345,6 +354,13 @@ pub fn on_broadcast(message: JsValue) {
         stale
     }) {
         return;
+    }
+    if let gg_agent::AgentEvent::AwaitingApproval { request } = &event {
+        // The answer names this request by its nonce, never by a guessable number.
+        NONCES.with(|n| {
+            n.borrow_mut()
+                .insert(request.call_id.to_string(), request.nonce.clone())
+        });
     }
     if let gg_agent::AgentEvent::PermissionGranted { site, permission } = &event {
         wasm_bindgen_futures::spawn_local(permission_granted(site.clone(), permission.clone()));

@@ -34,6 +34,8 @@ pub fn permission_label(permission: &Permission) -> String {
             format!("type_text into {kind} fields")
         }
         Permission::SubmitSensitiveForm => "submit sensitive forms".into(),
+        Permission::SubmitForm => "submit forms".into(),
+        Permission::Consequential(kind) => format!("click buttons that {}", kind.describe()),
         Permission::LeaveSiteTo { destination } => format!("navigate to {destination}"),
         Permission::Tool { name } => name.clone(),
     }
