@@ -28,15 +28,23 @@ def tt(dtype):
             np.int32: TensorProto.INT32, np.uint8: TensorProto.UINT8, np.bool_: TensorProto.BOOL}[dtype]
 
 
-def save(out, name, node, inputs, outputs_meta, tol, opset=21, inits=()):
-    """inputs: list of (name, array or None); outputs_meta: list of (name, np dtype)."""
+def make(name, node, inputs, outputs_meta, opset=21, inits=(), ir=10):
     g_inputs = [helper.make_tensor_value_info(n, tt(a.dtype.type), a.shape) for n, a in inputs if a is not None]
     g_outputs = [helper.make_tensor_value_info(n, tt(d), None) for n, d in outputs_meta]
     graph = helper.make_graph([node], name, g_inputs, g_outputs, initializer=list(inits))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid(MS, 1)])
-    model.ir_version = 10
-    feeds = {n: a for n, a in inputs if a is not None}
-    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    model.ir_version = ir
+    return model
+
+
+def save(out, name, node, inputs, outputs_meta, tol, opset=21, inits=(), ir=10, reference=None):
+    """inputs: list of (name, array or None); outputs_meta: list of (name, np dtype).
+    `reference`: (node, inputs) of an equivalent graph ONNX Runtime runs, for a form it refuses."""
+    model = make(name, node, inputs, outputs_meta, opset, inits, ir)
+    ref_node, ref_inputs = reference or (node, inputs)
+    ref_model = make(name, ref_node, ref_inputs, outputs_meta, opset, inits, ir)
+    feeds = {n: a for n, a in ref_inputs if a is not None}
+    sess = ort.InferenceSession(ref_model.SerializeToString(), providers=["CPUExecutionProvider"])
     results = sess.run([n for n, _ in outputs_meta], feeds)
     d = os.path.join(out, name)
     os.makedirs(os.path.join(d, "test_data_set_0"))
@@ -478,6 +486,93 @@ def f16_odd_columns(out):
     nbits_case(out, np.random.default_rng(8642), 4, 32, 64, 33, 5, True, np.float16, True)
 
 
+def gqa_shared_kv(out):
+    """GroupQueryAttention with zero new K/V tokens (Gemma 4's KV-shared layers as the mobius
+    exporter writes them, ONNX Runtime #28242): key and value [B, 0, kvH * D], the past another
+    layer's present holding every token (the query's included), seqlens_k = T - 1, query
+    positions and rotary from T - S; the sliding window and softcap still apply. Presents alias
+    the past, or are absent; a past buffer longer than T (its rows after seqlens_k unused) is run
+    with y only (ONNX Runtime zeroes those rows of its presents, the runtime returns the past
+    itself). The `qonly` cases are the same with key and value absent and a query of H * D (a
+    form ONNX Runtime refuses at shape inference): their reference is ONNX Runtime on the
+    [B, 0, kv] form. Own generator so the earlier cases stay byte-identical."""
+    rng = np.random.default_rng(2026)
+    h, kvh, d = 4, 1, 32
+    cos, sin = rope_cache(64, d // 2)
+    for name, b, s, t, buf, rot, window, softcap, presents, dt in [
+        # name, B, S, T (tokens), past buffer rows, rotary, window, softcap, presents, dtype
+        ("prefill_rotary", 1, 5, 5, 5, 1, -1, 0.0, True, np.float32),
+        ("decode_rotary", 1, 1, 9, 9, 1, -1, 0.0, True, np.float32),
+        ("decode_window", 1, 1, 20, 20, 1, 8, 0.0, True, np.float32),
+        ("prefill_window_softcap", 1, 6, 20, 20, 0, 8, 30.0, False, np.float32),
+        ("prefill_past_window", 1, 3, 14, 14, 1, 5, 0.0, True, np.float32),
+        ("decode_long_buffer", 1, 1, 9, 16, 1, -1, 0.0, False, np.float32),
+        ("batch2_decode", 2, 1, 7, 7, 1, 4, 0.0, True, np.float32),
+        ("f16_decode_window", 1, 1, 24, 24, 1, 8, 0.0, True, np.float16),
+    ]:
+        q = rng.standard_normal((b, s, h * d)).astype(dt)
+        pk = rng.standard_normal((b, kvh, buf, d)).astype(dt)
+        pv = rng.standard_normal((b, kvh, buf, d)).astype(dt)
+        empty = np.zeros((b, 0, kvh * d), dtype=dt)
+        seqlens = np.full((b,), t - 1, dtype=np.int32)
+        tot = np.array(t, dtype=np.int32)
+        rest = [("pk", pk), ("pv", pv), ("seqlens", seqlens), ("total", tot)]
+        if rot:
+            rest += [("cos", cos.astype(dt)), ("sin", sin.astype(dt))]
+        tail = ["pk", "pv", "seqlens", "total"] + (["cos", "sin"] if rot else [])
+        attrs = dict(num_heads=h, kv_num_heads=kvh, do_rotary=rot, local_window_size=window, softcap=softcap)
+        outs = ["y", "present_k", "present_v"] if presents else ["y"]
+        meta = [(o, dt) for o in outs]
+        tol = F16_TOL if dt == np.float16 else F32_TOL
+        node = helper.make_node("GroupQueryAttention", ["q", "k", "v"] + tail, outs, domain=MS, **attrs)
+        inputs = [("q", q), ("k", empty), ("v", empty)] + rest
+        save(out, f"gqa_shared_{name}", node, inputs, meta, tol)
+        if name in ("decode_window", "prefill_window_softcap"):
+            qonly = helper.make_node("GroupQueryAttention", ["q", "", ""] + tail, outs, domain=MS, **attrs)
+            save(out, f"gqa_shared_qonly_{name}", qonly, [("q", q)] + rest, meta, tol, reference=(node, inputs))
+
+
+def matmul_nbits_accuracy_level(out):
+    """MatMulNBits with accuracy_level 4 (ONNX Runtime then quantises the activations to int8;
+    the runtime reads the level and ignores it, dequantising exactly): the reference is ONNX
+    Runtime with level 0, the exact product. Own generator so the earlier cases stay
+    byte-identical."""
+    rng = np.random.default_rng(3141)
+    k, n, m, block = 64, 24, 3, 32
+    nb = k // block
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.integers(0, 256, (n, nb, block // 2), dtype=np.uint8)
+    scales = (rng.random((n * nb,)) * 0.1 + 0.01).astype(np.float32)
+    inputs = [("A", a), ("B", b), ("scales", scales)]
+    attrs = dict(K=k, N=n, bits=4, block_size=block)
+    node = helper.make_node("MatMulNBits", ["A", "B", "scales"], ["Y"], domain=MS, accuracy_level=4, **attrs)
+    exact = helper.make_node("MatMulNBits", ["A", "B", "scales"], ["Y"], domain=MS, accuracy_level=0, **attrs)
+    save(out, "matmulnbits_b4_blk32_k64_n24_m3_nozp_float32_acc4", node, inputs, [("Y", np.float32)], F32_TOL,
+         reference=(exact, inputs))
+
+
+def rms_normalization(out):
+    """ai.onnx 23 RMSNormalization with the scale broadcast unidirectionally to X in the forms
+    the ONNX node suite does not have (1s inside the normalised shape, a scale varying over the
+    leading axes, a one-element scale) and f16. (An f16 X with an f32 scale, Y of the scale's type
+    by the schema, is not here: ONNX Runtime fails to bind its function body's types.) Written with IR
+    11 and opset 24 (the versions the mobius exporter writes). Own generator so the earlier cases
+    stay byte-identical."""
+    rng = np.random.default_rng(4711)
+    for name, xs, axis, ws, dx, dw, eps in [
+        ("row_scale_ones", (2, 3, 4, 5), 1, (4, 1), np.float32, np.float32, 1e-5),
+        ("lead_scale", (2, 3, 4, 5), 2, (2, 3, 1, 5), np.float32, np.float32, 1e-3),
+        ("scalar_scale", (3, 7), -1, (1,), np.float32, np.float32, 1e-5),
+        ("f16", (1, 3, 2, 48), -2, (2, 48), np.float16, np.float16, 1e-6),
+    ]:
+        x = (rng.standard_normal(xs) * 3).astype(dx)
+        w = (1 + 0.5 * rng.standard_normal(ws)).astype(dw)
+        node = helper.make_node("RMSNormalization", ["x", "scale"], ["y"], axis=axis, epsilon=eps)
+        # Y has the scale's type (V in the schema; ONNX Runtime follows it).
+        save(out, f"rmsnormalization_{name}", node, [("x", x), ("scale", w)], [("y", dw)],
+             F16_TOL if dx == np.float16 else F32_TOL, opset=24, ir=11)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures/ops")
@@ -486,7 +581,8 @@ def main():
         shutil.rmtree(args.out)
     os.makedirs(args.out)
     for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard, mha, attention, tiled, gqa_packed,
-                register_block, gqa_cache_inits, f16_odd_columns):
+                register_block, gqa_cache_inits, f16_odd_columns, gqa_shared_kv, rms_normalization,
+                matmul_nbits_accuracy_level):
         gen(args.out)
     print(f"wrote {len(os.listdir(args.out))} cases to {args.out}")
 

@@ -209,6 +209,70 @@ fn rope(
     Ok(out)
 }
 
+/// The head size when a GroupQueryAttention node brings zero new K/V tokens (a KV-shared layer:
+/// its past is another layer's present, which already holds every token), else `None`. Two
+/// forms: key and value `[B, 0, kvH * D]` (what the mobius exporter writes; ONNX Runtime
+/// #28242), or both absent with a query of `H * D` only (the head size `D` of the past; a packed
+/// query would be `(H + 2 kvH) * D`). Either needs both pasts, `[B, kvH, T, D]`.
+fn shared_kv_head_size(
+    kv: [Option<&Value>; 2],
+    [b, hidden, h, kvh]: [usize; 4],
+    past: [Option<&GpuTensor>; 2],
+) -> Result<Option<usize>> {
+    let past_d = |p: Option<&GpuTensor>| p.filter(|t| t.shape.len() == 4).map(|t| t.shape[3]);
+    let empty = |v: &Value| v.shape().get(1) == Some(&0);
+    let shared = match kv {
+        [Some(k), Some(v)] if empty(k) || empty(v) => {
+            for (name, t) in [("key", k), ("value", v)] {
+                if t.shape().len() != 3 || t.shape()[0] != b || t.shape()[1] != 0 {
+                    return Err(op_err(format!(
+                        "{name} {:?}: with no new tokens key and value must both be [{b}, 0, kv_hidden]",
+                        t.shape()
+                    )));
+                }
+            }
+            true
+        }
+        [Some(k), None] | [None, Some(k)] if empty(k) => {
+            return Err(op_err(
+                "with no new tokens key and value must both be [B, 0, kv_hidden]",
+            ));
+        }
+        [None, None] => past_d(past[0]).is_some_and(|d| d > 0 && hidden == h * d),
+        _ => false,
+    };
+    if !shared {
+        return Ok(None);
+    }
+    let (Some(pk), Some(pv)) = (past[0], past[1]) else {
+        return Err(op_err(
+            "no new key/value tokens: past_key and past_value (the shared cache) are required",
+        ));
+    };
+    let d = past_d(Some(pk)).unwrap_or(0);
+    if d == 0 || pk.shape[..2] != [b, kvh] || pv.shape != pk.shape {
+        return Err(op_err(format!(
+            "shared past_key {:?} / past_value {:?} are not both [{b}, {kvh}, T, D]",
+            pk.shape, pv.shape
+        )));
+    }
+    if hidden != h * d {
+        return Err(op_err(format!(
+            "query hidden size {hidden} does not fit {h} heads of the shared cache's head size {d}"
+        )));
+    }
+    if let [Some(k), _] = kv
+        && k.shape().get(2) != Some(&(kvh * d))
+    {
+        return Err(op_err(format!(
+            "empty key {:?} is not [{b}, 0, {}]",
+            k.shape(),
+            kvh * d
+        )));
+    }
+    Ok(Some(d))
+}
+
 struct Gqa {
     heads: usize,
     kv_heads: usize,
@@ -266,11 +330,21 @@ impl Op for Gqa {
         }
         let (b, s, hidden) = (q_in.shape[0], q_in.shape[1], q_in.shape[2]);
         let (h, kvh) = (self.heads, self.kv_heads);
-        let packed = key.is_none();
-        let d = if packed {
-            hidden / (h + 2 * kvh)
-        } else {
-            hidden / h
+        // Zero new K/V tokens (Gemma 4's KV-shared layers, ONNX Runtime #28242): the past is
+        // another layer's present and already holds every token, the query's included.
+        let shared = shared_kv_head_size(
+            [
+                inputs.get(1).copied().flatten(),
+                inputs.get(2).copied().flatten(),
+            ],
+            [b, hidden, h, kvh],
+            [past_k.as_ref(), past_v.as_ref()],
+        )?;
+        let packed = key.is_none() && shared.is_none();
+        let d = match shared {
+            Some(d) => d,
+            None if packed => hidden / (h + 2 * kvh),
+            None => hidden / h,
         };
         if d == 0 || (packed && hidden != (h + 2 * kvh) * d) || (!packed && hidden != h * d) {
             return Err(op_err(format!(
@@ -282,6 +356,11 @@ impl Op for Gqa {
             .map_or(0, |t| t.shape.get(2).copied().unwrap_or(0));
         let t_len =
             p.max(usize::try_from(total).map_err(|_| op_err("negative total_sequence_length"))?);
+        if shared.is_some() && t_len > p {
+            return Err(op_err(format!(
+                "total_sequence_length {total} exceeds the shared past's {p} rows (no new tokens)"
+            )));
+        }
         if seqlens.numel() != b {
             return Err(op_err(format!(
                 "seqlens_k has {} entries for batch {b}",
@@ -341,16 +420,30 @@ impl Op for Gqa {
             strides: [s * v_row, v_row, d],
             off: v_off,
         };
-        let (present_k, present_v) = self.append(
-            cx,
-            [(k_src, &kl), (v_src, &vl)],
-            rot.map(|(c, sn)| (c, sn, rot_dim)),
-            [past_k.as_ref(), past_v.as_ref()],
-            &seqlens,
-            [b, kvh, t_len, d, s, p],
-            kv_dtype,
-            donated.then(|| new_from.map_or(0, |v| v + 1 - s as i64)),
-        )?;
+        let (present_k, present_v) = match (shared, &past_k, &past_v) {
+            // Nothing to append: the presents are the pasts (no copy, no dispatch). The keys a
+            // query sees end at seqlens_k[b] (its own position), as with new tokens.
+            (Some(_), Some(pk), Some(pv)) => {
+                if let Some(last) = new_from
+                    && !(0..t_len as i64).contains(&last)
+                {
+                    return Err(op_err(format!(
+                        "seqlens_k {last} is outside the shared past of {t_len} rows"
+                    )));
+                }
+                (pk.clone(), pv.clone())
+            }
+            _ => self.append(
+                cx,
+                [(k_src, &kl), (v_src, &vl)],
+                rot.map(|(c, sn)| (c, sn, rot_dim)),
+                [past_k.as_ref(), past_v.as_ref()],
+                &seqlens,
+                [b, kvh, t_len, d, s, p],
+                kv_dtype,
+                donated.then(|| new_from.map_or(0, |v| v + 1 - s as i64)),
+            )?,
+        };
         let bias = match &bias {
             Some(bt) => {
                 if bt.shape.len() != 4

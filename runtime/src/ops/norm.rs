@@ -202,7 +202,12 @@ impl Op for Norm {
         if rows > 0 && l > 0 {
             cx.dispatch(&k, &bind, &meta, rows as u64 * 64)?;
         }
-        let out_dtype = x.dtype;
+        // RMSNormalization's Y has the scale's type (V); the other norms' Y the input's.
+        let out_dtype = if self.bcast_scale {
+            gamma.dtype
+        } else {
+            x.dtype
+        };
         let conv = |cx: &mut Ctx<'_>, t: GpuTensor| -> Result<Value> {
             Ok(Value::Gpu(if out_dtype == DType::F32 {
                 t
