@@ -2,10 +2,12 @@
 //! kept across turns and tabs, reloaded when the repository (source or size setting) changes or
 //! after the GPU device was lost.
 //!
-//! Loading: WebGPU checks (with actionable messages), the file list from `config.json` for the
-//! variant the adapter supports (q4f16 with `shader-f16`, else q4), every missing file downloaded
-//! into Cache Storage with progress broadcast to every overlay ([`crate::cache`]), then the
-//! sessions streamed from the cache into GPU memory ([`gg_llm::GemmaModel`]).
+//! Loading: WebGPU checks (with actionable messages), the file list — from `config.json` for the
+//! onnx-community layout, in the variant the adapter supports (q4f16 with `shader-f16`, else q4),
+//! or from `genai_config.json` and the graphs it names for an ONNX Runtime GenAI package (what
+//! mobius writes: a single `model.onnx`, or `embedding/` + `decoder/`) — every missing file
+//! downloaded into Cache Storage with progress broadcast to every overlay ([`crate::cache`]), then
+//! the sessions streamed from the cache into GPU memory ([`gg_llm::GemmaModel`]).
 
 use crate::cache::{CacheFetch, DownloadEvent, ModelCache, out_of_space, request_persistence};
 use crate::download::{LoadError, Tracker};
@@ -15,6 +17,7 @@ use futures::lock::Mutex;
 use futures::stream::StreamExt;
 use gg_agent::{ChatMessage, ChunkStream, GenerateOptions, ModelBackend, ToolDefinition};
 use gg_chrome::log;
+use gg_llm::config::{Package, external_data_files};
 use gg_llm::{Dtype, GemmaBackend, GemmaModel, LoadOptions, LoadStage, ModelConfig, ModelRepo};
 use gg_messages::{Body, Context, ModelErrorKind, ModelReport, ModelState, RequestId};
 use std::cell::{Cell, RefCell};
@@ -28,6 +31,15 @@ const MIN_BINDING_BYTES: u64 = 128 << 20;
 
 /// Files the repository may lack.
 const OPTIONAL_FILES: &[&str] = &["generation_config.json", "tokenizer_config.json"];
+
+/// Files an ONNX Runtime GenAI package may lack (its chat template may sit in
+/// `tokenizer_config.json`; `config.json` only narrows the context limit).
+const GENAI_OPTIONAL_FILES: &[&str] = &[
+    "config.json",
+    "generation_config.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+];
 
 /// A loaded model, shared by every tab.
 pub struct Loaded {
@@ -62,7 +74,7 @@ fn check_repo(repo: &str) -> Result<(), LoadError> {
         Err(LoadError::new(
             ModelErrorKind::LoadFailed,
             format!(
-                "The model source {repo:?} is not an http:// or https:// address. Set the model source in the settings to a model repository in the Hugging Face layout."
+                "The model source {repo:?} is not an http:// or https:// address. Set the model source in the settings to a model repository in the Hugging Face onnx-community layout or an ONNX Runtime GenAI package."
             ),
         ))
     }
@@ -229,7 +241,7 @@ async fn load(repo: String, model_size: String) -> Result<Rc<Loaded>, LoadError>
             &model_size,
             &repo,
             ModelState::Ready {
-                dtype: l.backend.inner.model().dtype.name().to_owned(),
+                dtype: l.backend.inner.model().variant(),
                 adapter: l.adapter.clone(),
             },
         ),
@@ -397,32 +409,92 @@ async fn download_all(
     model_size: &str,
     dtype: Dtype,
 ) -> Result<(), LoadError> {
-    // config.json first: it lists the external data chunks of each session.
-    let mut config_meta = cache.meta("config.json").await;
-    cache
-        .download("config.json", &mut config_meta, false, &mut |_| {})
-        .await?;
-    let config_bytes = ModelRepo::new(
+    // genai_config.json (an ONNX Runtime GenAI package) or config.json (onnx-community) first:
+    // they name the files.
+    let reader = ModelRepo::new(
         Rc::new(CacheFetch {
             cache: cache.clone(),
         }),
         repo,
-    )
-    .read("config.json")
-    .await
-    .map_err(|e| LoadError::new(ModelErrorKind::LoadFailed, e.to_string()))?;
-    let config = ModelConfig::parse(&config_bytes, None).map_err(|e| {
-        LoadError::new(
-            ModelErrorKind::LoadFailed,
-            format!("{}: {e}", cache.url("config.json")),
+    );
+    let read = async |path: &str| {
+        reader
+            .read(path)
+            .await
+            .map_err(|e| LoadError::new(ModelErrorKind::LoadFailed, e.to_string()))
+    };
+    let mut genai_meta = cache.meta("genai_config.json").await;
+    if !genai_meta.missing {
+        cache
+            .download("genai_config.json", &mut genai_meta, true, &mut |_| {})
+            .await?;
+    }
+    let config = if genai_meta.complete {
+        let mut config_meta = cache.meta("config.json").await;
+        if !config_meta.missing {
+            cache
+                .download("config.json", &mut config_meta, true, &mut |_| {})
+                .await?;
+        }
+        let config_bytes = if config_meta.complete {
+            Some(read("config.json").await?)
+        } else {
+            None
+        };
+        ModelConfig::parse_genai(
+            &read("genai_config.json").await?,
+            config_bytes.as_deref(),
+            None,
         )
-    })?;
+        .map_err(|e| {
+            LoadError::new(
+                ModelErrorKind::LoadFailed,
+                format!("{}: {e}", cache.url("genai_config.json")),
+            )
+        })?
+    } else {
+        let mut config_meta = cache.meta("config.json").await;
+        cache
+            .download("config.json", &mut config_meta, false, &mut |_| {})
+            .await?;
+        ModelConfig::parse(&read("config.json").await?, None).map_err(|e| {
+            LoadError::new(
+                ModelErrorKind::LoadFailed,
+                format!("{}: {e}", cache.url("config.json")),
+            )
+        })?
+    };
+    let genai = matches!(config.package, Package::Genai { .. });
+    let mut paths = config.files(dtype);
+    if genai {
+        // A GenAI package names its external data only inside each graph: fetch the graphs
+        // (small next to their data) and read the names from them.
+        for graph in config.graph_files(dtype) {
+            let mut meta = cache.meta(&graph).await;
+            cache
+                .download(&graph, &mut meta, false, &mut |_| {})
+                .await?;
+            let bytes = read(&graph).await?;
+            let external = external_data_files(&graph, &bytes).map_err(|e| {
+                LoadError::new(
+                    ModelErrorKind::LoadFailed,
+                    format!("{}: {e}", cache.url(&graph)),
+                )
+            })?;
+            paths.extend(external);
+        }
+    }
+    let optional_files = if genai {
+        GENAI_OPTIONAL_FILES
+    } else {
+        OPTIONAL_FILES
+    };
 
     let mut files = Vec::new();
     let mut tracker = Tracker::default();
-    for path in config.files(dtype) {
+    for path in paths {
         let mut meta = cache.meta(&path).await;
-        let optional = OPTIONAL_FILES.contains(&path.as_str());
+        let optional = optional_files.contains(&path.as_str());
         if !meta.complete && !meta.missing && meta.size.is_none() {
             match cache.probe(&path).await {
                 Ok(size) => meta.size = size,

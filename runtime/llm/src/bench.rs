@@ -181,13 +181,17 @@ async fn profiled<T>(
     model: &GemmaModel,
     step: impl std::future::Future<Output = Result<T>>,
 ) -> Result<(Vec<(String, gg_runtime::OpProfile)>, u64)> {
-    model.decoder.set_profiling(true);
-    model.embed.set_profiling(true);
+    let sessions: Vec<(&str, &gg_runtime::Session)> = std::iter::once(("decoder", &model.decoder))
+        .chain(model.embed.iter().map(|e| ("embed", e)))
+        .collect();
+    for (_, s) in &sessions {
+        s.set_profiling(true);
+    }
     let before = model.gpu.counters.snapshot().dispatches;
     let r = step.await;
     let total = model.gpu.counters.snapshot().dispatches - before;
     let mut out: Vec<(String, gg_runtime::OpProfile)> = Vec::new();
-    for (tag, s) in [("decoder", &model.decoder), ("embed", &model.embed)] {
+    for (tag, s) in sessions {
         out.extend(
             s.profile()
                 .into_iter()

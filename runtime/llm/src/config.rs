@@ -1,6 +1,15 @@
 //! The model's configuration files: `config.json` (text config, transformers.js external-data
-//! chunk counts) and `generation_config.json` (sampling defaults). Names, ids and sizes are read
-//! from the files, never hard-coded.
+//! chunk counts), `generation_config.json` (sampling defaults) and, for an ONNX Runtime GenAI
+//! package (what mobius writes), `genai_config.json` (the graphs' file names, the context
+//! length, search defaults). Names, ids and sizes are read from the files, never hard-coded.
+//!
+//! Two layouts ([`Package`]):
+//! - onnx-community (transformers.js): `config.json`, `onnx/embed_tokens{_q4,_q4f16}.onnx` and
+//!   `onnx/decoder_model_merged{_q4,_q4f16}.onnx` with external data chunks
+//!   `x.onnx_data`, `x.onnx_data_1`, ...;
+//! - ONNX Runtime GenAI: `genai_config.json` naming `model.decoder.filename` (a single
+//!   `model.onnx` taking `input_ids`) and optionally `model.embedding.filename` (the split
+//!   `embedding/` + `decoder/` package); one variant, external data named inside each graph.
 
 use crate::error::{LlmError, Result};
 use serde_json::Value;
@@ -65,9 +74,28 @@ pub const EMBED: &str = "embed_tokens";
 /// The decoder session.
 pub const DECODER: &str = "decoder_model_merged";
 
+/// How a repository lays out the text model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Package {
+    /// The onnx-community (transformers.js) layout: `onnx/{session}{suffix}.onnx`, a variant per
+    /// [`Dtype`].
+    OnnxCommunity,
+    /// An ONNX Runtime GenAI package (`genai_config.json`): one variant.
+    Genai {
+        /// `model.decoder.filename`, repository-relative (`model.onnx`, `decoder/model.onnx`).
+        decoder: String,
+        /// `model.embedding.filename` of a split package (`embedding/model.onnx`).
+        embedding: Option<String>,
+        /// `model.type` (`gemma4_text`, `gemma4`).
+        model_type: String,
+    },
+}
+
 /// What the runtime needs from `config.json` and `generation_config.json`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelConfig {
+    /// The layout.
+    pub package: Package,
     /// `text_config.max_position_embeddings` (the context limit), if given.
     pub max_positions: Option<usize>,
     /// `text_config.vocab_size`, if given.
@@ -164,12 +192,92 @@ impl ModelConfig {
             }
         }
         Ok(Self {
+            package: Package::OnnxCommunity,
             max_positions: num(text, "max_position_embeddings"),
             vocab_size: num(text, "vocab_size"),
             external_chunks,
             external_default,
             sampling,
         })
+    }
+
+    /// Parses an ONNX Runtime GenAI package's `genai_config.json`, with the optional
+    /// `config.json` (its `max_position_embeddings` also bounds the context) and
+    /// `generation_config.json` (sampling defaults; without it, `search`'s temperature, top_k and
+    /// top_p are used). The context limit is the smallest of `model.context_length`,
+    /// `search.max_length` and `max_position_embeddings`.
+    pub fn parse_genai(
+        genai: &[u8],
+        config: Option<&[u8]>,
+        generation: Option<&[u8]>,
+    ) -> Result<Self> {
+        const FILE: &str = "genai_config.json";
+        let bad = |m: String| LlmError::Model(format!("{FILE}: {m}"));
+        let root: Value = serde_json::from_slice(genai).map_err(|e| bad(e.to_string()))?;
+        let model = root
+            .get("model")
+            .ok_or_else(|| bad("no \"model\" section".into()))?;
+        let file_of = |section: &str| -> Result<Option<String>> {
+            let Some(s) = model.get(section) else {
+                return Ok(None);
+            };
+            let f = s
+                .get("filename")
+                .and_then(Value::as_str)
+                .ok_or_else(|| bad(format!("model.{section} has no filename")))?;
+            let f = f.trim_start_matches("./");
+            if f.is_empty() || f.starts_with('/') || f.split('/').any(|c| c == "..") {
+                return Err(bad(format!(
+                    "model.{section}.filename {f:?} is not a path inside the package"
+                )));
+            }
+            Ok(Some(f.to_string()))
+        };
+        let decoder = file_of("decoder")?
+            .ok_or_else(|| bad("no model.decoder section (the text decoder's graph)".into()))?;
+        let embedding = file_of("embedding")?;
+        let num = |v: Option<&Value>| {
+            v.and_then(Value::as_u64)
+                .and_then(|n| usize::try_from(n).ok())
+                .filter(|&n| n > 0)
+        };
+        let search = root.get("search");
+        let mut base = match config {
+            Some(c) => Self::parse(c, generation)?,
+            None => Self::parse(b"{}", generation)?,
+        };
+        if generation.is_none()
+            && let Some(s) = search
+        {
+            if let Some(t) = s.get("temperature").and_then(Value::as_f64) {
+                base.sampling.temperature = t as f32;
+            }
+            if let Some(k) = s.get("top_k").and_then(Value::as_u64) {
+                base.sampling.top_k = u32::try_from(k).unwrap_or(u32::MAX);
+            }
+            if let Some(p) = s.get("top_p").and_then(Value::as_f64) {
+                base.sampling.top_p = p as f32;
+            }
+        }
+        let limits = [
+            num(model.get("context_length")),
+            num(search.and_then(|s| s.get("max_length"))),
+            base.max_positions,
+        ];
+        base.max_positions = limits.into_iter().flatten().min();
+        base.vocab_size = num(model.get("vocab_size")).or(base.vocab_size);
+        base.external_chunks.clear();
+        base.external_default = None;
+        base.package = Package::Genai {
+            decoder,
+            embedding,
+            model_type: model
+                .get("type")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        };
+        Ok(base)
     }
 
     /// The `.onnx` file of a session (`decoder_model_merged_q4.onnx`).
@@ -186,10 +294,31 @@ impl ModelConfig {
             .or(self.external_default)
     }
 
-    /// Every file of the text model in this variant, repository-relative: the config and text
-    /// files, then each session's `.onnx` file and its external data chunks
-    /// (`x.onnx_data`, `x.onnx_data_1`, ...). This is what a cache has to hold.
+    /// The graphs of the text model in this variant, repository-relative, in load order
+    /// (embedding first).
+    pub fn graph_files(&self, dtype: Dtype) -> Vec<String> {
+        match &self.package {
+            Package::OnnxCommunity => [EMBED, DECODER]
+                .iter()
+                .map(|s| format!("onnx/{}", Self::onnx_file(s, dtype)))
+                .collect(),
+            Package::Genai {
+                decoder, embedding, ..
+            } => embedding.iter().chain([decoder]).cloned().collect(),
+        }
+    }
+
+    /// Every file of the text model in this variant that the configuration names,
+    /// repository-relative: the config and text files, then each graph's `.onnx` file and, in the
+    /// onnx-community layout, its external data chunks (`x.onnx_data`, `x.onnx_data_1`, ...). A
+    /// GenAI package names its external data only inside each graph: add
+    /// [`external_data_files`] of each downloaded graph. This is what a cache has to hold.
     pub fn files(&self, dtype: Dtype) -> Vec<String> {
+        if let Package::Genai { .. } = self.package {
+            let mut out: Vec<String> = GENAI_TEXT_FILES.iter().map(|s| (*s).to_string()).collect();
+            out.extend(self.graph_files(dtype));
+            return out;
+        }
         let mut out: Vec<String> = TEXT_FILES.iter().map(|s| (*s).to_string()).collect();
         for session in [EMBED, DECODER] {
             let onnx = Self::onnx_file(session, dtype);
@@ -209,6 +338,37 @@ pub const TEXT_FILES: &[&str] = &[
     "tokenizer_config.json",
     "chat_template.jinja",
 ];
+
+/// The small text files of a GenAI package (all but `genai_config.json` and `tokenizer.json`
+/// may be absent: the chat template may sit in `tokenizer_config.json`).
+pub const GENAI_TEXT_FILES: &[&str] = &[
+    "genai_config.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "chat_template.jinja",
+];
+
+/// The external data files a graph reads (`onnx_path` repository-relative, `bytes` its
+/// `.onnx` file), repository-relative: they sit next to the graph.
+pub fn external_data_files(onnx_path: &str, bytes: &[u8]) -> Result<Vec<String>> {
+    let graph = gg_runtime::model::Graph::decode(bytes, onnx_path)?;
+    let dir = onnx_path.rsplit_once('/').map(|(d, _)| d);
+    let mut out = Vec::new();
+    for location in graph.external_files() {
+        if location.starts_with('/') || location.split('/').any(|c| c == "..") {
+            return Err(LlmError::Model(format!(
+                "{onnx_path}: external data {location} escapes the model folder"
+            )));
+        }
+        out.push(match dir {
+            Some(d) => format!("{d}/{location}"),
+            None => location,
+        });
+    }
+    Ok(out)
+}
 
 /// `x.onnx_data`, `x.onnx_data_1`, ... (`n` names).
 pub fn external_chunk_names(onnx_file: &str, n: usize) -> impl Iterator<Item = String> + '_ {
@@ -256,5 +416,60 @@ mod tests {
             )
             .is_err()
         );
+    }
+
+    #[test]
+    fn genai_packages() {
+        let single =
+            br#"{"model": {"type": "gemma4_text", "vocab_size": 1024, "context_length": 4096,
+            "decoder": {"filename": "model.onnx"}},
+            "search": {"max_length": 2048, "temperature": 0.5, "top_k": 1, "top_p": 1.0}}"#;
+        let c = ModelConfig::parse_genai(single, None, None).expect("parses");
+        assert_eq!(
+            c.package,
+            Package::Genai {
+                decoder: "model.onnx".into(),
+                embedding: None,
+                model_type: "gemma4_text".into()
+            }
+        );
+        assert_eq!(c.max_positions, Some(2048));
+        assert_eq!(c.vocab_size, Some(1024));
+        assert_eq!(c.sampling.top_k, 1);
+        assert!((c.sampling.temperature - 0.5).abs() < 1e-6);
+        assert_eq!(c.graph_files(Dtype::Q4F16), ["model.onnx"]);
+        let files = c.files(Dtype::Q4);
+        assert!(files.contains(&"genai_config.json".to_string()));
+        assert!(files.contains(&"model.onnx".to_string()));
+        // generation_config.json wins over search; config.json narrows the context
+        let split = br#"{"model": {"context_length": 4096,
+            "embedding": {"filename": "embedding/model.onnx"},
+            "decoder": {"filename": "./decoder/model.onnx"}}}"#;
+        let c = ModelConfig::parse_genai(
+            split,
+            Some(br#"{"text_config": {"max_position_embeddings": 1024}}"#),
+            Some(br#"{"top_k": 64}"#),
+        )
+        .expect("parses");
+        assert_eq!(c.max_positions, Some(1024));
+        assert_eq!(c.sampling.top_k, 64);
+        assert_eq!(
+            c.graph_files(Dtype::Q4),
+            ["embedding/model.onnx", "decoder/model.onnx"]
+        );
+        for bad in [
+            &br#"{"model": {}}"#[..],
+            br#"{"search": {}}"#,
+            br#"{"model": {"decoder": {}}}"#,
+            br#"{"model": {"decoder": {"filename": "../x.onnx"}}}"#,
+            br#"{"model": {"decoder": {"filename": "/x.onnx"}}}"#,
+            b"[",
+        ] {
+            assert!(ModelConfig::parse_genai(bad, None, None).is_err());
+        }
+        let e = ModelConfig::parse_genai(br#"{"model": {}}"#, None, None)
+            .expect_err("no decoder")
+            .to_string();
+        assert!(e.contains("model.decoder"), "{e}");
     }
 }

@@ -233,10 +233,11 @@ impl<'m> Generator<'m> {
         self.stats
     }
 
-    /// Records both sessions on `input` into `cx` (nothing is submitted); returns the logits of
-    /// the last position (on the GPU).
+    /// Records the sessions on `input` into `cx` (nothing is submitted); returns the logits (on
+    /// the GPU): one row, or, from a decoder without `num_logits_to_keep`, a row per fed token
+    /// (the sampler reads the last).
     async fn forward(&mut self, cx: &mut Ctx<'_>, input: StepInput) -> Result<GpuTensor> {
-        let ids = match input {
+        let ids: Value = match input {
             StepInput::Host(ids) => {
                 if ids.is_empty() {
                     return Err(LlmError::Options("no token ids to feed".into()));
@@ -263,18 +264,31 @@ impl<'m> Generator<'m> {
                 limit,
             });
         }
-        let embeds = self
-            .model
-            .embed
-            .run_in(cx, vec![("input_ids".into(), ids)])
-            .await?;
         let layout = &self.model.layout;
         let mut inputs: Vec<(String, Value)> = Vec::with_capacity(8 + layout.cache.len());
-        for (name, v) in embeds {
-            let wanted =
-                name == "inputs_embeds" || (name == "per_layer_inputs" && layout.per_layer_inputs);
-            if wanted {
-                inputs.push((name, v));
+        let (for_embed, for_decoder) = match (self.model.embed.is_some(), layout.input_ids) {
+            (true, true) => (Some(ids.clone()), Some(ids)),
+            (true, false) => (Some(ids), None),
+            (false, _) => (None, Some(ids)),
+        };
+        if let Some(ids) = for_decoder {
+            inputs.push(("input_ids".into(), ids));
+        }
+        if let (Some(embed), Some(ids)) = (&self.model.embed, for_embed) {
+            let mut feeds = Vec::with_capacity(1 + self.model.embed_empty.len());
+            feeds.push(("input_ids".to_string(), ids));
+            for e in &self.model.embed_empty {
+                feeds.push((
+                    e.name.clone(),
+                    Value::Host(HostTensor::from_i64_as(e.dtype, e.shape.clone(), &[])),
+                ));
+            }
+            for (name, v) in embed.run_in(cx, feeds).await? {
+                let wanted = (name == "inputs_embeds" && layout.inputs_embeds)
+                    || (name == "per_layer_inputs" && layout.per_layer_inputs);
+                if wanted {
+                    inputs.push((name, v));
+                }
             }
         }
         inputs.push((
@@ -454,8 +468,10 @@ impl<'m> Generator<'m> {
         let logits = self.forward(&mut cx, StepInput::Host(ids)).await?;
         self.step += 1;
         self.launched += 1;
-        let host = cx.download(&logits).await?;
-        Ok(host.to_f32())
+        let host = cx.download(&logits).await?.to_f32();
+        // Without num_logits_to_keep the decoder gives a row per fed token: the last one.
+        let v = logits.shape.last().copied().unwrap_or(host.len()).max(1);
+        Ok(host[host.len() - v.min(host.len())..].to_vec())
     }
 }
 

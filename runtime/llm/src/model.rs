@@ -1,7 +1,9 @@
-//! The Gemma 4 text model: two sessions (`embed_tokens`, `decoder_model_merged`), the tokenizer
-//! and chat template, and the KV-cache layout read from the decoder's own inputs.
+//! The Gemma 4 text model: its sessions (`embed_tokens` + `decoder_model_merged` in the
+//! onnx-community layout; a single `model.onnx`, or `embedding/` + `decoder/`, in an ONNX
+//! Runtime GenAI package), the tokenizer and chat template, and which inputs each graph takes
+//! (the KV-cache pairs and their dtypes included), read from the graphs themselves.
 
-use crate::config::{DECODER, Dtype, EMBED, ModelConfig, external_chunk_names};
+use crate::config::{DECODER, Dtype, EMBED, ModelConfig, Package, external_chunk_names};
 use crate::error::{LlmError, Result};
 use crate::source::ModelRepo;
 use gg_gemma::{ChatTemplate, GemmaTokenizer};
@@ -12,7 +14,8 @@ use std::rc::Rc;
 /// Loading options.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
-    /// Weight variant; `None`: q4f16 when the adapter has `shader-f16`, otherwise q4.
+    /// Weight variant of the onnx-community layout; `None`: q4f16 when the adapter has
+    /// `shader-f16`, otherwise q4. An ONNX Runtime GenAI package has one variant and ignores it.
     pub dtype: Option<Dtype>,
 }
 
@@ -47,11 +50,18 @@ pub struct CacheEntry {
 pub struct DecoderLayout {
     /// Past/present pairs, in input order.
     pub cache: Vec<CacheEntry>,
+    /// Whether the decoder takes `inputs_embeds` (from the embedding graph).
+    pub inputs_embeds: bool,
+    /// Whether the decoder takes `input_ids` (a single-graph package; mobius' split decoder
+    /// also takes them when its per-layer tables live in the decoder).
+    pub input_ids: bool,
     /// Whether the decoder takes `per_layer_inputs`.
     pub per_layer_inputs: bool,
-    /// Whether the decoder takes `num_logits_to_keep`.
+    /// Whether the decoder takes `num_logits_to_keep` (without it the logits have a row per
+    /// new token and the sampler reads the last one on the GPU).
     pub num_logits_to_keep: bool,
-    /// Whether the decoder takes `position_ids`.
+    /// Whether the decoder takes `position_ids` (GroupQueryAttention graphs may derive the
+    /// positions from the mask instead).
     pub position_ids: bool,
 }
 
@@ -63,17 +73,41 @@ fn fixed(d: &Dim) -> Option<usize> {
 }
 
 impl DecoderLayout {
-    /// Reads the cache layout from the decoder graph: every `past_key_values.*` input with its
-    /// `present.*` output, KV heads and head dims from the declared shapes.
+    /// Reads the layout from the decoder graph: which of the inputs the session feeds it takes
+    /// (an input it cannot feed is an error naming it), and every `past_key_values.*` input with
+    /// its `present.*` output, KV heads, head dim and dtype from the declared shapes.
     pub fn from_graph(g: &Graph) -> Result<Self> {
         let has = |name: &str| g.inputs.iter().any(|i| i.name == name);
-        for need in ["inputs_embeds", "attention_mask"] {
-            if !has(need) {
-                return Err(LlmError::Model(format!(
-                    "decoder has no input {need}; inputs: {}",
-                    names(&g.inputs)
-                )));
-            }
+        if !has("attention_mask") {
+            return Err(LlmError::Model(format!(
+                "decoder has no input attention_mask; inputs: {}",
+                names(&g.inputs)
+            )));
+        }
+        if !has("inputs_embeds") && !has("input_ids") {
+            return Err(LlmError::Model(format!(
+                "decoder takes neither inputs_embeds nor input_ids; inputs: {}",
+                names(&g.inputs)
+            )));
+        }
+        const FED: &[&str] = &[
+            "inputs_embeds",
+            "input_ids",
+            "per_layer_inputs",
+            "attention_mask",
+            "position_ids",
+            "num_logits_to_keep",
+        ];
+        if let Some(other) = g
+            .inputs
+            .iter()
+            .find(|i| !FED.contains(&i.name.as_str()) && !i.name.starts_with("past_key_values."))
+        {
+            return Err(LlmError::Model(format!(
+                "decoder input {} is not one the Gemma session feeds ({}, past_key_values.*); a static-cache or other export is not supported",
+                other.name,
+                FED.join(", ")
+            )));
         }
         if !g.outputs.iter().any(|o| o.name == "logits") {
             return Err(LlmError::Model("decoder has no output logits".into()));
@@ -111,11 +145,59 @@ impl DecoderLayout {
         }
         Ok(Self {
             cache,
+            inputs_embeds: has("inputs_embeds"),
+            input_ids: has("input_ids"),
             per_layer_inputs: has("per_layer_inputs"),
             num_logits_to_keep: has("num_logits_to_keep"),
             position_ids: has("position_ids"),
         })
     }
+}
+
+/// An optional input of the embedding graph fed empty: a split package's `image_features` /
+/// `audio_features` `[0, hidden]` (text only).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmptyInput {
+    /// Input name.
+    pub name: String,
+    /// Element type.
+    pub dtype: DType,
+    /// Shape, 0 on the first axis.
+    pub shape: Vec<usize>,
+}
+
+/// Reads the embedding graph's inputs: `input_ids`, plus multimodal feature inputs
+/// (`*_features`, `[tokens, fixed dims...]`) fed empty. Anything else is an error naming it.
+pub fn embedding_extra_inputs(g: &Graph) -> Result<Vec<EmptyInput>> {
+    if !g.inputs.iter().any(|i| i.name == "input_ids") {
+        return Err(LlmError::Model(format!(
+            "the embedding graph has no input input_ids; inputs: {}",
+            names(&g.inputs)
+        )));
+    }
+    let mut out = Vec::new();
+    for i in g.inputs.iter().filter(|i| i.name != "input_ids") {
+        let dims = i.dims.as_deref().unwrap_or(&[]);
+        let rest: Option<Vec<usize>> = dims.iter().skip(1).map(fixed).collect();
+        match rest {
+            Some(rest) if i.name.ends_with("_features") && !dims.is_empty() => {
+                let mut shape = vec![0];
+                shape.extend(rest);
+                out.push(EmptyInput {
+                    name: i.name.clone(),
+                    dtype: i.dtype()?,
+                    shape,
+                });
+            }
+            _ => {
+                return Err(LlmError::Model(format!(
+                    "the embedding graph's input {} is not one the Gemma session can feed (input_ids, and *_features [tokens, fixed dims] fed empty)",
+                    i.name
+                )));
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn names(v: &[ValueInfo]) -> String {
@@ -129,7 +211,8 @@ fn names(v: &[ValueInfo]) -> String {
 pub struct GemmaModel {
     /// The GPU.
     pub gpu: Rc<Gpu>,
-    /// Weight variant in use.
+    /// Weight variant in use (a GenAI package: [`Dtype::Q4`] for fp32 activations,
+    /// [`Dtype::Q4F16`] for fp16 ones; [`GemmaModel::variant`] names it).
     pub dtype: Dtype,
     /// Configuration.
     pub config: ModelConfig,
@@ -137,9 +220,12 @@ pub struct GemmaModel {
     pub tokenizer: GemmaTokenizer,
     /// Chat template.
     pub template: ChatTemplate,
-    /// `embed_tokens`.
-    pub embed: Session,
-    /// `decoder_model_merged`.
+    /// `embed_tokens` (or a split package's `embedding`); `None` for a single-graph package
+    /// whose decoder takes `input_ids`.
+    pub embed: Option<Session>,
+    /// The embedding graph's feature inputs, fed empty.
+    pub embed_empty: Vec<EmptyInput>,
+    /// `decoder_model_merged` (or the package's decoder / `model.onnx`).
     pub decoder: Session,
     /// Decoder inputs and the cache layout.
     pub layout: DecoderLayout,
@@ -168,9 +254,26 @@ impl GemmaModel {
         progress: &mut dyn FnMut(LoadStage),
     ) -> Result<Self> {
         progress(LoadStage::TextFiles);
-        let config_bytes = repo.read("config.json").await?;
+        let genai = repo.read_optional("genai_config.json").await;
         let generation = repo.read_optional("generation_config.json").await;
-        let config = ModelConfig::parse(&config_bytes, generation.as_deref())?;
+        let config = match &genai {
+            Some(g) => {
+                let cfg = repo.read_optional("config.json").await;
+                ModelConfig::parse_genai(g, cfg.as_deref(), generation.as_deref())?
+            }
+            None => {
+                let config_bytes = repo.read("config.json").await.map_err(|e| match e {
+                    LlmError::File { path, message } => LlmError::File {
+                        path,
+                        message: format!(
+                            "{message} (neither genai_config.json nor config.json: not a model repository in the onnx-community or ONNX Runtime GenAI layout)"
+                        ),
+                    },
+                    other => other,
+                })?;
+                ModelConfig::parse(&config_bytes, generation.as_deref())?
+            }
+        };
         let tokenizer_json = repo.read("tokenizer.json").await?;
         let tokenizer_config = repo.read_optional("tokenizer_config.json").await;
         let tokenizer = GemmaTokenizer::from_bytes(
@@ -179,27 +282,36 @@ impl GemmaModel {
             tokenizer_config.as_deref(),
         )?;
         drop(tokenizer_json);
-        let template_src = repo.read("chat_template.jinja").await?;
-        let template_src = String::from_utf8(template_src)
-            .map_err(|_| LlmError::Model("chat_template.jinja is not UTF-8".into()))?;
+        let template_src = match repo.read("chat_template.jinja").await {
+            Ok(t) => String::from_utf8(t)
+                .map_err(|_| LlmError::Model("chat_template.jinja is not UTF-8".into()))?,
+            // GenAI packages may carry the template in tokenizer_config.json only.
+            Err(e) => tokenizer_config
+                .as_deref()
+                .and_then(|c| serde_json::from_slice::<serde_json::Value>(c).ok())
+                .and_then(|c| c.get("chat_template")?.as_str().map(str::to_owned))
+                .ok_or(e)?,
+        };
         let template = ChatTemplate::new(template_src)?;
+        let genai_package = matches!(config.package, Package::Genai { .. });
         let dtype = options
             .dtype
+            .filter(|_| !genai_package)
             .unwrap_or_else(|| Dtype::for_adapter(gpu.has_shader_f16));
-        let onnx = repo.subdir("onnx");
-        let mut load = async |session: &str| -> Result<Session> {
-            let file = ModelConfig::onnx_file(session, dtype);
-            progress(LoadStage::Session(file.clone()));
-            let bytes = gg_runtime::source::read_all(&onnx, &file)
+        let mut load = async |path: &str| -> Result<Session> {
+            let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
+            let source = repo.subdir(dir);
+            progress(LoadStage::Session(file.to_string()));
+            let bytes = gg_runtime::source::read_all(&source, file)
                 .await
                 .map_err(|e| LlmError::File {
-                    path: format!("{}/onnx/{file}", repo.name().trim_end_matches('/')),
+                    path: format!("{}/{path}", repo.name().trim_end_matches('/')),
                     message: e.to_string(),
                 })?;
-            let graph = Graph::decode(&bytes, &file)?;
+            let graph = Graph::decode(&bytes, file)?;
             drop(bytes);
-            if let Some(n) = config.chunks_of(&file) {
-                let listed: Vec<String> = external_chunk_names(&file, n).collect();
+            if let Some(n) = config.chunks_of(file) {
+                let listed: Vec<String> = external_chunk_names(file, n).collect();
                 if let Some(extra) = graph
                     .external_files()
                     .into_iter()
@@ -210,16 +322,59 @@ impl GemmaModel {
                     )));
                 }
             }
-            Ok(Session::from_graph(gpu.clone(), graph, &onnx).await?)
+            Ok(Session::from_graph(gpu.clone(), graph, &source).await?)
         };
-        let embed = load(EMBED).await?;
-        let decoder = load(DECODER).await?;
+        let (embed, decoder) = match &config.package {
+            Package::OnnxCommunity => {
+                let embed = load(&format!("onnx/{}", ModelConfig::onnx_file(EMBED, dtype))).await?;
+                let decoder =
+                    load(&format!("onnx/{}", ModelConfig::onnx_file(DECODER, dtype))).await?;
+                (Some(embed), decoder)
+            }
+            Package::Genai {
+                decoder, embedding, ..
+            } => {
+                let embed = match embedding {
+                    Some(e) => Some(load(e).await?),
+                    None => None,
+                };
+                (embed, load(decoder).await?)
+            }
+        };
         let layout = DecoderLayout::from_graph(&decoder.graph)?;
-        if !embed.graph.inputs.iter().any(|i| i.name == "input_ids") {
-            return Err(LlmError::Model(
-                "embed_tokens has no input input_ids".into(),
-            ));
+        let embed_empty = match &embed {
+            Some(e) => embedding_extra_inputs(&e.graph)?,
+            None => Vec::new(),
+        };
+        let embed_outputs: Vec<&str> = embed
+            .iter()
+            .flat_map(|e| e.graph.outputs.iter().map(|o| o.name.as_str()))
+            .collect();
+        for (takes, name) in [
+            (layout.inputs_embeds, "inputs_embeds"),
+            (layout.per_layer_inputs, "per_layer_inputs"),
+        ] {
+            if takes && !embed_outputs.contains(&name) {
+                return Err(LlmError::Model(match &embed {
+                    Some(_) => format!(
+                        "the decoder takes {name}, which the embedding graph does not produce (outputs: {})",
+                        embed_outputs.join(", ")
+                    ),
+                    None => format!(
+                        "the decoder takes {name} but genai_config.json names no embedding graph (model.embedding.filename)"
+                    ),
+                }));
+            }
         }
+        // The activation dtype of a package: what the decoder's logits are.
+        let dtype = if genai_package {
+            match decoder.graph.outputs.iter().find(|o| o.name == "logits") {
+                Some(o) if o.dtype()? == DType::F16 => Dtype::Q4F16,
+                _ => Dtype::Q4,
+            }
+        } else {
+            dtype
+        };
         progress(LoadStage::Ready);
         Ok(Self {
             gpu,
@@ -228,9 +383,22 @@ impl GemmaModel {
             tokenizer,
             template,
             embed,
+            embed_empty,
             decoder,
             layout,
         })
+    }
+
+    /// The variant as shown to users: `q4` / `q4f16` in the onnx-community layout; for an ONNX
+    /// Runtime GenAI package `genai f32` / `genai f16` (its activation dtype).
+    pub fn variant(&self) -> String {
+        match self.config.package {
+            Package::OnnxCommunity => self.dtype.name().to_string(),
+            Package::Genai { .. } => match self.dtype {
+                Dtype::Q4 => "genai f32".into(),
+                Dtype::Q4F16 => "genai f16".into(),
+            },
+        }
     }
 
     /// The context limit (`max_position_embeddings`), if the config states it.

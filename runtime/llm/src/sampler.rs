@@ -73,13 +73,16 @@ pub fn record(
         .shape
         .last()
         .ok_or_else(|| LlmError::Model("logits have no vocabulary dimension".into()))?;
+    // A decoder without num_logits_to_keep gives a row per new token: the kernel reads the last.
     let rows = logits.numel() / v.max(1);
-    if rows != 1 {
+    if rows == 0 || rows * v != logits.numel() {
         return Err(LlmError::Model(format!(
-            "expected one row of logits, got shape {:?}",
+            "expected rows of logits, got shape {:?}",
             logits.shape
         )));
     }
+    let row = u32::try_from((rows - 1) * v)
+        .map_err(|_| LlmError::Model(format!("logits of shape {:?}", logits.shape)))?;
     let storage = match logits.dtype {
         DType::F32 => Storage::F32,
         DType::F16 => Storage::F16,
@@ -97,7 +100,7 @@ pub fn record(
     let out = cx.alloc(DType::I64, vec![1, 1])?;
     let n = u32::try_from(v).map_err(|_| LlmError::Model(format!("vocabulary of {v}")))?;
     let meta = match *sampling {
-        Sampling::Greedy => [n, 0, 0, 0, 0, 0],
+        Sampling::Greedy => [n, 0, 0, 0, 0, 0, row],
         Sampling::Sample {
             temperature,
             top_k,
@@ -110,6 +113,7 @@ pub fn record(
             top_k,
             top_p.to_bits(),
             random_word(seed, step),
+            row,
         ],
     };
     cx.dispatch_groups(&kernel, &[logits, &out], &meta, (1, 1))?;

@@ -53,9 +53,9 @@ impl ModelRepo {
             Ok(Self::new(Rc::new(HttpFetch::new(spec)), spec))
         } else {
             let dir = std::path::Path::new(spec);
-            if !dir.join("config.json").is_file() {
+            if !dir.join("config.json").is_file() && !dir.join("genai_config.json").is_file() {
                 return Err(LlmError::Model(format!(
-                    "{spec}: not a model folder (no config.json)"
+                    "{spec}: not a model folder (neither config.json, the onnx-community layout, nor genai_config.json, an ONNX Runtime GenAI package)"
                 )));
             }
             Ok(Self::new(Rc::new(DirFetch::new(dir)), spec))
@@ -91,12 +91,18 @@ impl ModelRepo {
         self.read(path).await.ok()
     }
 
-    /// A view of the folder `dir` (e.g. `onnx`) as the runtime's [`DataSource`]: the runtime
-    /// loads `x.onnx` through it and finds the external data `x.onnx_data*` next to it.
+    /// A view of the folder `dir` (e.g. `onnx`; `""`: the repository's top folder) as the
+    /// runtime's [`DataSource`]: the runtime loads `x.onnx` through it and finds the external
+    /// data `x.onnx_data*` next to it.
     pub fn subdir(&self, dir: &str) -> SubdirSource {
+        let dir = dir.trim_matches('/');
         SubdirSource {
             fetch: self.fetch.clone(),
-            prefix: format!("{}/", dir.trim_end_matches('/')),
+            prefix: if dir.is_empty() {
+                String::new()
+            } else {
+                format!("{dir}/")
+            },
         }
     }
 }

@@ -4,6 +4,7 @@
 // prm[0] n (vocabulary size)          prm[1] mode: 0 greedy (argmax), 1 sample
 // prm[2] 1/temperature (f32 bits)     prm[3] top_k (0: off)
 // prm[4] top_p (f32 bits, >= 1: off)  prm[5] uniform random u32 (from the seed and the step)
+// prm[6] first element of the row (the last row of [rows, n] logits)
 //
 // Greedy is numpy's argmax: the lowest index among equal maxima. Sampling follows Hugging Face's
 // processor order: temperature, then top-k, then top-p on the renormalised top-k distribution.
@@ -15,6 +16,10 @@ var<workgroup> rs: array<f32, WG>;
 var<workgroup> ri: array<u32, WG>;
 var<workgroup> bf: f32;
 var<workgroup> bu: u32;
+
+fn lg(i: u32) -> f32 {
+    return ld_logits(prm[6] + i);
+}
 
 fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
     return v > bv || (v == bv && i < bi);
@@ -61,7 +66,7 @@ fn weight(v: f32, tau: f32, maxv: f32, inv_t: f32) -> f32 {
 
 fn mass(t: u32, n: u32, tau: f32, maxv: f32, inv_t: f32) -> f32 {
     var m = 0.0;
-    for (var i = t; i < n; i = i + WG) { m = m + weight(ld_logits(i), tau, maxv, inv_t); }
+    for (var i = t; i < n; i = i + WG) { m = m + weight(lg(i), tau, maxv, inv_t); }
     return sum_f(t, m);
 }
 
@@ -73,7 +78,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
     var bi = 0xffffffffu;
     var mn = 3.4e38;
     for (var i = t; i < n; i = i + WG) {
-        let v = ld_logits(i);
+        let v = lg(i);
         if (better(v, i, bv, bi)) { bv = v; bi = i; }
         mn = min(mn, v);
     }
@@ -107,7 +112,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
             if (mid <= lo || mid >= hi) { break; }
             var c = 0u;
             for (var i = t; i < n; i = i + WG) {
-                if (ld_logits(i) >= mid) { c = c + 1u; }
+                if (lg(i) >= mid) { c = c + 1u; }
             }
             if (sum_u(t, c) >= k) { lo = mid; } else { hi = mid; }
         }
@@ -131,7 +136,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
     let a = min(t * per, n);
     let b = min(a + per, n);
     var s = 0.0;
-    for (var i = a; i < b; i = i + 1u) { s = s + weight(ld_logits(i), tau, maxv, inv_t); }
+    for (var i = a; i < b; i = i + 1u) { s = s + weight(lg(i), tau, maxv, inv_t); }
     rs[t] = s;
     workgroupBarrier();
     if (t == 0u) {
@@ -152,7 +157,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
         var acc = pre;
         var pick = best;
         for (var i = a; i < b; i = i + 1u) {
-            let p = weight(ld_logits(i), tau, maxv, inv_t);
+            let p = weight(lg(i), tau, maxv, inv_t);
             if (p > 0.0) {
                 acc = acc + p;
                 pick = i;
