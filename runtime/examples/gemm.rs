@@ -73,6 +73,7 @@ fn graph(k: usize, n: usize, elem: i32) -> Graph {
             ],
         }],
         opsets: BTreeMap::from([("".to_string(), 21), ("com.microsoft".to_string(), 1)]),
+        inlined: Vec::new(),
     }
 }
 

@@ -7,6 +7,7 @@ pub mod error;
 pub mod exec;
 pub mod fuse;
 pub mod gpu;
+pub mod inline;
 pub mod model;
 pub mod npy;
 pub mod ops;

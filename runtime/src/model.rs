@@ -112,6 +112,8 @@ pub struct Graph {
     pub nodes: Vec<Node>,
     /// Opset imports: domain -> version.
     pub opsets: BTreeMap<String, i64>,
+    /// Calls of model-local functions replaced by their bodies at load (see [`crate::inline`]).
+    pub inlined: Vec<crate::inline::Inlined>,
 }
 
 fn value_info(v: &proto::ValueInfoProto) -> ValueInfo {
@@ -320,16 +322,15 @@ impl Graph {
             .map(value_info)
             .collect();
         let outputs = g.output.iter().map(value_info).collect();
-        let nodes = g
-            .node
+        // Calls of model-local functions the registry does not implement: their bodies.
+        let registry = crate::ops::Registry::default();
+        let (protos, inlined) = crate::inline::inline(g, &m.functions, &mut opsets, &|d, op| {
+            registry.claims(d, op)
+        })?;
+        let nodes = protos
             .iter()
-            .enumerate()
-            .map(|(i, n)| Node {
-                name: if n.name().is_empty() {
-                    format!("#{i}")
-                } else {
-                    n.name().to_string()
-                },
+            .map(|n| Node {
+                name: n.name().to_string(),
                 op_type: n.op_type().to_string(),
                 domain: if n.domain() == "ai.onnx" {
                     String::new()
@@ -347,6 +348,7 @@ impl Graph {
             initializers,
             nodes,
             opsets,
+            inlined,
         })
     }
 

@@ -148,6 +148,7 @@ impl G {
             initializers: self.inits,
             nodes: self.nodes,
             opsets: BTreeMap::from([("".to_string(), 21), ("com.microsoft".to_string(), 1)]),
+            inlined: Vec::new(),
         }
     }
 }

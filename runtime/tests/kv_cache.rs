@@ -100,6 +100,7 @@ fn graph(dtype: DType) -> Graph {
             ],
         }],
         opsets: BTreeMap::from([("".to_string(), 21), ("com.microsoft".to_string(), 1)]),
+        inlined: Vec::new(),
     }
 }
 

@@ -1,6 +1,8 @@
 //! Loader and session behaviour on a small hand-built model with external data: streaming across
 //! chunk boundaries (unaligned chunks), errors that name the culprit, buffer reuse across runs.
 
+mod common;
+
 use gg_runtime::model::Graph;
 use gg_runtime::proto::{self, tensor_proto, type_proto};
 use gg_runtime::source::MemorySource;
@@ -229,4 +231,99 @@ fn a_tensor_claiming_terabytes_is_an_error_not_an_abort() {
             .expect_err("a tensor without its data");
         assert!(err.to_string().contains("needs"), "{err}");
     }
+}
+
+/// Model-local functions (tests/fixtures/ops/function_model_local_inlined, written by
+/// tools/onnx/gen_contrib_refs.py; its numerics against ONNX Runtime are checked by
+/// tests/contrib_ops.rs): the two calls of the unregistered `test.fn:ScaledSoftmax` (and the
+/// nested `test.fn:Square` in each) are inlined with fresh value names, the registered
+/// SkipSimplifiedLayerNormalization keeps its kernel although the model defines it too.
+#[test]
+fn model_local_functions_are_inlined_unless_registered() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/ops/function_model_local_inlined/model.onnx");
+    let bytes = std::fs::read(&path).expect("fixture");
+    let g = Graph::decode(&bytes, "functions").expect("decodes");
+    let calls: Vec<(&str, &str, usize)> = g
+        .inlined
+        .iter()
+        .map(|c| (c.node.as_str(), c.op.as_str(), c.nodes))
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            ("call0/Square_2", "Square", 1),
+            ("call0", "ScaledSoftmax", 8),
+            ("call1/Square_2", "Square", 1),
+            ("call1", "ScaledSoftmax", 8),
+        ]
+    );
+    let ops: Vec<&str> = g.nodes.iter().map(|n| n.op_type.as_str()).collect();
+    assert!(
+        !ops.contains(&"ScaledSoftmax") && !ops.contains(&"Square"),
+        "{ops:?}"
+    );
+    assert_eq!(
+        ops.iter()
+            .filter(|o| **o == "SkipSimplifiedLayerNormalization")
+            .count(),
+        1
+    );
+    assert!(
+        !ops.contains(&"Sub"),
+        "the registered op's function body is not used: {ops:?}"
+    );
+    // Every value is produced once: the bodies' `xa` and `t` do not clash with the graph's.
+    let mut produced: Vec<&String> = g.nodes.iter().flat_map(|n| &n.outputs).collect();
+    let n = produced.len();
+    produced.sort();
+    produced.dedup();
+    assert_eq!(produced.len(), n, "{produced:?}");
+    // The attributes: by reference (alpha), the function's default (beta, axis) or the call's.
+    let softmax_axes: Vec<i64> = g
+        .nodes
+        .iter()
+        .filter(|n| n.op_type == "Softmax")
+        .map(|n| {
+            n.attributes
+                .iter()
+                .find(|a| a.name() == "axis")
+                .expect("axis")
+                .i()
+        })
+        .collect();
+    assert_eq!(softmax_axes, [-1, 1]);
+    assert!(gg_runtime::ops::Registry::default().check(&g).is_empty());
+
+    // Bad functions are refused with the reason: a function that calls itself, an attribute
+    // the function does not declare.
+    let mut m = proto::ModelProto::decode(bytes.as_slice()).expect("model");
+    let sq = m
+        .functions
+        .iter_mut()
+        .find(|f| f.name() == "Square")
+        .expect("Square");
+    sq.node[0].op_type = Some("Square".into());
+    sq.node[0].domain = Some("test.fn".into());
+    sq.node[0].input.truncate(1);
+    let err = Graph::from_proto(&m).expect_err("recursion").to_string();
+    assert!(err.contains("calls itself"), "{err}");
+    let mut m = proto::ModelProto::decode(bytes.as_slice()).expect("model");
+    let call = m
+        .graph
+        .as_mut()
+        .expect("graph")
+        .node
+        .iter_mut()
+        .find(|n| n.name() == "call0");
+    call.expect("call0")
+        .attribute
+        .push(common::attr_i("gamma", 3));
+    let err = Graph::from_proto(&m)
+        .expect_err("unknown attribute")
+        .to_string();
+    assert!(
+        err.contains("attribute gamma is not one of the function's"),
+        "{err}"
+    );
 }

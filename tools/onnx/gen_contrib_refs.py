@@ -14,6 +14,7 @@ import os
 import shutil
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
@@ -573,6 +574,85 @@ def rms_normalization(out):
              F16_TOL if dx == np.float16 else F32_TOL, opset=24, ir=11)
 
 
+def write_case(out, name, model, feeds, tol):
+    """A whole-model case (not one node): ONNX Runtime's outputs for `feeds`."""
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    outs = [o.name for o in model.graph.output]
+    results = sess.run(outs, feeds)
+    d = os.path.join(out, name)
+    os.makedirs(os.path.join(d, "test_data_set_0"))
+    with open(os.path.join(d, "model.onnx"), "wb") as f:
+        f.write(model.SerializeToString())
+    for j, i in enumerate(model.graph.input):
+        with open(os.path.join(d, "test_data_set_0", f"input_{j}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(feeds[i.name], i.name).SerializeToString())
+    for j, (n, r) in enumerate(zip(outs, results)):
+        with open(os.path.join(d, "test_data_set_0", f"output_{j}.pb"), "wb") as f:
+            f.write(numpy_helper.from_array(r, n).SerializeToString())
+    with open(os.path.join(d, "case.json"), "w") as f:
+        json.dump(tol, f)
+
+
+def model_local_functions(out):
+    """A model with model-local functions (ModelProto.functions), as the mobius exporter ships
+    fallback bodies: `test.fn:ScaledSoftmax` (attributes by reference: `alpha` required and used
+    by a Constant, `beta` and `axis` with defaults in attribute_proto) calls the nested
+    `test.fn:Square`; it is called twice (defaults and overrides) and its body's value names
+    (`xa`, `t`) collide with the graph's own; one call leaves its second output unnamed.
+    `com.microsoft:SkipSimplifiedLayerNormalization` is also defined as a function (a deliberately
+    wrong body: Sub) but is a registered kernel in both runtimes, so the kernel runs. The runtime must inline the first two and keep the third
+    (checked by tests/loader.rs). Own generator so the earlier cases stay byte-identical."""
+    rng = np.random.default_rng(1618)
+    fd = "test.fn"
+    opsets = [helper.make_opsetid("", 21)]
+    square = helper.make_function(fd, "Square", ["X"], ["Y"], [helper.make_node("Mul", ["X", "X"], ["Y"])], opsets)
+    def ref(name, parent, kind):
+        return onnx.AttributeProto(name=name, ref_attr_name=parent, type=kind)
+
+    alpha = ref("value_float", "alpha", onnx.AttributeProto.FLOAT)
+    beta = ref("value_float", "beta", onnx.AttributeProto.FLOAT)
+    axis = ref("axis", "axis", onnx.AttributeProto.INT)
+    body = [
+        helper.make_node("Constant", [], ["a"]),
+        helper.make_node("Mul", ["X", "a"], ["xa"]),
+        helper.make_node("Square", ["xa"], ["sq"], domain=fd),
+        helper.make_node("Constant", [], ["b"]),
+        helper.make_node("Mul", ["sq", "b"], ["t"]),
+        helper.make_node("Add", ["t", "Bias"], ["tb"]),
+        helper.make_node("Softmax", ["tb"], ["Y"]),
+        helper.make_node("Identity", ["sq"], ["Sq"]),
+    ]
+    body[0].attribute.append(alpha)
+    body[3].attribute.append(beta)
+    body[6].attribute.append(axis)
+    scaled = helper.make_function(fd, "ScaledSoftmax", ["X", "Bias"], ["Y", "Sq"], body,
+                                  opsets + [helper.make_opsetid(fd, 1)], attributes=["alpha"])
+    scaled.attribute_proto.extend([helper.make_attribute("beta", 0.5), helper.make_attribute("axis", -1)])
+    wrong = helper.make_function(MS, "SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["y"],
+                                 [helper.make_node("Sub", ["x", "skip"], ["y"])], opsets)
+    nodes = [
+        helper.make_node("Identity", ["x"], ["xa"], name="graph_xa"),
+        helper.make_node("ScaledSoftmax", ["xa", "bias"], ["t", ""], domain=fd, name="call0", alpha=0.7),
+        helper.make_node("ScaledSoftmax", ["t", "bias"], ["y", "sq1"], domain=fd, name="call1", alpha=1.3, beta=0.25, axis=1),
+        helper.make_node("SkipSimplifiedLayerNormalization", ["y", "x", "gamma"], ["z"], domain=MS, name="skipnorm",
+                         epsilon=1e-5),
+    ]
+    b, s, h = 2, 3, 8
+    graph = helper.make_graph(
+        nodes, "model_local_functions",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, s, h]),
+         helper.make_tensor_value_info("bias", TensorProto.FLOAT, [h])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("sq1", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array((1 + 0.2 * rng.standard_normal(h)).astype(np.float32), "gamma")])
+    model = helper.make_model(graph, functions=[square, scaled, wrong],
+                              opset_imports=opsets + [helper.make_opsetid(fd, 1), helper.make_opsetid(MS, 1)])
+    model.ir_version = 10
+    feeds = {"x": rng.standard_normal((b, s, h)).astype(np.float32),
+             "bias": rng.standard_normal(h).astype(np.float32)}
+    write_case(out, "function_model_local_inlined", model, feeds, F32_TOL)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures/ops")
@@ -582,7 +662,7 @@ def main():
     os.makedirs(args.out)
     for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard, mha, attention, tiled, gqa_packed,
                 register_block, gqa_cache_inits, f16_odd_columns, gqa_shared_kv, rms_normalization,
-                matmul_nbits_accuracy_level):
+                matmul_nbits_accuracy_level, model_local_functions):
         gen(args.out)
     print(f"wrote {len(os.listdir(args.out))} cases to {args.out}")
 

@@ -90,6 +90,28 @@ fn inspect_lists_unsupported_nodes_and_exits_3() {
 }
 
 #[test]
+fn inspect_names_the_inlined_function_calls() {
+    // A model whose unregistered ops are model-local functions (tools/onnx/gen_contrib_refs.py).
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/ops/function_model_local_inlined/model.onnx");
+    let o = bin().arg("inspect").arg(&p).output().expect("runs");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    for line in [
+        "inlined functions (4 calls):",
+        "  call0/Square_2 -> test.fn:Square (1 nodes)",
+        "  call0 -> test.fn:ScaledSoftmax (8 nodes)",
+        "  call1 -> test.fn:ScaledSoftmax (8 nodes)",
+    ] {
+        assert!(out.lines().any(|l| l == line), "{line:?} in\n{out}");
+    }
+    assert!(
+        !out.contains("SkipSimplifiedLayerNormalization ->"),
+        "{out}"
+    );
+}
+
+#[test]
 fn errors_are_one_line_and_nonzero() {
     let d = tmp("errors");
     let o = bin()

@@ -25,7 +25,8 @@ struct Cli {
 enum Cmd {
     /// List the GPU adapters wgpu can see.
     Adapters,
-    /// Inputs/outputs, op histogram, external data files and unsupported nodes (exit 3 if any).
+    /// Inputs/outputs, op histogram, external data files, the calls of model-local functions
+    /// inlined at load, and unsupported nodes (exit 3 if any).
     Inspect {
         /// The .onnx file.
         model: PathBuf,
@@ -145,6 +146,19 @@ fn inspect(model: &Path) -> anyhow::Result<ExitCode> {
                 &domain
             }
         );
+    }
+    if g.inlined.is_empty() {
+        println!("inlined functions: none");
+    } else {
+        println!("inlined functions ({} calls):", g.inlined.len());
+        for c in &g.inlined {
+            let domain = if c.domain.is_empty() {
+                "ai.onnx"
+            } else {
+                &c.domain
+            };
+            println!("  {} -> {domain}:{} ({} nodes)", c.node, c.op, c.nodes);
+        }
     }
     let bad = Registry::default().check(&g);
     for u in &bad {
