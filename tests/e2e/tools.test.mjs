@@ -5,20 +5,21 @@
 import { test, before, after, describe } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, launchExtension } from './harness.mjs';
+import { toolsFor, envelope, refOf } from './pagetools.mjs';
 
 const DEV = process.env.GG_EXT_DEV;
-const PROTOCOL = 'gemma-gem/1';
 const PASSWORD = 'Tr0ub4dor&3-never-shown';
 const DEFAULT_PASSWORD = 'S3cret-Default-Attr';
 let server, ext;
-let nextId = 1;
 /** The JSON of every answer the content script gave, to check no password ever appears. */
 const answers = [];
+let send, tool, ok, fails, openTab;
 
 before(async () => {
   assert.ok(DEV, 'GG_EXT_DEV must point at dist/chrome-mv3-dev (run through `cargo xtask test`)');
   server = await startServer();
   ext = await launchExtension(DEV);
+  ({ send, tool, ok, fails, open: openTab } = toolsFor(ext, answers));
 });
 after(async () => {
   for (const json of answers) {
@@ -31,55 +32,9 @@ after(async () => {
 
 let opened = 0;
 async function open(path) {
-  const page = await ext.context.newPage();
   // A query string unique to this page, so its tab is told apart from any other.
   opened += 1;
-  await page.goto(`${server.url}${path}?page=${opened}`);
-  await page.waitForFunction(() => document.querySelector('gemma-gem-host') !== null, null, { timeout: 20000 });
-  const url = page.url();
-  const tabId = await ext.sw.evaluate(async (u) => (await chrome.tabs.query({})).find((t) => t.url === u)?.id, url);
-  assert.ok(Number.isInteger(tabId), `tab of ${url}`);
-  return { page, tabId };
-}
-
-/** Sends an envelope from the service worker; resolves to the answer or to 'no answer'. */
-async function send(tabId, message) {
-  return ext.sw.evaluate(async ([t, m]) => {
-    try { return (await chrome.tabs.sendMessage(t, m)) ?? 'no answer'; } catch (e) { return 'no answer'; }
-  }, [tabId, message]);
-}
-
-function envelope(body) {
-  return { protocol: PROTOCOL, id: nextId++, from: 'service_worker', body };
-}
-
-/** Runs a tool; returns `{ ok, err }` from the `tool_outcome` answer. */
-async function tool(tabId, name, args = {}) {
-  const message = envelope({ type: 'execute_tool', call_id: `c${nextId}`, call: { name, args } });
-  const answer = await send(tabId, message);
-  answers.push(JSON.stringify(answer));
-  assert.equal(answer.protocol, PROTOCOL, JSON.stringify(answer));
-  assert.equal(answer.id, message.id);
-  assert.equal(answer.from, 'content');
-  assert.equal(answer.body.type, 'tool_outcome');
-  assert.equal(answer.body.call_id, message.body.call_id);
-  const { result } = answer.body;
-  assert.ok(('Ok' in result) !== ('Err' in result), JSON.stringify(result));
-  return { ok: result.Ok?.value, err: result.Err };
-}
-
-async function ok(tabId, name, args) {
-  const r = await tool(tabId, name, args);
-  assert.equal(r.err, undefined, `${name} ${JSON.stringify(args)} failed: ${JSON.stringify(r.err)}`);
-  return r.ok;
-}
-
-async function fails(tabId, name, args, kind, pattern) {
-  const r = await tool(tabId, name, args);
-  assert.ok(r.err, `${name} ${JSON.stringify(args)} should fail, got ${JSON.stringify(r.ok)}`);
-  assert.equal(r.err.kind, kind, JSON.stringify(r.err));
-  if (pattern) assert.match(r.err.message, pattern);
-  return r.err;
+  return openTab(`${server.url}${path}?page=${opened}`);
 }
 
 async function facts(tabId, target) {
@@ -87,14 +42,6 @@ async function facts(tabId, target) {
   answers.push(JSON.stringify(answer));
   assert.equal(answer.body.type, 'element_facts', JSON.stringify(answer));
   return answer.body.result;
-}
-
-/** The ref of the outline line `- role "name" [ref=eN]`. */
-function refOf(outline, role, name) {
-  const escaped = name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
-  const m = outline.match(new RegExp(`- ${role} "${escaped}" \\[ref=(e\\d+)\\]`));
-  assert.ok(m, `no ${role} "${name}" in the outline:\n${outline}`);
-  return m[1];
 }
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));

@@ -205,9 +205,9 @@ fn optimise(tools: &Tools, wasm: &Path) -> Result<()> {
     bail!("no wasm-opt could optimise {}", wasm.display())
 }
 
-/// Turns the content script's wasm into plain ES modules: wasm-bindgen's bundler glue imports
-/// `./gg_content_bg.wasm` as a module; wasm2js makes that module JavaScript, and the import is
-/// pointed at it.
+/// Turns the content script's wasm into one plain ES module, `content/gg_content.js`:
+/// wasm-bindgen's bundler glue imports `./gg_content_bg.wasm` as a module; wasm2js makes that
+/// module JavaScript, and [`content_bundle`] joins the two.
 fn content_to_js(tools: &Tools, wasm: &Path, out: &Path, release: bool) -> Result<()> {
     let glue = crate::util::target_dir().join("content-glue");
     if glue.exists() {
@@ -226,26 +226,109 @@ fn content_to_js(tools: &Tools, wasm: &Path, out: &Path, release: bool) -> Resul
                 .arg(&wasm_in),
         )?;
     }
+    let wasm_js = glue.join("gg_content_bg.wasm.js");
     let mut cmd = Command::new(&tools.wasm2js);
     cmd.arg(&wasm_in)
         .args([if release { "-Oz" } else { "-O" }, "-o"])
-        .arg(out.join("gg_content_bg.wasm.js"));
+        .arg(&wasm_js);
     exec(&mut cmd).context(
         "wasm2js failed on the content script (it must stay MVP wasm: built for wasm32v1-none)",
     )?;
-    let entry = std::fs::read_to_string(glue.join("gg_content.js"))?;
-    if !entry.contains("./gg_content_bg.wasm\"") {
-        bail!(
-            "unexpected wasm-bindgen bundler output in {}: no import of ./gg_content_bg.wasm",
-            glue.display()
-        );
-    }
-    std::fs::write(
-        out.join("gg_content.js"),
-        entry.replace("./gg_content_bg.wasm\"", "./gg_content_bg.wasm.js\""),
-    )?;
-    std::fs::copy(glue.join("gg_content_bg.js"), out.join("gg_content_bg.js"))?;
+    let read = |name: &str| {
+        std::fs::read_to_string(glue.join(name))
+            .with_context(|| format!("reading {}", glue.join(name).display()))
+    };
+    let bundle = content_bundle(
+        &read("gg_content.js")?,
+        &read("gg_content_bg.js")?,
+        &read("gg_content_bg.wasm.js")?,
+    )
+    .with_context(|| format!("bundling the content script from {}", glue.display()))?;
+    std::fs::write(out.join("gg_content.js"), bundle)?;
     Ok(())
+}
+
+/// One ES module with no imports from wasm-bindgen's bundler output (`entry` importing `glue`
+/// and the wasm module, here wasm2js's JavaScript `wasm_js`). Without imports, the loader can
+/// start a fresh copy of the whole content script (`gg_content.js?instance=2`) after a crash.
+///
+/// wasm2js's `memory.grow` copies the memory into a new `ArrayBuffer` but leaves the old one
+/// attached, unlike WebAssembly, which detaches it. wasm-bindgen's glue notices growth only by a
+/// detached buffer (`byteLength === 0`, `buffer.detached`), so after the first growth it kept
+/// writing through its cached views into the stale copy: the `(ptr, len)` of every string handed
+/// to Rust through a return slot was lost, Rust read whatever its stack held there and freed it
+/// (dlmalloc's `validate_size` panic in `free`). The grow here detaches the old buffer
+/// (`ArrayBuffer.prototype.transfer`, Chrome 114+), as WebAssembly does.
+pub fn content_bundle(entry: &str, glue: &str, wasm_js: &str) -> Result<String> {
+    const WASM_IMPORT: &str = "import * as $_gg_content_bg_js from './gg_content_bg.js';";
+    const GROW: &str = "buffer = newBuffer;";
+    const INSTANCE: &str = "var retasmFunc = asmFunc(";
+    if !entry.contains("./gg_content_bg.wasm\"") || !entry.contains("__wbg_set_wasm(wasm);") {
+        bail!("unexpected wasm-bindgen bundler entry (no wasm import or __wbg_set_wasm)");
+    }
+    if !glue.contains("export function __wbg_set_wasm(") {
+        bail!("the wasm-bindgen glue has no __wbg_set_wasm");
+    }
+    for (what, needle) in [
+        ("import", WASM_IMPORT),
+        ("grow", GROW),
+        ("instance", INSTANCE),
+    ] {
+        let found = wasm_js.matches(needle).count();
+        if found != 1 {
+            bail!("wasm2js output: expected one {what} `{needle}`, found {found}");
+        }
+    }
+    let grow_fn = wasm_js
+        .find("function __wasm_memory_grow(")
+        .context("wasm2js output has no __wasm_memory_grow")?;
+    if wasm_js.find(GROW) < Some(grow_fn) {
+        bail!("wasm2js output: `{GROW}` is not inside __wasm_memory_grow");
+    }
+    // The functions wasm2js's module imports (the glue's exports).
+    let imports: Vec<&str> = glue
+        .lines()
+        .filter_map(|l| l.strip_prefix("export function "))
+        .filter_map(|l| l.split('(').next())
+        .map(str::trim)
+        .collect();
+    let mut body = String::with_capacity(wasm_js.len());
+    for line in wasm_js.lines() {
+        if line.trim() == WASM_IMPORT {
+            continue;
+        }
+        // wasm2js re-exports every wasm export; the glue reaches them through `retasmFunc`.
+        if line.starts_with("export var ") && line.contains("= retasmFunc.") {
+            continue;
+        }
+        if line.starts_with("export ") {
+            bail!("wasm2js output: unexpected export line `{line}`");
+        }
+        body.push_str(line);
+        body.push('\n');
+    }
+    let body = body.replace(
+        GROW,
+        "buffer.transfer(0); /* detach the old memory, as wasm does */ buffer = newBuffer;",
+    );
+    let mut out = String::with_capacity(glue.len() + body.len() + 4096);
+    out.push_str(
+        "// Gemma Gem content script: wasm-bindgen glue and wasm2js output in one module.\n",
+    );
+    out.push_str(glue);
+    out.push_str("\nconst $_gg_content_bg_js = {\n");
+    for name in &imports {
+        out.push_str("  ");
+        out.push_str(name);
+        out.push_str(",\n");
+    }
+    out.push_str("};\nconst __gg_wasm = (() => {\n");
+    out.push_str(&body);
+    out.push_str("return retasmFunc;\n})();\n__wbg_set_wasm(__gg_wasm);\n");
+    if entry.contains("wasm.__wbindgen_start()") {
+        out.push_str("__gg_wasm.__wbindgen_start();\n");
+    }
+    Ok(out)
 }
 
 /// The MV3 manifest. The version comes from the workspace.
@@ -277,4 +360,38 @@ fn manifest(release: bool) -> Result<serde_json::Value> {
             },
         },
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::content_bundle;
+
+    const ENTRY: &str = "import * as wasm from \"./gg_content_bg.wasm\";\nimport { __wbg_set_wasm } from \"./gg_content_bg.js\";\n__wbg_set_wasm(wasm);\nexport { start } from \"./gg_content_bg.js\";\n";
+    const GLUE: &str = "let wasm;\nexport function __wbg_set_wasm(val) { wasm = val; }\nexport function start() { wasm.start(); }\nexport function __wbg_log_1(a) { console.log(a); }\n";
+    const WASM_JS: &str = "import * as $_gg_content_bg_js from './gg_content_bg.js';\nfunction asmFunc(imports) {\n var buffer = new ArrayBuffer(65536);\n function __wasm_memory_grow(pagesToAdd) {\n   var newBuffer = new ArrayBuffer(131072);\n   buffer = newBuffer;\n }\n return { start: function () {} };\n}\nvar retasmFunc = asmFunc({\n  \"./gg_content_bg.js\": $_gg_content_bg_js,\n});\nexport var memory = retasmFunc.memory;\nexport var start = retasmFunc.start;\n";
+
+    #[test]
+    fn the_bundle_has_no_imports_and_grow_detaches() {
+        let out = content_bundle(ENTRY, GLUE, WASM_JS).unwrap();
+        assert!(!out.contains("import "), "{out}");
+        assert!(!out.contains("export var"), "{out}");
+        assert_eq!(out.matches("export function start()").count(), 1);
+        assert!(out.contains(
+            "const $_gg_content_bg_js = {\n  __wbg_set_wasm,\n  start,\n  __wbg_log_1,\n};"
+        ));
+        assert!(out.contains(
+            "buffer.transfer(0); /* detach the old memory, as wasm does */ buffer = newBuffer;"
+        ));
+        assert!(out.ends_with("return retasmFunc;\n})();\n__wbg_set_wasm(__gg_wasm);\n"));
+    }
+
+    #[test]
+    fn unexpected_shapes_are_errors() {
+        assert!(content_bundle("", GLUE, WASM_JS).is_err());
+        assert!(content_bundle(ENTRY, "export function start() {}", WASM_JS).is_err());
+        let no_grow = WASM_JS.replace("buffer = newBuffer;", "");
+        assert!(content_bundle(ENTRY, GLUE, &no_grow).is_err());
+        let extra = format!("{WASM_JS}export default 1;\n");
+        assert!(content_bundle(ENTRY, GLUE, &extra).is_err());
+    }
 }

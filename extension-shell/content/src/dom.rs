@@ -58,44 +58,69 @@ pub fn frame_document(el: &Element) -> Option<Document> {
     (!doc.is_null() && !doc.is_undefined()).then(|| doc.unchecked_into())
 }
 
+/// The children of a node in the flat tree, read one at a time (a page may give an element
+/// tens of thousands of children: they are not copied out at once).
+pub enum Children {
+    /// A live `childNodes` list.
+    List(web_sys::NodeList),
+    Nodes(Vec<Node>),
+}
+
+impl Children {
+    pub fn get(&self, index: usize) -> Option<Node> {
+        match self {
+            Self::List(list) => u32::try_from(index).ok().and_then(|i| list.item(i)),
+            Self::Nodes(nodes) => nodes.get(index).cloned(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        match self {
+            Self::List(list) => list.length() == 0,
+            Self::Nodes(nodes) => nodes.is_empty(),
+        }
+    }
+}
+
 /// The children of `node` in the flat tree: an open shadow root's children instead of the
 /// host's, a slot's assigned nodes, a same-origin iframe's `<body>`.
-pub fn flat_children(node: &Node) -> Vec<Node> {
-    let mut out = Vec::new();
+pub fn flat_children_of(node: &Node) -> Children {
     if let Some(el) = as_element(node) {
         if let Some(doc) = frame_document(&el) {
-            if let Some(body) = doc.body() {
-                out.push(body.into());
-            } else if let Some(root) = doc.document_element() {
-                out.push(root.into());
-            }
-            return out;
+            let inner: Option<Node> = match doc.body() {
+                Some(body) => Some(body.into()),
+                None => doc.document_element().map(Into::into),
+            };
+            return Children::Nodes(inner.into_iter().collect());
         }
         if let Some(root) = el.shadow_root() {
-            push_list(&mut out, &root.child_nodes());
-            return out;
+            return Children::List(root.child_nodes());
         }
-        if tag(&el) == "slot" {
+        if el.local_name() == "slot" {
             let opts = Obj::new().b("flatten", true).js();
             if let Ok(list) = js::call(&el, "assignedNodes", &[opts]) {
                 let list: js_sys::Array = list.unchecked_into();
                 if list.length() > 0 {
-                    for n in list.iter() {
-                        out.push(n.unchecked_into());
-                    }
-                    return out;
+                    return Children::Nodes(list.iter().map(JsCast::unchecked_into).collect());
                 }
             }
         }
     }
-    push_list(&mut out, &node.child_nodes());
-    out
+    Children::List(node.child_nodes())
 }
 
-fn push_list(out: &mut Vec<Node>, list: &web_sys::NodeList) {
-    for i in 0..list.length() {
-        if let Some(n) = list.item(i) {
-            out.push(n);
+/// [`flat_children_of`], all at once.
+pub fn flat_children(node: &Node) -> Vec<Node> {
+    match flat_children_of(node) {
+        Children::Nodes(nodes) => nodes,
+        Children::List(list) => {
+            let mut out = Vec::new();
+            for i in 0..list.length() {
+                if let Some(n) = list.item(i) {
+                    out.push(n);
+                }
+            }
+            out
         }
     }
 }
@@ -412,9 +437,20 @@ fn name_from_content(el: &Element, role: Option<&str>) -> bool {
     ) && !matches!(tag(el).as_str(), "input" | "select" | "textarea")
 }
 
+/// How deep [`subtree_text`] looks (a name from deeper down is not a useful name, and a page's
+/// depth must not run the stack out).
+const NAME_DEPTH: usize = 48;
+
 /// Text of an element's subtree for names: text nodes, `alt` of images, `aria-label` of
 /// children; skips hidden (`hidden`, `aria-hidden`), scripts and styles. At most `limit` bytes.
 pub fn subtree_text(node: &Node, out: &mut String, limit: usize) {
+    subtree_text_within(node, out, limit, NAME_DEPTH);
+}
+
+fn subtree_text_within(node: &Node, out: &mut String, limit: usize, depth: usize) {
+    if depth == 0 {
+        return;
+    }
     for child in flat_children(node) {
         if out.len() >= limit {
             return;
@@ -446,7 +482,7 @@ pub fn subtree_text(node: &Node, out: &mut String, limit: usize) {
                     }
                     continue;
                 }
-                subtree_text(&el, out, limit);
+                subtree_text_within(&el, out, limit, depth - 1);
             }
             _ => {}
         }

@@ -5,6 +5,11 @@
 //! (see `cargo xtask build`). It creates the host element with a **closed** shadow root, draws the
 //! launcher inside it and, when opened, shows the overlay page (an extension page, which may use
 //! WebAssembly) in an iframe. Keep it small: it is loaded on every page.
+//!
+//! The loader `content.js` receives the messages (`chrome.runtime.onMessage`) and hands them to
+//! [`on_message`]. When this module fails (a panic traps: there is no unwinding here), the loader
+//! starts a fresh copy of it, which answers the calls the failed one left ([`recover`]) and tells
+//! the service worker ([`report_crash`]); the page tools never stay dead.
 #![cfg_attr(target_arch = "wasm32", no_std)]
 
 extern crate alloc;
@@ -12,22 +17,69 @@ extern crate alloc;
 mod dom;
 mod js;
 mod panel;
+mod read;
+mod server;
 mod snapshot;
 mod text;
 mod tools;
 
 use alloc::format;
+use core::cell::RefCell;
 
-use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
 #[cfg(target_arch = "wasm32")]
 #[global_allocator]
 static ALLOC: dlmalloc::GlobalDlmalloc = dlmalloc::GlobalDlmalloc;
 
+#[wasm_bindgen]
+extern "C" {
+    /// The loader's panic hook (`content.js`), which passes the message on with the crash.
+    #[wasm_bindgen(catch, js_namespace = globalThis, js_name = __ggContentPanic)]
+    fn panic_hook(message: &str) -> Result<(), JsValue>;
+    #[wasm_bindgen(js_namespace = console, js_name = error)]
+    fn console_error(message: &str);
+}
+
+/// Writes a panic message into a fixed buffer: the heap may be what failed.
+#[cfg(all(target_arch = "wasm32", not(test)))]
+struct PanicText {
+    bytes: [u8; 1024],
+    len: usize,
+}
+
+#[cfg(all(target_arch = "wasm32", not(test)))]
+impl core::fmt::Write for PanicText {
+    fn write_str(&mut self, s: &str) -> core::fmt::Result {
+        let mut n = s.len().min(self.bytes.len() - self.len);
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.bytes[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
+    }
+}
+
 #[cfg(all(target_arch = "wasm32", not(test)))]
 #[panic_handler]
-fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    use core::fmt::Write;
+    use core::sync::atomic::{AtomicBool, Ordering};
+    static PANICKING: AtomicBool = AtomicBool::new(false);
+    // A panic while reporting one (formatting needed the broken heap) just stops.
+    if !PANICKING.swap(true, Ordering::Relaxed) {
+        let mut text = PanicText {
+            bytes: [0; 1024],
+            len: 0,
+        };
+        let _ = write!(text, "{LOG_PREFIX} the page tools panicked: ");
+        let lead = text.len;
+        let _ = write!(text, "{info}");
+        let message = core::str::from_utf8(&text.bytes[..text.len]).unwrap_or(LOG_PREFIX);
+        console_error(message);
+        let _ = panic_hook(message.get(lead..).unwrap_or(message));
+    }
     core::arch::wasm32::unreachable()
 }
 
@@ -45,9 +97,21 @@ fn log_debug(msg: &str) {
     }
 }
 
-/// Entry point, called by the loader `content.js`.
+/// The one server of this copy of the module (wasm here is single-threaded).
+struct Global(RefCell<Option<server::Shared>>);
+// SAFETY: the content script runs on the page's main thread only; nothing here is shared with
+// another thread (wasm32v1-none has no threads).
+unsafe impl Sync for Global {}
+static SERVER: Global = Global(RefCell::new(None));
+
+fn current() -> Option<server::Shared> {
+    SERVER.0.borrow().clone()
+}
+
+/// Entry point, called by the loader `content.js` with its hooks (`later(callback)`: run the
+/// callback in a later task, guarded against crashes).
 #[wasm_bindgen]
-pub fn start() {
+pub fn start(host: JsValue) {
     let window_ok = web_sys::window()
         .and_then(|w| w.location().protocol().ok())
         .is_some_and(|p| p == "http:" || p == "https:");
@@ -61,121 +125,53 @@ pub fn start() {
             None
         }
     };
-    if let Err(e) = listen(panel) {
-        log_error(&format!("could not listen for tool calls: {e:?}"));
-    }
-}
-
-/// Protocol tag of every message (`gg_messages::PROTOCOL`).
-const PROTOCOL: &str = "gemma-gem/1";
-
-/// Answers tool calls from this extension's service worker (`chrome.runtime.onMessage`).
-fn listen(panel: Option<panel::Shared>) -> Result<(), JsValue> {
-    let runtime = js::get(&js::get(&js_sys::global(), "chrome"), "runtime");
-    let own_id = js::get_str(&runtime, "id").ok_or("no extension id")?;
-    let on_message = js::get(&runtime, "onMessage");
-    let mut state = tools::State::new();
-    let listener = Closure::<dyn FnMut(JsValue, JsValue, JsValue) -> JsValue>::new(
-        move |message: JsValue, sender: JsValue, respond: JsValue| {
-            if let Some(answer) = answer(&mut state, panel.as_ref(), &own_id, &message, &sender)
-                && let Ok(respond) = respond.dyn_into::<js_sys::Function>()
-                && let Err(e) = respond.call1(&JsValue::UNDEFINED, &answer)
-            {
-                log_error(&format!("could not answer a tool call: {e:?}"));
-            }
-            // The answer (if any) was given synchronously.
-            JsValue::FALSE
-        },
-    );
-    js::call(&on_message, "addListener", &[listener.as_ref().clone()])?;
-    // The listener lives as long as the page.
-    listener.forget();
-    Ok(())
-}
-
-/// The answer to a message, or `None` for anything that is not a request of ours from our own
-/// service worker (other extensions, our extension pages in tabs, foreign shapes).
-fn answer(
-    state: &mut tools::State,
-    panel: Option<&panel::Shared>,
-    own_id: &str,
-    message: &JsValue,
-    sender: &JsValue,
-) -> Option<JsValue> {
-    if js::get_str(sender, "id").as_deref() != Some(own_id) {
-        return None;
-    }
-    let tab = js::get(sender, "tab");
-    if !tab.is_undefined() && !tab.is_null() {
-        return None;
-    }
-    let origin = format!("chrome-extension://{own_id}/");
-    if js::get_str(sender, "url").is_some_and(|url| !url.starts_with(&origin)) {
-        return None;
-    }
-    if js::get_str(message, "protocol").as_deref() != Some(PROTOCOL)
-        || js::get_str(message, "from").as_deref() != Some("service_worker")
-    {
-        return None;
-    }
-    let id = js::get(message, "id");
-    id.as_f64()?;
-    let body = js::get(message, "body");
-    let result = |r: Result<JsValue, tools::ToolErr>| match r {
-        Ok(v) => js::Obj::new().v("Ok", v).js(),
-        Err(e) => js::Obj::new().v("Err", e.to_js()).js(),
-    };
-    let reply = match js::get_str(&body, "type")?.as_str() {
-        "execute_tool" => {
-            let call_id = js::get_str(&body, "call_id")?;
-            let call = js::get(&body, "call");
-            let name = js::get_str(&call, "name")?;
-            let args = js::get(&call, "args");
-            log_debug(&format!("tool call {call_id}: {name}"));
-            let outcome = if panel.is_some_and(panel::is_disabled) {
-                Err(tools::ToolErr::unavailable(
-                    "Gemma Gem is turned off on this site (settings: disabled sites); no page \
-                     tool runs here",
-                ))
-            } else {
-                state
-                    .execute(&name, &args)
-                    .map(|value| js::Obj::new().v("value", value).js())
-            };
-            if let Err(e) = &outcome {
-                log_debug(&format!(
-                    "tool call {call_id} failed: {}: {}",
-                    e.kind, e.message
-                ));
-            }
-            js::Obj::new()
-                .s("type", "tool_outcome")
-                .s("call_id", &call_id)
-                .v("result", result(outcome))
-        }
-        "get_element_facts" => {
-            let facts = state.element_facts(&js::get(&body, "target"));
-            js::Obj::new()
-                .s("type", "element_facts")
-                .v("result", result(facts))
-        }
-        "panel_command" => {
-            let command = panel::Command::parse(&js::get_str(&body, "action")?)?;
-            if let Some(panel) = panel
-                && let Err(e) = panel::run(panel, command)
-            {
-                log_error(&format!("could not {command:?} the panel: {e:?}"));
-            }
-            js::Obj::new().s("type", "ack")
-        }
-        _ => return None,
-    };
-    Some(
-        js::Obj::new()
-            .s("protocol", PROTOCOL)
-            .v("id", id)
-            .s("from", "content")
-            .v("body", reply.js())
-            .js(),
+    let own_id = js::get_str(
+        &js::get(&js::get(&js_sys::global(), "chrome"), "runtime"),
+        "id",
     )
+    .unwrap_or_default();
+    *SERVER.0.borrow_mut() = Some(server::Server::new(panel, own_id, host));
+}
+
+/// A message from `chrome.runtime.onMessage`. Returns `true` when the answer will come later
+/// through `respond` (the call runs in slices), `false` when it was given already or when the
+/// message is not ours.
+#[wasm_bindgen]
+pub fn on_message(message: JsValue, sender: JsValue, respond: JsValue) -> bool {
+    match current() {
+        Some(server) => server::on_message(&server, &message, &sender, &respond),
+        None => false,
+    }
+}
+
+/// Answers a message that a crashed copy of this module had taken and not answered: a tool
+/// call gets a clear tool error (the call may or may not have acted).
+#[wasm_bindgen]
+pub fn recover(message: JsValue, sender: JsValue, respond: JsValue) {
+    if let Some(server) = current() {
+        server::recover(&server, &message, &sender, &respond);
+    }
+}
+
+/// Tells the service worker that the previous copy of this module crashed (`detail`: its panic
+/// message or error), so that it is logged there too.
+#[wasm_bindgen]
+pub fn report_crash(detail: &str) {
+    log_error(&format!(
+        "the page tools crashed and were restarted: {detail}"
+    ));
+    server::report_crash(detail);
+}
+
+/// Memory of this copy of the module (wasm2js keeps it in one `ArrayBuffer`): for benches.
+#[wasm_bindgen]
+pub fn memory_bytes() -> f64 {
+    #[cfg(target_arch = "wasm32")]
+    {
+        (core::arch::wasm32::memory_size(0) as f64) * 65536.0
+    }
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        0.0
+    }
 }

@@ -94,185 +94,296 @@ fn stale(name: &str) -> ToolErr {
 
 struct Line {
     depth: usize,
-    text: String,
+    /// `- role "name"`; the ref goes between it and `flags`.
+    head: String,
+    flags: String,
     kind: Kind,
     candidate: Candidate,
+    element: Element,
 }
 
-struct Walk<'a> {
-    refs: &'a mut Refs,
+/// An element whose flat-tree children are being walked.
+struct Frame {
+    children: dom::Children,
+    next: usize,
+    parent: Option<usize>,
+    depth: usize,
+    offset: (f64, f64),
+}
+
+/// Time a snapshot may take in all (its slices and the page's tasks between them).
+pub const TIME_BUDGET_MS: f64 = 10_000.0;
+/// Characters per ref (` [ref=e123]`) when fitting: refs are handed out to shown lines only.
+const REF_COST: usize = 12;
+
+/// A `snapshot_page` call in progress.
+pub struct Job {
+    max_tokens: u64,
+    budget: usize,
+    doc: Document,
     lines: Vec<Line>,
+    /// Cost of the lines kept for fitting; past `4 × budget`, elements out of view are only
+    /// counted (`counted`): they could not be shown anyway.
+    kept_cost: usize,
+    counted: [u32; 5],
+    stack: Vec<Frame>,
     view_w: f64,
     view_h: f64,
     focused: Option<Element>,
     page_origin: String,
+    started: f64,
+    visited: u32,
+    timed_out: bool,
 }
 
-/// Runs `snapshot_page`.
-pub fn snapshot(
-    refs: &mut Refs,
-    doc: &Document,
-    max_tokens: Option<u64>,
-) -> Result<JsValue, ToolErr> {
-    refs.prune();
-    let win = doc
-        .default_view()
-        .ok_or_else(|| ToolErr::unavailable("the page has no window"))?;
-    let size = |v: Result<JsValue, JsValue>| v.ok().and_then(|v| v.as_f64()).unwrap_or(0.0);
-    let mut walk = Walk {
-        refs,
-        lines: Vec::new(),
-        view_w: size(win.inner_width()),
-        view_h: size(win.inner_height()),
-        focused: dom::deep_active_element(doc),
-        page_origin: win.location().origin().unwrap_or_default(),
-    };
-    let root: Node = match doc.body() {
-        Some(body) => body.into(),
-        None => doc
-            .document_element()
-            .ok_or_else(|| ToolErr::unavailable("the page has no document element"))?
-            .into(),
-    };
-    walk.walk(&root, None, 0, (0.0, 0.0));
-    let lines = walk.lines;
-
-    let max_tokens = max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
-    let budget = usize::try_from(max_tokens.saturating_mul(CHARS_PER_TOKEN)).unwrap_or(usize::MAX);
-    let candidates: Vec<Candidate> = lines.iter().map(|l| l.candidate.clone()).collect();
-    let kept = fit(&candidates, budget);
-
-    let mut outline = String::new();
-    let mut shown = 0u32;
-    let mut left = [0u32; 5]; // headings, links, buttons, fields, other
-    for (line, keep) in lines.iter().zip(&kept) {
-        if *keep {
-            for _ in 0..line.depth {
-                outline.push_str("  ");
-            }
-            outline.push_str(&line.text);
-            outline.push('\n');
-            if !line.candidate.structural {
-                shown += 1;
-            }
-        } else if !line.candidate.structural {
-            let slot = match line.kind {
-                Kind::Heading => 0,
-                Kind::Link => 1,
-                Kind::Button => 2,
-                Kind::Field => 3,
-                _ => 4,
-            };
-            left[slot] += 1;
-        }
+fn slot(kind: Kind) -> usize {
+    match kind {
+        Kind::Heading => 0,
+        Kind::Link => 1,
+        Kind::Button => 2,
+        Kind::Field => 3,
+        _ => 4,
     }
-    let total_left: u32 = left.iter().sum();
-    let mut result = Obj::new()
-        .s("title", &doc.title())
-        .s("url", &win.location().href().unwrap_or_default())
-        .s("outline", outline.trim_end())
-        .n("elements_shown", f64::from(shown))
-        .b("complete", total_left == 0);
-    if total_left > 0 {
-        let names = ["headings", "links", "buttons", "fields", "other elements"];
-        let mut summary = Obj::new();
-        let mut parts: Vec<String> = Vec::new();
-        for (count, name) in left.iter().zip(names) {
-            if *count > 0 {
-                summary = summary.n(name, f64::from(*count));
-                parts.push(format!("{count} {name}"));
-            }
-        }
-        result = result.v("left_out", summary.js()).s(
-            "note",
-            &format!(
-                "{} left out to fit max_tokens={max_tokens} (elements in view come first). Scroll \
-                 and call snapshot_page again, or call it with a larger max_tokens.",
-                parts.join(", ")
-            ),
-        );
-    }
-    if shown == 0 && total_left == 0 {
-        result = result.s(
-            "note",
-            "the page has no landmarks, headings or interactive elements",
-        );
-    }
-    Ok(result.js())
 }
 
 const SKIP_TAGS: &[&str] = &[
     "script", "style", "noscript", "template", "head", "meta", "link", "svg", "math", "canvas",
 ];
 
-impl Walk<'_> {
-    fn walk(&mut self, node: &Node, parent: Option<usize>, depth: usize, offset: (f64, f64)) {
-        for child in dom::flat_children(node) {
-            let Some(el) = dom::as_element(&child) else {
+impl Job {
+    pub fn new(doc: &Document, max_tokens: Option<u64>) -> Result<Self, ToolErr> {
+        let win = doc
+            .default_view()
+            .ok_or_else(|| ToolErr::unavailable("the page has no window"))?;
+        let size = |v: Result<JsValue, JsValue>| v.ok().and_then(|v| v.as_f64()).unwrap_or(0.0);
+        let root: Node = match doc.body() {
+            Some(body) => body.into(),
+            None => doc
+                .document_element()
+                .ok_or_else(|| ToolErr::unavailable("the page has no document element"))?
+                .into(),
+        };
+        let max_tokens = max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+        let budget =
+            usize::try_from(max_tokens.saturating_mul(CHARS_PER_TOKEN)).unwrap_or(usize::MAX);
+        Ok(Self {
+            max_tokens,
+            budget,
+            doc: doc.clone(),
+            lines: Vec::new(),
+            kept_cost: 0,
+            counted: [0; 5],
+            stack: alloc::vec![Frame {
+                children: dom::flat_children_of(&root),
+                next: 0,
+                parent: None,
+                depth: 0,
+                offset: (0.0, 0.0),
+            }],
+            view_w: size(win.inner_width()),
+            view_h: size(win.inner_height()),
+            focused: dom::deep_active_element(doc),
+            page_origin: win.location().origin().unwrap_or_default(),
+            started: crate::server::now(),
+            visited: 0,
+            timed_out: false,
+        })
+    }
+
+    /// Walks until `until`; the answer once the page is walked (or the budget spent).
+    pub fn step(&mut self, refs: &mut Refs, until: f64) -> Option<Result<JsValue, ToolErr>> {
+        let mut count = 0u32;
+        while let Some(top) = self.stack.last_mut() {
+            let Some(child) = top.children.get(top.next) else {
+                self.stack.pop();
                 continue;
             };
-            let tag = dom::tag(&el);
-            if SKIP_TAGS.contains(&tag.as_str()) || dom::is_own_host(&el) {
-                continue;
+            count += 1;
+            if count.is_multiple_of(16) {
+                let t = crate::server::now();
+                if t - self.started >= TIME_BUDGET_MS {
+                    self.timed_out = true;
+                    break;
+                }
+                if t >= until {
+                    return None;
+                }
             }
-            if dom::attr(&el, "aria-hidden").as_deref() == Some("true") {
-                continue;
-            }
-            let Some(style) = dom::computed_style(&el) else {
-                continue;
+            let Some(top) = self.stack.last_mut() else {
+                break;
             };
-            if dom::style_prop(&style, "display") == "none" {
-                continue;
-            }
-            let visible = dom::style_prop(&style, "visibility") == "visible";
-            let mut child_parent = parent;
-            let mut child_depth = depth;
-            if visible && let Some(role) = dom::role_of(&el) {
+            top.next += 1;
+            let (parent, depth, offset) = (top.parent, top.depth, top.offset);
+            self.visit(&child, parent, depth, offset);
+        }
+        Some(Ok(self.finish(refs)))
+    }
+
+    fn visit(&mut self, child: &Node, parent: Option<usize>, depth: usize, offset: (f64, f64)) {
+        let Some(el) = dom::as_element(child) else {
+            return;
+        };
+        self.visited += 1;
+        let tag = dom::tag(&el);
+        if SKIP_TAGS.contains(&tag.as_str()) || dom::is_own_host(&el) {
+            return;
+        }
+        if dom::attr(&el, "aria-hidden").as_deref() == Some("true") {
+            return;
+        }
+        let Some(style) = dom::computed_style(&el) else {
+            return;
+        };
+        if dom::style_prop(&style, "display") == "none" {
+            return;
+        }
+        let visible = dom::style_prop(&style, "visibility") == "visible";
+        let mut child_parent = parent;
+        let mut child_depth = depth;
+        if visible && let Some(role) = dom::role_of(&el) {
+            let structural = matches!(role.kind, Kind::Landmark | Kind::Frame);
+            let rect = el.get_bounding_client_rect();
+            let (left, top) = (rect.left() + offset.0, rect.top() + offset.1);
+            let in_view = rect.width() + rect.height() > 0.0
+                && left < self.view_w
+                && top < self.view_h
+                && left + rect.width() > 0.0
+                && top + rect.height() > 0.0;
+            if !structural && !in_view && self.kept_cost > self.budget.saturating_mul(4) {
+                // Could not be shown: only counted.
+                self.counted[slot(role.kind)] += 1;
+            } else {
                 let index = self.lines.len();
-                let structural = matches!(role.kind, Kind::Landmark | Kind::Frame);
-                let text = self.line_text(&el, &role);
-                let rect = el.get_bounding_client_rect();
-                let (left, top) = (rect.left() + offset.0, rect.top() + offset.1);
-                let in_view = rect.width() + rect.height() > 0.0
-                    && left < self.view_w
-                    && top < self.view_h
-                    && left + rect.width() > 0.0
-                    && top + rect.height() > 0.0;
+                let (head, flags) = self.line_text(&el, &role);
+                let cost = head.len() + flags.len() + REF_COST + 2 * depth + 1;
+                if !structural {
+                    self.kept_cost += cost;
+                }
                 self.lines.push(Line {
                     depth,
                     candidate: Candidate {
                         parent,
-                        cost: text.len() + 2 * depth + 1,
+                        cost,
                         in_view,
                         structural,
                     },
-                    text,
+                    head,
+                    flags,
                     kind: role.kind,
+                    element: el.clone(),
                 });
                 if structural {
                     child_parent = Some(index);
                     child_depth = depth + 1;
                 }
             }
-            let child_offset = if dom::frame_document(&el).is_some() {
-                let rect = el.get_bounding_client_rect();
-                (offset.0 + rect.left(), offset.1 + rect.top())
-            } else {
-                offset
-            };
-            self.walk(&el, child_parent, child_depth, child_offset);
+        }
+        let child_offset = if dom::frame_document(&el).is_some() {
+            let rect = el.get_bounding_client_rect();
+            (offset.0 + rect.left(), offset.1 + rect.top())
+        } else {
+            offset
+        };
+        let children = dom::flat_children_of(&el);
+        if !children.is_empty() {
+            self.stack.push(Frame {
+                children,
+                next: 0,
+                parent: child_parent,
+                depth: child_depth,
+                offset: child_offset,
+            });
         }
     }
 
-    fn line_text(&mut self, el: &Element, role: &dom::Role) -> String {
-        let number = self.refs.ref_for(el);
-        let name = dom::accessible_name(el, Some(&role.name));
-        let mut line = format!("- {}", role.name);
-        if !name.is_empty() {
-            line.push(' ');
-            line.push_str(&quoted(&name));
+    fn finish(&mut self, refs: &mut Refs) -> JsValue {
+        let doc = self.doc.clone();
+        let lines = core::mem::take(&mut self.lines);
+        self.stack = Vec::new();
+        let max_tokens = self.max_tokens;
+        let candidates: Vec<Candidate> = lines.iter().map(|l| l.candidate.clone()).collect();
+        let kept = fit(&candidates, self.budget);
+
+        let mut outline = String::new();
+        let mut shown = 0u32;
+        let mut left = self.counted; // headings, links, buttons, fields, other
+        for (line, keep) in lines.iter().zip(&kept) {
+            if *keep {
+                for _ in 0..line.depth {
+                    outline.push_str("  ");
+                }
+                outline.push_str(&line.head);
+                let number = refs.ref_for(&line.element);
+                outline.push_str(&format!(" [ref=e{number}]"));
+                outline.push_str(&line.flags);
+                outline.push('\n');
+                if !line.candidate.structural {
+                    shown += 1;
+                }
+            } else if !line.candidate.structural {
+                left[slot(line.kind)] += 1;
+            }
         }
-        line.push_str(&format!(" [ref=e{number}]"));
+        let total_left: u32 = left.iter().sum();
+        let href = doc
+            .default_view()
+            .and_then(|w| w.location().href().ok())
+            .unwrap_or_default();
+        let mut result = Obj::new()
+            .s("title", &doc.title())
+            .s("url", &href)
+            .s("outline", outline.trim_end())
+            .n("elements_shown", f64::from(shown))
+            .b("complete", total_left == 0 && !self.timed_out);
+        let mut notes: Vec<String> = Vec::new();
+        if total_left > 0 {
+            let names = ["headings", "links", "buttons", "fields", "other elements"];
+            let mut summary = Obj::new();
+            let mut parts: Vec<String> = Vec::new();
+            for (count, name) in left.iter().zip(names) {
+                if *count > 0 {
+                    summary = summary.n(name, f64::from(*count));
+                    parts.push(format!("{count} {name}"));
+                }
+            }
+            result = result.v("left_out", summary.js());
+            notes.push(format!(
+                "{} left out to fit max_tokens={max_tokens} (elements in view come first). Scroll \
+                 and call snapshot_page again, or call it with a larger max_tokens.",
+                parts.join(", ")
+            ));
+        }
+        if self.timed_out {
+            result = result.b("partial", true);
+            notes.push(format!(
+                "The page is too large to outline within {} s: this outline covers the first \
+                 {} elements in page order; the rest of the page was not looked at. Scroll to \
+                 the part you need and call snapshot_page again, or use read_page_content with \
+                 a selector.",
+                TIME_BUDGET_MS / 1000.0,
+                self.visited
+            ));
+        }
+        if shown == 0 && total_left == 0 && !self.timed_out {
+            notes.push(String::from(
+                "the page has no landmarks, headings or interactive elements",
+            ));
+        }
+        if !notes.is_empty() {
+            result = result.s("note", &notes.join(" "));
+        }
+        result.js()
+    }
+
+    /// The line of an element: `- role "name"`, and the flags that follow its ref.
+    fn line_text(&mut self, el: &Element, role: &dom::Role) -> (String, String) {
+        let name = dom::accessible_name(el, Some(&role.name));
+        let mut head = format!("- {}", role.name);
+        if !name.is_empty() {
+            head.push(' ');
+            head.push_str(&quoted(&name));
+        }
+        let mut line = String::new();
         let tag = dom::tag(el);
         let mut flag = |text: &str| {
             line.push(' ');
@@ -369,7 +480,7 @@ impl Walk<'_> {
             };
             flag(&format!("url={}", clip(short, VALUE_MAX)));
         }
-        line
+        (head, line)
     }
 }
 

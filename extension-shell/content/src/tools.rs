@@ -12,11 +12,10 @@ use web_sys::{Document, Element, Event, Node};
 
 use crate::dom;
 use crate::js::{self, Obj};
+use crate::read;
+use crate::server::Work;
 use crate::snapshot::{self, Refs};
-use crate::text::{clip, paginate, push_collapsed, tidy};
-
-/// Characters of `read_page_content` when the call gives no `max_chars`.
-const DEFAULT_MAX_CHARS: usize = 4000;
+use crate::text::clip;
 
 /// A tool failure: `kind` is a `gg_agent::ToolErrorKind` in its snake_case wire form.
 #[derive(Debug)]
@@ -86,12 +85,22 @@ impl Target {
     }
 }
 
+/// How [`State::begin`] started a call.
+pub enum Begun {
+    /// Answered at once.
+    Done(JsValue),
+    /// To run in slices ([`crate::server`]).
+    Work(Work),
+}
+
 /// What the content script keeps between calls.
 pub struct State {
     refs: Refs,
     /// The element a selector named when the gate last asked for facts about it: the call that
     /// follows must act on that same element.
     checked: Option<(String, Element)>,
+    /// The text of the last `read_page_content`, for its next pages.
+    pub read_cache: Option<read::Cache>,
 }
 
 impl Default for State {
@@ -106,7 +115,7 @@ fn document() -> Result<Document, ToolErr> {
         .ok_or_else(|| ToolErr::unavailable("this page has no document"))
 }
 
-fn usize_arg(args: &JsValue, key: &str, default: usize, min: usize) -> Result<usize, ToolErr> {
+pub fn usize_arg(args: &JsValue, key: &str, default: usize, min: usize) -> Result<usize, ToolErr> {
     let value = js::get(args, key);
     if value.is_undefined() || value.is_null() {
         return Ok(default);
@@ -128,6 +137,7 @@ impl State {
         Self {
             refs: Refs::new(),
             checked: None,
+            read_cache: None,
         }
     }
 
@@ -157,17 +167,35 @@ impl State {
         Ok((target, el))
     }
 
-    /// Runs one tool call.
-    pub fn execute(&mut self, name: &str, args: &JsValue) -> Result<JsValue, ToolErr> {
+    pub fn refs_mut(&mut self) -> &mut Refs {
+        &mut self.refs
+    }
+
+    /// Starts one tool call: quick tools answer at once, the page walks come back as work to
+    /// run in slices.
+    pub fn begin(&mut self, name: &str, args: &JsValue) -> Result<Begun, ToolErr> {
         let doc = document()?;
         match name {
-            "read_page_content" => read_page_content(&doc, args),
+            "read_page_content" => Ok(Begun::Work(Work::Read(read::Job::new(
+                &doc,
+                args,
+                &mut self.read_cache,
+            )?))),
             "snapshot_page" => {
                 let max = js::get_f64(args, "max_tokens")
                     .filter(|n| n.is_finite() && *n >= 1.0)
                     .map(|n| n as u64);
-                snapshot::snapshot(&mut self.refs, &doc, max)
+                self.refs.prune();
+                Ok(Begun::Work(Work::Snapshot(snapshot::Job::new(&doc, max)?)))
             }
+            _ => self.execute(&doc, name, args).map(Begun::Done),
+        }
+    }
+
+    /// Runs one quick tool call.
+    fn execute(&mut self, doc: &Document, name: &str, args: &JsValue) -> Result<JsValue, ToolErr> {
+        let doc = doc.clone();
+        match name {
             "click_element" => {
                 let (target, el) = self.acted_on(&doc, args)?;
                 click(&target, &el)
@@ -218,7 +246,7 @@ impl State {
     }
 }
 
-fn resolve_selector(doc: &Document, selector: &str) -> Result<Element, ToolErr> {
+pub fn resolve_selector(doc: &Document, selector: &str) -> Result<Element, ToolErr> {
     match dom::select_first(doc, selector) {
         Err(()) => Err(ToolErr::invalid_selector(format!(
             "`{}` is not a valid CSS selector; fix it, or call snapshot_page and use a ref",
@@ -230,193 +258,6 @@ fn resolve_selector(doc: &Document, selector: &str) -> Result<Element, ToolErr> 
         ))),
         Ok(Some(el)) => Ok(el),
     }
-}
-
-// ---------------------------------------------------------------- read_page_content
-
-fn read_page_content(doc: &Document, args: &JsValue) -> Result<JsValue, ToolErr> {
-    let html = js::get_str(args, "format").is_some_and(|f| f.eq_ignore_ascii_case("html"));
-    let offset = usize_arg(args, "offset", 0, 0)?;
-    let max_chars = usize_arg(args, "max_chars", DEFAULT_MAX_CHARS, 1)?;
-    let selector = js::get_str(args, "selector").filter(|s| !s.trim().is_empty());
-    let root: Element = match &selector {
-        Some(s) => resolve_selector(doc, s)?,
-        None => match doc.body() {
-            Some(body) => body.into(),
-            None => doc
-                .document_element()
-                .ok_or_else(|| ToolErr::unavailable("the page has no content"))?,
-        },
-    };
-    let full = if html {
-        html_of(doc, &root)?
-    } else {
-        let mut raw = String::new();
-        collect_text(&root, &mut raw);
-        tidy(&raw)
-    };
-    let page = paginate(&full, offset, max_chars);
-    let mut out = Obj::new()
-        .s("format", if html { "html" } else { "text" })
-        .opt("selector", selector.as_deref())
-        .n("offset", offset as f64)
-        .n("returned_chars", page.returned as f64)
-        .n("total_chars", page.total as f64)
-        .n("remaining_chars", page.remaining as f64);
-    let next = offset.min(page.total) + page.returned;
-    let note = if offset > page.total {
-        format!(
-            "offset {offset} is past the end: the content has {} characters",
-            page.total
-        )
-    } else if page.remaining > 0 {
-        out = out.n("next_offset", next as f64);
-        format!(
-            "{} more characters: call read_page_content again with offset={next} to read on",
-            page.remaining
-        )
-    } else {
-        String::from("this is the end of the content")
-    };
-    Ok(out.s("note", &note).s("content", &page.content).js())
-}
-
-const TEXT_SKIP: &[&str] = &[
-    "script", "style", "noscript", "template", "head", "svg", "math", "input", "select",
-    "textarea", "option", "datalist", "object", "embed", "canvas",
-];
-const PARAGRAPHS: &[&str] = &[
-    "p",
-    "h1",
-    "h2",
-    "h3",
-    "h4",
-    "h5",
-    "h6",
-    "ul",
-    "ol",
-    "table",
-    "blockquote",
-    "pre",
-    "form",
-    "section",
-    "article",
-    "header",
-    "footer",
-    "nav",
-    "main",
-    "aside",
-    "dl",
-    "figure",
-];
-
-/// The rendered text of `node`'s flat tree (open shadow roots, same-origin iframes). Hidden
-/// elements, scripts and form fields (their values: never a password) are left out.
-fn collect_text(node: &Node, out: &mut String) {
-    for child in dom::flat_children(node) {
-        match child.node_type() {
-            dom::TEXT_NODE => {
-                let Some(parent) = dom::composed_parent(&child).and_then(|p| dom::as_element(&p))
-                else {
-                    continue;
-                };
-                let Some(style) = dom::computed_style(&parent) else {
-                    continue;
-                };
-                if dom::style_prop(&style, "visibility") != "visible" {
-                    continue;
-                }
-                let text = child.text_content().unwrap_or_default();
-                let ws = dom::style_prop(&style, "white-space");
-                if ws.starts_with("pre") || ws == "break-spaces" {
-                    out.push_str(&text);
-                } else {
-                    push_collapsed(out, &text);
-                }
-            }
-            dom::ELEMENT_NODE => {
-                let el: Element = child.unchecked_into();
-                let tag = dom::tag(&el);
-                if TEXT_SKIP.contains(&tag.as_str()) || dom::is_own_host(&el) {
-                    continue;
-                }
-                if tag == "br" {
-                    out.push('\n');
-                    continue;
-                }
-                let Some(style) = dom::computed_style(&el) else {
-                    continue;
-                };
-                let display = dom::style_prop(&style, "display");
-                if display == "none" {
-                    continue;
-                }
-                let inline = display.starts_with("inline")
-                    || display == "contents"
-                    || display.starts_with("ruby")
-                    || display == "table-cell";
-                let gap = if PARAGRAPHS.contains(&tag.as_str()) {
-                    "\n\n\n"
-                } else if inline {
-                    ""
-                } else {
-                    "\n"
-                };
-                out.push_str(gap);
-                if display == "list-item" {
-                    out.push_str("- ");
-                }
-                if display == "table-cell" && !out.ends_with(char::is_whitespace) {
-                    out.push(' ');
-                }
-                if tag == "img"
-                    && let Some(alt) = dom::attr_text(&el, "alt")
-                {
-                    push_collapsed(out, " [image: ");
-                    push_collapsed(out, &alt);
-                    out.push_str("] ");
-                }
-                collect_text(&el, out);
-                out.push_str(gap);
-            }
-            _ => {}
-        }
-    }
-}
-
-/// The markup of `root` without our host, scripts, styles and password values, serialised from
-/// a copy in an inert document (no script runs, nothing loads, the page is not touched).
-fn html_of(doc: &Document, root: &Element) -> Result<String, ToolErr> {
-    let failed = |_| ToolErr::failed("could not copy the page's markup");
-    let inert = doc
-        .implementation()
-        .and_then(|i| i.create_html_document_with_title(""))
-        .map_err(failed)?;
-    let copy: Element = inert
-        .import_node_with_deep(root, true)
-        .map_err(failed)?
-        .unchecked_into();
-    let strip = format!("{}, script, style, noscript", crate::HOST_TAG);
-    if let Ok(list) = copy.query_selector_all(&strip) {
-        for i in 0..list.length() {
-            if let Some(el) = list.item(i).and_then(|n| dom::as_element(&n)) {
-                el.remove();
-            }
-        }
-    }
-    if let Ok(list) = copy.query_selector_all("input") {
-        for i in 0..list.length() {
-            if let Some(el) = list.item(i).and_then(|n| dom::as_element(&n))
-                && dom::is_password(&el)
-            {
-                let _ = el.remove_attribute("value");
-            }
-        }
-    }
-    if dom::is_password(&copy) {
-        let _ = copy.remove_attribute("value");
-    }
-    Ok(copy.outer_html())
 }
 
 // ---------------------------------------------------------------- acting on elements

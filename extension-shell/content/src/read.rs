@@ -1,0 +1,514 @@
+//! `read_page_content`: the page's rendered text in reading order (or its markup), paginated.
+//!
+//! The text walk runs in slices ([`Job::step`]) over the flat tree (open shadow roots, slots,
+//! same-origin iframes) with an explicit stack, so neither the page's size nor its depth can
+//! block the page or overflow the stack. Hidden text is left out: `display: none`,
+//! `visibility: hidden`, `aria-hidden`, `opacity: 0`, off-screen and clipped-to-nothing boxes.
+//! Headings read as `## Title`, list items as `- item`, table cells are separated by ` | `.
+
+use alloc::format;
+use alloc::rc::Rc;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::cell::Cell;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::{JsCast, JsValue};
+use web_sys::{Document, Element};
+
+use crate::dom;
+use crate::js::{self, Obj};
+use crate::server::now;
+use crate::text::{paginate, push_collapsed, tidy};
+use crate::tools::{ToolErr, resolve_selector, usize_arg};
+
+/// Characters of `read_page_content` when the call gives no `max_chars`.
+const DEFAULT_MAX_CHARS: usize = 4000;
+/// Time a call may take in all (its slices and the page's tasks between them).
+pub const TIME_BUDGET_MS: f64 = 10_000.0;
+/// Text gathered at most (bytes); the rest of a larger page is read with a `selector`.
+const MAX_TEXT: usize = 4_000_000;
+
+const TEXT_SKIP: &[&str] = &[
+    "script", "style", "noscript", "template", "head", "svg", "math", "input", "select",
+    "textarea", "option", "datalist", "object", "embed", "canvas",
+];
+const PARAGRAPHS: &[&str] = &[
+    "p",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "ul",
+    "ol",
+    "table",
+    "blockquote",
+    "pre",
+    "form",
+    "section",
+    "article",
+    "header",
+    "footer",
+    "nav",
+    "main",
+    "aside",
+    "dl",
+    "figure",
+];
+
+/// An element being read: its flat-tree children still to visit.
+struct Frame {
+    children: dom::Children,
+    next: usize,
+    /// Pushed when the element is left.
+    close: &'static str,
+    /// Its text nodes are shown (`visibility: visible`).
+    visible: bool,
+    /// Its text keeps its whitespace (`white-space: pre*`).
+    pre: bool,
+}
+
+/// Why the walk stopped early, if it did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    Time,
+    Size,
+}
+
+/// The text of the last read, kept for the next pages of the same read while the page does
+/// not change (a `MutationObserver` on every document and open shadow root it read).
+pub struct Cache {
+    selector: Option<String>,
+    main: bool,
+    root: Element,
+    text: String,
+    cut: Option<Cut>,
+    made: f64,
+    watch: Watch,
+}
+
+/// How long a kept text is used at most, changes or not (styles can change without a mutation).
+const CACHE_MS: f64 = 30_000.0;
+
+/// A `MutationObserver` that marks the text as outdated on any change.
+struct Watch {
+    observer: JsValue,
+    changed: Rc<Cell<bool>>,
+    _callback: Closure<dyn FnMut()>,
+}
+
+impl Watch {
+    fn new() -> Option<Self> {
+        let changed = Rc::new(Cell::new(false));
+        let flag = changed.clone();
+        let callback = Closure::<dyn FnMut()>::new(move || flag.set(true));
+        let observer = js::construct("MutationObserver", &[callback.as_ref().clone()]).ok()?;
+        Some(Self {
+            observer,
+            changed,
+            _callback: callback,
+        })
+    }
+
+    fn observe(&self, target: &JsValue) {
+        let options = Obj::new()
+            .b("subtree", true)
+            .b("childList", true)
+            .b("characterData", true)
+            .b("attributes", true)
+            .js();
+        let _ = js::call(&self.observer, "observe", &[target.clone(), options]);
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = js::call(&self.observer, "disconnect", &[]);
+    }
+}
+
+pub struct Job {
+    html: bool,
+    main: bool,
+    offset: usize,
+    max_chars: usize,
+    selector: Option<String>,
+    /// The markup, for `format: html` (read in one go: the browser serialises it natively).
+    doc: Document,
+    root: Element,
+    stack: Vec<Frame>,
+    raw: String,
+    started: f64,
+    cut: Option<Cut>,
+    /// Watches what is read, for the [`Cache`] this read leaves.
+    watch: Option<Watch>,
+    /// The text, when the cache had it.
+    cached: Option<String>,
+}
+
+impl Job {
+    pub fn new(doc: &Document, args: &JsValue, cache: &mut Option<Cache>) -> Result<Self, ToolErr> {
+        let html = match js::get_str(args, "format").map(|f| f.to_ascii_lowercase()) {
+            None => false,
+            Some(f) if f == "text" => false,
+            Some(f) if f == "html" => true,
+            Some(_) => return Err(ToolErr::invalid_arguments("`format` must be text or html")),
+        };
+        let main = match js::get_str(args, "mode").map(|f| f.to_ascii_lowercase()) {
+            None => false,
+            Some(m) if m == "all" => false,
+            Some(m) if m == "main" => true,
+            Some(_) => {
+                return Err(ToolErr::invalid_arguments(
+                    "`mode` must be all (the whole page) or main (the main content only)",
+                ));
+            }
+        };
+        let offset = usize_arg(args, "offset", 0, 0)?;
+        let max_chars = usize_arg(args, "max_chars", DEFAULT_MAX_CHARS, 1)?;
+        let selector = js::get_str(args, "selector").filter(|s| !s.trim().is_empty());
+        let root: Element = match &selector {
+            Some(s) => resolve_selector(doc, s)?,
+            None if main => main_root(doc)?,
+            None => page_root(doc)?,
+        };
+        let main = main && selector.is_none();
+        let started = now();
+        let mut job = Self {
+            html,
+            main,
+            offset,
+            max_chars,
+            selector,
+            doc: doc.clone(),
+            root,
+            stack: Vec::new(),
+            raw: String::new(),
+            started,
+            cut: None,
+            watch: None,
+            cached: None,
+        };
+        if !html {
+            let hit = cache.as_ref().is_some_and(|c| {
+                c.selector == job.selector
+                    && c.main == main
+                    && c.root == job.root
+                    && !c.watch.changed.get()
+                    && started - c.made < CACHE_MS
+            });
+            if hit {
+                if let Some(c) = cache.as_ref() {
+                    job.cached = Some(c.text.clone());
+                    job.cut = c.cut;
+                }
+            } else {
+                *cache = None;
+                job.watch = Watch::new();
+                if let Some(w) = &job.watch {
+                    w.observe(doc);
+                }
+            }
+        }
+        Ok(job)
+    }
+
+    /// Reads until `until`; the answer once the page is read (or the budget spent).
+    pub fn step(
+        &mut self,
+        cache: &mut Option<Cache>,
+        until: f64,
+    ) -> Option<Result<JsValue, ToolErr>> {
+        if self.html {
+            return Some(html_of(&self.doc, &self.root).map(|full| self.answer(&full)));
+        }
+        if let Some(text) = &self.cached {
+            return Some(Ok(self.answer(text)));
+        }
+        if self.stack.is_empty() && self.raw.is_empty() && self.cut.is_none() {
+            let root = self.root.clone();
+            if !self.enter(&root) {
+                return Some(Ok(self.answer("")));
+            }
+        }
+        let mut count = 0u32;
+        while let Some(top) = self.stack.last_mut() {
+            count += 1;
+            if count.is_multiple_of(16) {
+                let t = now();
+                if t - self.started >= TIME_BUDGET_MS {
+                    self.cut = Some(Cut::Time);
+                    break;
+                }
+                if t >= until {
+                    return None;
+                }
+            }
+            if self.raw.len() >= MAX_TEXT {
+                self.cut = Some(Cut::Size);
+                break;
+            }
+            let Some(child) = top.children.get(top.next) else {
+                let done = self.stack.pop().map_or("", |f| f.close);
+                self.raw.push_str(done);
+                continue;
+            };
+            top.next += 1;
+            match child.node_type() {
+                dom::TEXT_NODE => {
+                    let (visible, pre) = (top.visible, top.pre);
+                    if visible {
+                        let text = child.text_content().unwrap_or_default();
+                        if pre {
+                            self.raw.push_str(&text);
+                        } else {
+                            push_collapsed(&mut self.raw, &text);
+                        }
+                    }
+                }
+                dom::ELEMENT_NODE => {
+                    let el: Element = child.unchecked_into();
+                    self.enter(&el);
+                }
+                _ => {}
+            }
+        }
+        let text = tidy(&self.raw);
+        self.raw = String::new();
+        self.stack = Vec::new();
+        let answer = self.answer(&text);
+        if let Some(watch) = self.watch.take() {
+            *cache = Some(Cache {
+                selector: self.selector.clone(),
+                main: self.main,
+                root: self.root.clone(),
+                text,
+                cut: self.cut,
+                made: self.started,
+                watch,
+            });
+        }
+        Some(Ok(answer))
+    }
+
+    /// Starts reading an element: pushes its opening and a frame for its children, unless it
+    /// is not shown. `false` when it was skipped.
+    fn enter(&mut self, el: &Element) -> bool {
+        let tag = dom::tag(el);
+        if TEXT_SKIP.contains(&tag.as_str())
+            || dom::is_own_host(el)
+            || dom::attr(el, "aria-hidden").as_deref() == Some("true")
+        {
+            return false;
+        }
+        if tag == "br" {
+            self.raw.push('\n');
+            return false;
+        }
+        let Some(style) = dom::computed_style(el) else {
+            return false;
+        };
+        let display = dom::style_prop(&style, "display");
+        if display == "none" || dom::style_prop(&style, "opacity") == "0" {
+            return false;
+        }
+        if hidden_box(el, &style) {
+            return false;
+        }
+        let inline = display.starts_with("inline")
+            || display == "contents"
+            || display.starts_with("ruby")
+            || display == "table-cell";
+        let gap = if PARAGRAPHS.contains(&tag.as_str()) {
+            "\n\n\n"
+        } else if inline {
+            ""
+        } else {
+            "\n"
+        };
+        self.raw.push_str(gap);
+        let level = match tag.as_str() {
+            "h1" => 1,
+            "h2" => 2,
+            "h3" => 3,
+            "h4" => 4,
+            "h5" => 5,
+            "h6" => 6,
+            _ => 0,
+        };
+        for _ in 0..level {
+            self.raw.push('#');
+        }
+        if level > 0 {
+            self.raw.push(' ');
+        }
+        if display == "list-item" {
+            self.raw.push_str("- ");
+        }
+        if display == "table-cell" && !self.raw.ends_with('\n') && !self.raw.is_empty() {
+            let trimmed = self.raw.trim_end_matches(' ').len();
+            self.raw.truncate(trimmed);
+            self.raw.push_str(" | ");
+        }
+        if tag == "img"
+            && let Some(alt) = dom::attr_text(el, "alt")
+        {
+            push_collapsed(&mut self.raw, " [image: ");
+            push_collapsed(&mut self.raw, &alt);
+            self.raw.push_str("] ");
+        }
+        if let Some(watch) = &self.watch {
+            if let Some(root) = el.shadow_root() {
+                watch.observe(&root);
+            } else if let Some(doc) = dom::frame_document(el) {
+                watch.observe(&doc);
+            }
+        }
+        let ws = dom::style_prop(&style, "white-space");
+        self.stack.push(Frame {
+            children: dom::flat_children_of(el),
+            next: 0,
+            close: gap,
+            visible: dom::style_prop(&style, "visibility") == "visible",
+            pre: ws.starts_with("pre") || ws == "break-spaces",
+        });
+        true
+    }
+
+    fn answer(&self, full: &str) -> JsValue {
+        let page = paginate(full, self.offset, self.max_chars);
+        let offset = self.offset;
+        let mut out = Obj::new()
+            .s("format", if self.html { "html" } else { "text" })
+            .opt("selector", self.selector.as_deref())
+            .n("offset", offset as f64)
+            .n("returned_chars", page.returned as f64)
+            .n("total_chars", page.total as f64)
+            .n("remaining_chars", page.remaining as f64);
+        if self.main {
+            out = out.s("mode", "main");
+        }
+        let next = offset.min(page.total) + page.returned;
+        let mut note = if offset > page.total {
+            format!(
+                "offset {offset} is past the end: the content has {} characters",
+                page.total
+            )
+        } else if page.remaining > 0 {
+            out = out.n("next_offset", next as f64);
+            format!(
+                "{} more characters: call read_page_content again with offset={next} to read on",
+                page.remaining
+            )
+        } else {
+            String::from("this is the end of the content")
+        };
+        if let Some(cut) = self.cut {
+            out = out.b("partial", true);
+            note.push_str(match cut {
+                Cut::Time => {
+                    "; the page is too large to read in full within the time budget: the text                      stops where reading stopped. Read a part of the page with a `selector` to                      get the rest"
+                }
+                Cut::Size => {
+                    "; the page's text is larger than can be read at once: the text stops                      there. Read a part of the page with a `selector` to get the rest"
+                }
+            });
+        }
+        out.s("note", &note).s("content", &page.content).js()
+    }
+}
+
+/// `<body>`, or the document element.
+fn page_root(doc: &Document) -> Result<Element, ToolErr> {
+    match doc.body() {
+        Some(body) => Ok(body.into()),
+        None => doc
+            .document_element()
+            .ok_or_else(|| ToolErr::unavailable("the page has no content")),
+    }
+}
+
+/// The page's main content: `<main>` or `role=main`, else its largest `<article>`, else the
+/// whole page.
+fn main_root(doc: &Document) -> Result<Element, ToolErr> {
+    if let Ok(Some(main)) = doc.query_selector("main, [role=main]") {
+        return Ok(main);
+    }
+    if let Ok(list) = doc.query_selector_all("article") {
+        let mut best: Option<(usize, Element)> = None;
+        for i in 0..list.length().min(200) {
+            if let Some(el) = list.item(i).and_then(|n| dom::as_element(&n)) {
+                let len = el.text_content().map_or(0, |t| t.len());
+                if best.as_ref().is_none_or(|(l, _)| len > *l) {
+                    best = Some((len, el));
+                }
+            }
+        }
+        if let Some((_, el)) = best {
+            return Ok(el);
+        }
+    }
+    page_root(doc)
+}
+
+/// A box that shows nothing: clipped to (nearly) nothing, or placed off the page (the
+/// "visually hidden" patterns).
+fn hidden_box(el: &Element, style: &web_sys::CssStyleDeclaration) -> bool {
+    let position = dom::style_prop(style, "position");
+    let positioned = position == "absolute" || position == "fixed";
+    let clips = dom::style_prop(style, "overflow-x") != "visible"
+        || dom::style_prop(style, "overflow-y") != "visible";
+    if !positioned && !clips {
+        return false;
+    }
+    let rect = el.get_bounding_client_rect();
+    if clips && rect.width() <= 1.0 && rect.height() <= 1.0 {
+        return true;
+    }
+    if positioned {
+        let win = dom::window_of(el);
+        let (sx, sy) = win.map_or((0.0, 0.0), |w| {
+            (w.scroll_x().unwrap_or(0.0), w.scroll_y().unwrap_or(0.0))
+        });
+        if rect.right() + sx <= 0.0 || rect.bottom() + sy <= 0.0 {
+            return true;
+        }
+    }
+    false
+}
+
+/// The markup of `root` without our host, scripts, styles and password values, serialised from
+/// a copy in an inert document (no script runs, nothing loads, the page is not touched).
+fn html_of(doc: &Document, root: &Element) -> Result<String, ToolErr> {
+    let failed = |_| ToolErr::failed("could not copy the page's markup");
+    let inert = doc
+        .implementation()
+        .and_then(|i| i.create_html_document_with_title(""))
+        .map_err(failed)?;
+    let copy: Element = inert
+        .import_node_with_deep(root, true)
+        .map_err(failed)?
+        .unchecked_into();
+    let strip = format!("{}, script, style, noscript", crate::HOST_TAG);
+    if let Ok(list) = copy.query_selector_all(&strip) {
+        for i in 0..list.length() {
+            if let Some(el) = list.item(i).and_then(|n| dom::as_element(&n)) {
+                el.remove();
+            }
+        }
+    }
+    if let Ok(list) = copy.query_selector_all("input") {
+        for i in 0..list.length() {
+            if let Some(el) = list.item(i).and_then(|n| dom::as_element(&n))
+                && dom::is_password(&el)
+            {
+                let _ = el.remove_attribute("value");
+            }
+        }
+    }
+    if dom::is_password(&copy) {
+        let _ = copy.remove_attribute("value");
+    }
+    Ok(copy.outer_html())
+}
