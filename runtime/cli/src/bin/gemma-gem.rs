@@ -1,5 +1,6 @@
-//! `gemma-gem generate`: Gemma 4 text generation on the GPU from a model folder or URL in the
-//! onnx-community Hugging Face layout.
+//! `gemma-gem generate`: Gemma 4 text generation on the GPU from a model folder or URL: the
+//! onnx-community Hugging Face layout (`config.json`, `onnx/`) or an ONNX Runtime GenAI package
+//! (`genai_config.json`: mobius' single `model.onnx` or split `embedding/` + `decoder/`).
 //!
 //! Text streams to stdout; `--json` prints one line per generated token (`{"id":..,"text":..}`)
 //! and a last line with the counters. Errors exit with status 1 and a one-line message.
@@ -44,7 +45,8 @@ impl RunAhead {
 
 #[derive(Args)]
 struct BenchArgs {
-    /// Model folder (Hugging Face layout: config.json, onnx/, ...).
+    /// Model folder: the onnx-community layout (config.json, onnx/, ...) or an ONNX Runtime GenAI
+    /// package (genai_config.json, ...).
     #[arg(long)]
     model: String,
     /// Prompt lengths for the prefill measurements (time to first token), comma-separated.
@@ -78,7 +80,8 @@ struct BenchArgs {
 
 #[derive(Args)]
 struct GenerateArgs {
-    /// Model folder or HTTP(S) base URL (Hugging Face layout: config.json, onnx/, ...).
+    /// Model folder or HTTP(S) base URL: the onnx-community layout (config.json, onnx/, ...) or an
+    /// ONNX Runtime GenAI package (genai_config.json, model.onnx or embedding/ + decoder/).
     #[arg(long)]
     model: String,
     /// The user message.
@@ -115,7 +118,8 @@ struct GenerateArgs {
     /// Always pick the most likely token.
     #[arg(long)]
     greedy: bool,
-    /// Weight variant (default: q4f16 if the adapter has shader-f16, else q4).
+    /// Weight variant of the onnx-community layout (default: q4f16 if the adapter has shader-f16,
+    /// else q4); a GenAI package has one.
     #[arg(long)]
     dtype: Option<Dtype>,
     /// One JSON line per token and a final line with counters.
@@ -143,8 +147,8 @@ fn main() -> ExitCode {
 }
 
 async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
-    let gpu = Rc::new(gg_runtime::Gpu::new(args.adapter.as_deref()).await?);
     let repo = ModelRepo::open(&args.model)?;
+    let gpu = Rc::new(gg_runtime::Gpu::new(args.adapter.as_deref()).await?);
     let model = GemmaModel::load(gpu, &repo, &LoadOptions { dtype: args.dtype }).await?;
     let prompt = match (&args.token_ids, &args.prompt) {
         (Some(ids), _) => ids.clone(),
@@ -221,7 +225,7 @@ async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
             "decode_tok_s": round(stats.decode_tok_s()),
             "dispatches_per_token": round(stats.dispatches_per_token()),
             "bytes_read_back_per_token": round(stats.bytes_read_back_per_token()),
-            "dtype": model.dtype.name(),
+            "dtype": model.variant(),
             "adapter": model.gpu.adapter,
             "stop": stop,
         });

@@ -1,0 +1,291 @@
+//! The Gemma session on the graphs a public exporter writes: tiny Gemma 4 models exported by
+//! mobius (`mobius-onnx` 0.1.0) as ONNX Runtime GenAI packages (`tests/fixtures/models/mobius-*`,
+//! made by `tools/fixtures/gen_mobius.py`): both attention profiles (GroupQueryAttention with
+//! empty K/V on the KV-shared layers; standard Attention), fp32 and int4 (MatMulNBits /
+//! GatherBlockQuantized), the single `model.onnx` taking `input_ids` and the split package
+//! (`embedding/` and `decoder/`). Against ONNX Runtime's references (`reference/ort.json`): prefill and
+//! decode logits, 40 greedy tokens (well past the sliding windows of 8 and 16), and the decode
+//! dispatches per layer against our own fixtures'.
+//!
+//! GPU: whatever wgpu picks (in CI `WGPU_BACKEND=vulkan` = Mesa lavapipe).
+
+#[path = "common/reference.rs"]
+mod reference;
+
+use gg_llm::config::Package;
+use gg_llm::{Dtype, GemmaModel, Generator, LoadOptions, ModelRepo, Sampling};
+use gg_runtime::{Gpu, HostTensor};
+use reference::{ids, max_abs_diff};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// Every committed mobius package.
+const PACKAGES: &[&str] = &[
+    "mobius-tiny-gqa-fp32",
+    "mobius-tiny-gqa-int4",
+    "mobius-tiny-attn-int4",
+    "mobius-tiny-gqa-int4-split",
+    "mobius-tiny-attn-fp32-split",
+    "mobius-tiny-e4b-gqa-int4",
+    "mobius-tiny-e4b-attn-int4",
+];
+
+/// fp32 activations: max |logit - ONNX Runtime| allowed (as for our own q4 fixtures).
+const LOGIT_TOL: f32 = 2e-3;
+
+fn fixture_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/models")
+        .join(name)
+}
+
+fn reference(name: &str) -> Value {
+    let p = fixture_dir(name).join("reference/ort.json");
+    let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    serde_json::from_slice(&bytes).expect("reference JSON")
+}
+
+fn npy(name: &str, file: &str) -> HostTensor {
+    let p = fixture_dir(name).join("reference").join(file);
+    let bytes = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    gg_runtime::npy::parse(file, &bytes).expect("npy")
+}
+
+fn gpu() -> Rc<Gpu> {
+    Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe in CI)"))
+}
+
+fn load_dir(gpu: &Rc<Gpu>, dir: &Path) -> gg_llm::Result<GemmaModel> {
+    let repo = ModelRepo::open(dir.to_str().expect("utf-8 path"))?;
+    pollster::block_on(GemmaModel::load(
+        gpu.clone(),
+        &repo,
+        &LoadOptions::default(),
+    ))
+}
+
+fn load(gpu: &Rc<Gpu>, name: &str) -> GemmaModel {
+    load_dir(gpu, &fixture_dir(name)).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// Greedy decoding of every reference prompt; returns the decode dispatches per token.
+fn greedy_equals_reference(model: &GemmaModel, name: &str, reference: &Value) -> f64 {
+    let mut dispatches = 0.0;
+    for prompt in reference["prompts"].as_array().expect("prompts") {
+        let pname = prompt["name"].as_str().expect("name");
+        let input = ids(&prompt["input_ids"]);
+        let want = ids(&prompt["greedy_tokens"]);
+        assert!(want.len() >= 32);
+        let mut g = Generator::new(model, &input, Sampling::Greedy)
+            .expect("generator")
+            .run_ahead(true);
+        let mut got = Vec::new();
+        for _ in 0..want.len() {
+            got.push(pollster::block_on(g.next_token()).expect("step"));
+        }
+        assert_eq!(got, want, "{name} {pname}: greedy tokens");
+        let stats = g.stats();
+        assert!(
+            stats.bytes_read_back_per_token() <= 16.0,
+            "{name} {pname}: {} bytes read back per token",
+            stats.bytes_read_back_per_token()
+        );
+        assert_eq!(
+            stats.decode_submits as usize, stats.decode_tokens,
+            "{name} {pname}: one submit per decode step"
+        );
+        dispatches = stats.dispatches_per_token();
+        eprintln!(
+            "{name} {pname}: {} greedy tokens equal ONNX Runtime's ({} positions); {:.1} dispatches/token, decode {:.1} tok/s",
+            got.len(),
+            input.len() + got.len(),
+            dispatches,
+            stats.decode_tok_s()
+        );
+    }
+    dispatches
+}
+
+/// Prefill and the first 4 decode steps, teacher-forced on the reference tokens.
+fn logits_match(model: &GemmaModel, name: &str, reference: &Value) -> f32 {
+    let mut worst = 0.0f32;
+    for prompt in reference["prompts"].as_array().expect("prompts") {
+        let pname = prompt["name"].as_str().expect("name");
+        let input = ids(&prompt["input_ids"]);
+        let greedy = ids(&prompt["greedy_tokens"]);
+        let prefill = npy(name, &format!("ort.{pname}.prefill_logits.npy")).to_f32();
+        let decode = npy(name, &format!("ort.{pname}.decode_logits.npy")).to_f32();
+        let mut g = Generator::new(model, &input, Sampling::Greedy).expect("generator");
+        let got = pollster::block_on(g.logits_for(&[])).expect("prefill");
+        let d = max_abs_diff(&got, &prefill);
+        assert!(
+            d <= LOGIT_TOL,
+            "{name} {pname}: prefill logits differ by {d}"
+        );
+        worst = worst.max(d);
+        for (step, want) in decode.chunks(prefill.len()).enumerate() {
+            let got = pollster::block_on(g.logits_for(&[greedy[step]])).expect("decode");
+            let d = max_abs_diff(&got, want);
+            assert!(
+                d <= LOGIT_TOL,
+                "{name} {pname}: decode step {step} logits differ by {d}"
+            );
+            worst = worst.max(d);
+        }
+    }
+    worst
+}
+
+#[test]
+fn mobius_packages_match_onnx_runtime() {
+    let gpu = gpu();
+    for name in PACKAGES {
+        let model = load(&gpu, name);
+        assert!(
+            matches!(model.config.package, Package::Genai { .. }),
+            "{name}: read as an ONNX Runtime GenAI package"
+        );
+        assert_eq!(model.variant(), "genai f32", "{name}");
+        let split = name.ends_with("-split");
+        assert_eq!(model.embed.is_some(), split, "{name}: embedding graph");
+        assert_eq!(model.layout.input_ids, !split, "{name}: decoder input_ids");
+        // mobius' graphs have no num_logits_to_keep: the sampler reads the last row.
+        assert!(!model.layout.num_logits_to_keep, "{name}");
+        let reference = reference(name);
+        let worst = logits_match(&model, name, &reference);
+        greedy_equals_reference(&model, name, &reference);
+        eprintln!("{name}: logits within {worst:.2e} of ONNX Runtime");
+    }
+}
+
+/// Decode dispatches per layer: a mobius int4 graph against our own fixture of the same model
+/// (`gemma4-tiny` q4: same weights, same layers), within 10% (issue 27).
+///
+/// Not met yet, so not run by default (`cargo test -p gg-llm --test mobius -- --ignored`):
+/// measured 19.5 per layer on `mobius-tiny-gqa-int4` against 10.3 on `gemma4-tiny` q4. What the
+/// fusion pass does not group yet in mobius' graphs: the float `MatMul` of the per-layer input
+/// gate and projection (mobius keeps them float even in int4) with their Gelu/Mul, the
+/// scale-free v_norm spelled out as Mul/ReduceMean/Add/Sqrt/Div, and
+/// `SkipSimplifiedLayerNormalization` (a separate dispatch instead of a fused norm + add).
+#[test]
+#[ignore = "mobius graphs decode with ~1.9x our fixtures' dispatches per layer until the fusion pass groups their patterns (see the doc comment)"]
+fn decode_dispatches_per_layer_close_to_our_fixtures() {
+    let gpu = gpu();
+    for (ours, theirs) in [
+        ("gemma4-tiny", "mobius-tiny-gqa-int4"),
+        ("gemma4-tiny", "mobius-tiny-attn-int4"),
+        ("gemma4-tiny", "mobius-tiny-gqa-int4-split"),
+        ("gemma4-tiny-e4b", "mobius-tiny-e4b-gqa-int4"),
+        ("gemma4-tiny-e4b", "mobius-tiny-e4b-attn-int4"),
+    ] {
+        // the q4 variant (fp32 activations) like the packages
+        let repo = ModelRepo::open(fixture_dir(ours).to_str().expect("utf-8")).expect("repo");
+        let base = pollster::block_on(GemmaModel::load(
+            gpu.clone(),
+            &repo,
+            &LoadOptions {
+                dtype: Some(Dtype::Q4),
+            },
+        ))
+        .expect("our fixture");
+        let per_token = |m: &GemmaModel| {
+            let prompt: Vec<u32> = (200..216).collect();
+            let mut g = Generator::new(m, &prompt, Sampling::Greedy).expect("generator");
+            for _ in 0..12 {
+                pollster::block_on(g.last_token()).expect("step");
+            }
+            g.stats().dispatches_per_token()
+        };
+        let text: Value = serde_json::from_slice(
+            &std::fs::read(fixture_dir(ours).join("config.json")).expect("config"),
+        )
+        .expect("json");
+        let layers = text["text_config"]["num_hidden_layers"]
+            .as_u64()
+            .expect("layers") as f64;
+        let a = per_token(&base) / layers;
+        drop(base);
+        let model = load(&gpu, theirs);
+        let b = per_token(&model) / layers;
+        eprintln!(
+            "decode dispatches per layer: {ours} q4 {a:.2}, {theirs} {b:.2} ({:+.1}%)",
+            (b / a - 1.0) * 100.0
+        );
+        assert!(
+            (b - a).abs() <= 0.1 * a,
+            "{theirs}: {b:.2} decode dispatches per layer, {ours} q4 {a:.2}: more than 10% apart"
+        );
+    }
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("read_dir") {
+        let e = e.expect("entry");
+        let dest = to.join(e.file_name());
+        if e.file_type().expect("type").is_dir() {
+            copy_dir(&e.path(), &dest);
+        } else {
+            std::fs::copy(e.path(), dest).expect("copy");
+        }
+    }
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("gg-llm-mobius-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+/// Packages the session cannot run fail at load with a message naming the missing file, section
+/// or input.
+#[test]
+fn packages_it_cannot_run_name_what_is_missing() {
+    let gpu = gpu();
+    let expect_err = |dir: &Path, needle: &str| {
+        let e = match load_dir(&gpu, dir) {
+            Ok(_) => panic!("{}: loaded", dir.display()),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            e.contains(needle),
+            "{}: {e:?} lacks {needle:?}",
+            dir.display()
+        );
+    };
+    // the split package without its embedding graph
+    let d = scratch("no-embedding");
+    copy_dir(&fixture_dir("mobius-tiny-gqa-int4-split"), &d);
+    std::fs::remove_file(d.join("embedding/model.onnx")).expect("rm");
+    expect_err(&d, "embedding/model.onnx");
+    // ... or with genai_config.json not naming it: the decoder takes inputs_embeds
+    let cfg_path = d.join("genai_config.json");
+    let mut cfg: Value =
+        serde_json::from_slice(&std::fs::read(&cfg_path).expect("read")).expect("json");
+    cfg["model"]
+        .as_object_mut()
+        .expect("model")
+        .remove("embedding");
+    std::fs::write(&cfg_path, serde_json::to_vec(&cfg).expect("json")).expect("write");
+    expect_err(&d, "model.embedding.filename");
+    // no decoder section
+    cfg["model"]
+        .as_object_mut()
+        .expect("model")
+        .remove("decoder");
+    std::fs::write(&cfg_path, serde_json::to_vec(&cfg).expect("json")).expect("write");
+    expect_err(&d, "model.decoder");
+    // external data missing
+    let d2 = scratch("no-data");
+    copy_dir(&fixture_dir("mobius-tiny-gqa-int4"), &d2);
+    std::fs::remove_file(d2.join("model.onnx.data")).expect("rm");
+    expect_err(&d2, "model.onnx.data");
+    // neither layout
+    let d3 = scratch("empty");
+    std::fs::create_dir_all(&d3).expect("mkdir");
+    expect_err(&d3, "genai_config.json");
+    for d in [d, d2, d3] {
+        let _ = std::fs::remove_dir_all(d);
+    }
+}
