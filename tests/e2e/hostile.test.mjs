@@ -52,3 +52,87 @@ for (const prefix of ['', '/strict-csp']) {
     await page.close();
   });
 }
+
+const pendingCard = '[data-testid="gg-tool-step"][data-state="awaiting_approval"]';
+
+/** Waits for the next approval card, checks what it says, and answers it with `button`. */
+async function answerNext(frame, tool, reason, button) {
+  const card = await frame.waitForSelector(`${pendingCard}[data-tool="${tool}"]`, { timeout: 30000 });
+  const text = await card.innerText();
+  assert.match(text, reason, `the card says why: ${text}`);
+  await (await card.$(`[data-testid="${button}"]`)).click();
+  await frame.waitForFunction((sel) => document.querySelector(sel) === null, pendingCard, { timeout: 30000 });
+}
+
+for (const prefix of ['', '/strict-csp']) {
+  const kind = prefix ? 'strict-CSP' : 'plain';
+  test(`destructive and purchase buttons and every form submit ask first; nothing happens before (${kind})`, async () => {
+    await useScript('hostile-gate', kind);
+    const { page, frame } = await openOverlay(ext, `${server.url}${prefix}/hostile/shop.html`);
+    const log = () => page.evaluate(() => document.body.dataset.log ?? '');
+    await sendMessage(frame, 'Tidy up my account');
+    for (const [tool, reason] of [
+      ['click_element', /delete account.*delete or remove something/i],
+      ['click_element', /jetzt kaufen.*buy or pay/i],
+      ['click_element', /pay 49 00 eur.*buy or pay/i],
+      ['click_element', /submit a form \(GET\)/],
+      ['type_text', /submit a form \(GET\)/],
+    ]) {
+      await answerNext(frame, tool, reason, 'gg-deny');
+      assert.equal(await log(), '', `nothing happened before the user decided (${reason})`);
+    }
+    // Typing a message is an ordinary act; posting it asks, and runs once approved.
+    await answerNext(frame, 'click_element', /submit a form \(POST\)/, 'gg-approve-once');
+    await until(async () => (await answers(frame)).at(-1)?.includes('I asked before each of them.'), { timeout: 30000, what: 'the end of the turn' });
+    assert.equal(await log(), 'click:send;submit:message;');
+    assert.equal(await page.evaluate(() => document.getElementById('body').value), 'hello');
+    await page.close();
+  });
+}
+
+test('a page that replaces JSON, Promise and eval cannot confuse or hang run_javascript', async () => {
+  await useScript('hostile-globals', 'plain');
+  const { page, frame } = await openOverlay(ext, `${server.url}/hostile/globals.html`);
+  await sendMessage(frame, 'Look at the page with a script');
+  // The card shows the whole code and offers no "always"; "for this task" covers the next two.
+  const card = await frame.waitForSelector(`${pendingCard}[data-tool="run_javascript"]`, { timeout: 30000 });
+  assert.equal(await card.$eval('[data-testid="gg-approval-code"]', (e) => e.textContent), '({ list: [1, 2], title: document.title })');
+  assert.equal(await card.$('[data-testid="gg-approve-always"]'), null, 'no permanent allowance for JavaScript');
+  const started = Date.now();
+  await (await card.$('[data-testid="gg-approve-task"]')).click();
+  await until(async () => (await answers(frame)).at(-1)?.includes('kept the last script from answering'), { timeout: 40000, what: 'the end of the turn' });
+  const took = Date.now() - started;
+  const steps = await frame.$$eval('[data-testid="gg-tool-step"]', (els) => els.map((e) => [e.dataset.tool, e.dataset.state, e.textContent]));
+  assert.deepEqual(steps.map(([t, s]) => [t, s]), [['run_javascript', 'done'], ['run_javascript', 'done'], ['run_javascript', 'failed']]);
+  assert.match(steps[0][2], /"list":\s*\[\s*1,\s*2\s*\]/);
+  assert.match(steps[0][2], /Hostile: replaced globals/);
+  assert.match(steps[2][2], /did not finish within 10 s/);
+  assert.ok(took < 30000, `the turn ended on its own (${took} ms)`);
+  await page.close();
+});
+
+test('a site turned off mid-turn gets no JavaScript and no screenshot', async () => {
+  await useScript('hostile-disabled', 'plain');
+  const { page, frame } = await openOverlay(ext, `${server.url}/basic.html`);
+  await sendMessage(frame, 'Count');
+  await answerNext(frame, 'run_javascript', /run JavaScript/, 'gg-approve-task');
+  await until(() => page.evaluate(() => document.body.dataset.runs === '1'), { what: 'the first, approved run' });
+  // While the model writes, the user turns Gemma Gem off on this site (the panel goes away).
+  await ext.sw.evaluate(async () => {
+    const { settings } = await chrome.storage.sync.get('settings');
+    await chrome.storage.sync.set({ settings: { ...settings, disabledHosts: ['127.0.0.1'] } });
+  });
+  await page.waitForFunction(() => document.querySelector('gemma-gem-host') === null, null, { timeout: 20000 });
+  const refusals = async () => {
+    const all = await ext.sw.evaluate(() => chrome.storage.session.get(null));
+    const json = JSON.stringify(Object.entries(all).filter(([k]) => k.startsWith('conversation:')));
+    return json.includes('Both were refused.') && (json.match(/turned off on this site/g) ?? []).length;
+  };
+  assert.equal(await until(refusals, { timeout: 40000, what: 'the end of the turn' }), 2, 'the script and the screenshot were both refused');
+  assert.equal(await page.evaluate(() => document.body.dataset.runs), '1', 'no script ran after the site was turned off');
+  await ext.sw.evaluate(async () => {
+    const { settings } = await chrome.storage.sync.get('settings');
+    await chrome.storage.sync.set({ settings: { ...settings, disabledHosts: [] } });
+  });
+  await page.close();
+});

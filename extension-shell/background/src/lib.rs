@@ -282,6 +282,19 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
             to_offscreen(Body::GetTabConversation { tab_id }).await
         }
 
+        // A site the user turned Gemma Gem off on gets no tool at all, whatever runs it
+        // (screenshots and run_javascript are the service worker's own).
+        (
+            Context::Offscreen,
+            Body::TabToolCall {
+                tab_id, call_id, ..
+            },
+        ) if disabled_here(tab_id).await => Ok(Body::ToolOutcome {
+            call_id,
+            result: Err(gg_agent::ToolError::denied(
+                "Gemma Gem is turned off on this site by the user; no tool can run here",
+            )),
+        }),
         // The offscreen document's agent needs the page: every call names the document its turn
         // is bound to, and reaches that document only.
         (
@@ -402,6 +415,15 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
         // Broadcasts for the overlays; nothing to do here.
         (Context::Offscreen, Body::AgentEvent { .. } | Body::ModelStatus(_)) => Ok(Body::Ack),
         (from, other) => Err(format!("unexpected message {other:?} from {from:?}")),
+    }
+}
+
+/// Whether the settings' `disabledHosts` names the host of the page `tab_id` shows (a tab that
+/// cannot be asked is left to the call itself, which then fails to reach its document).
+async fn disabled_here(tab_id: i64) -> bool {
+    match gg_chrome::top_frame(tab_id).await {
+        Ok(top) => settings().await.is_disabled_for(&top.url),
+        Err(_) => false,
     }
 }
 

@@ -17,6 +17,9 @@ use crate::server::Work;
 use crate::snapshot::{self, Refs};
 use crate::text::clip;
 
+#[path = "gate_facts.rs"]
+mod gate_facts;
+
 /// A tool failure: `kind` is a `gg_agent::ToolErrorKind` in its snake_case wire form.
 #[derive(Debug)]
 pub struct ToolErr {
@@ -921,15 +924,15 @@ fn field_facts(el: &Element) -> JsValue {
     };
     let role = dom::role_of(el);
     let label = dom::accessible_name(el, role.as_ref().map(|r| r.name.as_str()));
-    Obj::new()
+    let facts = Obj::new()
         .s("tag", &tag)
         .opt("input_type", input_type.as_deref())
         .opt("autocomplete", dom::attr(el, "autocomplete").as_deref())
         .opt("name", dom::attr(el, "name").as_deref())
         .opt("id", dom::attr(el, "id").as_deref())
         .opt("label", (!label.is_empty()).then_some(label.as_str()))
-        .opt("placeholder", dom::attr(el, "placeholder").as_deref())
-        .js()
+        .opt("placeholder", dom::attr(el, "placeholder").as_deref());
+    gate_facts::field_extras(el, facts).js()
 }
 
 /// `gg_agent::ElementFacts` in its serde form. Never a value.
@@ -953,6 +956,7 @@ fn element_facts(el: &Element) -> JsValue {
         }
         Obj::new()
             .opt("action", js::get_str(&form, "action").as_deref())
+            .s("method", &gate_facts::form_method(el, form.unchecked_ref()))
             .v("fields", fields)
             .js()
     };

@@ -74,6 +74,41 @@ impl Default for Settings {
     }
 }
 
+impl Settings {
+    /// Whether the user turned Gemma Gem off for the page at `url`: an entry of `disabledHosts`
+    /// (a host name, or an origin or URL whose host is taken) names its host, ignoring case,
+    /// port and a trailing dot.
+    pub fn is_disabled_for(&self, url: &str) -> bool {
+        let Some(host) = host_of(url) else {
+            return false;
+        };
+        self.disabled_hosts
+            .iter()
+            .filter_map(|entry| {
+                if entry.contains("://") {
+                    host_of(entry)
+                } else {
+                    host_of(&format!("http://{}", entry.trim()))
+                }
+            })
+            .any(|entry| entry == host)
+    }
+}
+
+/// The host of an absolute URL, lowercase, without port, credentials or a trailing dot.
+fn host_of(url: &str) -> Option<String> {
+    let (_, rest) = url.trim().split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit('@').next()?;
+    let host = if authority.starts_with('[') {
+        authority.split_inclusive(']').next()?
+    } else {
+        authority.split(':').next()?
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    (!host.is_empty()).then_some(host)
+}
+
 /// Storage key (in `chrome.storage.session`) of a tab's conversation.
 pub fn conversation_key(tab_id: i64) -> String {
     format!("conversation:{tab_id}")
@@ -710,6 +745,24 @@ mod tests {
         let json = serde_json::to_value(Settings::default()).unwrap();
         assert_eq!(json["modelSize"], "E2B");
         assert_eq!(json["maxIterations"], 10);
+    }
+
+    #[test]
+    fn disabled_hosts_match_the_page_host() {
+        let s = Settings {
+            disabled_hosts: vec![
+                "Bank.example".into(),
+                "http://127.0.0.1:9000/x".into(),
+                "[::1]".into(),
+            ],
+            ..Settings::default()
+        };
+        assert!(s.is_disabled_for("https://bank.example./login"));
+        assert!(s.is_disabled_for("http://127.0.0.1:1234/"));
+        assert!(s.is_disabled_for("http://[::1]:8080/"));
+        assert!(!s.is_disabled_for("https://www.bank.example/"));
+        assert!(!s.is_disabled_for("https://bank.example.evil/"));
+        assert!(!s.is_disabled_for("about:blank"));
     }
 
     #[test]
