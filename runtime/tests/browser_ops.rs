@@ -88,6 +88,16 @@ const CASES: &[Case] = &[
     case!("gqa_tile_decode_long_split", [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2]),
     case!("gqa_tile_prefill_past_split", [0, 1, 2, 3, 4, 5, 6], [0, 1, 2]),
     case!("gqa_tile_decode_bias_split", [0, 1, 2, 3, 4, 5, 6, 7, 8, 9], [0, 1, 2]),
+    // Zero new K/V tokens (KV-shared layers): empty key/value, or absent with a Q-only query.
+    case!("gqa_shared_decode_window", [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2]),
+    case!("gqa_shared_prefill_window_softcap", [0, 1, 2, 3, 4, 5, 6], [0]),
+    case!("gqa_shared_qonly_decode_window", [0, 1, 2, 3, 4, 5, 6], [0, 1, 2]),
+    case!("gqa_shared_f16_decode_window", [0, 1, 2, 3, 4, 5, 6, 7, 8], [0, 1, 2]),
+    // ai.onnx 23 RMSNormalization (IR 11, opset 24), the scale broadcast over leading axes.
+    case!("rmsnormalization_lead_scale", [0, 1], [0]),
+    case!("rmsnormalization_f16", [0, 1], [0]),
+    // Model-local functions inlined at load.
+    case!("function_model_local_inlined", [0, 1], [0, 1]),
 ];
 
 async fn run(gpu: &Rc<Gpu>, case: &Case) -> Result<(), String> {
@@ -170,6 +180,9 @@ async fn op_families_match_onnx_runtime_on_webgpu() {
         "gatherblockquantized",
         "mha",
         "attention",
+        "gqa_shared",
+        "rmsnormalization",
+        "function_model_local",
     ] {
         assert!(
             CASES.iter().any(|c| c.name.starts_with(family)),

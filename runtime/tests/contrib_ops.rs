@@ -1,10 +1,12 @@
 //! com.microsoft ops (MatMulNBits, GatherBlockQuantized, SimplifiedLayerNormalization,
-//! SkipSimplifiedLayerNormalization, GroupQueryAttention, RotaryEmbedding, MultiHeadAttention)
-//! and Gelu against ONNX Runtime CPU references in tests/fixtures/ops (regenerate with
-//! `.venv/bin/python tools/onnx/gen_contrib_refs.py`). Tolerances per case in case.json:
-//! f32 rtol=atol=1e-4, f16 rtol=atol=5e-3 (the MultiHeadAttention cases `mha_*` included: past
-//! 0 and > 0, bias, key_padding_mask 2-D/3-D, attention_bias, unidirectional, odd head sizes,
-//! more than one 64-key softmax chunk, f32 and f16).
+//! SkipSimplifiedLayerNormalization, GroupQueryAttention (also with zero new K/V tokens:
+//! `gqa_shared_*`), RotaryEmbedding, MultiHeadAttention), Gelu, ai.onnx RMSNormalization and a
+//! model with model-local functions against ONNX Runtime CPU references in tests/fixtures/ops
+//! (regenerate with `.venv/bin/python tools/onnx/gen_contrib_refs.py`). Tolerances per case in
+//! case.json: f32 rtol=atol=1e-4, f16 rtol=atol=5e-3 (the MultiHeadAttention cases `mha_*`
+//! included: past 0 and > 0, bias, key_padding_mask 2-D/3-D, attention_bias, unidirectional,
+//! odd head sizes, more than one 64-key softmax chunk, f32 and f16); infinite expected values
+//! must be met exactly.
 
 mod common;
 

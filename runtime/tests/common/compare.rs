@@ -2,8 +2,8 @@
 
 use gg_runtime::HostTensor;
 
-/// Compares with `|got - exp| <= atol + rtol * |exp|` (floats) or exactly; the error names the
-/// first bad index with got and expected.
+/// Compares with `|got - exp| <= atol + rtol * |exp|` (floats; infinities and NaN exactly) or
+/// exactly; the error names the first bad index with got and expected.
 pub fn compare(got: &HostTensor, exp: &HostTensor, rtol: f64, atol: f64) -> Result<(), String> {
     if got.dtype != exp.dtype {
         return Err(format!(
@@ -18,7 +18,10 @@ pub fn compare(got: &HostTensor, exp: &HostTensor, rtol: f64, atol: f64) -> Resu
     if exp.dtype.is_float() {
         let (g, e) = (got.to_f64(), exp.to_f64());
         for (i, (a, b)) in g.iter().zip(&e).enumerate() {
-            let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= atol + rtol * b.abs();
+            // An infinite expected value must be met exactly (the tolerance would be infinite).
+            let ok = (a.is_nan() && b.is_nan())
+                || a == b
+                || (b.is_finite() && (a - b).abs() <= atol + rtol * b.abs());
             if !ok {
                 return Err(format!(
                     "index {i}: got {a} expected {b} (rtol {rtol}, atol {atol})"
