@@ -3,6 +3,13 @@
 //! chunks, through the same Gemma 4 output parser the real model's text goes through — so the whole
 //! agent path (tool calls in Gemma 4's own syntax included) is testable without a model. Absent
 //! from release builds (feature `scripted-model`).
+//!
+//! With `"tokenizer": "<base URL of a model's text files>"` in the script, each prompt is also
+//! rendered and tokenized exactly as the real backend does (that model's chat template and
+//! tokenizer, `gg_gemma`), and [`CONTROL_TOKENS`] in a turn is replaced by how often each added
+//! token occurs in the prompt's ids (`[|turn]x3 [turn|]x2 ...`, brackets for angle brackets so the
+//! output parser reads it as text): the end-to-end tests check on token ids that page text never
+//! becomes a control token.
 
 use futures::stream::{self, StreamExt};
 use gg_agent::{
@@ -22,9 +29,13 @@ const CHUNK: usize = 5;
 /// Pause between chunks, so the UI sees a stream and cancellation can land mid-answer.
 const CHUNK_DELAY_MS: u32 = 15;
 
+/// Replaced by the added-token counts of the prompt (scripts with a `tokenizer`).
+pub const CONTROL_TOKENS: &str = "{{prompt_control_tokens}}";
+
 pub struct ScriptedBackend {
     turns: Vec<String>,
     next: Cell<usize>,
+    text: Option<gg_gemma::GemmaText>,
 }
 
 thread_local! {
@@ -34,6 +45,8 @@ thread_local! {
 #[derive(serde::Deserialize)]
 struct Script {
     turns: Vec<String>,
+    #[serde(default)]
+    tokenizer: Option<String>,
 }
 
 impl ScriptedBackend {
@@ -48,13 +61,119 @@ impl ScriptedBackend {
             .map_err(|e| format!("could not load the model script {url}: {e}"))?;
         let script: Script = serde_json::from_value(json)
             .map_err(|e| format!("model script {url} is not {{\"turns\": [...]}}: {e}"))?;
+        let text = match &script.tokenizer {
+            None => None,
+            Some(base) => Some(load_text(&resolve(url, base)).await.map_err(|e| {
+                format!("could not load the model script's tokenizer from {base}: {e}")
+            })?),
+        };
         let backend = Rc::new(Self {
             turns: script.turns,
             next: Cell::new(0),
+            text,
         });
         SCRIPTS.with(|s| s.borrow_mut().insert(url.to_owned(), backend.clone()));
         Ok(backend)
     }
+}
+
+/// `path` (absolute, or `/...` on the script's own origin) as an absolute URL.
+fn resolve(script_url: &str, path: &str) -> String {
+    if !path.starts_with('/') {
+        return path.to_owned();
+    }
+    let origin_end = script_url
+        .find("://")
+        .and_then(|i| script_url[i + 3..].find('/').map(|j| i + 3 + j))
+        .unwrap_or(script_url.len());
+    format!("{}{path}", &script_url[..origin_end])
+}
+
+/// A model's text files (tokenizer, configs, chat template) under `base`.
+async fn load_text(base: &str) -> Result<gg_gemma::GemmaText, String> {
+    let base = base.trim_end_matches('/');
+    let tokenizer = fetch_text(&format!("{base}/tokenizer.json")).await?;
+    let config = fetch_text(&format!("{base}/tokenizer_config.json"))
+        .await
+        .ok();
+    let generation = fetch_text(&format!("{base}/generation_config.json"))
+        .await
+        .ok();
+    let template = fetch_text(&format!("{base}/chat_template.jinja"))
+        .await
+        .ok();
+    gg_gemma::GemmaText::from_files(gg_gemma::TextFiles {
+        tokenizer_json: tokenizer.as_bytes(),
+        tokenizer_config: config.as_deref().map(str::as_bytes),
+        generation_config: generation.as_deref().map(str::as_bytes),
+        chat_template: template.as_deref(),
+    })
+    .map_err(|e| e.to_string())
+}
+
+/// How often each added token occurs in the prompt the real backend would give the model.
+fn control_tokens(
+    text: &gg_gemma::GemmaText,
+    messages: &[ChatMessage],
+    tools: &[ToolDefinition],
+    options: &GenerateOptions,
+) -> Result<String, String> {
+    let prompt = text
+        .prompt(
+            &gg_gemma::agent::messages_from_agent(messages, false),
+            &gg_gemma::agent::tools_from_agent(tools),
+            gg_gemma::PromptOptions {
+                add_generation_prompt: true,
+                enable_thinking: options.thinking,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+    let added = text.tokenizer().added_token_ids();
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    for id in prompt.ids.iter().filter(|id| added.contains(id)) {
+        let piece = text.tokenizer().piece(*id).unwrap_or_default();
+        *counts
+            .entry(piece.replace('<', "[").replace('>', "]"))
+            .or_default() += 1;
+    }
+    Ok(counts
+        .iter()
+        .map(|(piece, n)| format!("{piece}x{n}"))
+        .collect::<Vec<_>>()
+        .join(" "))
+}
+
+async fn fetch_text(url: &str) -> Result<String, String> {
+    let global = js_sys::global();
+    let fetch: Function = Reflect::get(&global, &"fetch".into())
+        .and_then(|f| f.dyn_into())
+        .map_err(|e| format!("{e:?}"))?;
+    let promise: Promise = fetch
+        .call1(&global, &url.into())
+        .and_then(|p| p.dyn_into())
+        .map_err(|e| format!("{e:?}"))?;
+    let response = JsFuture::from(promise)
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    if !Reflect::get(&response, &"ok".into())
+        .ok()
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false)
+    {
+        return Err(format!("{url}: not found"));
+    }
+    let text_fn: Function = Reflect::get(&response, &"text".into())
+        .and_then(|f| f.dyn_into())
+        .map_err(|e| format!("{e:?}"))?;
+    let promise: Promise = text_fn
+        .call0(&response)
+        .and_then(|p| p.dyn_into())
+        .map_err(|e| format!("{e:?}"))?;
+    JsFuture::from(promise)
+        .await
+        .map_err(|e| format!("{e:?}"))?
+        .as_string()
+        .ok_or_else(|| format!("{url}: not text"))
 }
 
 async fn fetch_json(url: &str) -> Result<serde_json::Value, String> {
@@ -126,12 +245,12 @@ fn to_chunk(event: OutputEvent) -> Option<StreamChunk> {
 impl ModelBackend for ScriptedBackend {
     fn generate<'a>(
         &'a self,
-        _messages: &'a [ChatMessage],
-        _tools: &'a [ToolDefinition],
-        _options: &'a GenerateOptions,
+        messages: &'a [ChatMessage],
+        tools: &'a [ToolDefinition],
+        options: &'a GenerateOptions,
     ) -> ChunkStream<'a> {
         let index = self.next.get();
-        let Some(text) = self.turns.get(index).cloned() else {
+        let Some(mut text) = self.turns.get(index).cloned() else {
             let message = format!(
                 "the model script has no turn {} (it has {})",
                 index + 1,
@@ -141,6 +260,14 @@ impl ModelBackend for ScriptedBackend {
                 .boxed_local();
         };
         self.next.set(index + 1);
+        if text.contains(CONTROL_TOKENS) {
+            let counts = match &self.text {
+                Some(model_text) => control_tokens(model_text, messages, tools, options)
+                    .unwrap_or_else(|e| format!("(the prompt could not be tokenized: {e})")),
+                None => "(this script names no tokenizer)".to_owned(),
+            };
+            text = text.replace(CONTROL_TOKENS, &counts);
+        }
         let mut parser = OutputParser::new();
         let mut done = false;
         let mut pieces = pieces(&text).into_iter();
@@ -191,6 +318,15 @@ impl ModelBackend for ScriptedBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokenizer_paths_resolve_on_the_script_origin() {
+        assert_eq!(
+            resolve("http://127.0.0.1:9/scripts/a.json?run=x", "/models/m"),
+            "http://127.0.0.1:9/models/m"
+        );
+        assert_eq!(resolve("http://h/s.json", "http://o/m"), "http://o/m");
+    }
 
     #[test]
     fn pieces_keep_characters_whole() {
