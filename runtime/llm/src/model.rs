@@ -24,7 +24,8 @@ pub struct LoadOptions {
 pub enum LoadStage {
     /// Reading the text files (config, tokenizer, template).
     TextFiles,
-    /// Loading a session (`embed_tokens_q4.onnx` ...), weights streamed to the GPU.
+    /// Loading a session (`embed_tokens_q4.onnx`, a GenAI package's `decoder/model.onnx` ...),
+    /// weights streamed to the GPU.
     Session(String),
     /// Done.
     Ready,
@@ -301,7 +302,12 @@ impl GemmaModel {
         let mut load = async |path: &str| -> Result<Session> {
             let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
             let source = repo.subdir(dir);
-            progress(LoadStage::Session(file.to_string()));
+            // a GenAI package's graphs are all model.onnx: name them by their path
+            progress(LoadStage::Session(if genai_package {
+                path.to_string()
+            } else {
+                file.to_string()
+            }));
             let bytes = gg_runtime::source::read_all(&source, file)
                 .await
                 .map_err(|e| LlmError::File {

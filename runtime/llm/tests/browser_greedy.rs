@@ -104,6 +104,61 @@ const TINY_F16_REFERENCE: &str = include_str!(concat!(
     "/../../tests/fixtures/models/gemma4-tiny/reference/q4f16.json"
 ));
 
+/// The mobius packages (ONNX Runtime GenAI layout), files and references.
+macro_rules! mobius {
+    ($name:literal, [$($path:literal),* $(,)?]) => {
+        (
+            $name,
+            &[
+                file!($name, "genai_config.json"),
+                file!($name, "tokenizer.json"),
+                file!($name, "tokenizer_config.json"),
+                file!($name, "chat_template.jinja"),
+                $(file!($name, $path),)*
+                file!($name, "reference/ort.chat.prefill_logits.npy"),
+                file!($name, "reference/ort.raw.prefill_logits.npy"),
+            ] as &[(&str, &[u8])],
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../tests/fixtures/models/",
+                $name,
+                "/reference/ort.json"
+            )),
+        )
+    };
+}
+
+type Package = (
+    &'static str,
+    &'static [(&'static str, &'static [u8])],
+    &'static str,
+);
+
+/// GroupQueryAttention (empty K/V on the KV-shared layers) and standard Attention; int4 and fp32;
+/// the single `model.onnx` and the split `embedding/` + `decoder/`.
+const MOBIUS: &[Package] = &[
+    mobius!("mobius-tiny-gqa-int4", ["model.onnx", "model.onnx.data"]),
+    mobius!("mobius-tiny-attn-int4", ["model.onnx", "model.onnx.data"]),
+    mobius!(
+        "mobius-tiny-gqa-int4-split",
+        [
+            "embedding/model.onnx",
+            "embedding/model.onnx.data",
+            "decoder/model.onnx",
+            "decoder/model.onnx.data"
+        ]
+    ),
+    mobius!(
+        "mobius-tiny-attn-fp32-split",
+        [
+            "embedding/model.onnx",
+            "embedding/model.onnx.data",
+            "decoder/model.onnx",
+            "decoder/model.onnx.data"
+        ]
+    ),
+];
+
 /// A model repository held in memory, read in small chunks like a network body.
 struct MemoryFetch(&'static [(&'static str, &'static [u8])]);
 
@@ -138,6 +193,25 @@ impl gg_llm::source::Fetch for MemoryFetch {
             }
         })
     }
+}
+
+/// `n` greedy tokens after `prompt`, and the generation's counters.
+async fn greedy(
+    model: &GemmaModel,
+    prompt: &[u32],
+    n: usize,
+    name: &str,
+) -> (Vec<u32>, gg_llm::GenerationStats) {
+    let mut g = Generator::new(model, prompt, Sampling::Greedy).expect("generator");
+    let mut got = Vec::new();
+    for step in 0..n {
+        got.push(
+            g.next_token()
+                .await
+                .unwrap_or_else(|e| panic!("{name}: step {step}: {e}")),
+        );
+    }
+    (got, g.stats())
 }
 
 async fn greedy_matches(
@@ -177,23 +251,13 @@ async fn greedy_matches(
             want.len() >= 32,
             "{name} {pname}: at least 32 reference tokens"
         );
-        let mut g = Generator::new(&model, &ids(&prompt["input_ids"]), Sampling::Greedy)
-            .expect("generator");
-        let mut got = Vec::new();
-        for _ in 0..want.len() {
-            got.push(
-                g.next_token()
-                    .await
-                    .unwrap_or_else(|e| panic!("{name} {pname}: step: {e}")),
-            );
-        }
+        let (got, stats) = greedy(&model, &ids(&prompt["input_ids"]), want.len(), name).await;
         assert_eq!(got, want, "{name} q4 {pname}: greedy tokens in the browser");
         assert_eq!(
             gpu.counters.snapshot().pipelines_compiled,
             warmed.pipelines_compiled,
             "{name} {pname}: kernels compiled after the warm-up"
         );
-        let stats = g.stats();
         assert!(
             stats.bytes_read_back_per_token() <= 16.0,
             "{name} {pname}: only the token id comes back"
@@ -289,4 +353,48 @@ async fn q4f16_logits_and_teacher_forced_argmax_in_the_browser() {
     }
     assert!(compared >= 20, "only {compared} clear steps");
     console_log!("gemma4-tiny q4f16: {compared} teacher-forced steps agree with ONNX Runtime");
+}
+
+/// The packages mobius writes, loaded through the extension's `ModelRepo` / `Fetch` path:
+/// prefill logits within 2e-3 of ONNX Runtime's and its 40 greedy tokens per prompt (past the
+/// sliding window of 8).
+#[wasm_bindgen_test]
+async fn mobius_packages_equal_onnx_runtime_in_the_browser() {
+    let gpu = Rc::new(
+        Gpu::new(None)
+            .await
+            .expect("a WebGPU adapter (see webdriver.json)"),
+    );
+    for &(name, files, reference_json) in MOBIUS {
+        let repo = ModelRepo::new(Rc::new(MemoryFetch(files)), name);
+        let model = GemmaModel::load(gpu.clone(), &repo, &LoadOptions::default())
+            .await
+            .unwrap_or_else(|e| panic!("{name}: load: {e}"));
+        let reference: Value = serde_json::from_str(reference_json).expect("reference json");
+        for prompt in reference["prompts"].as_array().expect("prompts") {
+            let pname = prompt["name"].as_str().expect("name");
+            let file = format!("reference/ort.{pname}.prefill_logits.npy");
+            let (_, bytes) = files
+                .iter()
+                .find(|(p, _)| *p == file)
+                .unwrap_or_else(|| panic!("{file}"));
+            let want_prefill = gg_runtime::npy::parse(&file, bytes).expect("npy").to_f32();
+            let input = ids(&prompt["input_ids"]);
+            let mut g = Generator::new(&model, &input, Sampling::Greedy).expect("generator");
+            let logits = g
+                .logits_for(&[])
+                .await
+                .unwrap_or_else(|e| panic!("{name} {pname}: prefill: {e}"));
+            let d = max_abs_diff(&logits, &want_prefill);
+            assert!(d <= 2e-3, "{name} {pname}: prefill logits differ by {d}");
+            let want = ids(&prompt["greedy_tokens"]);
+            let (got, stats) = greedy(&model, &input, want.len(), name).await;
+            assert_eq!(got, want, "{name} {pname}: greedy tokens in the browser");
+            console_log!(
+                "{name} {pname}: prefill logits within {d:.1e}, {} greedy tokens equal ONNX Runtime's; {:.1} dispatches/token",
+                got.len(),
+                stats.dispatches_per_token()
+            );
+        }
+    }
 }

@@ -11,6 +11,8 @@
 
 #[path = "common/reference.rs"]
 mod reference;
+#[path = "common/serve.rs"]
+mod serve;
 
 use gg_llm::config::Package;
 use gg_llm::{Dtype, GemmaModel, Generator, LoadOptions, ModelRepo, Sampling};
@@ -288,4 +290,27 @@ fn packages_it_cannot_run_name_what_is_missing() {
     for d in [d, d2, d3] {
         let _ = std::fs::remove_dir_all(d);
     }
+}
+
+/// The split package over HTTP, as `gemma-gem generate --model URL` reads it: subfolders, the
+/// optional files absent (404), external data found from the graphs.
+#[test]
+fn split_package_loads_over_http() {
+    let name = "mobius-tiny-gqa-int4-split";
+    let url = serve::serve(fixture_dir(name));
+    let repo = ModelRepo::open(&url).expect("repo");
+    let model = pollster::block_on(GemmaModel::load(gpu(), &repo, &LoadOptions::default()))
+        .expect("load over HTTP");
+    assert_eq!(
+        model.config.graph_files(Dtype::Q4),
+        ["embedding/model.onnx", "decoder/model.onnx"]
+    );
+    let reference = reference(name);
+    let prompt = &reference["prompts"][0];
+    let want = ids(&prompt["greedy_tokens"]);
+    let mut g = Generator::new(&model, &ids(&prompt["input_ids"]), Sampling::Greedy).expect("gen");
+    let got: Vec<u32> = (0..12)
+        .map(|_| pollster::block_on(g.next_token()).expect("step"))
+        .collect();
+    assert_eq!(got, want[..12].to_vec());
 }
