@@ -128,7 +128,7 @@ describe('pages of 100,000 elements and deep shadow/iframe trees', () => {
     await page.close();
   });
 
-  test('deeply nested open shadow roots, same-origin iframes and a 3,000-deep chain', async () => {
+  test('deeply nested open shadow roots, same-origin iframes and a 1,000-deep chain', async () => {
     const { page, tabId } = await open('/stress/page.html?kind=deep');
     await page.waitForFunction(() => {
       let doc = document;

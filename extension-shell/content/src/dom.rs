@@ -651,7 +651,8 @@ pub fn deep_active_element(doc: &Document) -> Option<Element> {
 /// The element at a viewport point of `doc`, looking into open shadow roots.
 pub fn deep_element_from_point(doc: &Document, x: f32, y: f32) -> Option<Element> {
     let mut hit = doc.element_from_point(x, y)?;
-    for _ in 0..32 {
+    // Bounded: a page cannot keep this looping; 512 nested roots are far more than pages use.
+    for _ in 0..512 {
         let Some(root) = hit.shadow_root() else { break };
         match root.element_from_point(x, y) {
             Some(inner) if inner != hit => hit = inner,

@@ -18,7 +18,7 @@ use web_sys::{Document, Element};
 use crate::dom;
 use crate::js::{self, Obj};
 use crate::server::now;
-use crate::text::{paginate, push_collapsed, tidy};
+use crate::text::{Tidier, paginate, push_collapsed};
 use crate::tools::{ToolErr, resolve_selector, usize_arg};
 
 /// Characters of `read_page_content` when the call gives no `max_chars`.
@@ -138,7 +138,9 @@ pub struct Job {
     doc: Document,
     root: Element,
     stack: Vec<Frame>,
+    /// Text gathered and not yet tidied (the last lines), and the tidied text before it.
     raw: String,
+    tidier: Tidier,
     started: f64,
     cut: Option<Cut>,
     /// Watches what is read, for the [`Cache`] this read leaves.
@@ -185,6 +187,7 @@ impl Job {
             root,
             stack: Vec::new(),
             raw: String::new(),
+            tidier: Tidier::default(),
             started,
             cut: None,
             watch: None,
@@ -226,7 +229,11 @@ impl Job {
         if let Some(text) = &self.cached {
             return Some(Ok(self.answer(text)));
         }
-        if self.stack.is_empty() && self.raw.is_empty() && self.cut.is_none() {
+        if self.stack.is_empty()
+            && self.raw.is_empty()
+            && self.tidier.len() == 0
+            && self.cut.is_none()
+        {
             let root = self.root.clone();
             if !self.enter(&root) {
                 return Some(Ok(self.answer("")));
@@ -235,7 +242,7 @@ impl Job {
         let mut count = 0u32;
         while let Some(top) = self.stack.last_mut() {
             count += 1;
-            if count.is_multiple_of(16) {
+            if count.is_multiple_of(4) {
                 let t = now();
                 if t - self.started >= TIME_BUDGET_MS {
                     self.cut = Some(Cut::Time);
@@ -245,7 +252,10 @@ impl Job {
                     return None;
                 }
             }
-            if self.raw.len() >= MAX_TEXT {
+            if self.raw.len() >= 1 << 15 {
+                self.tidier.feed(&mut self.raw);
+            }
+            if self.raw.len() + self.tidier.len() >= MAX_TEXT {
                 self.cut = Some(Cut::Size);
                 break;
             }
@@ -274,7 +284,7 @@ impl Job {
                 _ => {}
             }
         }
-        let text = tidy(&self.raw);
+        let text = core::mem::take(&mut self.tidier).finish(&self.raw);
         self.raw = String::new();
         self.stack = Vec::new();
         let answer = self.answer(&text);

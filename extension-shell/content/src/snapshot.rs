@@ -199,7 +199,7 @@ impl Job {
                 continue;
             };
             count += 1;
-            if count.is_multiple_of(16) {
+            if count.is_multiple_of(4) {
                 let t = crate::server::now();
                 if t - self.started >= TIME_BUDGET_MS {
                     self.timed_out = true;

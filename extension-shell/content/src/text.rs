@@ -63,7 +63,9 @@ pub fn quoted(text: &str) -> String {
 }
 
 /// Tidies text gathered from the page: spaces around line breaks go, lines of only spaces go,
-/// and at most one empty line separates blocks. Leading and trailing blank lines go.
+/// and at most one empty line separates blocks. Leading and trailing blank lines go. (The
+/// all-at-once form, the oracle of [`Tidier`]'s tests.)
+#[cfg(test)]
 pub fn tidy(raw: &str) -> String {
     let mut out = String::with_capacity(raw.len());
     let mut blank_run = 0usize;
@@ -83,6 +85,62 @@ pub fn tidy(raw: &str) -> String {
         out.push_str(line);
     }
     out
+}
+
+/// [`tidy`] done piece by piece, for text gathered in slices: [`Tidier::feed`] takes the
+/// complete lines of what it is given (keeping the unfinished last line for later), and
+/// [`Tidier::finish`] the rest.
+#[derive(Default)]
+pub struct Tidier {
+    out: String,
+    tail: String,
+    blank_run: usize,
+}
+
+impl Tidier {
+    /// Moves the complete lines of `raw` into the tidied text; `raw` keeps its last, unfinished
+    /// line.
+    pub fn feed(&mut self, raw: &mut String) {
+        let Some(cut) = raw.rfind('\n') else {
+            return;
+        };
+        self.tail.push_str(&raw[..cut]);
+        raw.replace_range(..=cut, "");
+        let lines = core::mem::take(&mut self.tail);
+        for line in lines.split('\n') {
+            self.line(line);
+        }
+        // The last piece before the cut ended a line too: the next line starts fresh.
+    }
+
+    fn line(&mut self, line: &str) {
+        let line = line.trim_matches(|c: char| c == ' ' || c == '\t' || c == '\r');
+        if line.is_empty() {
+            self.blank_run += 1;
+            return;
+        }
+        if !self.out.is_empty() {
+            self.out.push('\n');
+            if self.blank_run > 1 {
+                self.out.push('\n');
+            }
+        }
+        self.blank_run = 0;
+        self.out.push_str(line);
+    }
+
+    /// Bytes of tidied text so far.
+    pub fn len(&self) -> usize {
+        self.out.len()
+    }
+
+    /// The tidied text, with `rest` (the unfinished last line) added.
+    pub fn finish(mut self, rest: &str) -> String {
+        for line in rest.split('\n') {
+            self.line(line);
+        }
+        self.out
+    }
 }
 
 /// One page of a longer text.
@@ -200,6 +258,21 @@ mod tests {
             "Title\n\nBody  text\nnext"
         );
         assert_eq!(tidy("a\n \nb"), "a\nb");
+    }
+
+    #[test]
+    fn tidying_in_pieces_equals_tidying_at_once() {
+        let raw = "\n\n  Title \n\n\n\n Body  text\nnext \n\n- a\n\t\n- b\r\nend  ";
+        for step in 1..raw.len() {
+            let mut t = Tidier::default();
+            let mut pending = String::new();
+            for chunk in raw.as_bytes().chunks(step) {
+                pending.push_str(core::str::from_utf8(chunk).unwrap());
+                t.feed(&mut pending);
+            }
+            assert_eq!(t.finish(&pending), tidy(raw), "pieces of {step}");
+        }
+        assert_eq!(Tidier::default().finish(""), "");
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //   ?kind=big&n=N      about N elements of sections with headings, text, links, buttons, fields;
 //                      hidden text of every kind that read_page_content must leave out
 //   ?kind=deep         nested open shadow roots, same-origin iframes (frame.html?level=L) and
-//                      a 3,000-deep chain of <div>s
+//                      a 1,000-deep chain of <div>s
 // Every generated text is unique (`w<n>` words), so a test can tell which text was read.
 (() => {
   const q = new URLSearchParams(location.search);
@@ -68,7 +68,7 @@
           el('button', { type: 'button' }, `Act ${i}`),
           el('input', { placeholder: `Field ${i}` }));
         main.append(section);
-        count += 10;
+        count += 9;
         i += 1;
       }
       main.append(el('p', { id: 'the-end' }, 'THE-END of the big page.'));
@@ -89,7 +89,7 @@
         // A deep chain of divs (deeper than the HTML parser would build).
         let div = el('div', { id: 'chain' });
         main.append(div);
-        for (let d = 0; d < 3000; d += 1) {
+        for (let d = 0; d < 1000; d += 1) {
           const next = el('div');
           div.append(next);
           div = next;
