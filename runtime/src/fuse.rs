@@ -8,7 +8,9 @@
 //! - **FusedGemv**: one or more `MatMulNBits` (4-bit, no bias, no `g_idx`) that read the same
 //!   input, with
 //!   - a norm prologue: the input is `RMSNorm(x)` (consumed only by them), where RMSNorm is
-//!     `SimplifiedLayerNormalization` or ai.onnx 23 `RMSNormalization` (fused alike);
+//!     `SimplifiedLayerNormalization` or ai.onnx 23 `RMSNormalization` (fused alike), or
+//!     `SkipSimplifiedLayerNormalization(res, RMSNorm(o))` (norm and residual in one node, as
+//!     the mobius exporter writes them: its sum output is the residual prologue's `x`);
 //!   - a residual prologue: `x = res + RMSNorm(o)` or `(res + ...) * scalar`
 //!     (Gemma's post-norm + residual add + layer scalar); `x` stays an output when others read it;
 //!   - an epilogue: `Gelu(tanh)(y_gate) * y_up` for two weights (the MLP), or for one weight
@@ -27,6 +29,9 @@
 //!   `other = Cast(float16)(x)`; Gemma's per-layer inputs), f32 or f16.
 //! - **SharedAttn** (`shared_attn.rs`): Gemma 4's KV-shared attention (query norm, rotation by
 //!   halves, 5-D MatMul / mask / Softmax / MatMul) as one flash-attention dispatch.
+//! - **Spelled-out RMS norms** (`spelled_norm.rs`): `x / sqrt(mean(x²) + eps)` written as `Mul`,
+//!   `ReduceMean`, `Add`, `Sqrt`, `Div` (the mobius exports' scale-free value norm): one norm
+//!   dispatch (any number of rows).
 //! - **RotaryTables** (`rotary_table.rs`): `Concat(Gather(cache, pos), same)` cos/sin tables read
 //!   at the same positions, one dispatch.
 //!
@@ -48,6 +53,7 @@ use std::rc::Rc;
 
 mod rotary_table;
 mod shared_attn;
+mod spelled_norm;
 
 const FUSED_GEMV: &str = include_str!("kernels/fused_gemv.wgsl");
 /// The fused GEMV's per-column sum of its TPC lanes' partial sums (r0, r1 -> a0, a1): a tree in
@@ -514,6 +520,62 @@ impl<'a> Graphs<'a> {
         None
     }
 
+    /// `v = SkipSimplifiedLayerNormalization(res, RMSNorm(o), gamma)[0]` (f32, no bias, its mean
+    /// and inverse-deviation outputs unread): the norm unit (the skip node, its input row the
+    /// sum output `x`) and the residual `x = res + RMSNorm(o)` of a prologue, as ONNX Runtime
+    /// GenAI's exporters (mobius) write the post-norm + residual add + pre-norm step that our
+    /// own graphs spell `Add` + `SimplifiedLayerNormalization`.
+    fn skip_norm(&self, v: &str, k: usize) -> Option<(Unit, Residual)> {
+        let s = self.producer.get(v).copied()?;
+        let n = self.node(s);
+        if !self.is(s, MS, "SkipSimplifiedLayerNormalization")
+            || n.inputs.len() != 3
+            || n.inputs.iter().any(String::is_empty)
+            || n.outputs.first().map(String::as_str) != Some(v)
+            || n.outputs.len() != 4
+            || n.outputs[3].is_empty()
+            || n.inputs[0] == n.inputs[1]
+            || !self.init_is(&n.inputs[2], DType::F32, k)
+        {
+            return None;
+        }
+        let unread = |o: &String| {
+            o.is_empty() || (self.users(o).is_empty() && !self.outputs.contains(o.as_str()))
+        };
+        if !n.outputs[1..3].iter().all(unread) {
+            return None;
+        }
+        for (oi, ri) in [(1, 0), (0, 1)] {
+            let normed = &n.inputs[oi];
+            let Some(u) = self.unit_producing(normed, k).filter(|u| !u.f16) else {
+                continue;
+            };
+            if !self.only_for(normed, s) {
+                continue;
+            }
+            let eps = self.attrs(s).f_or("epsilon", 1e-5);
+            let unit = Unit {
+                nodes: vec![s],
+                input: n.outputs[3].clone(),
+                output: v.to_string(),
+                gamma: n.inputs[2].clone(),
+                eps,
+                f16: false,
+            };
+            let residual = Residual {
+                f16: false,
+                nodes: u.nodes,
+                o: u.input,
+                g1: u.gamma,
+                eps1: u.eps,
+                res: n.inputs[ri].clone(),
+                scalar: None,
+            };
+            return Some((unit, residual));
+        }
+        None
+    }
+
     /// The other input of binary node `i` (`Mul`/`Div`; `v` must be its first input when
     /// `first`) when it is a scalar float initializer and `v` the operand.
     fn scalar_operand(&self, i: usize, v: &str, first: bool) -> Option<String> {
@@ -643,16 +705,26 @@ impl<'a> Graphs<'a> {
         if mats.iter().any(|m| m.block != mats[0].block) {
             return None;
         }
-        // Norm prologue: v = RMSNorm(x), read only by these MatMulNBits.
+        // Norm prologue: v = RMSNorm(x), read only by these MatMulNBits; or v =
+        // SkipSimplifiedLayerNormalization(res, RMSNorm(o)), norm and residual in one node.
+        let mut residual = None;
+        let alone = !self.outputs.contains(v) && self.users(v).len() == mats.len();
         if let Some(u) = self.unit_producing(v, k)
             && u.nodes.iter().all(free)
-            && !self.outputs.contains(v)
-            && self.users(v).len() == mats.len()
+            && alone
         {
             x = u.input.clone();
             norm = Some(u);
+        } else if let Some((u, r)) = self.skip_norm(v, k)
+            && u.nodes.iter().chain(&r.nodes).all(free)
+            && alone
+        {
+            x = u.input.clone();
+            norm = Some(u);
+            residual = Some(r);
         }
-        let residual = self.residual(&x, k).filter(|r| r.nodes.iter().all(&free));
+        let residual =
+            residual.or_else(|| self.residual(&x, k).filter(|r| r.nodes.iter().all(&free)));
         // Epilogue.
         let single = |v: &str| self.users(v).len() == 1 && !self.outputs.contains(v);
         let mut epi = Epi::Separate;
@@ -2272,6 +2344,19 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             }
         }
     }
+    // Scale-free RMS norms spelled out in elementary ops: one norm dispatch each.
+    let mut spelled = Vec::new();
+    for i in 0..graph.nodes.len() {
+        if used.contains(&i) {
+            continue;
+        }
+        if let Some(p) = g.spelled_rms(i)
+            && p.nodes.iter().all(|n| !used.contains(n))
+        {
+            used.extend(&p.nodes);
+            spelled.push(p);
+        }
+    }
     // The rotary cos and sin caches of the attentions: one pack each pair, bound once by the
     // attention and KV-append kernels (so that GroupQueryAttention with its rotary, both
     // caches' appends and a bias fits WebGPU's default 8 storage buffers).
@@ -2296,7 +2381,12 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             packs.push(pair);
         }
     }
-    if specs.is_empty() && norm_groups.is_empty() && shared.is_empty() && tables.is_empty() {
+    if specs.is_empty()
+        && norm_groups.is_empty()
+        && shared.is_empty()
+        && tables.is_empty()
+        && spelled.is_empty()
+    {
         return (graph.nodes.clone(), ops, Vec::new(), packs);
     }
     let mut ops: Vec<Option<Box<dyn Op>>> = ops.into_iter().map(Some).collect();
@@ -2507,6 +2597,25 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
         };
         let last = *members.last().expect("non-empty group");
         at_last.insert(last, (node, Box::new(op)));
+    }
+    for p in spelled {
+        // The norm kernel takes every shape: no fallback to keep.
+        for &n in &p.nodes {
+            ops[n] = None;
+        }
+        let first = &g.node(p.nodes[0]).name;
+        let kind = "Fused[Mul+ReduceMean+Add+Sqrt+Div=RMSNorm]";
+        fused.push(format!("{kind} at {first}"));
+        let node = Node {
+            name: format!("fused:{first}"),
+            op_type: kind.into(),
+            domain: FUSED_DOMAIN.into(),
+            inputs: vec![p.x.clone()],
+            outputs: vec![p.y.clone()],
+            attributes: Vec::new(),
+        };
+        let last = *p.nodes.last().expect("five nodes");
+        at_last.insert(last, (node, p.op()));
     }
     let mut nodes = Vec::new();
     let mut out_ops: Vec<Box<dyn Op>> = Vec::new();

@@ -1038,3 +1038,182 @@ fn rms_normalization_fuses_like_simplified_layer_normalization() {
         }
     }
 }
+
+/// Inputs of a mobius-exported decoder (`input_ids`, `attention_mask` of `past + new`, the KV
+/// pairs): tokens and random pasts.
+fn mobius_inputs(s: &Session, new: usize, past: usize, seed: u64) -> Vec<(String, Value)> {
+    let mut rng = Rng(seed);
+    let total = new + past;
+    let mut out = Vec::new();
+    for i in &s.graph.inputs {
+        let dims = i.dims.clone().unwrap_or_default();
+        let shape: Vec<usize> = dims
+            .iter()
+            .map(|d| match d {
+                gg_runtime::model::Dim::Fixed(v) => *v as usize,
+                gg_runtime::model::Dim::Param(p) if p.contains('+') => total,
+                gg_runtime::model::Dim::Param(p) if p.contains("past") => past,
+                gg_runtime::model::Dim::Param(p) if p.contains("seq") => new,
+                _ => 1,
+            })
+            .collect();
+        let n: usize = shape.iter().product();
+        let v = match i.name.as_str() {
+            "input_ids" => HostTensor::from_i64(
+                shape,
+                &(0..n)
+                    .map(|k| (k as i64 * 37 + 11) % 1000)
+                    .collect::<Vec<_>>(),
+            ),
+            "attention_mask" => HostTensor::from_i64(shape, &vec![1; n]),
+            _ => {
+                let v: Vec<f32> = (0..n).map(|_| rng.next()).collect();
+                HostTensor::from_f32(shape, &v)
+            }
+        };
+        out.push((i.name.clone(), Value::Host(v)));
+    }
+    out
+}
+
+/// The mobius exporter's Gemma 4 graph (`mobius-tiny-gqa-int4`, GroupQueryAttention profile):
+/// its `SkipSimplifiedLayerNormalization(residual, RMSNormalization(o_proj))` steps become the
+/// gate/up GEMV's residual + norm prologue (as our own graphs' `Add` + norm), and its scale-free
+/// value norms spelled as `Mul`/`ReduceMean`/`Add`/`Sqrt`/`Div` one norm dispatch each; fused and
+/// unfused sessions give the same logits and caches for a prompt and decode steps (short, and
+/// past the sliding window of 8).
+#[test]
+fn mobius_graph_norm_patterns_fuse() {
+    let gpu = gpu();
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/models/mobius-tiny-gqa-int4");
+    let graph = Graph::decode(
+        &std::fs::read(dir.join("model.onnx")).expect("model"),
+        "mobius",
+    )
+    .expect("decodes");
+    let load = |fuse: bool| {
+        pollster::block_on(Session::from_graph_with(
+            gpu.clone(),
+            graph.clone(),
+            &gg_runtime::source::DirSource::new(&dir),
+            SessionOptions { fuse },
+        ))
+        .expect("loads")
+    };
+    let (fused, plain) = (load(true), load(false));
+    let count = |kind: &str| fused.fused().iter().filter(|k| k.starts_with(kind)).count();
+    // Six layers: each skip norm in its layer's gate/up group; the four non-shared layers'
+    // value norms.
+    assert_eq!(
+        count("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul] at "),
+        6,
+        "{:?}",
+        fused.fused()
+    );
+    assert_eq!(count("Fused[Mul+ReduceMean+Add+Sqrt+Div=RMSNorm] at "), 4);
+    assert!(
+        fused
+            .graph
+            .nodes
+            .iter()
+            .any(|n| n.op_type == "SkipSimplifiedLayerNormalization"),
+        "the graph has the skip norms"
+    );
+    for (new, past) in [(5, 0), (1, 9), (1, 20)] {
+        let run = |s: &Session| {
+            let before = gpu.counters.snapshot().dispatches;
+            let outs = pollster::block_on(s.run(mobius_inputs(s, new, past, 3))).expect("runs");
+            let n = gpu.counters.snapshot().dispatches - before;
+            let v: Vec<(String, Vec<f32>)> = outs
+                .into_iter()
+                .map(|(n, v)| (n, pollster::block_on(s.read(&v)).expect("reads").to_f32()))
+                .collect();
+            (n, v)
+        };
+        let (df, a) = run(&fused);
+        let (dp, b) = run(&plain);
+        eprintln!("mobius new {new} past {past}: dispatches fused {df}, unfused {dp}");
+        assert!(df < dp, "new {new} past {past}: fused {df} vs unfused {dp}");
+        for ((na, va), (_, vb)) in a.iter().zip(&b) {
+            let scale = vb.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
+            let worst = va
+                .iter()
+                .zip(vb)
+                .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+            assert!(
+                worst <= 1e-4 * scale,
+                "new {new} past {past} {na}: max |fused - unfused| {worst} (scale {scale})"
+            );
+        }
+    }
+}
+
+/// `y = x / sqrt(mean(x², axis -1) + eps)` spelled out; `axis` the ReduceMean axis, `expose` an
+/// intermediate made a graph output too.
+fn spelled_norm(axis: i64, expose: Option<&str>) -> Graph {
+    let mut g = G::default();
+    g.input("x");
+    let axes = g.init("axes", DType::I64, vec![1], axis.to_le_bytes().to_vec());
+    let eps = g.f32s("eps", vec![], vec![1e-6]);
+    g.node("Mul", "", &["x", "x"], "sq", vec![]);
+    g.node(
+        "ReduceMean",
+        "",
+        &["sq", &axes],
+        "ms",
+        vec![attr_i("keepdims", 1)],
+    );
+    g.node("Add", "", &[&eps, "ms"], "mse", vec![]);
+    g.node("Sqrt", "", &["mse"], "rms", vec![]);
+    g.node("Div", "", &["x", "rms"], "y", vec![]);
+    g.output("y");
+    if let Some(e) = expose {
+        g.output(e);
+    }
+    g.graph()
+}
+
+#[test]
+fn spelled_out_rms_norm_is_one_dispatch_and_guarded() {
+    let gpu = gpu();
+    for rows in [1, 5] {
+        let x: Vec<f32> = {
+            let mut rng = Rng(5);
+            (0..rows * K).map(|_| 3.0 * rng.next()).collect()
+        };
+        let feeds = || {
+            vec![(
+                "x".to_string(),
+                Value::Host(HostTensor::from_f32(vec![1, rows, K], &x)),
+            )]
+        };
+        let (f, p) = (
+            session(&gpu, spelled_norm(-1, None), true),
+            session(&gpu, spelled_norm(-1, None), false),
+        );
+        assert_eq!(
+            f.fused(),
+            ["Fused[Mul+ReduceMean+Add+Sqrt+Div=RMSNorm] at n0_Mul"]
+        );
+        let before = gpu.counters.snapshot().dispatches;
+        let a = read_all(&f, pollster::block_on(f.run(feeds())).expect("runs"));
+        let mid = gpu.counters.snapshot().dispatches;
+        let b = read_all(&p, pollster::block_on(p.run(feeds())).expect("runs"));
+        let after = gpu.counters.snapshot().dispatches;
+        assert_eq!(mid - before, 1, "fused dispatches");
+        assert_eq!(after - mid, 5, "unfused dispatches");
+        assert_close(&a, &b);
+    }
+    // Not the last axis, or an intermediate read outside: left alone.
+    assert!(
+        session(&gpu, spelled_norm(1, None), true)
+            .fused()
+            .is_empty()
+    );
+    assert!(
+        session(&gpu, spelled_norm(-1, Some("rms")), true)
+            .fused()
+            .is_empty()
+    );
+}

@@ -1,6 +1,7 @@
 // Layer / RMS normalisation over rows of length L, optionally with a residual (skip) and bias added
 // first. One workgroup per row. prm: [rows, L, gamma_len, beta_len].
-// The scale is read at GAMMA_AT: `l % gl` (cyclic over the row) or `base + l` (one per element).
+// SCALE: `* ld_gamma(l % gl)` (the scale cyclic over the row), `* ld_gamma(base + l)` (one per
+// element) or nothing (a norm without scale).
 
 fn xin(i: u32, l: u32) -> f32 {
     return {{LOAD_X}};
@@ -31,7 +32,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     let inv = inverseSqrt(wg_sum(t, s2) / f32(L) + {{EPS}});
     for (var l = t; l < L; l = l + WG) {
-        let v = (xin(base + l, l) - mean) * inv * ld_gamma({{GAMMA_AT}});
+        let v = (xin(base + l, l) - mean) * inv {{SCALE}};
         stf_y(base + l, v {{BETA}});
     }
     if (t == 0u) {

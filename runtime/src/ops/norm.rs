@@ -88,19 +88,31 @@ impl Op for Norm {
         } else {
             None
         };
-        let mut gamma =
-            opt_gpu(cx, inputs, self.ins[2])?.ok_or_else(|| op_err("scale/gamma is required"))?;
-        let mut gamma_at = "l % gl";
-        if self.bcast_scale {
-            match scale_read(&gamma.shape, &shape, ax)? {
+        // No scale input position: a norm without scale (made by the fusion pass).
+        let mut gamma = match self.ins[2] {
+            Some(_) => Some(
+                opt_gpu(cx, inputs, self.ins[2])?
+                    .ok_or_else(|| op_err("scale/gamma is required"))?,
+            ),
+            None => None,
+        };
+        let mut scale = if gamma.is_some() {
+            "* ld_gamma(l % gl)"
+        } else {
+            ""
+        };
+        if self.bcast_scale
+            && let Some(g) = &mut gamma
+        {
+            match scale_read(&g.shape, &shape, ax)? {
                 ScaleRead::Cyclic => {}
                 ScaleRead::Row => {
                     let row = &shape[ax..];
-                    gamma = copy_view(cx, View::bcast(&gamma, row), row)?;
+                    *g = copy_view(cx, View::bcast(g, row), row)?;
                 }
                 ScaleRead::Whole => {
-                    gamma = copy_view(cx, View::bcast(&gamma, &shape), &shape)?;
-                    gamma_at = "base + l";
+                    *g = copy_view(cx, View::bcast(g, &shape), &shape)?;
+                    scale = "* ld_gamma(base + l)";
                 }
             }
         }
@@ -150,8 +162,10 @@ impl Op for Norm {
             bind.push(b);
             load.push_str(" + ld_bias(l)");
         }
-        k = k.input("gamma", gamma.storage());
-        bind.push(&gamma);
+        if let Some(g) = &gamma {
+            k = k.input("gamma", g.storage());
+            bind.push(g);
+        }
         if let Some(b) = &beta {
             k = k.input("beta", b.storage());
             bind.push(b);
@@ -175,7 +189,7 @@ impl Op for Norm {
         }
         let k = k
             .code("LOAD_X", &load)
-            .code("GAMMA_AT", gamma_at)
+            .code("SCALE", scale)
             .code(
                 "BETA",
                 if beta.is_some() {
@@ -196,17 +210,16 @@ impl Op for Norm {
         let meta = [
             rows as u32,
             l as u32,
-            gamma.numel().max(1) as u32,
+            gamma.as_ref().map_or(1, |g| g.numel().max(1)) as u32,
             beta.as_ref().map_or(1, |b| b.numel().max(1)) as u32,
         ];
         if rows > 0 && l > 0 {
             cx.dispatch(&k, &bind, &meta, rows as u64 * 64)?;
         }
         // RMSNormalization's Y has the scale's type (V); the other norms' Y the input's.
-        let out_dtype = if self.bcast_scale {
-            gamma.dtype
-        } else {
-            x.dtype
+        let out_dtype = match &gamma {
+            Some(g) if self.bcast_scale => g.dtype,
+            _ => x.dtype,
         };
         let conv = |cx: &mut Ctx<'_>, t: GpuTensor| -> Result<Value> {
             Ok(Value::Gpu(if out_dtype == DType::F32 {
@@ -237,6 +250,21 @@ impl Op for Norm {
             })
             .collect())
     }
+}
+
+/// An RMS norm over the last axis without scale, `x / sqrt(mean(x²) + eps)` (f32 statistics, the
+/// input's type out): what the fusion pass makes of the spelled-out `Mul`, `ReduceMean`, `Add`,
+/// `Sqrt`, `Div` chain (Gemma's scale-free value norm in the mobius exports).
+pub fn scale_free_rms(eps: f32) -> Box<dyn Op> {
+    Box::new(Norm {
+        simple: true,
+        skip: false,
+        axis: -1,
+        eps,
+        outs: [Some(0), None, None, None],
+        ins: [Some(0), None, None, None, None],
+        bcast_scale: false,
+    })
 }
 
 fn present(a: &Attrs<'_>, i: usize) -> Option<usize> {

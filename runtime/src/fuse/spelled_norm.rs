@@ -1,0 +1,142 @@
+//! A scale-free RMS norm spelled out in elementary ops,
+//!
+//! `y = Div(x, Sqrt(Add(ReduceMean(Mul(x, x), axes = [-1], keepdims = 1), eps)))`
+//!
+//! (Gemma 4's value norm as the mobius exporter writes it; `Pow(x, 2)` for the square and the
+//! operands of `Add` in either order too), becomes one norm dispatch ([`scale_free_rms`])
+//! instead of five. `eps` is a one-element float initializer or `Constant`, the axes an int64
+//! initializer, `Constant` or (before opset 18) the attribute; every intermediate value is read
+//! only by the next node and is not a graph output.
+
+use super::Graphs;
+use crate::model::InitData;
+use crate::ops::norm::scale_free_rms;
+use crate::ops::{Attrs, Op};
+use crate::tensor::{DType, HostTensor};
+
+/// The nodes (in graph order), input `x`, output `y` and epsilon of the pattern ending at `div`.
+pub(super) struct SpelledRms {
+    pub nodes: Vec<usize>,
+    pub x: String,
+    pub y: String,
+    pub eps: f32,
+}
+
+impl SpelledRms {
+    /// The fused op.
+    pub fn op(&self) -> Box<dyn Op> {
+        scale_free_rms(self.eps)
+    }
+}
+
+impl Graphs<'_> {
+    /// The values of a constant: an inline initializer or a `Constant` node's `value` (or
+    /// `value_float(s)` / `value_int(s)`).
+    fn constant(&self, name: &str) -> Option<HostTensor> {
+        if let Some(i) = self.inits.get(name) {
+            return match &i.data {
+                InitData::Inline(b) => HostTensor::new(i.dtype, i.shape.clone(), b.clone()).ok(),
+                InitData::External { .. } => None,
+            };
+        }
+        let p = *self.producer.get(name)?;
+        if !self.is(p, "", "Constant") || self.node(p).outputs.len() != 1 {
+            return None;
+        }
+        let a: Attrs<'_> = self.attrs(p);
+        if let Ok(Some(t)) = a.t("value") {
+            return Some(t);
+        }
+        if a.has("value_float") {
+            return Some(HostTensor::from_f32(vec![], &[a.f_or("value_float", 0.0)]));
+        }
+        if let Some(v) = a.floats("value_floats") {
+            return Some(HostTensor::from_f32(vec![v.len()], &v));
+        }
+        if let Some(v) = a.i("value_int") {
+            return Some(HostTensor::from_i64(vec![], &[v]));
+        }
+        if let Some(v) = a.ints("value_ints") {
+            return Some(HostTensor::from_i64(vec![v.len()], &v));
+        }
+        None
+    }
+
+    /// The one node reading `v` (not a graph output), if it is `op` with one output.
+    fn only_reader(&self, v: &str, op: &str) -> Option<usize> {
+        let users = self.users(v);
+        (users.len() == 1
+            && !self.outputs.contains(v)
+            && self.is(users[0], "", op)
+            && self.node(users[0]).outputs.len() == 1)
+            .then(|| users[0])
+    }
+
+    /// The pattern starting at the square node `sq` (`Mul(x, x)` or `Pow(x, 2)`).
+    pub(super) fn spelled_rms(&self, sq: usize) -> Option<SpelledRms> {
+        let n = self.node(sq);
+        if n.outputs.len() != 1 || n.inputs.len() != 2 || n.inputs[0].is_empty() {
+            return None;
+        }
+        let x = n.inputs[0].clone();
+        let squared = if self.is(sq, "", "Mul") {
+            n.inputs[1] == x
+        } else if self.is(sq, "", "Pow") {
+            self.constant(&n.inputs[1])
+                .is_some_and(|t| t.numel() == 1 && t.dtype.is_float() && t.to_f32()[0] == 2.0)
+        } else {
+            false
+        };
+        if !squared {
+            return None;
+        }
+        // ReduceMean over the last axis, dimensions kept.
+        let mean = self.only_reader(&n.outputs[0], "ReduceMean")?;
+        let ma = self.attrs(mean);
+        let mi = &self.node(mean).inputs;
+        let axes = if ma.opset < 18 {
+            ma.ints("axes")?
+        } else {
+            self.constant(mi.get(1).filter(|s| !s.is_empty())?)
+                .filter(|t| t.dtype == DType::I64)?
+                .to_i64()
+        };
+        if axes != [-1] || ma.i_or("keepdims", 1) != 1 || mi[0] != n.outputs[0] {
+            return None;
+        }
+        // + eps (either operand order).
+        let mv = &self.node(mean).outputs[0];
+        let add = self.only_reader(mv, "Add")?;
+        let ai = &self.node(add).inputs;
+        if ai.len() != 2 || ai[0] == ai[1] {
+            return None;
+        }
+        let e = if ai[0] == *mv { &ai[1] } else { &ai[0] };
+        let eps = self
+            .constant(e)
+            .filter(|t| t.numel() == 1 && matches!(t.dtype, DType::F32 | DType::F16))?
+            .to_f32()[0];
+        if !(eps.is_finite() && eps >= 0.0) {
+            return None;
+        }
+        let sqrt = self.only_reader(&self.node(add).outputs[0], "Sqrt")?;
+        if self.node(sqrt).inputs.len() != 1 {
+            return None;
+        }
+        // x / sqrt(...): x the dividend, the root the divisor.
+        let sv = &self.node(sqrt).outputs[0];
+        let div = self.only_reader(sv, "Div")?;
+        let di = &self.node(div).inputs;
+        if di.len() != 2 || di[0] != x || di[1] != *sv {
+            return None;
+        }
+        let mut nodes = vec![sq, mean, add, sqrt, div];
+        nodes.sort_unstable();
+        Some(SpelledRms {
+            nodes,
+            x,
+            y: self.node(div).outputs[0].clone(),
+            eps,
+        })
+    }
+}
