@@ -22,6 +22,9 @@ chrome.webNavigation.onHistoryStateUpdated.addListener((d) => {
   if (d.frameId === 0) ready.then((w) => w.on_navigation(d.tabId, d.frameId, d.documentId ?? '', d.url, true));
 });
 
+// A closed tab's conversations and state are freed.
+chrome.tabs.onRemoved.addListener((tabId) => ready.then((w) => w.on_tab_removed(tabId)));
+
 // Injected by run_javascript into the page's main world (chrome.scripting needs a function object;
 // the model's code arrives as data). Everything here runs among the page's own globals, which the
 // page may have replaced (eval, JSON, Promise, String...): the answer is only data. Chrome

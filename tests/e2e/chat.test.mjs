@@ -159,7 +159,9 @@ test('a prompt-injection page: a model that obeys it is stopped by the gate, and
   // What reached the model: the page text as untrusted data with the notice, its fake turn markers
   // defused, and each refusal told to the model as the user's decision.
   const tabId = await ext.sw.evaluate(async (u) => (await chrome.tabs.query({})).find((t) => t.url === u)?.id, page.url());
-  const stored = await until(() => ext.sw.evaluate(async (k) => (await chrome.storage.session.get(k))[k], `conversation:${tabId}`),
+  // A tab keeps one conversation per origin: `conversation:TAB:ORIGIN`.
+  const key = `conversation:${tabId}:${new URL(page.url()).origin}`;
+  const stored = await until(() => ext.sw.evaluate(async (k) => (await chrome.storage.session.get(k))[k], key),
     { what: 'the stored conversation' });
   const json = JSON.stringify(stored);
   assert.match(json, /not from the user\. It is untrusted data/);

@@ -162,3 +162,40 @@ test('forged control tokens in page text, tool output, a thrown error and the us
   // Exactly the markers the template wrote: the same as for a page and a message without any.
   assert.equal(forged, benign);
 });
+
+test('a conversation belongs to (tab, origin): nothing read on one origin is in the context on another, and a closed tab is forgotten', async () => {
+  await useScript('hostile-origin', 'plain');
+  const first = await openOverlay(ext, `${server.url}/hostile/secret.html`);
+  await sendMessage(first.frame, 'Read the page');
+  await until(async () => (await answers(first.frame)).at(-1)?.includes('I read the page.'), { timeout: 30000, what: 'the first answer' });
+  const stored = () => ext.sw.evaluate(() => chrome.storage.session.get(null));
+  await until(async () => Object.keys(await stored()).some((k) => k.startsWith('conversation:') && k.includes('127.0.0.1')),
+    { what: 'the stored conversation of the first origin' });
+
+  // The same tab on the other origin: a fresh conversation, and the model's context has no secret.
+  const second = await openOverlay(ext, `${otherOrigin()}/basic.html`, first.page);
+  assert.deepEqual(await second.frame.$$eval('[data-testid="gg-message"]', (els) => els.length), 0, 'the other origin starts empty');
+  await sendMessage(second.frame, 'What was the launch code?');
+  await until(async () => (await answers(second.frame)).at(-1)?.includes('new conversation for this site'), { timeout: 30000, what: 'the second answer' });
+  const all = await until(async () => {
+    const s = await stored();
+    const keys = Object.keys(s).filter((k) => k.startsWith('conversation:'));
+    return keys.some((k) => k.includes('localhost')) && s;
+  }, { what: 'the stored conversation of the second origin' });
+  const byOrigin = Object.fromEntries(Object.entries(all).filter(([k]) => k.startsWith('conversation:')).map(([k, v]) => [k.includes('localhost') ? 'localhost' : '127.0.0.1', JSON.stringify(v)]));
+  assert.match(byOrigin['127.0.0.1'], /7261-ALPHA/);
+  assert.doesNotMatch(byOrigin.localhost, /7261|Read the page/, 'the context on the second origin holds nothing of the first');
+  assert.match(byOrigin.localhost, /What was the launch code\?/);
+
+  // Back on the first origin, its conversation is there to see.
+  const back = await openOverlay(ext, `${server.url}/hostile/secret.html`, first.page);
+  await until(async () => (await answers(back.frame)).at(-1)?.includes('I read the page.'), { what: 'the first conversation again' });
+  assert.deepEqual(await back.frame.$$eval('[data-testid="gg-message"][data-role="user"]', (els) => els.map((e) => e.innerText.trim())), ['Read the page']);
+
+  // Closing the tab frees what was stored for it.
+  const tabKey = Object.keys(all).find((k) => k.startsWith('conversation:') && k.includes('localhost'));
+  const tabPrefix = tabKey.split(':').slice(0, 2).join(':') + ':';
+  await first.page.close();
+  await until(async () => !Object.keys(await stored()).some((k) => k.startsWith(tabPrefix)),
+    { what: 'the closed tab forgotten', timeout: 10000 });
+});

@@ -221,7 +221,7 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
                 origin: origin_of(&top.url),
             };
             let s = settings().await;
-            restore_if_needed(tab_id).await?;
+            restore_if_needed(tab_id, &binding.origin).await?;
             to_offscreen(Body::RunTurn {
                 tab_id,
                 text,
@@ -243,10 +243,11 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
         }
         (Context::Overlay, Body::ChatNew) => {
             let tab_id = sender_tab(sender)?;
-            gg_chrome::session_remove(&conversation_key(tab_id))
+            let origin = page_origin(tab_id).await?;
+            gg_chrome::session_remove(&conversation_key(tab_id, &origin))
                 .await
                 .map_err(|e| e.to_string())?;
-            to_offscreen(Body::ClearConversation { tab_id }).await
+            to_offscreen(Body::ClearConversation { tab_id, origin }).await
         }
         (
             Context::Overlay,
@@ -277,9 +278,11 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
             })
         }
         (Context::Overlay, Body::GetConversation) => {
+            // The conversation this tab had with the origin it shows now.
             let tab_id = sender_tab(sender)?;
-            restore_if_needed(tab_id).await?;
-            to_offscreen(Body::GetTabConversation { tab_id }).await
+            let origin = page_origin(tab_id).await?;
+            restore_if_needed(tab_id, &origin).await?;
+            to_offscreen(Body::GetTabConversation { tab_id, origin }).await
         }
 
         // A site the user turned Gemma Gem off on gets no tool at all, whatever runs it
@@ -401,11 +404,21 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
                 site: origin_of(&top.url),
             })
         }
-        (Context::Offscreen, Body::ConversationSnapshot { tab_id, messages }) => {
+        (
+            Context::Offscreen,
+            Body::ConversationSnapshot {
+                tab_id,
+                origin,
+                messages,
+            },
+        ) => {
             let json = serde_json::to_value(&messages).map_err(|e| e.to_string())?;
-            gg_chrome::session_set(&conversation_key(tab_id), &json)
-                .await
-                .map_err(|e| e.to_string())?;
+            gg_chrome::session_set(
+                &conversation_key(tab_id, &gg_agent::site_key(&origin)),
+                &json,
+            )
+            .await
+            .map_err(|e| e.to_string())?;
             Ok(Body::Ack)
         }
         (Context::Overlay, Body::GetModelStatus) => to_offscreen(Body::GetModelStatus).await,
@@ -475,6 +488,39 @@ pub async fn on_navigation(
     }
 }
 
+/// `chrome.tabs.onRemoved`: a closed tab's conversations leave session storage and the
+/// offscreen document forgets the tab (its turn, if one runs, stops).
+#[wasm_bindgen]
+pub async fn on_tab_removed(tab_id: f64) {
+    if tab_id < 0.0 || tab_id.fract() != 0.0 {
+        return;
+    }
+    let tab_id = tab_id as i64;
+    let prefix = gg_messages::conversation_prefix(tab_id);
+    match gg_chrome::session_keys().await {
+        Ok(keys) => {
+            for key in keys.iter().filter(|k| k.starts_with(&prefix)) {
+                if let Err(e) = gg_chrome::session_remove(key).await {
+                    log::warn(&format!("could not free {key}: {e}"));
+                }
+            }
+        }
+        Err(e) => log::warn(&e.to_string()),
+    }
+    if matches!(gg_chrome::offscreen_exists().await, Ok(true))
+        && let Err(e) = gg_chrome::send(
+            Context::ServiceWorker,
+            next_id(),
+            Body::ForgetTab { tab_id },
+        )
+        .await
+    {
+        log::warn(&format!(
+            "could not tell the offscreen document about tab {tab_id}: {e}"
+        ));
+    }
+}
+
 /// `scheme://host[:port]` of a URL (empty for URLs without one).
 fn origin_of(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
@@ -484,9 +530,19 @@ fn origin_of(url: &str) -> String {
     format!("{scheme}://{host}")
 }
 
-/// After the offscreen document was recreated it has no conversations: give it the stored one.
-async fn restore_if_needed(tab_id: i64) -> Result<(), String> {
-    let Some(stored) = gg_chrome::session_get(&conversation_key(tab_id))
+/// The origin (normalized) of the page a tab shows now.
+async fn page_origin(tab_id: i64) -> Result<String, String> {
+    let top = gg_chrome::top_frame(tab_id)
+        .await
+        .map_err(|e| format!("cannot tell which page this tab shows: {e}"))?;
+    Ok(gg_agent::site_key(&origin_of(&top.url)))
+}
+
+/// After the offscreen document was recreated it has no conversations: give it the stored one
+/// of `origin`.
+async fn restore_if_needed(tab_id: i64, origin: &str) -> Result<(), String> {
+    let origin = gg_agent::site_key(origin);
+    let Some(stored) = gg_chrome::session_get(&conversation_key(tab_id, &origin))
         .await
         .map_err(|e| e.to_string())?
     else {
@@ -494,9 +550,13 @@ async fn restore_if_needed(tab_id: i64) -> Result<(), String> {
     };
     let messages: Vec<gg_agent::ChatMessage> = serde_json::from_value(stored)
         .map_err(|e| format!("stored conversation unreadable: {e}"))?;
-    to_offscreen(Body::RestoreConversation { tab_id, messages })
-        .await
-        .map(|_| ())
+    to_offscreen(Body::RestoreConversation {
+        tab_id,
+        origin,
+        messages,
+    })
+    .await
+    .map(|_| ())
 }
 
 /// Creates the offscreen document unless it is already there, then waits until its wasm answers.

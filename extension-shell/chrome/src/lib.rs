@@ -233,6 +233,17 @@ pub async fn tab_url(tab_id: i64) -> Result<String, ChromeError> {
         .to_owned())
 }
 
+/// Every key of `chrome.storage.session`.
+pub async fn session_keys() -> Result<Vec<String>, ChromeError> {
+    let got = storage_session_get(JsValue::NULL)
+        .await
+        .map_err(err("chrome.storage.session.get"))?;
+    Ok(js_sys::Object::keys(got.unchecked_ref::<js_sys::Object>())
+        .iter()
+        .filter_map(|k| k.as_string())
+        .collect())
+}
+
 /// Removes one key from `chrome.storage.session`.
 pub async fn session_remove(key: &str) -> Result<(), ChromeError> {
     storage_session_remove(JsValue::from_str(key))

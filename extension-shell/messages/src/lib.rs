@@ -109,9 +109,16 @@ fn host_of(url: &str) -> Option<String> {
     (!host.is_empty()).then_some(host)
 }
 
-/// Storage key (in `chrome.storage.session`) of a tab's conversation.
-pub fn conversation_key(tab_id: i64) -> String {
-    format!("conversation:{tab_id}")
+/// Storage key (in `chrome.storage.session`) of the conversation a tab had with the pages of
+/// one origin: `conversation:TAB:ORIGIN`. A tab keeps one conversation per origin; nothing read
+/// on one origin is in the context of another.
+pub fn conversation_key(tab_id: i64, origin: &str) -> String {
+    format!("conversation:{tab_id}:{origin}")
+}
+
+/// The prefix of every conversation key of a tab (to free them when the tab closes).
+pub fn conversation_prefix(tab_id: i64) -> String {
+    format!("conversation:{tab_id}:")
 }
 
 /// Identifies one request and every item streamed in answer to it.
@@ -249,6 +256,8 @@ pub enum Body {
         url: String,
         same_document: bool,
     },
+    /// Service worker -> offscreen: the tab was closed; stop its turn and forget everything of it.
+    ForgetTab { tab_id: i64 },
     /// Service worker -> offscreen: cancel a tab's running turn.
     CancelTurn { tab_id: i64 },
     /// Service worker -> offscreen: an approval answer for a tab's pending call.
@@ -258,16 +267,26 @@ pub enum Body {
         nonce: String,
         decision: gg_agent::ApprovalDecision,
     },
-    /// Service worker -> offscreen: forget a tab's conversation.
-    ClearConversation { tab_id: i64 },
+    /// Service worker -> offscreen: forget a tab's conversation with `origin`.
+    ClearConversation {
+        tab_id: i64,
+        #[serde(default)]
+        origin: String,
+    },
     /// Service worker -> offscreen: a tab's conversation, restored from storage when the
     /// offscreen document does not have it (after it was recreated).
     RestoreConversation {
         tab_id: i64,
+        #[serde(default)]
+        origin: String,
         messages: Vec<gg_agent::ChatMessage>,
     },
-    /// Service worker -> offscreen: ask for a tab's conversation.
-    GetTabConversation { tab_id: i64 },
+    /// Service worker -> offscreen: ask for a tab's conversation with `origin`.
+    GetTabConversation {
+        tab_id: i64,
+        #[serde(default)]
+        origin: String,
+    },
     /// Offscreen -> service worker: run a page tool in a tab (forwarded to its content script,
     /// or run by the service worker itself for screenshots and scripting).
     TabToolCall {
@@ -307,6 +326,9 @@ pub enum Body {
     /// Offscreen -> service worker: a tab's conversation after a turn, to persist.
     ConversationSnapshot {
         tab_id: i64,
+        /// The origin the conversation belongs to.
+        #[serde(default)]
+        origin: String,
         messages: Vec<gg_agent::ChatMessage>,
     },
     /// Offscreen -> every context: where the model stands (download progress, loading, ready,

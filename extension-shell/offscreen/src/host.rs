@@ -15,13 +15,20 @@ use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
-/// One tab's conversation.
+/// A tab's conversation with the pages of one origin.
 #[derive(Default)]
-struct Tab {
+struct Conversation {
     /// The agent; taken out while a turn runs.
     agent: Option<Agent>,
     /// The conversation as of the last finished turn (answers `GetTabConversation` mid-turn).
     saved: Vec<ChatMessage>,
+}
+
+/// One tab: a conversation per origin (nothing read on one origin is in the context of
+/// another), and the one running turn.
+#[derive(Default)]
+struct Tab {
+    conversations: HashMap<String, Conversation>,
     running: Option<CancellationToken>,
     /// The page the running turn is bound to.
     binding: Option<PageBinding>,
@@ -53,6 +60,15 @@ fn with_tab<T>(tab_id: i64, f: impl FnOnce(&mut Tab) -> T) -> T {
     TABS.with(|tabs| f(tabs.borrow_mut().entry(tab_id).or_default()))
 }
 
+impl Tab {
+    /// The conversation with `origin` (normalized), created empty.
+    fn conversation(&mut self, origin: &str) -> &mut Conversation {
+        self.conversations
+            .entry(gg_agent::site_key(origin))
+            .or_default()
+    }
+}
+
 /// At most this many repositories per [`Body::GetStoredModels`] (the overlay asks about two).
 const MAX_REPOSITORIES_ASKED: usize = 8;
 
@@ -64,6 +80,7 @@ pub fn handles(body: &Body) -> bool {
             | Body::RunTurn { .. }
             | Body::CancelTurn { .. }
             | Body::PageChanged { .. }
+            | Body::ForgetTab { .. }
             | Body::ApprovalAnswer { .. }
             | Body::ClearConversation { .. }
             | Body::RestoreConversation { .. }
@@ -127,6 +144,7 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                 t.binding = Some(binding.clone());
                 t.notice = None;
                 let mut agent = t
+                    .conversation(&binding.origin)
                     .agent
                     .take()
                     .unwrap_or_else(|| new_agent(max_iterations, thinking));
@@ -163,7 +181,7 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                                 },
                             );
                             with_tab(tab_id, |t| {
-                                t.agent = Some(agent);
+                                t.conversation(&binding.origin).agent = Some(agent);
                                 t.running = None;
                                 t.binding = None;
                             });
@@ -199,6 +217,14 @@ pub async fn handle(body: Body) -> Result<Body, String> {
             .map_err(|e| e.to_string()),
         Body::CancelTurn { tab_id } => {
             if let Some(cancel) = with_tab(tab_id, |t| t.running.clone()) {
+                cancel.cancel();
+            }
+            Ok(Body::Ack)
+        }
+        Body::ForgetTab { tab_id } => {
+            if let Some(tab) = TABS.with(|tabs| tabs.borrow_mut().remove(&tab_id))
+                && let Some(cancel) = tab.running
+            {
                 cancel.cancel();
             }
             Ok(Body::Ack)
@@ -249,39 +275,62 @@ pub async fn handle(body: Body) -> Result<Body, String> {
             }
             Ok(Body::Ack)
         }),
-        Body::ClearConversation { tab_id } => {
+        Body::ClearConversation { tab_id, origin } => {
             with_tab(tab_id, |t| {
-                if let Some(cancel) = &t.running {
+                let running_here = t
+                    .binding
+                    .as_ref()
+                    .is_some_and(|b| gg_agent::site_key(&b.origin) == gg_agent::site_key(&origin));
+                if running_here && let Some(cancel) = &t.running {
                     cancel.cancel();
                 }
-                if let Some(agent) = t.agent.as_mut() {
+                let conversation = t.conversation(&origin);
+                if let Some(agent) = conversation.agent.as_mut() {
                     agent.clear_context();
                 }
-                t.saved.clear();
+                conversation.saved.clear();
+                t.notice = None;
             });
             Ok(Body::Ack)
         }
-        Body::RestoreConversation { tab_id, messages } => {
+        Body::RestoreConversation {
+            tab_id,
+            origin,
+            messages,
+        } => {
             with_tab(tab_id, |t| {
+                let running_here = t.running.is_some()
+                    && t.binding.as_ref().is_some_and(|b| {
+                        gg_agent::site_key(&b.origin) == gg_agent::site_key(&origin)
+                    });
+                let conversation = t.conversation(&origin);
                 // Only a document that lost the conversation (it was recreated) takes the stored one.
-                if t.agent.is_none() && t.running.is_none() {
+                if conversation.agent.is_none() && !running_here {
                     let mut agent = new_agent(10, false);
                     agent.restore_messages(messages);
-                    t.saved = agent.messages().to_vec();
-                    t.agent = Some(agent);
+                    conversation.saved = agent.messages().to_vec();
+                    conversation.agent = Some(agent);
                 }
             });
             Ok(Body::Ack)
         }
-        Body::GetTabConversation { tab_id } => Ok(with_tab(tab_id, |t| Body::Conversation {
-            tab_id,
-            messages: t
-                .agent
-                .as_ref()
-                .map(|a| a.messages().to_vec())
-                .unwrap_or_else(|| t.saved.clone()),
-            running: t.running.is_some(),
-            notice: t.notice.clone(),
+        Body::GetTabConversation { tab_id, origin } => Ok(with_tab(tab_id, |t| {
+            let running = t.running.is_some()
+                && t.binding
+                    .as_ref()
+                    .is_some_and(|b| gg_agent::site_key(&b.origin) == gg_agent::site_key(&origin));
+            let notice = t.notice.clone();
+            let conversation = t.conversation(&origin);
+            Body::Conversation {
+                tab_id,
+                messages: conversation
+                    .agent
+                    .as_ref()
+                    .map(|a| a.messages().to_vec())
+                    .unwrap_or_else(|| conversation.saved.clone()),
+                running,
+                notice,
+            }
         })),
         other => Err(format!("the offscreen document does not handle {other:?}")),
     }
@@ -328,6 +377,7 @@ async fn run_turn(
     text: String,
     cancel: CancellationToken,
 ) {
+    let binding_origin = binding.origin.clone();
     let executor = TabExecutor {
         tab_id,
         document_id: binding.document_id,
@@ -359,9 +409,15 @@ async fn run_turn(
         }
     }
     let messages = agent.messages().to_vec();
+    let origin = gg_agent::site_key(&binding_origin);
+    if !TABS.with(|tabs| tabs.borrow().contains_key(&tab_id)) {
+        // The tab was closed meanwhile (ForgetTab): nothing of it is kept.
+        return;
+    }
     with_tab(tab_id, |t| {
-        t.saved = messages.clone();
-        t.agent = Some(agent);
+        let conversation = t.conversation(&origin);
+        conversation.saved = messages.clone();
+        conversation.agent = Some(agent);
         t.running = None;
         t.binding = None;
         t.approvals.clear();
@@ -371,7 +427,11 @@ async fn run_turn(
     if let Err(e) = gg_chrome::send(
         Context::Offscreen,
         next_id(),
-        Body::ConversationSnapshot { tab_id, messages },
+        Body::ConversationSnapshot {
+            tab_id,
+            origin,
+            messages,
+        },
     )
     .await
     {
