@@ -1,4 +1,5 @@
-//! Reductions (ReduceSum/Mean/Max/Min/Prod/L2/SumSquare), Softmax/LogSoftmax and CumSum.
+//! Reductions (ReduceSum/Mean/Max/Min/Prod/L1/L2/SumSquare/LogSum/LogSumExp), Softmax/LogSoftmax
+//! and CumSum.
 
 use super::elementwise::cast_gpu;
 use super::{Op, Registry, axis, host_dtype, opt_host, req};
@@ -20,6 +21,9 @@ enum Kind {
     Prod,
     L2,
     SumSquare,
+    L1,
+    LogSum,
+    LogSumExp,
 }
 
 impl Kind {
@@ -32,6 +36,14 @@ impl Kind {
             Kind::Prod => ("1.0", "acc * v", "acc"),
             Kind::L2 => ("0.0", "acc + v * v", "sqrt(acc)"),
             Kind::SumSquare => ("0.0", "acc + v * v", "acc"),
+            Kind::L1 => ("0.0", "acc + abs(v)", "acc"),
+            Kind::LogSum => ("0.0", "acc + v", "log(acc)"),
+            // Online log-sum-exp: (running max m, sum of exp(v - m)), rescaled when m grows.
+            Kind::LogSumExp => (
+                "vec2<f32>(bitcast<f32>(0xff7fffffu), 0.0)",
+                "select(vec2<f32>(acc.x, acc.y + exp(v - acc.x)), vec2<f32>(v, acc.y * exp(acc.x - v) + 1.0), v > acc.x)",
+                "acc.x + log(acc.y)",
+            ),
         }
     }
     fn host(self, vals: &[f64]) -> f64 {
@@ -45,6 +57,14 @@ impl Kind {
             Kind::Prod => vals.iter().product(),
             Kind::L2 => vals.iter().map(|v| v * v).sum::<f64>().sqrt(),
             Kind::SumSquare => vals.iter().map(|v| v * v).sum(),
+            Kind::L1 => vals.iter().map(|v| v.abs()).sum(),
+            // ln(0) = -inf over an empty set, as ONNX says.
+            Kind::LogSum => vals.iter().sum::<f64>().ln(),
+            Kind::LogSumExp if vals.is_empty() => f64::NEG_INFINITY,
+            Kind::LogSumExp => {
+                let m = vals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                m + vals.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
+            }
         }
     }
 }
@@ -97,7 +117,8 @@ impl Op for Reduce {
         if count == 0 {
             // Over an empty set every output is the reduction's identity (ONNX): 0 for the sums,
             // 1 for Prod, -inf / +inf for Max / Min (the type's minimum / maximum for integers,
-            // false / true for bools), undefined (NaN) for Mean. No data is read: a constant.
+            // false / true for bools), -inf for LogSum / LogSumExp, undefined (NaN) for Mean.
+            // No data is read: a constant.
             let fill = self.kind.host(&[]);
             let n = numel(&out_shape);
             let dtype = x.dtype();
@@ -299,6 +320,9 @@ pub fn register(r: &mut Registry) {
     r.register("", "ReduceProd", |a| reduce(a, Kind::Prod, 18));
     r.register("", "ReduceL2", |a| reduce(a, Kind::L2, 18));
     r.register("", "ReduceSumSquare", |a| reduce(a, Kind::SumSquare, 18));
+    r.register("", "ReduceL1", |a| reduce(a, Kind::L1, 18));
+    r.register("", "ReduceLogSum", |a| reduce(a, Kind::LogSum, 18));
+    r.register("", "ReduceLogSumExp", |a| reduce(a, Kind::LogSumExp, 18));
     r.register("", "Softmax", |a| {
         Ok(Box::new(Softmax {
             axis: a.i_or("axis", if a.opset < 13 { 1 } else { -1 }),
