@@ -452,3 +452,99 @@ fn gqa_cases_match_with_fewer_storage_bindings() {
         );
     }
 }
+
+/// GroupQueryAttention with zero new K/V tokens refuses inconsistent inputs with the reason:
+/// no shared past, key and value not both empty, more tokens than the shared past holds, a
+/// query that does not fit the past's head size.
+#[test]
+fn group_query_attention_without_new_tokens_rejects_bad_inputs() {
+    use gg_runtime::HostTensor;
+    use gg_runtime::model::decode_tensor;
+    use gg_runtime::source::MemorySource;
+    let case = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/ops/gqa_shared_decode_rotary");
+    let graph = Graph::decode(
+        &std::fs::read(case.join("model.onnx")).expect("model.onnx"),
+        "gqa_shared",
+    )
+    .expect("decodes");
+    // Undeclared input shapes, so that the op sees the bad ones (the session checks declared
+    // shapes first).
+    let mut graph = graph;
+    for i in &mut graph.inputs {
+        i.dims = None;
+    }
+    let gpu =
+        Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"));
+    let feeds: Vec<(String, HostTensor)> = graph
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(j, i)| {
+            let p = case.join(format!("test_data_set_0/input_{j}.pb"));
+            let t = decode_tensor(&std::fs::read(&p).expect("input"), &i.name).expect("tensor");
+            (i.name.clone(), t)
+        })
+        .collect();
+    let run = |graph: &Graph, feeds: Vec<(String, HostTensor)>| -> String {
+        let s = pollster::block_on(gg_runtime::Session::from_graph(
+            gpu.clone(),
+            graph.clone(),
+            &MemorySource::new(),
+        ))
+        .expect("loads");
+        match pollster::block_on(s.run_host(feeds)) {
+            Ok(_) => "ran".into(),
+            Err(e) => e.to_string(),
+        }
+    };
+    assert_eq!(run(&graph, feeds.clone()), "ran");
+    let with = |name: &str, t: HostTensor| -> Vec<(String, HostTensor)> {
+        feeds
+            .iter()
+            .map(|(n, v)| (n.clone(), if n == name { t.clone() } else { v.clone() }))
+            .collect()
+    };
+    // The past omitted.
+    let mut no_past = graph.clone();
+    no_past.nodes[0].inputs[3].clear();
+    no_past.nodes[0].inputs[4].clear();
+    no_past.inputs.retain(|i| i.name != "pk" && i.name != "pv");
+    let f: Vec<_> = feeds
+        .iter()
+        .filter(|(n, _)| n != "pk" && n != "pv")
+        .cloned()
+        .collect();
+    let e = run(&no_past, f);
+    assert!(
+        e.contains("past_key and past_value (the shared cache) are required"),
+        "{e}"
+    );
+    // Value with a token while key has none.
+    let e = run(
+        &graph,
+        with("v", HostTensor::from_f32(vec![1, 1, 32], &[0.5; 32])),
+    );
+    assert!(
+        e.contains("key and value must both be [1, 0, kv_hidden]"),
+        "{e}"
+    );
+    // More tokens than the shared past's 9 rows.
+    let e = run(
+        &graph,
+        with(
+            "total",
+            HostTensor::from_i64_as(gg_runtime::DType::I32, vec![], &[12]),
+        ),
+    );
+    assert!(e.contains("exceeds the shared past's 9 rows"), "{e}");
+    // A query of 3 heads' width.
+    let e = run(
+        &graph,
+        with("q", HostTensor::from_f32(vec![1, 1, 96], &[0.1; 96])),
+    );
+    assert!(
+        e.contains("query hidden size 96 does not fit 4 heads of the shared cache's head size 32"),
+        "{e}"
+    );
+}

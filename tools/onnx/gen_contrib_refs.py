@@ -499,7 +499,6 @@ def gqa_shared_kv(out):
     [B, 0, kv] form. Own generator so the earlier cases stay byte-identical."""
     rng = np.random.default_rng(2026)
     h, kvh, d = 4, 1, 32
-    cos, sin = rope_cache(64, d // 2)
     for name, b, s, t, buf, rot, window, softcap, presents, dt in [
         # name, B, S, T (tokens), past buffer rows, rotary, window, softcap, presents, dtype
         ("prefill_rotary", 1, 5, 5, 5, 1, -1, 0.0, True, np.float32),
@@ -510,7 +509,11 @@ def gqa_shared_kv(out):
         ("decode_long_buffer", 1, 1, 9, 16, 1, -1, 0.0, False, np.float32),
         ("batch2_decode", 2, 1, 7, 7, 1, 4, 0.0, True, np.float32),
         ("f16_decode_window", 1, 1, 24, 24, 1, 8, 0.0, True, np.float16),
+        # long pasts: the split-key decode kernels
+        ("decode_long", 1, 1, 300, 300, 1, -1, 0.0, True, np.float32),
+        ("decode_long_window", 1, 1, 700, 700, 1, 64, 0.0, False, np.float32),
     ]:
+        cos, sin = rope_cache(max(64, t), d // 2)
         q = rng.standard_normal((b, s, h * d)).astype(dt)
         pk = rng.standard_normal((b, kvh, buf, d)).astype(dt)
         pv = rng.standard_normal((b, kvh, buf, d)).astype(dt)
