@@ -199,3 +199,23 @@ test('a conversation belongs to (tab, origin): nothing read on one origin is in 
   await until(async () => !Object.keys(await stored()).some((k) => k.startsWith(tabPrefix)),
     { what: 'the closed tab forgotten', timeout: 10000 });
 });
+
+test('an attacker page that frames the overlay or loads the content script gets nothing', async () => {
+  const page = await ext.context.newPage();
+  await page.goto(`${server.url}/hostile/attacker.html?ext=${ext.extensionId}`);
+  await page.waitForFunction(() => document.body.dataset.script !== undefined && (document.body.dataset.loaded ?? '').split(';').length >= 3, null, { timeout: 20000 });
+  // The overlay and the content script are web-accessible only under the per-session dynamic
+  // id (use_dynamic_url): under the extension's id the frames get an error page, the module no
+  // script.
+  assert.equal(await page.evaluate(() => document.body.dataset.script), 'blocked');
+  const frames = page.frames().filter((f) => f !== page.mainFrame());
+  assert.equal(frames.length, 2);
+  for (const frame of frames) {
+    assert.doesNotMatch(frame.url(), /^chrome-extension:/, `the frame shows ${frame.url()}`);
+    assert.equal(await frame.evaluate(() => document.querySelector('[data-testid="gg-input"]')).catch(() => null), null);
+  }
+  // The page's own Gemma Gem still works, in its closed shadow root.
+  const { frame } = await openOverlay(ext, page.url(), page);
+  assert.ok(await frame.$('[data-testid="gg-input"]'));
+  await page.close();
+});

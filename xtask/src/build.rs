@@ -351,7 +351,8 @@ fn manifest(release: bool) -> Result<serde_json::Value> {
         "incognito": "split",
         "host_permissions": ["<all_urls>"],
         "content_scripts": [{ "matches": pages, "js": ["content.js"], "run_at": "document_idle" }],
-        "web_accessible_resources": [{ "resources": ["content/*", "overlay/*"], "matches": pages }],
+        // Reachable only through the per-session dynamic id: a page cannot guess the overlay URL.
+        "web_accessible_resources": [{ "resources": ["content/*", "overlay/*"], "matches": pages, "use_dynamic_url": true }],
         "content_security_policy": { "extension_pages": "script-src 'self' 'wasm-unsafe-eval'; object-src 'self'" },
         "commands": {
             "toggle-overlay": {

@@ -17,7 +17,7 @@ use gg_messages::{
 use std::cell::Cell;
 use wasm_bindgen::prelude::*;
 
-const OFFSCREEN_PATH: &str = "offscreen/offscreen.html";
+use gg_messages::OFFSCREEN_PATH;
 
 thread_local! {
     static NEXT_ID: Cell<u64> = const { Cell::new(1) };

@@ -533,6 +533,11 @@ pub struct SenderInfo {
     pub origin: Option<String>,
     #[serde(rename = "tab")]
     pub tab: Option<SenderTab>,
+    /// 0 for a tab's top frame; absent for extension contexts outside tabs.
+    #[serde(rename = "frameId", default)]
+    pub frame_id: Option<i64>,
+    #[serde(rename = "documentId", default)]
+    pub document_id: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -541,23 +546,45 @@ pub struct SenderTab {
     pub url: Option<String>,
 }
 
+/// Where each extension page lives, relative to the extension's root.
+pub const SERVICE_WORKER_PATH: &str = "background.js";
+pub const OFFSCREEN_PATH: &str = "offscreen/offscreen.html";
+pub const OVERLAY_PATH: &str = "overlay/overlay.html";
+
 impl SenderInfo {
-    /// Checks that the message comes from this extension (`own_id`) and, for extension pages, from
-    /// one of its own URLs. Content scripts of this extension carry our id and the tab they run in.
+    /// The URL without its query and fragment.
+    fn page(&self) -> &str {
+        let url = self.url.as_deref().unwrap_or_default();
+        url.split(['?', '#']).next().unwrap_or_default()
+    }
+
+    /// Checks that the message comes from this extension (`own_id`) and from the very context
+    /// it claims:
+    /// - service worker: our `background.js`, no tab;
+    /// - offscreen document: our `offscreen/offscreen.html`, no tab;
+    /// - overlay: our `overlay/overlay.html` in a frame (not the top frame) of a tab;
+    /// - content script: the top frame (`frameId` 0) of a tab showing an `http(s)` page.
+    ///
+    /// A content script's `documentId` is checked against the expected one with
+    /// [`SenderInfo::check_document`].
     pub fn check(&self, own_id: &str, claimed: Context) -> Result<(), MessageError> {
         if self.id.as_deref() != Some(own_id) {
             return Err(MessageError::ForeignSender(
                 self.id.clone().unwrap_or_default(),
             ));
         }
-        let own_origin = format!("chrome-extension://{own_id}/");
-        let from_extension_page = self
-            .url
-            .as_deref()
-            .is_some_and(|u| u.starts_with(&own_origin));
+        let own = |path: &str| self.page() == format!("chrome-extension://{own_id}/{path}");
+        let in_tab = self.tab.as_ref().is_some_and(|t| t.id.is_some());
         let ok = match claimed {
-            Context::Content => self.tab.is_some(),
-            Context::Offscreen | Context::Overlay | Context::ServiceWorker => from_extension_page,
+            Context::ServiceWorker => own(SERVICE_WORKER_PATH) && self.tab.is_none(),
+            Context::Offscreen => own(OFFSCREEN_PATH) && self.tab.is_none(),
+            Context::Overlay => own(OVERLAY_PATH) && in_tab && self.frame_id.is_some_and(|f| f > 0),
+            Context::Content => {
+                let url = self.page();
+                in_tab
+                    && self.frame_id == Some(0)
+                    && (url.starts_with("http://") || url.starts_with("https://"))
+            }
         };
         if ok {
             Ok(())
@@ -565,6 +592,22 @@ impl SenderInfo {
             Err(MessageError::WrongContext(
                 claimed,
                 self.url.clone().unwrap_or_default(),
+            ))
+        }
+    }
+
+    /// For a content script's message: it must come from `expected` (the document a request
+    /// was sent to or a turn is bound to).
+    pub fn check_document(&self, expected: &str) -> Result<(), MessageError> {
+        if !expected.is_empty() && self.document_id.as_deref() == Some(expected) {
+            Ok(())
+        } else {
+            Err(MessageError::WrongContext(
+                Context::Content,
+                format!(
+                    "document {:?}, expected {expected:?}",
+                    self.document_id.clone().unwrap_or_default()
+                ),
             ))
         }
     }
@@ -789,39 +832,170 @@ mod tests {
 
     #[test]
     fn sender_checks() {
-        let page = SenderInfo {
+        let ext = |path: &str| Some(format!("chrome-extension://{ID}/{path}"));
+        let tab = || {
+            Some(SenderTab {
+                id: Some(3),
+                url: Some("https://a.example/".into()),
+            })
+        };
+        let offscreen = SenderInfo {
             id: Some(ID.into()),
-            url: Some(format!("chrome-extension://{ID}/offscreen.html")),
+            url: ext(OFFSCREEN_PATH),
             ..Default::default()
         };
-        assert!(page.check(ID, Context::Offscreen).is_ok());
-        let foreign = SenderInfo {
-            id: Some("zzzz".into()),
-            ..page.clone()
+        let worker = SenderInfo {
+            url: ext(SERVICE_WORKER_PATH),
+            ..offscreen.clone()
         };
-        assert!(matches!(
-            foreign.check(ID, Context::Offscreen),
-            Err(MessageError::ForeignSender(_))
-        ));
-        let web = SenderInfo {
-            id: Some(ID.into()),
-            url: Some("https://evil.example/".into()),
-            ..Default::default()
+        let overlay = SenderInfo {
+            url: ext("overlay/overlay.html?x=1#y"),
+            tab: tab(),
+            frame_id: Some(7),
+            ..offscreen.clone()
         };
-        assert!(matches!(
-            web.check(ID, Context::Overlay),
-            Err(MessageError::WrongContext(..))
-        ));
         let content = SenderInfo {
             id: Some(ID.into()),
-            url: Some("https://a.example/".into()),
-            tab: Some(SenderTab {
-                id: Some(3),
-                url: None,
-            }),
+            url: Some("https://a.example/page?q=1".into()),
+            tab: tab(),
+            frame_id: Some(0),
+            document_id: Some("DOC".into()),
             ..Default::default()
         };
-        assert!(content.check(ID, Context::Content).is_ok());
-        assert!(content.check(ID, Context::Overlay).is_err());
+        use Context::*;
+        // Each context is accepted for what it is, and for nothing else.
+        for (sender, context) in [
+            (&offscreen, Offscreen),
+            (&worker, ServiceWorker),
+            (&overlay, Overlay),
+            (&content, Content),
+        ] {
+            for claimed in [Offscreen, ServiceWorker, Overlay, Content] {
+                assert_eq!(
+                    sender.check(ID, claimed).is_ok(),
+                    claimed == context,
+                    "{sender:?} claiming {claimed:?}"
+                );
+            }
+        }
+        // Another extension, or a page.
+        let foreign = SenderInfo {
+            id: Some("zzzz".into()),
+            ..offscreen.clone()
+        };
+        assert!(matches!(
+            foreign.check(ID, Offscreen),
+            Err(MessageError::ForeignSender(_))
+        ));
+        let rejected =
+            |s: SenderInfo, c: Context| assert!(s.check(ID, c).is_err(), "{s:?} as {c:?}");
+        // Any other page of the extension is none of them.
+        rejected(
+            SenderInfo {
+                url: ext("offscreen/other.html"),
+                ..offscreen.clone()
+            },
+            Offscreen,
+        );
+        rejected(
+            SenderInfo {
+                url: ext("offscreen/offscreen.html.evil"),
+                ..offscreen.clone()
+            },
+            Offscreen,
+        );
+        rejected(
+            SenderInfo {
+                url: Some(format!("chrome-extension://{ID}.evil/{OFFSCREEN_PATH}")),
+                ..offscreen.clone()
+            },
+            Offscreen,
+        );
+        // The offscreen document and the worker have no tab; an extension page in a tab is not them.
+        rejected(
+            SenderInfo {
+                tab: tab(),
+                ..offscreen.clone()
+            },
+            Offscreen,
+        );
+        rejected(
+            SenderInfo {
+                tab: tab(),
+                ..worker.clone()
+            },
+            ServiceWorker,
+        );
+        // The overlay is a frame inside a tab, never a tab of its own.
+        rejected(
+            SenderInfo {
+                frame_id: Some(0),
+                ..overlay.clone()
+            },
+            Overlay,
+        );
+        rejected(
+            SenderInfo {
+                tab: None,
+                ..overlay.clone()
+            },
+            Overlay,
+        );
+        rejected(
+            SenderInfo {
+                url: ext("overlay/other.html"),
+                ..overlay.clone()
+            },
+            Overlay,
+        );
+        // Content scripts: the top frame of an http(s) page only.
+        rejected(
+            SenderInfo {
+                frame_id: Some(2),
+                ..content.clone()
+            },
+            Content,
+        );
+        rejected(
+            SenderInfo {
+                url: Some("file:///etc/passwd".into()),
+                ..content.clone()
+            },
+            Content,
+        );
+        rejected(
+            SenderInfo {
+                url: ext("overlay/overlay.html"),
+                ..content.clone()
+            },
+            Content,
+        );
+        rejected(
+            SenderInfo {
+                tab: None,
+                ..content.clone()
+            },
+            Content,
+        );
+        assert!(content.check_document("DOC").is_ok());
+        assert!(content.check_document("OTHER").is_err());
+        assert!(
+            SenderInfo {
+                document_id: None,
+                ..content.clone()
+            }
+            .check_document("")
+            .is_err()
+        );
+        // Chrome's MessageSender as JSON.
+        let parsed: SenderInfo = serde_json::from_value(serde_json::json!({
+            "id": ID, "url": "https://a.example/", "frameId": 0, "documentId": "D1",
+            "tab": {"id": 4, "url": "https://a.example/"}, "origin": "https://a.example"
+        }))
+        .unwrap();
+        assert_eq!(
+            (parsed.frame_id, parsed.document_id.as_deref()),
+            (Some(0), Some("D1"))
+        );
     }
 }
