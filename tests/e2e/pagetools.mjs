@@ -83,15 +83,28 @@ export function observeLongTasks() {
 }
 
 /** Runs `fn` and returns its value with the longest main-thread task of `page` while it ran
- * (0 when none was over 50 ms). */
-export async function withLongestTask(page, fn) {
+ * (`longest`, 0 when none was over 50 ms). With `tools` and `tabId` (a development build's
+ * content script), also `ours`: the longest of those long tasks that ran the content script's
+ * own work (its tasks' times from `get_content_stats`: a long task of the page's own, or one
+ * that a loaded machine stretched while the page rendered, is not ours), and `slice`: the
+ * content script's longest task as it measured it. */
+export async function withLongestTask(page, fn, tools = null, tabId = null) {
+  if (tools) await tools.send(tabId, envelope({ type: 'get_content_stats' }));
   const start = await page.evaluate(() => performance.now());
   const value = await fn();
   // Long-task entries arrive after the task ends: give the observer a moment.
   await page.evaluate(() => new Promise((r) => setTimeout(r, 50)));
-  const longest = await page.evaluate((s) => {
+  const tasks = await page.evaluate((s) => {
     if (window.__ggLongTasks === null) throw new Error('no longtask observer in this browser');
-    return Math.max(0, ...window.__ggLongTasks.filter((t) => t.start + t.duration >= s).map((t) => t.duration));
+    return window.__ggLongTasks.filter((t) => t.start + t.duration >= s);
   }, start);
-  return { value, longest };
+  const longest = Math.max(0, ...tasks.map((t) => t.duration));
+  if (!tools) return { value, longest };
+  const stats = await tools.send(tabId, envelope({ type: 'get_content_stats' }));
+  assert.equal(stats?.body?.type, 'content_stats', `content stats: ${JSON.stringify(stats)}`);
+  const worked = stats.body.tasks;
+  const ours = Math.max(0, ...tasks
+    .filter((t) => worked.some(([a, b]) => a < t.start + t.duration && b > t.start))
+    .map((t) => t.duration));
+  return { value, longest, ours, slice: stats.body.longest_task_ms };
 }

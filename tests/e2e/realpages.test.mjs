@@ -18,6 +18,8 @@ before(async () => {
   server = await startServer();
   ext = await launchExtension(DEV);
   t = toolsFor(ext);
+  // Saved pages still name their sites' images, fonts and scripts: nothing leaves the machine.
+  await ext.context.route((u) => /^https?:/.test(u.href) && !u.href.startsWith(server.url), (r) => r.abort());
   ext.context.on('page', (page) => page.on('console', (m) => consoleLines.push(`${m.type()}: ${m.text()}`)));
   ext.sw.on('console', (m) => consoleLines.push(`sw ${m.type()}: ${m.text()}`));
 });
@@ -55,7 +57,7 @@ describe('regression: the content script panicked on pages of a few hundred elem
     });
   }
 
-  test('a panic in the page tools is answered, reported to the service worker, and they restart', async () => {
+  test('a panic in the page tools is answered with a tool error, logged, and they restart', async () => {
     const { page, tabId } = await open('/stress/page.html?kind=buttons&n=50');
     const before = await t.ok(tabId, 'snapshot_page', {});
     // Development builds only: `__debug_panic` panics at once, or in its first slice (`later`).
@@ -71,8 +73,8 @@ describe('regression: the content script panicked on pages of a few hundred elem
       // One host: the restarted copy replaced the failed one's.
       assert.equal(await page.evaluate(() => document.querySelectorAll('gemma-gem-host').length), 1);
       const logged = () => consoleLines.slice(seen);
-      await until(() => logged().some((l) => /^sw error: \[Gemma Gem\] the page tools of tab \d+ crashed and were restarted: .*__debug_panic asked for a panic/.test(l)),
-        { what: `the service worker's log of the crash (${JSON.stringify(logged())})`, timeout: 5000 });
+      await until(() => logged().some((l) => /\[Gemma Gem\] the page tools crashed and were restarted: .*__debug_panic asked for a panic/.test(l)),
+        { what: `the restarted copy's log of the crash (${JSON.stringify(logged())})`, timeout: 5000 });
       assert.ok(logged().some((l) => /\[Gemma Gem\] the page tools panicked: .*__debug_panic asked for a panic/.test(l)), JSON.stringify(logged()));
     }
     await page.close();
@@ -95,19 +97,19 @@ describe('pages of 100,000 elements and deep shadow/iframe trees', () => {
     const count = await page.evaluate(() => document.getElementsByTagName('*').length);
     assert.ok(count >= 100000, `${count} elements`);
     let started = Date.now();
-    const snap = await withLongestTask(page, () => t.ok(tabId, 'snapshot_page', {}));
+    const snap = await withLongestTask(page, () => t.ok(tabId, 'snapshot_page', {}), t, tabId);
     const snapMs = Date.now() - started;
     assert.ok(snapMs < 15000, `snapshot took ${snapMs} ms`);
     assert.ok(snap.value.elements_shown > 20, snap.value.note);
     assert.equal(snap.value.complete, false);
     assert.match(snap.value.note, /left out|too large/);
-    assert.ok(snap.longest < 50, `snapshot_page: a ${snap.longest} ms task`);
+    assert.ok(snap.ours < 50, `snapshot_page: a ${snap.ours} ms task`);
 
     started = Date.now();
-    const read = await withLongestTask(page, () => t.ok(tabId, 'read_page_content', { max_chars: 4000 }));
+    const read = await withLongestTask(page, () => t.ok(tabId, 'read_page_content', { max_chars: 4000 }), t, tabId);
     const readMs = Date.now() - started;
     assert.ok(readMs < 15000, `read took ${readMs} ms`);
-    assert.ok(read.longest < 50, `read_page_content: a ${read.longest} ms task`);
+    assert.ok(read.ours < 50, `read_page_content: a ${read.ours} ms task`);
     assert.match(read.value.content, /Section 0\b/);
     assert.match(read.value.content, /Visible after the hidden texts\./);
     for (const hidden of ['display-none', 'visibility-hidden', 'off-screen', 'zero-size', 'transparent', 'aria-hidden', 'attribute']) {
@@ -119,11 +121,11 @@ describe('pages of 100,000 elements and deep shadow/iframe trees', () => {
     // Target lookup: a ref from the snapshot, and selectors.
     const ref = snap.value.outline.match(/- button "Act \d+" \[ref=(e\d+)\]/)?.[1];
     assert.ok(ref, snap.value.outline.slice(0, 500));
-    const click = await withLongestTask(page, () => t.ok(tabId, 'click_element', { ref }));
+    const click = await withLongestTask(page, () => t.ok(tabId, 'click_element', { ref }), t, tabId);
     assert.match(click.value.clicked, /Act \d+/);
-    const typed = await withLongestTask(page, () => t.ok(tabId, 'type_text', { selector: '#s9000 input', text: 'hello' }));
+    const typed = await withLongestTask(page, () => t.ok(tabId, 'type_text', { selector: '#s9000 input', text: 'hello' }), t, tabId);
     assert.equal(await page.evaluate(() => document.querySelector('#s9000 input').value), 'hello');
-    assert.ok(click.longest < 50 && typed.longest < 50, `click ${click.longest} ms, type ${typed.longest} ms`);
+    assert.ok(click.ours < 50 && typed.ours < 50, `click ${click.ours} ms, type ${typed.ours} ms`);
     assert.deepEqual(panics(), []);
     await page.close();
   });
@@ -139,8 +141,8 @@ describe('pages of 100,000 elements and deep shadow/iframe trees', () => {
       }
       return true;
     }, null, { timeout: 20000 });
-    const snap = await withLongestTask(page, () => t.ok(tabId, 'snapshot_page', { max_tokens: 50000 }));
-    assert.ok(snap.longest < 50, `snapshot_page: a ${snap.longest} ms task`);
+    const snap = await withLongestTask(page, () => t.ok(tabId, 'snapshot_page', { max_tokens: 50000 }), t, tabId);
+    assert.ok(snap.ours < 50, `snapshot_page: a ${snap.ours} ms task`);
     const outline = snap.value.outline;
     for (const name of ['Shadow button 0.39', 'Shadow button 4.39', 'Chain button']) {
       assert.match(outline, new RegExp(`- button "${name}" \\[ref=e\\d+\\]`), `${name} missing`);
@@ -152,8 +154,8 @@ describe('pages of 100,000 elements and deep shadow/iframe trees', () => {
     assert.match(clicked.clicked, /Shadow button 4\.39/);
     const field = outline.match(/- textbox "Deepest field 4" \[ref=(e\d+)\]/)[1];
     await t.ok(tabId, 'type_text', { ref: field, text: 'deep' });
-    const read = await withLongestTask(page, () => t.ok(tabId, 'read_page_content', { max_chars: 1_000_000 }));
-    assert.ok(read.longest < 50, `read_page_content: a ${read.longest} ms task`);
+    const read = await withLongestTask(page, () => t.ok(tabId, 'read_page_content', { max_chars: 1_000_000 }), t, tabId);
+    assert.ok(read.ours < 50, `read_page_content: a ${read.ours} ms task`);
     for (const text of ['Shadow text 0.0', 'Shadow text 4.39', 'Bottom of the chain.']) {
       assert.ok(read.value.content.includes(text), `${text} not read`);
     }
@@ -175,11 +177,14 @@ const shingles = (ws, n = 8) => {
   for (let i = 0; i + n <= ws.length; i += 1) out.add(ws.slice(i, i + n).join(' '));
   return out;
 };
-/** Share of the 8-word shingles of `expected` found in `got` (1 for texts under 8 words). */
+/** Share of the 8-word shingles of `expected` found in `got` (1 for texts under 8 words).
+ * Readability drops some headings (one repeating the title, …) that read_page_content keeps
+ * as `## Heading` lines: shingles that run across such a line count as found too. */
 function recall(expected, got) {
   const want = shingles(words(expected));
   if (want.size === 0) return 1;
   const have = shingles(words(got));
+  for (const s of shingles(words(got.split('\n').filter((l) => !/^#{1,6} /.test(l)).join('\n')))) have.add(s);
   let found = 0;
   for (const s of want) if (have.has(s)) found += 1;
   return found / want.size;
@@ -221,7 +226,7 @@ const results = [];
 describe('the real-page corpus (44 saved pages, Readability\'s expected article)', () => {
   after(() => {
     // Per-page numbers for the report (and the bench, which reads the same pages).
-    const line = (r) => `${r.name.padEnd(40)} ${String(r.elements).padStart(6)} el  recall ${r.recall.toFixed(3)}  snapshot ${String(r.snapshotMs).padStart(5)} ms  read ${String(r.readMs).padStart(5)} ms (${r.readCalls} calls)  longest task ${r.longest.toFixed(0)} ms`;
+    const line = (r) => `${r.name.padEnd(40)} ${String(r.elements).padStart(6)} el  recall ${r.recall.toFixed(3)}  snapshot ${String(r.snapshotMs).padStart(5)} ms  read ${String(r.readMs).padStart(5)} ms (${r.readCalls} calls)  longest task ${r.longest.toFixed(0)} ms (page: ${r.pageLongest.toFixed(0)} ms)`;
     if (results.length) console.log(`\nreal pages:\n${results.map(line).join('\n')}`);
   });
 
@@ -229,16 +234,20 @@ describe('the real-page corpus (44 saved pages, Readability\'s expected article)
     test(name, async () => {
       const { page, tabId } = await t.open(`${server.url}/real/${name}/source.html?tab=${++opened}`, `(${observeLongTasks})(); (${stayOnPage})();`);
       const elements = await page.evaluate(() => document.getElementsByTagName('*').length);
+      // The longest task that ran the content script's work, and the page's longest task.
       let longest = 0;
+      let pageLongest = 0;
       let started = Date.now();
-      const snap = await withLongestTask(page, () => t.ok(tabId, 'snapshot_page', {}));
+      const snap = await withLongestTask(page, () => t.ok(tabId, 'snapshot_page', {}), t, tabId);
       const snapshotMs = Date.now() - started;
-      longest = Math.max(longest, snap.longest);
+      longest = Math.max(longest, snap.ours);
+      pageLongest = Math.max(pageLongest, snap.longest);
       assert.equal(typeof snap.value.outline, 'string');
       started = Date.now();
-      const read = await withLongestTask(page, () => readAll(tabId));
+      const read = await withLongestTask(page, () => readAll(tabId), t, tabId);
       const readMs = Date.now() - started;
-      longest = Math.max(longest, read.longest);
+      longest = Math.max(longest, read.ours);
+      pageLongest = Math.max(pageLongest, read.longest);
 
       // An action on a snapshot ref: typing into a text field if there is one, else a click.
       const refs = [...snap.value.outline.matchAll(/- (textbox|searchbox|button|link|checkbox|tab)\b[^\n]*\[ref=(e\d+)\]/g)];
@@ -248,8 +257,9 @@ describe('the real-page corpus (44 saved pages, Readability\'s expected article)
       const tried = [];
       for (const [, role, ref] of [...typable.slice(0, 3), ...clickable.slice(0, 6)]) {
         const act = await withLongestTask(page, () => (role === 'textbox' || role === 'searchbox'
-          ? t.tool(tabId, 'type_text', { ref, text: 'gemma' }) : t.tool(tabId, 'click_element', { ref })));
-        longest = Math.max(longest, act.longest);
+          ? t.tool(tabId, 'type_text', { ref, text: 'gemma' }) : t.tool(tabId, 'click_element', { ref })), t, tabId);
+        longest = Math.max(longest, act.ours);
+        pageLongest = Math.max(pageLongest, act.longest);
         if (!act.value.err) { acted = true; break; }
         // Only clear refusals (covered, hidden, disabled, read-only) are acceptable failures.
         assert.ok(['not_interactable', 'stale_ref'].includes(act.value.err.kind), JSON.stringify(act.value.err));
@@ -260,12 +270,19 @@ describe('the real-page corpus (44 saved pages, Readability\'s expected article)
       const expected = await (async () => {
         const p = await ext.context.newPage();
         await p.goto(`${server.url}/real/${name}/expected.html`);
-        const text = await p.evaluate(() => document.body?.innerText ?? '');
+        // Images read as `[image: alt]` (read_page_content shows their alt text): the same here.
+        const text = await p.evaluate(() => {
+          for (const img of [...document.querySelectorAll('img')]) {
+            const alt = (img.getAttribute('alt') ?? '').trim();
+            if (alt) img.replaceWith(` [image: ${alt}] `);
+          }
+          return document.body?.innerText ?? '';
+        });
         await p.close();
         return text;
       })();
       const r = recall(expected, read.value.text);
-      results.push({ name, elements, recall: r, snapshotMs, readMs, readCalls: read.value.calls, longest });
+      results.push({ name, elements, recall: r, snapshotMs, readMs, readCalls: read.value.calls, longest, pageLongest });
       assert.ok(r >= 0.9, `recall ${r.toFixed(3)} < 0.9`);
       assert.ok(longest < 50, `a ${longest} ms task`);
       assert.deepEqual(panics(), []);

@@ -444,17 +444,32 @@ const NAME_DEPTH: usize = 48;
 /// Text of an element's subtree for names: text nodes, `alt` of images, `aria-label` of
 /// children; skips hidden (`hidden`, `aria-hidden`), scripts and styles. At most `limit` bytes.
 pub fn subtree_text(node: &Node, out: &mut String, limit: usize) {
-    subtree_text_within(node, out, limit, NAME_DEPTH);
+    let mut nodes = NAME_NODES;
+    subtree_text_within(node, out, limit, NAME_DEPTH, &mut nodes);
 }
 
-fn subtree_text_within(node: &Node, out: &mut String, limit: usize, depth: usize) {
+/// How many nodes [`subtree_text`] looks at, at most (a link around a large, textless subtree
+/// must not cost the page a long task).
+const NAME_NODES: usize = 400;
+
+fn subtree_text_within(
+    node: &Node,
+    out: &mut String,
+    limit: usize,
+    depth: usize,
+    nodes: &mut usize,
+) {
     if depth == 0 {
         return;
     }
-    for child in flat_children(node) {
-        if out.len() >= limit {
+    let children = flat_children_of(node);
+    let mut i = 0;
+    while let Some(child) = children.get(i) {
+        i += 1;
+        if out.len() >= limit || *nodes == 0 {
             return;
         }
+        *nodes -= 1;
         match child.node_type() {
             TEXT_NODE => push_collapsed(out, &child.text_content().unwrap_or_default()),
             ELEMENT_NODE => {
@@ -482,7 +497,7 @@ fn subtree_text_within(node: &Node, out: &mut String, limit: usize, depth: usize
                     }
                     continue;
                 }
-                subtree_text_within(&el, out, limit, depth - 1);
+                subtree_text_within(&el, out, limit, depth - 1, nodes);
             }
             _ => {}
         }

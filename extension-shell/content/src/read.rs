@@ -29,8 +29,8 @@ pub const TIME_BUDGET_MS: f64 = 10_000.0;
 const MAX_TEXT: usize = 4_000_000;
 
 const TEXT_SKIP: &[&str] = &[
-    "script", "style", "noscript", "template", "head", "svg", "math", "input", "select",
-    "textarea", "option", "datalist", "object", "embed", "canvas",
+    "script", "style", "noscript", "template", "head", "svg", "input", "select", "textarea",
+    "option", "datalist", "object", "embed", "canvas",
 ];
 const PARAGRAPHS: &[&str] = &[
     "p",
@@ -147,6 +147,8 @@ pub struct Job {
     watch: Option<Watch>,
     /// The text, when the cache had it.
     cached: Option<String>,
+    /// The whole page is hidden by a cloak on <html> or <body> (see [`Job::enter`]).
+    cloaked: bool,
 }
 
 impl Job {
@@ -192,6 +194,7 @@ impl Job {
             cut: None,
             watch: None,
             cached: None,
+            cloaked: false,
         };
         if !html {
             let hit = cache.as_ref().is_some_and(|c| {
@@ -320,14 +323,21 @@ impl Job {
             return false;
         };
         let display = dom::style_prop(&style, "display");
-        if display == "none" || dom::style_prop(&style, "opacity") == "0" {
+        // A cloak on the whole page (`opacity: 0` or `visibility: hidden` on <html> or <body>
+        // until a script reveals it: anti-flicker snippets, fade-ins) does not hide its text.
+        let page_level = tag == "body" || tag == "html";
+        if display == "none" || (!page_level && dom::style_prop(&style, "opacity") == "0") {
             return false;
+        }
+        if page_level && dom::style_prop(&style, "visibility") != "visible" {
+            self.cloaked = true;
         }
         if hidden_box(el, &style) {
             return false;
         }
         let inline = display.starts_with("inline")
             || display == "contents"
+            || display == "math"
             || display.starts_with("ruby")
             || display == "table-cell";
         let gap = if PARAGRAPHS.contains(&tag.as_str()) {
@@ -380,7 +390,7 @@ impl Job {
             children: dom::flat_children_of(el),
             next: 0,
             close: gap,
-            visible: dom::style_prop(&style, "visibility") == "visible",
+            visible: self.cloaked || dom::style_prop(&style, "visibility") == "visible",
             pre: ws.starts_with("pre") || ws == "break-spaces",
         });
         true

@@ -18,7 +18,7 @@ use crate::{log_debug, log_error, panel, read, snapshot};
 /// Protocol tag of every message (`gg_messages::PROTOCOL`).
 const PROTOCOL: &str = "gemma-gem/1";
 /// Longest run of work in one task (the page's long-task threshold is 50 ms).
-pub const SLICE_MS: f64 = 12.0;
+pub const SLICE_MS: f64 = 8.0;
 
 /// `performance.now()`.
 pub fn now() -> f64 {
@@ -66,6 +66,21 @@ pub struct Server {
     /// `pump`, handed to the loader's `later`.
     pump: Option<js_sys::Function>,
     scheduled: bool,
+    /// When this script worked on the page's main thread: `(start, end)` of its last tasks
+    /// (`performance.now()`), for `get_content_stats`.
+    worked: VecDeque<(f64, f64)>,
+}
+
+/// Tasks kept in [`Server::worked`].
+const WORKED_KEPT: usize = 1024;
+
+fn record(server: &Shared, start: f64) {
+    if let Ok(mut s) = server.try_borrow_mut() {
+        if s.worked.len() == WORKED_KEPT {
+            s.worked.pop_front();
+        }
+        s.worked.push_back((start, now()));
+    }
 }
 
 pub type Shared = Rc<RefCell<Server>>;
@@ -80,6 +95,7 @@ impl Server {
             jobs: VecDeque::new(),
             pump: None,
             scheduled: false,
+            worked: VecDeque::new(),
         }));
         let weak = Rc::downgrade(&shared);
         let pump = Closure::<dyn FnMut()>::new(move || {
@@ -128,6 +144,8 @@ fn pump(server: &Shared) {
         }
         s.schedule();
         let took = now() - start;
+        drop(s);
+        record(server, start);
         if took > 2.0 * SLICE_MS {
             log_debug(&format!(
                 "a slice of the page tools took {took:.0} ms (at {start:.0})"
@@ -207,6 +225,13 @@ fn reply(respond: &JsValue, answer: JsValue) {
 
 /// See [`crate::on_message`].
 pub fn on_message(server: &Shared, message: &JsValue, sender: &JsValue, respond: &JsValue) -> bool {
+    let start = now();
+    let later = handle(server, message, sender, respond);
+    record(server, start);
+    later
+}
+
+fn handle(server: &Shared, message: &JsValue, sender: &JsValue, respond: &JsValue) -> bool {
     let own_id = server.borrow().own_id.clone();
     let Some((id, body)) = request(&own_id, message, sender) else {
         return false;
@@ -305,11 +330,24 @@ pub fn on_message(server: &Shared, message: &JsValue, sender: &JsValue, respond:
             reply(respond, envelope(&id, Obj::new().s("type", "ack")));
             false
         }
-        // Development builds: what the bench reads (`cargo xtask bench --pages`).
+        // Development builds: what the bench and the e2e tests read (memory, and the tasks this
+        // script ran since the last call, to match with the page's long tasks).
         "get_content_stats" if cfg!(feature = "dev-log") => {
+            let worked = core::mem::take(&mut server.borrow_mut().worked);
+            let tasks = js_sys::Array::new();
+            let mut longest = 0.0f64;
+            for (start, end) in worked {
+                longest = longest.max(end - start);
+                let pair = js_sys::Array::new();
+                pair.push(&JsValue::from_f64(start));
+                pair.push(&JsValue::from_f64(end));
+                tasks.push(&pair);
+            }
             let body = Obj::new()
                 .s("type", "content_stats")
-                .n("memory_bytes", crate::memory_bytes());
+                .n("memory_bytes", crate::memory_bytes())
+                .n("longest_task_ms", longest)
+                .v("tasks", tasks);
             reply(respond, envelope(&id, body));
             false
         }
@@ -362,7 +400,11 @@ pub fn report_crash(detail: &str) {
         // A promise: its rejection (no listener) is not an error of ours.
         Ok(promise) => {
             if let Ok(promise) = promise.dyn_into::<js_sys::Promise>() {
-                let ignore = Closure::<dyn FnMut(JsValue)>::new(|_| {});
+                let ignore = Closure::<dyn FnMut(JsValue)>::new(|e: JsValue| {
+                    log_debug(&format!(
+                        "the service worker did not take the crash report: {e:?}"
+                    ));
+                });
                 let _ = promise.catch(&ignore);
                 ignore.forget();
             }

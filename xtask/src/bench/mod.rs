@@ -13,8 +13,10 @@
 //!   `<metric>_ratio` (ours / theirs) per metric: `decode_tok_s_ratio`, `prefill_tok_s_ratio`,
 //!   `ttft_ratio`, `cold_ttft_ratio`, `load_ratio`, `peak_heap_ratio`;
 //! - `sizes`: shipped bundles, raw and gzip;
+//! - `pages`: the page tools on the real-page corpus and the stress pages ([`pages`]);
 //! - `raw`: every run as measured.
 
+mod pages;
 mod report;
 
 use crate::util::{cargo, exec, output, root, target_dir, which};
@@ -32,6 +34,12 @@ pub struct BenchArgs {
     /// Run the browser bench: ours (wasm) vs onnxruntime-web in headless Chromium (WebGPU).
     #[arg(long)]
     pub browser: bool,
+    /// Run the page-tools bench: snapshot_page and read_page_content on the 44 real pages of
+    /// tests/pages/real and the stress pages (dev extension, headless Chromium): median and
+    /// worst times, the longest main-thread task, the content script's memory peak. With none
+    /// of --native, --browser, --pages, all three run.
+    #[arg(long)]
+    pub pages: bool,
     /// Which model(s): the tiny fixture, the E2B-shaped synthetic model (generated on demand
     /// into bench/cache/), or both.
     #[arg(long, value_enum, default_value_t = ModelChoice::All)]
@@ -156,7 +164,7 @@ impl Plan {
 impl BenchArgs {
     /// (native, browser): both when neither flag is given.
     pub fn sides(&self) -> (bool, bool) {
-        if !self.native && !self.browser {
+        if !self.native && !self.browser && !self.pages {
             (true, true)
         } else {
             (self.native, self.browser)
@@ -469,7 +477,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     args.check()?;
     let plan = Plan::of(args);
     let (native, browser) = args.sides();
-    let models = models(args.model);
+    let models = if native || browser {
+        models(args.model)
+    } else {
+        Vec::new()
+    };
     for m in &models {
         ensure_model(m)?;
     }
@@ -497,6 +509,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             }
             Err(e) => eprintln!("xtask: note: shipped sizes not measured: {e:#}"),
         }
+    }
+    if args.pages || (!args.native && !args.browser) {
+        doc.insert("pages".into(), pages::run()?);
     }
     let software = doc
         .get("native")

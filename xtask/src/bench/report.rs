@@ -319,6 +319,9 @@ pub fn markdown(doc: &Value) -> String {
     if let Some(note) = doc.get("note").and_then(Value::as_str) {
         s.push_str(&format!("{note}\n\n"));
     }
+    if let Some(pages) = doc.get("pages") {
+        s.push_str(&super::pages::markdown(pages));
+    }
     if let Some(native) = doc.get("native").and_then(Value::as_object) {
         s.push_str("## Native (wgpu)\n\n");
         s.push_str(&format!(
