@@ -32,6 +32,9 @@
 //! - **Spelled-out RMS norms** (`spelled_norm.rs`): `x / sqrt(mean(x²) + eps)` written as `Mul`,
 //!   `ReduceMean`, `Add`, `Sqrt`, `Div` (the mobius exports' scale-free value norm): one norm
 //!   dispatch (any number of rows).
+//! - **Gelu+Gather+Mul** (`gelu_gather.rs`): `Gelu(tanh)(a) * Gather(data, i, axis)` (`i` a
+//!   scalar constant) that no GEMV epilogue took (a float projection): one elementwise dispatch
+//!   reading the slice through a strided view (f32; other types run the three nodes).
 //! - **RotaryTables** (`rotary_table.rs`): `Concat(Gather(cache, pos), same)` cos/sin tables read
 //!   at the same positions, one dispatch.
 //!
@@ -51,6 +54,7 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
+mod gelu_gather;
 mod rotary_table;
 mod shared_attn;
 mod spelled_norm;
@@ -2357,6 +2361,16 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             spelled.push(p);
         }
     }
+    // Gelu(a) * Gather(data, i) left by the GEMV epilogues (float projections): one dispatch.
+    let mut gelu_gathers = Vec::new();
+    for i in 0..graph.nodes.len() {
+        if let Some(p) = g.gelu_gather(i)
+            && p.nodes.iter().all(|n| !used.contains(n))
+        {
+            used.extend(&p.nodes);
+            gelu_gathers.push(p);
+        }
+    }
     // The rotary cos and sin caches of the attentions: one pack each pair, bound once by the
     // attention and KV-append kernels (so that GroupQueryAttention with its rotary, both
     // caches' appends and a bias fits WebGPU's default 8 storage buffers).
@@ -2386,6 +2400,7 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
         && shared.is_empty()
         && tables.is_empty()
         && spelled.is_empty()
+        && gelu_gathers.is_empty()
     {
         return (graph.nodes.clone(), ops, Vec::new(), packs);
     }
@@ -2616,6 +2631,31 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
         };
         let last = *p.nodes.last().expect("five nodes");
         at_last.insert(last, (node, p.op()));
+    }
+    for p in gelu_gathers {
+        let ext = external_inputs(&g, &p.nodes);
+        let outs = vec![p.out.clone()];
+        let pos = |name: &str| ext.iter().position(|e| e == name).expect("external input");
+        let op = gelu_gather::FusedGeluGather {
+            a: pos(&p.a),
+            data: pos(&p.data),
+            axis: p.axis,
+            index: p.index,
+            fallback: fallback_for(&g, &p.nodes, &ext, &outs, &mut ops),
+        };
+        let first = &g.node(p.nodes[0]).name;
+        let kind = "Fused[Gelu+Gather+Mul]";
+        fused.push(format!("{kind} at {first}"));
+        let node = Node {
+            name: format!("fused:{first}"),
+            op_type: kind.into(),
+            domain: FUSED_DOMAIN.into(),
+            inputs: ext,
+            outputs: outs,
+            attributes: Vec::new(),
+        };
+        let last = *p.nodes.last().expect("three nodes");
+        at_last.insert(last, (node, Box::new(op)));
     }
     let mut nodes = Vec::new();
     let mut out_ops: Vec<Box<dyn Op>> = Vec::new();

@@ -1078,8 +1078,9 @@ fn mobius_inputs(s: &Session, new: usize, past: usize, seed: u64) -> Vec<(String
 
 /// The mobius exporter's Gemma 4 graph (`mobius-tiny-gqa-int4`, GroupQueryAttention profile):
 /// its `SkipSimplifiedLayerNormalization(residual, RMSNormalization(o_proj))` steps become the
-/// gate/up GEMV's residual + norm prologue (as our own graphs' `Add` + norm), and its scale-free
-/// value norms spelled as `Mul`/`ReduceMean`/`Add`/`Sqrt`/`Div` one norm dispatch each; fused and
+/// gate/up GEMV's residual + norm prologue (as our own graphs' `Add` + norm), its scale-free
+/// value norms spelled as `Mul`/`ReduceMean`/`Add`/`Sqrt`/`Div` one norm dispatch each, and the
+/// per-layer input gate `Gelu(MatMul) * Gather(per_layer, i)` one elementwise dispatch; fused and
 /// unfused sessions give the same logits and caches for a prompt and decode steps (short, and
 /// past the sliding window of 8).
 #[test]
@@ -1112,6 +1113,8 @@ fn mobius_graph_norm_patterns_fuse() {
         fused.fused()
     );
     assert_eq!(count("Fused[Mul+ReduceMean+Add+Sqrt+Div=RMSNorm] at "), 4);
+    // Each layer's per-layer input gate after its float projection.
+    assert_eq!(count("Fused[Gelu+Gather+Mul] at "), 6);
     assert!(
         fused
             .graph
@@ -1213,6 +1216,65 @@ fn spelled_out_rms_norm_is_one_dispatch_and_guarded() {
     );
     assert!(
         session(&gpu, spelled_norm(-1, Some("rms")), true)
+            .fused()
+            .is_empty()
+    );
+}
+
+/// `y = Gelu(tanh)(a) * Gather(data, idx, axis = 2)`; `idx` a scalar initializer, or (`input`)
+/// a graph input.
+fn gelu_gather_graph(idx_input: bool) -> Graph {
+    let mut g = G::default();
+    g.input("a");
+    g.input("data");
+    let idx = if idx_input {
+        g.inputs.push(ValueInfo {
+            name: "idx".into(),
+            elem_type: 7,
+            dims: None,
+        });
+        "idx".to_string()
+    } else {
+        g.init("idx", DType::I64, vec![], (-2i64).to_le_bytes().to_vec())
+    };
+    g.gelu("a", "ga");
+    g.node("Gather", "", &["data", &idx], "sl", vec![attr_i("axis", 2)]);
+    g.node("Mul", "", &["sl", "ga"], "y", vec![]);
+    g.output("y");
+    g.graph()
+}
+
+#[test]
+fn gelu_times_gathered_slice_is_one_dispatch_and_guarded() {
+    let gpu = gpu();
+    for rows in [1, 4] {
+        let mut rng = Rng(17);
+        let mut t = |shape: Vec<usize>| {
+            let n = shape.iter().product();
+            let v: Vec<f32> = (0..n).map(|_| 2.0 * rng.next()).collect();
+            Value::Host(HostTensor::from_f32(shape, &v))
+        };
+        let feeds = vec![
+            ("a".to_string(), t(vec![1, rows, 32])),
+            ("data".to_string(), t(vec![1, rows, 3, 32])),
+        ];
+        let (f, p) = (
+            session(&gpu, gelu_gather_graph(false), true),
+            session(&gpu, gelu_gather_graph(false), false),
+        );
+        assert_eq!(f.fused(), ["Fused[Gelu+Gather+Mul] at n0_Gelu"]);
+        let before = gpu.counters.snapshot().dispatches;
+        let a = read_all(&f, pollster::block_on(f.run(feeds.clone())).expect("runs"));
+        let mid = gpu.counters.snapshot().dispatches;
+        let b = read_all(&p, pollster::block_on(p.run(feeds)).expect("runs"));
+        let after = gpu.counters.snapshot().dispatches;
+        assert_eq!(mid - before, 1, "fused dispatches");
+        assert_eq!(after - mid, 3, "unfused dispatches");
+        assert_close(&a, &b);
+    }
+    // An index known only at run time: left alone.
+    assert!(
+        session(&gpu, gelu_gather_graph(true), true)
             .fused()
             .is_empty()
     );

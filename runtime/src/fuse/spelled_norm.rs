@@ -32,7 +32,7 @@ impl SpelledRms {
 impl Graphs<'_> {
     /// The values of a constant: an inline initializer or a `Constant` node's `value` (or
     /// `value_float(s)` / `value_int(s)`).
-    fn constant(&self, name: &str) -> Option<HostTensor> {
+    pub(super) fn constant(&self, name: &str) -> Option<HostTensor> {
         if let Some(i) = self.inits.get(name) {
             return match &i.data {
                 InitData::Inline(b) => HostTensor::new(i.dtype, i.shape.clone(), b.clone()).ok(),
