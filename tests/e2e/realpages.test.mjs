@@ -73,9 +73,9 @@ describe('regression: the content script panicked on pages of a few hundred elem
       // One host: the restarted copy replaced the failed one's.
       assert.equal(await page.evaluate(() => document.querySelectorAll('gemma-gem-host').length), 1);
       const logged = () => consoleLines.slice(seen);
-      await until(() => logged().some((l) => /\[Gemma Gem\] the page tools crashed and were restarted: .*__debug_panic asked for a panic/.test(l)),
+      await until(() => logged().some((l) => /\[Gemma Gem\] the page tools crashed and were restarted: [\s\S]*__debug_panic asked for a panic/.test(l)),
         { what: `the restarted copy's log of the crash (${JSON.stringify(logged())})`, timeout: 5000 });
-      assert.ok(logged().some((l) => /\[Gemma Gem\] the page tools panicked: .*__debug_panic asked for a panic/.test(l)), JSON.stringify(logged()));
+      assert.ok(logged().some((l) => /\[Gemma Gem\] the page tools panicked: [\s\S]*__debug_panic asked for a panic/.test(l)), JSON.stringify(logged()));
     }
     await page.close();
   });
