@@ -16,7 +16,8 @@ use std::time::Instant;
 
 #[derive(clap::Args)]
 pub struct TestArgs {
-    /// Also run the opt-in large tests (random weights for the real ~3 GB Gemma 3 graphs).
+    /// Also run the opt-in large tests (random weights for the real ~3 GB Gemma 3 graphs, and
+    /// Gemma 4 E2B's full 35-layer shapes, generated into bench/cache/ on first use).
     #[arg(long)]
     pub large: bool,
     /// Skip formatting and clippy (for quick local iterations; CI runs everything).
@@ -268,6 +269,46 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 "--test-threads=1",
                 "large_",
             ])
+            .env("WGPU_BACKEND", "vulkan");
+            Ok(Some(run_counting(&mut cmd)?))
+        })?;
+        stage("large: Gemma 4 E2B's full shapes (natively)", &mut || {
+            // Generated on demand and cached (bench/cache/, not committed): the 35-layer model
+            // and its ONNX Runtime reference.
+            let dir = root().join("bench/cache/gemma4-e2b-full");
+            let python = match std::env::var_os("GEMMA_GEM_PYTHON") {
+                Some(p) => std::path::PathBuf::from(p),
+                None => install::ensure_python_venv()?,
+            };
+            crate::util::exec(
+                Command::new(&python)
+                    .current_dir(root())
+                    .arg("tools/fixtures/gen_gemma4.py")
+                    .args(["--preset", "e2b-full", "--dtypes", "q4", "--out"])
+                    .arg(&dir)
+                    .arg("--skip-existing"),
+            )
+            .context("generating the full-size E2B model")?;
+            crate::util::exec(
+                Command::new(&python)
+                    .current_dir(root())
+                    .args(["tools/fixtures/reference.py", "--large"])
+                    .arg(&dir),
+            )
+            .context("ONNX Runtime reference of the full-size E2B model")?;
+            let mut cmd = cargo();
+            cmd.args([
+                "test",
+                "--release",
+                "-p",
+                "gg-llm",
+                "--test",
+                "large_e2b",
+                "--",
+                "--ignored",
+                "--nocapture",
+            ])
+            .env("GG_E2B_FULL", &dir)
             .env("WGPU_BACKEND", "vulkan");
             Ok(Some(run_counting(&mut cmd)?))
         })?;
