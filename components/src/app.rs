@@ -172,10 +172,33 @@ pub fn gem_app(props: &GemAppProps) -> Html {
     } else {
         None
     };
+    // In-page (with a launcher) Escape closes on keydown. In an iframe (closable, the
+    // extension's overlay) it closes on the keyup of an Escape pressed here: the whole key stays
+    // inside the frame, so once the panel has closed and the page has the focus back, no
+    // `keyup` of it reaches the page.
+    let escape_down = use_mut_ref(|| false);
     let onkeydown = {
+        let on_close = on_close.clone();
+        let escape_down = escape_down.clone();
+        let on_keyup = props.closable && !props.launcher;
+        Callback::from(move |e: KeyboardEvent| {
+            if e.key() == "Escape"
+                && let Some(close) = &on_close
+            {
+                e.stop_propagation();
+                if on_keyup {
+                    *escape_down.borrow_mut() = true;
+                } else {
+                    close.emit(());
+                }
+            }
+        })
+    };
+    let onkeyup = {
         let on_close = on_close.clone();
         Callback::from(move |e: KeyboardEvent| {
             if e.key() == "Escape"
+                && std::mem::take(&mut *escape_down.borrow_mut())
                 && let Some(close) = &on_close
             {
                 e.stop_propagation();
@@ -202,7 +225,7 @@ pub fn gem_app(props: &GemAppProps) -> Html {
         };
         html! {
             <div class="gg-app-panel" data-corner={state.corner.as_str()} data-fill={fill.to_string()} role="dialog"
-                aria-label="Gemma Gem" {onkeydown}>
+                aria-label="Gemma Gem" {onkeydown} {onkeyup}>
                 { body }
             </div>
         }
