@@ -85,6 +85,27 @@ const REDUCE_SHUFFLE: &str = "var a0 = r0;
 /// Domain of fused nodes.
 pub const FUSED_DOMAIN: &str = "gg.fused";
 
+/// The node that stands in the graph for a fused group whose first member is named `first`
+/// (`fused:FIRST`, op type `kind`, domain [`FUSED_DOMAIN`]), and the group's report line
+/// (`KIND at FIRST`).
+fn fused_node(
+    first: &str,
+    kind: String,
+    inputs: Vec<String>,
+    outputs: Vec<String>,
+) -> (Node, String) {
+    let desc = format!("{kind} at {first}");
+    let node = Node {
+        name: format!("fused:{first}"),
+        op_type: kind,
+        domain: FUSED_DOMAIN.into(),
+        inputs,
+        outputs,
+        attributes: Vec::new(),
+    };
+    (node, desc)
+}
+
 /// Adapter limits the patterns must respect.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -297,6 +318,10 @@ impl<'a> Graphs<'a> {
     /// `v` is read only by `node` (and is not a graph output).
     fn only_for(&self, v: &str, node: usize) -> bool {
         !self.outputs.contains(v) && self.users(v) == [node]
+    }
+    /// The one node reading `v` (which is not a graph output).
+    fn single(&self, v: &str) -> Option<usize> {
+        (self.users(v).len() == 1 && !self.outputs.contains(v)).then(|| self.users(v)[0])
     }
     fn producer_of(&self, v: &str, domain: &str, op: &str) -> Option<usize> {
         self.producer
@@ -2516,8 +2541,6 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
                 .and_then(|u| fallback.local.get(&u.output).copied()),
         });
         let kind = spec.kind();
-        let first = &g.node(members[0]).name;
-        fused.push(format!("{kind} at {first}"));
         let (epi, gate) = match &spec.epi {
             Epi::Separate => (0, 0),
             Epi::GeluMul { gate, .. } => (1, *gate),
@@ -2538,14 +2561,8 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             limits: *limits,
             memo: KernelMemo::default(),
         };
-        let node = Node {
-            name: format!("fused:{first}"),
-            op_type: kind,
-            domain: FUSED_DOMAIN.into(),
-            inputs: ext,
-            outputs: fast_outs,
-            attributes: Vec::new(),
-        };
+        let (node, desc) = fused_node(&g.node(members[0]).name, kind, ext, fast_outs);
+        fused.push(desc);
         let last = *members.last().expect("non-empty group");
         at_last.insert(last, (node, Box::new(op)));
     }
@@ -2593,8 +2610,6 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             .find(|&&n| g.is_rms(n))
             .map_or("RMSNorm", |&n| g.node(n).op_type.as_str());
         let kind = format!("Fused[{}x{norm_op}{suffix}]", units.len());
-        let first = &g.node(members[0]).name;
-        fused.push(format!("{kind} at {first}"));
         let op = FusedNorms {
             norms,
             tails: norm_tails,
@@ -2602,14 +2617,8 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             fallback: fallback_for(&g, &members, &ext, &outs, &mut ops),
             memo: KernelMemo::default(),
         };
-        let node = Node {
-            name: format!("fused:{first}"),
-            op_type: kind,
-            domain: FUSED_DOMAIN.into(),
-            inputs: ext,
-            outputs: outs,
-            attributes: Vec::new(),
-        };
+        let (node, desc) = fused_node(&g.node(members[0]).name, kind, ext, outs);
+        fused.push(desc);
         let last = *members.last().expect("non-empty group");
         at_last.insert(last, (node, Box::new(op)));
     }
@@ -2618,17 +2627,13 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
         for &n in &p.nodes {
             ops[n] = None;
         }
-        let first = &g.node(p.nodes[0]).name;
-        let kind = "Fused[Mul+ReduceMean+Add+Sqrt+Div=RMSNorm]";
-        fused.push(format!("{kind} at {first}"));
-        let node = Node {
-            name: format!("fused:{first}"),
-            op_type: kind.into(),
-            domain: FUSED_DOMAIN.into(),
-            inputs: vec![p.x.clone()],
-            outputs: vec![p.y.clone()],
-            attributes: Vec::new(),
-        };
+        let (node, desc) = fused_node(
+            &g.node(p.nodes[0]).name,
+            "Fused[Mul+ReduceMean+Add+Sqrt+Div=RMSNorm]".into(),
+            vec![p.x.clone()],
+            vec![p.y.clone()],
+        );
+        fused.push(desc);
         let last = *p.nodes.last().expect("five nodes");
         at_last.insert(last, (node, p.op()));
     }
@@ -2643,17 +2648,13 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             index: p.index,
             fallback: fallback_for(&g, &p.nodes, &ext, &outs, &mut ops),
         };
-        let first = &g.node(p.nodes[0]).name;
-        let kind = "Fused[Gelu+Gather+Mul]";
-        fused.push(format!("{kind} at {first}"));
-        let node = Node {
-            name: format!("fused:{first}"),
-            op_type: kind.into(),
-            domain: FUSED_DOMAIN.into(),
-            inputs: ext,
-            outputs: outs,
-            attributes: Vec::new(),
-        };
+        let (node, desc) = fused_node(
+            &g.node(p.nodes[0]).name,
+            "Fused[Gelu+Gather+Mul]".into(),
+            ext,
+            outs,
+        );
+        fused.push(desc);
         let last = *p.nodes.last().expect("three nodes");
         at_last.insert(last, (node, Box::new(op)));
     }

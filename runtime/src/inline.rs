@@ -12,6 +12,7 @@
 //! is bounded, recursion refused). A function's opset imports must agree with the model's.
 
 use crate::error::{Error, Result};
+use crate::model::canonical_domain;
 use crate::proto;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -31,10 +32,6 @@ pub struct Inlined {
     pub op: String,
     /// Nodes of the body that replaced it (nested calls counted as their own bodies' nodes).
     pub nodes: usize,
-}
-
-fn norm_domain(d: &str) -> &str {
-    if d == "ai.onnx" { "" } else { d }
 }
 
 type Key = (String, String, String);
@@ -62,7 +59,7 @@ impl Inliner<'_> {
 
     /// Appends `node`, or the body of the function it calls.
     fn expand(&mut self, node: proto::NodeProto, name: String) -> Result<()> {
-        let domain = norm_domain(node.domain()).to_string();
+        let domain = canonical_domain(node.domain()).to_string();
         let key = (
             domain.clone(),
             node.op_type().to_string(),
@@ -219,7 +216,7 @@ pub fn inline(
     let mut funcs: HashMap<Key, &proto::FunctionProto> = HashMap::new();
     for f in functions {
         let key = (
-            norm_domain(f.domain()).to_string(),
+            canonical_domain(f.domain()).to_string(),
             f.name().to_string(),
             f.overload().to_string(),
         );
@@ -258,16 +255,19 @@ pub fn inline(
         .map(|c| (c.domain.clone(), c.op.clone()))
         .collect();
     for f in functions {
-        if !used.contains(&(norm_domain(f.domain()).to_string(), f.name().to_string())) {
+        if !used.contains(&(
+            canonical_domain(f.domain()).to_string(),
+            f.name().to_string(),
+        )) {
             continue;
         }
         for o in &f.opset_import {
-            let d = norm_domain(o.domain()).to_string();
+            let d = canonical_domain(o.domain()).to_string();
             match opsets.get(&d) {
                 Some(&v) if v != o.version() => {
                     return Err(Error::Invalid(format!(
                         "model-local function {}:{} imports opset {} of domain {:?}, the model {v}",
-                        norm_domain(f.domain()),
+                        canonical_domain(f.domain()),
                         f.name(),
                         o.version(),
                         d

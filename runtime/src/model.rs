@@ -169,6 +169,11 @@ fn dims_of(name: &str, dims: &[i64]) -> Result<Vec<usize>> {
         .collect()
 }
 
+/// An operator set domain as this crate names it: `ai.onnx` is the default domain `""`.
+pub fn canonical_domain(d: &str) -> &str {
+    if d == "ai.onnx" { "" } else { d }
+}
+
 /// Converts a `TensorProto` into initializer metadata.
 pub fn initializer_from_proto(t: &proto::TensorProto) -> Result<Initializer> {
     let name = t.name().to_string();
@@ -301,12 +306,7 @@ impl Graph {
             .ok_or_else(|| Error::Invalid("model has no graph".into()))?;
         let mut opsets = BTreeMap::new();
         for o in &m.opset_import {
-            let d = if o.domain() == "ai.onnx" {
-                ""
-            } else {
-                o.domain()
-            };
-            opsets.insert(d.to_string(), o.version());
+            opsets.insert(canonical_domain(o.domain()).to_string(), o.version());
         }
         let initializers = g
             .initializer
@@ -332,11 +332,7 @@ impl Graph {
             .map(|n| Node {
                 name: n.name().to_string(),
                 op_type: n.op_type().to_string(),
-                domain: if n.domain() == "ai.onnx" {
-                    String::new()
-                } else {
-                    n.domain().to_string()
-                },
+                domain: canonical_domain(n.domain()).to_string(),
                 inputs: n.input.clone(),
                 outputs: n.output.clone(),
                 attributes: n.attribute.clone(),

@@ -201,18 +201,10 @@ pub(super) fn build(
     let fallback = fallback_for(g, &p.nodes, &ext, &outs, ops);
     let kind = format!("Fused[{}x(Gather+Concat)]", p.tables.len());
     let first = &g.node(p.nodes[0]).name;
-    let desc = format!("{kind} at {first}");
     let op = RotaryTables {
         axis: g.attrs(p.tables[0].concat).i("axis").unwrap_or(-1),
         fallback,
     };
-    let node = Node {
-        name: format!("fused:{first}"),
-        op_type: kind,
-        domain: super::FUSED_DOMAIN.into(),
-        inputs: ext,
-        outputs: outs,
-        attributes: Vec::new(),
-    };
+    let (node, desc) = super::fused_node(first, kind, ext, outs);
     (node, Box::new(op), desc)
 }

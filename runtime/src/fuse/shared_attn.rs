@@ -70,9 +70,6 @@ fn i64s(g: &Graphs<'_>, name: &str) -> Option<Vec<i64>> {
 }
 
 impl Graphs<'_> {
-    fn single(&self, v: &str) -> Option<usize> {
-        (self.users(v).len() == 1 && !self.outputs.contains(v)).then(|| self.users(v)[0])
-    }
     /// `Reshape(x, const)` with `allowzero` 0: (x, the constant).
     fn reshape_const(&self, n: usize) -> Option<(String, Vec<i64>)> {
         if !self.is(n, "", "Reshape")
@@ -572,7 +569,6 @@ pub(super) fn build(
         "Fused[Rotary+SharedKVAttention]"
     };
     let first = &g.node(members[0]).name;
-    let desc = format!("{kind} at {first}");
     let op = SharedAttn {
         slots,
         norm: p.norm.map(|(_, eps, a, b)| (eps, a, b)),
@@ -581,14 +577,7 @@ pub(super) fn build(
         d: p.d,
         fallback,
     };
-    let node = Node {
-        name: format!("fused:{first}"),
-        op_type: kind.into(),
-        domain: super::FUSED_DOMAIN.into(),
-        inputs: ext,
-        outputs: outs,
-        attributes: Vec::new(),
-    };
+    let (node, desc) = super::fused_node(first, kind.into(), ext, outs);
     (node, Box::new(op), desc)
 }
 

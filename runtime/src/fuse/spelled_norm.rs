@@ -10,8 +10,9 @@
 
 use super::Graphs;
 use crate::model::InitData;
+use crate::ops::Op;
 use crate::ops::norm::scale_free_rms;
-use crate::ops::{Attrs, Op};
+use crate::ops::shape::constant_value;
 use crate::tensor::{DType, HostTensor};
 
 /// The nodes (in graph order), input `x`, output `y` and epsilon of the pattern ending at `div`.
@@ -43,33 +44,13 @@ impl Graphs<'_> {
         if !self.is(p, "", "Constant") || self.node(p).outputs.len() != 1 {
             return None;
         }
-        let a: Attrs<'_> = self.attrs(p);
-        if let Ok(Some(t)) = a.t("value") {
-            return Some(t);
-        }
-        if a.has("value_float") {
-            return Some(HostTensor::from_f32(vec![], &[a.f_or("value_float", 0.0)]));
-        }
-        if let Some(v) = a.floats("value_floats") {
-            return Some(HostTensor::from_f32(vec![v.len()], &v));
-        }
-        if let Some(v) = a.i("value_int") {
-            return Some(HostTensor::from_i64(vec![], &[v]));
-        }
-        if let Some(v) = a.ints("value_ints") {
-            return Some(HostTensor::from_i64(vec![v.len()], &v));
-        }
-        None
+        constant_value(&self.attrs(p)).ok().flatten()
     }
 
     /// The one node reading `v` (not a graph output), if it is `op` with one output.
     fn only_reader(&self, v: &str, op: &str) -> Option<usize> {
-        let users = self.users(v);
-        (users.len() == 1
-            && !self.outputs.contains(v)
-            && self.is(users[0], "", op)
-            && self.node(users[0]).outputs.len() == 1)
-            .then(|| users[0])
+        self.single(v)
+            .filter(|&u| self.is(u, "", op) && self.node(u).outputs.len() == 1)
     }
 
     /// The pattern starting at the square node `sq` (`Mul(x, x)` or `Pow(x, 2)`).

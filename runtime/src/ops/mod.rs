@@ -136,7 +136,7 @@ impl Registry {
 
     /// Whether `(domain, op)` is implemented.
     pub fn claims(&self, domain: &str, op: &str) -> bool {
-        let d = if domain == "ai.onnx" { "" } else { domain };
+        let d = crate::model::canonical_domain(domain);
         self.ops.contains_key(&(d.to_string(), op.to_string()))
     }
 

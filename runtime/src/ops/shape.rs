@@ -186,22 +186,29 @@ impl Op for Constant {
     }
 }
 
-fn constant(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
-    let t = if let Some(t) = a.t("value")? {
-        t
+/// The value of a `Constant` node from its `value`, `value_float(s)` or `value_int(s)`
+/// attribute; `None` for the others (sparse and string values are not supported).
+pub(crate) fn constant_value(a: &Attrs<'_>) -> Result<Option<HostTensor>> {
+    Ok(if let Some(t) = a.t("value")? {
+        Some(t)
     } else if a.has("value_float") {
-        HostTensor::from_f32(vec![], &[a.f_or("value_float", 0.0)])
+        Some(HostTensor::from_f32(vec![], &[a.f_or("value_float", 0.0)]))
     } else if let Some(v) = a.floats("value_floats") {
-        HostTensor::from_f32(vec![v.len()], &v)
+        Some(HostTensor::from_f32(vec![v.len()], &v))
     } else if let Some(v) = a.i("value_int") {
-        HostTensor::from_i64(vec![], &[v])
-    } else if let Some(v) = a.ints("value_ints") {
-        HostTensor::from_i64(vec![v.len()], &v)
+        Some(HostTensor::from_i64(vec![], &[v]))
     } else {
-        return Err(a.err(
+        a.ints("value_ints")
+            .map(|v| HostTensor::from_i64(vec![v.len()], &v))
+    })
+}
+
+fn constant(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
+    let t = constant_value(a)?.ok_or_else(|| {
+        a.err(
             "Constant without a supported value attribute (sparse/string values are not supported)",
-        ));
-    };
+        )
+    })?;
     Ok(Box::new(Constant(t)))
 }
 
