@@ -140,19 +140,7 @@ pub async fn send(
 
 /// Sends an envelope to the content scripts of one tab and parses the typed answer.
 pub async fn send_to_tab(tab_id: i64, env: &Envelope) -> Result<Envelope, ChromeError> {
-    const API: &str = "chrome.tabs.sendMessage";
-    let tab = i32::try_from(tab_id).map_err(|_| ChromeError {
-        api: API,
-        message: format!("bad tab id {tab_id}"),
-    })?;
-    let answer = tabs_send_message(tab, to_js(API, env)?)
-        .await
-        .map_err(err(API))?;
-    let json = from_js(&answer).map_err(|message| ChromeError { api: API, message })?;
-    Envelope::from_json(json).map_err(|e| ChromeError {
-        api: API,
-        message: e.to_string(),
-    })
+    send_envelope(tab_id, None, env).await
 }
 
 /// Sends an envelope to one document of a tab (`tabs.sendMessage` with `documentId`): Chrome
@@ -162,21 +150,35 @@ pub async fn send_to_document(
     document_id: &str,
     env: &Envelope,
 ) -> Result<Envelope, ChromeError> {
+    if document_id.is_empty() {
+        return Err(ChromeError {
+            api: "chrome.tabs.sendMessage",
+            message: "no document to send to".into(),
+        });
+    }
+    send_envelope(tab_id, Some(document_id), env).await
+}
+
+/// `tabs.sendMessage` to a tab (or only to one of its documents) and the typed answer.
+async fn send_envelope(
+    tab_id: i64,
+    document_id: Option<&str>,
+    env: &Envelope,
+) -> Result<Envelope, ChromeError> {
     const API: &str = "chrome.tabs.sendMessage";
     let tab = i32::try_from(tab_id).map_err(|_| ChromeError {
         api: API,
         message: format!("bad tab id {tab_id}"),
     })?;
-    if document_id.is_empty() {
-        return Err(ChromeError {
-            api: API,
-            message: "no document to send to".into(),
-        });
+    let message = to_js(API, env)?;
+    let answer = match document_id {
+        Some(id) => {
+            let options = to_js(API, &serde_json::json!({ "documentId": id }))?;
+            tabs_send_message_with(tab, message, options).await
+        }
+        None => tabs_send_message(tab, message).await,
     }
-    let options = to_js(API, &serde_json::json!({ "documentId": document_id }))?;
-    let answer = tabs_send_message_with(tab, to_js(API, env)?, options)
-        .await
-        .map_err(err(API))?;
+    .map_err(err(API))?;
     let json = from_js(&answer).map_err(|message| ChromeError { api: API, message })?;
     Envelope::from_json(json).map_err(|e| ChromeError {
         api: API,

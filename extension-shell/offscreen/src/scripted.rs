@@ -144,39 +144,22 @@ fn control_tokens(
 }
 
 async fn fetch_text(url: &str) -> Result<String, String> {
-    let global = js_sys::global();
-    let fetch: Function = Reflect::get(&global, &"fetch".into())
-        .and_then(|f| f.dyn_into())
-        .map_err(|e| format!("{e:?}"))?;
-    let promise: Promise = fetch
-        .call1(&global, &url.into())
-        .and_then(|p| p.dyn_into())
-        .map_err(|e| format!("{e:?}"))?;
-    let response = JsFuture::from(promise)
-        .await
-        .map_err(|e| format!("{e:?}"))?;
-    if !Reflect::get(&response, &"ok".into())
-        .ok()
-        .and_then(|v| v.as_bool())
-        .unwrap_or(false)
-    {
-        return Err(format!("{url}: not found"));
+    match fetch_body(url, "text").await? {
+        Ok(text) => text.as_string().ok_or_else(|| format!("{url}: not text")),
+        Err(_) => Err(format!("{url}: not found")),
     }
-    let text_fn: Function = Reflect::get(&response, &"text".into())
-        .and_then(|f| f.dyn_into())
-        .map_err(|e| format!("{e:?}"))?;
-    let promise: Promise = text_fn
-        .call0(&response)
-        .and_then(|p| p.dyn_into())
-        .map_err(|e| format!("{e:?}"))?;
-    JsFuture::from(promise)
-        .await
-        .map_err(|e| format!("{e:?}"))?
-        .as_string()
-        .ok_or_else(|| format!("{url}: not text"))
 }
 
 async fn fetch_json(url: &str) -> Result<serde_json::Value, String> {
+    match fetch_body(url, "json").await? {
+        Ok(value) => gg_chrome::from_js(&value),
+        Err(status) => Err(format!("HTTP {status}")),
+    }
+}
+
+/// `fetch(url)`, then `response[method]()` awaited (`"text"` or `"json"`). The inner `Err` is
+/// the HTTP status of a response that is not ok; the outer one a failed call.
+async fn fetch_body(url: &str, method: &str) -> Result<Result<JsValue, f64>, String> {
     let global = js_sys::global();
     let fetch: Function = Reflect::get(&global, &"fetch".into())
         .and_then(|f| f.dyn_into())
@@ -197,19 +180,19 @@ async fn fetch_json(url: &str) -> Result<serde_json::Value, String> {
             .ok()
             .and_then(|v| v.as_f64())
             .unwrap_or(0.0);
-        return Err(format!("HTTP {status}"));
+        return Ok(Err(status));
     }
-    let json_fn: Function = Reflect::get(&response, &"json".into())
+    let body_fn: Function = Reflect::get(&response, &method.into())
         .and_then(|f| f.dyn_into())
         .map_err(|e| format!("{e:?}"))?;
-    let promise: Promise = json_fn
+    let promise: Promise = body_fn
         .call0(&response)
         .and_then(|p| p.dyn_into())
         .map_err(|e| format!("{e:?}"))?;
-    let value = JsFuture::from(promise)
+    JsFuture::from(promise)
         .await
-        .map_err(|e| format!("{e:?}"))?;
-    gg_chrome::from_js(&value)
+        .map(Ok)
+        .map_err(|e| format!("{e:?}"))
 }
 
 /// Splits `text` into pieces of about [`CHUNK`] bytes on character boundaries.
