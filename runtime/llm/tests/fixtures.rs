@@ -7,6 +7,8 @@
 mod reference;
 #[path = "common/serve.rs"]
 mod serve;
+#[path = "common/teacher.rs"]
+mod teacher;
 
 use futures::StreamExt;
 use gg_agent::{CancellationToken, FinishReason, GenerateOptions, ModelBackend, StreamChunk};
@@ -15,10 +17,11 @@ use gg_llm::{
     TextOptions,
 };
 use gg_runtime::{Gpu, HostTensor};
-use reference::{Q4F16_LOGIT_TOL, argmax, ids, margins, max_abs_diff};
+use reference::{Q4F16_LOGIT_TOL, argmax, ids, margins};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::rc::Rc;
+use teacher::teacher_forced;
 
 const FIXTURES: &[&str] = &["gemma4-tiny", "gemma4-tiny-e4b"];
 
@@ -62,34 +65,13 @@ fn load(gpu: &Rc<Gpu>, name: &str, dtype: Dtype) -> GemmaModel {
 /// Returns the largest difference seen.
 fn check_logits(model: &GemmaModel, name: &str, reference: &Value, tol: f32) -> f32 {
     let dtype = model.dtype.name();
-    let mut worst = 0.0f32;
-    for prompt in reference["prompts"].as_array().expect("prompts") {
-        let pname = prompt["name"].as_str().expect("name");
-        let input = ids(&prompt["input_ids"]);
-        let greedy = ids(&prompt["greedy_tokens"]);
-        let prefill = npy(name, &format!("{dtype}.{pname}.prefill_logits.npy")).to_f32();
-        let decode = npy(name, &format!("{dtype}.{pname}.decode_logits.npy"));
-        let v = prefill.len();
-        let decode = decode.to_f32();
-        let mut g = Generator::new(model, &input, Sampling::Greedy).expect("generator");
-        let got = pollster::block_on(g.logits_for(&[])).expect("prefill");
-        let d = max_abs_diff(&got, &prefill);
-        assert!(
-            d <= tol,
-            "{name} {dtype} {pname}: prefill logits differ by {d} > {tol}"
-        );
-        worst = worst.max(d);
-        for (step, want) in decode.chunks(v).enumerate() {
-            let got = pollster::block_on(g.logits_for(&[greedy[step]])).expect("decode");
-            let d = max_abs_diff(&got, want);
-            assert!(
-                d <= tol,
-                "{name} {dtype} {pname}: decode step {step} logits differ by {d} > {tol}"
-            );
-            worst = worst.max(d);
-        }
-    }
-    worst
+    teacher_forced(
+        model,
+        reference,
+        &format!("{name} {dtype}"),
+        tol,
+        |pname, step| npy(name, &format!("{dtype}.{pname}.{step}_logits.npy")).to_f32(),
+    )
 }
 
 #[test]

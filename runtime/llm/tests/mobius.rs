@@ -13,14 +13,17 @@
 mod reference;
 #[path = "common/serve.rs"]
 mod serve;
+#[path = "common/teacher.rs"]
+mod teacher;
 
 use gg_llm::config::Package;
 use gg_llm::{Dtype, GemmaModel, Generator, LoadOptions, ModelRepo, Sampling};
 use gg_runtime::{Gpu, HostTensor};
-use reference::{ids, max_abs_diff};
+use reference::ids;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use teacher::teacher_forced;
 
 /// Every committed mobius package.
 const PACKAGES: &[&str] = &[
@@ -111,32 +114,9 @@ fn greedy_equals_reference(model: &GemmaModel, name: &str, reference: &Value) ->
 
 /// Prefill and the first 4 decode steps, teacher-forced on the reference tokens.
 fn logits_match(model: &GemmaModel, name: &str, reference: &Value) -> f32 {
-    let mut worst = 0.0f32;
-    for prompt in reference["prompts"].as_array().expect("prompts") {
-        let pname = prompt["name"].as_str().expect("name");
-        let input = ids(&prompt["input_ids"]);
-        let greedy = ids(&prompt["greedy_tokens"]);
-        let prefill = npy(name, &format!("ort.{pname}.prefill_logits.npy")).to_f32();
-        let decode = npy(name, &format!("ort.{pname}.decode_logits.npy")).to_f32();
-        let mut g = Generator::new(model, &input, Sampling::Greedy).expect("generator");
-        let got = pollster::block_on(g.logits_for(&[])).expect("prefill");
-        let d = max_abs_diff(&got, &prefill);
-        assert!(
-            d <= LOGIT_TOL,
-            "{name} {pname}: prefill logits differ by {d}"
-        );
-        worst = worst.max(d);
-        for (step, want) in decode.chunks(prefill.len()).enumerate() {
-            let got = pollster::block_on(g.logits_for(&[greedy[step]])).expect("decode");
-            let d = max_abs_diff(&got, want);
-            assert!(
-                d <= LOGIT_TOL,
-                "{name} {pname}: decode step {step} logits differ by {d}"
-            );
-            worst = worst.max(d);
-        }
-    }
-    worst
+    teacher_forced(model, reference, name, LOGIT_TOL, |pname, step| {
+        npy(name, &format!("ort.{pname}.{step}_logits.npy")).to_f32()
+    })
 }
 
 #[test]
