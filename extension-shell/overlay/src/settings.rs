@@ -305,15 +305,22 @@ mod tests {
     #[test]
     fn granted_permissions_show_and_can_be_forgotten() {
         let mut stored = Settings::default();
-        assert!(grant(
+        // Running JavaScript is never granted for good: nothing is stored.
+        assert!(!grant(
             &mut stored,
             "https://a.example/x",
             Permission::RunJavascript
         ));
+        assert!(to_ui(&stored).site_permissions.is_empty());
+        assert!(grant(
+            &mut stored,
+            "https://a.example/x",
+            Permission::SubmitForm
+        ));
         assert!(!grant(
             &mut stored,
             "https://a.example",
-            Permission::RunJavascript
+            Permission::SubmitForm
         ));
         assert!(grant(
             &mut stored,
@@ -325,16 +332,16 @@ mod tests {
         assert!(
             ui.site_permissions
                 .iter()
-                .any(|p| p.tool == "run_javascript" && p.site.contains("a.example"))
+                .any(|p| p.tool == "submit forms" && p.site.contains("a.example"))
         );
         // Unchanged panel: nothing withdrawn.
         let same = from_ui(&ui, &stored);
         assert_eq!(permissions(&same), permissions(&stored));
-        // The user forgets the run_javascript row.
-        ui.site_permissions.retain(|p| p.tool != "run_javascript");
+        // The user forgets the "submit forms" row.
+        ui.site_permissions.retain(|p| p.tool != "submit forms");
         let next = from_ui(&ui, &stored);
         let all = permissions(&next);
-        assert!(!all.is_allowed("https://a.example", &Permission::RunJavascript));
+        assert!(!all.is_allowed("https://a.example", &Permission::SubmitForm));
         assert!(all.is_allowed(
             "https://b.example",
             &Permission::TypeIntoField(SensitiveField::Password)
