@@ -32,7 +32,7 @@ use crate::tool::{ElementTarget, ToolDefinition, ToolError};
 /// The built-in tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BuiltinTool {
-    /// `read_page_content {selector?, format: text|html, offset?, max_chars?}`.
+    /// `read_page_content {selector?, format: text|html, mode?: all|main, offset?, max_chars?}`.
     ReadPageContent,
     /// `snapshot_page {max_tokens?}`.
     SnapshotPage,
@@ -93,7 +93,7 @@ impl BuiltinTool {
     /// The names of its parameters, as declared in [`BuiltinTool::definition`].
     pub fn parameter_names(self) -> &'static [&'static str] {
         match self {
-            Self::ReadPageContent => &["selector", "format", "offset", "max_chars"],
+            Self::ReadPageContent => &["selector", "format", "mode", "offset", "max_chars"],
             Self::SnapshotPage => &["max_tokens"],
             Self::ClickElement => &["ref", "selector"],
             Self::TypeText => &["ref", "selector", "text", "submit", "clear"],
@@ -109,12 +109,14 @@ impl BuiltinTool {
             Self::ReadPageContent => (
                 "Read the text (or HTML) of the page or of one element, a page at a time. The \
                  result says how many characters are left; call again with a larger offset to \
-                 read on.",
+                 read on. Hidden text is left out. mode main reads only the main content (the \
+                 article), without navigation, headers and footers.",
                 json!({
                     "type": "object",
                     "properties": {
                         "selector": {"type": "string", "description": "CSS selector of the element to read; the whole page if omitted."},
                         "format": {"type": "string", "enum": ["text", "html"], "description": "text for readable text, html for markup."},
+                        "mode": {"type": "string", "enum": ["all", "main"], "description": "all for the whole page (default), main for its main content only (<main>, or the largest <article>). Ignored with a selector."},
                         "offset": {"type": "integer", "minimum": 0, "description": "Character offset to start at (default 0)."},
                         "max_chars": {"type": "integer", "minimum": 1, "description": "Most characters to return (default 4000)."}
                     },
@@ -214,6 +216,16 @@ pub enum ContentFormat {
     Html,
 }
 
+/// What of the page `read_page_content` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadMode {
+    /// The whole page (or the selected element).
+    All,
+    /// The page's main content only: `<main>` / `role=main`, else its largest `<article>`,
+    /// else the whole page. The content script ignores it when a selector is given.
+    Main,
+}
+
 /// A scroll direction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ScrollDirection {
@@ -234,6 +246,8 @@ pub struct ReadPageContentArgs {
     pub selector: Option<String>,
     /// Text or HTML (`text` when the model leaves it out).
     pub format: ContentFormat,
+    /// The whole page or its main content (`all` when the model leaves it out).
+    pub mode: ReadMode,
     /// Start offset in characters.
     pub offset: u64,
     /// Page size in characters.
@@ -475,11 +489,15 @@ impl BuiltinCall {
                         &[("text", ContentFormat::Text), ("html", ContentFormat::Html)],
                     )?
                     .unwrap_or(ContentFormat::Text);
+                let mode = args
+                    .choice("mode", &[("all", ReadMode::All), ("main", ReadMode::Main)])?
+                    .unwrap_or(ReadMode::All);
                 let offset = args.integer("offset", 0)?.unwrap_or(0);
                 let max_chars = args.integer("max_chars", 1)?.unwrap_or(DEFAULT_MAX_CHARS);
                 Self::ReadPageContent(ReadPageContentArgs {
                     selector,
                     format,
+                    mode,
                     offset,
                     max_chars,
                 })
@@ -586,6 +604,11 @@ impl BuiltinCall {
                     ContentFormat::Html => "html",
                 };
                 map.insert("format".to_owned(), json!(format));
+                let mode = match args.mode {
+                    ReadMode::All => "all",
+                    ReadMode::Main => "main",
+                };
+                map.insert("mode".to_owned(), json!(mode));
                 map.insert("offset".to_owned(), json!(args.offset));
                 map.insert("max_chars".to_owned(), json!(args.max_chars));
             }
@@ -689,6 +712,7 @@ mod tests {
             read["properties"]["format"]["enum"],
             json!(["text", "html"])
         );
+        assert_eq!(read["properties"]["mode"]["enum"], json!(["all", "main"]));
         assert_eq!(read["required"], json!(["format"]));
         assert_eq!(tools[7].parameters["required"], json!(["code"]));
     }
@@ -705,13 +729,14 @@ mod tests {
             BuiltinCall::ReadPageContent(ReadPageContentArgs {
                 selector: None,
                 format: ContentFormat::Html,
+                mode: ReadMode::All,
                 offset: 200,
                 max_chars: 500,
             })
         );
         assert_eq!(
             call.to_call().args,
-            json!({"format": "html", "offset": 200, "max_chars": 500})
+            json!({"format": "html", "mode": "all", "offset": 200, "max_chars": 500})
                 .as_object()
                 .cloned()
                 .unwrap()
@@ -739,8 +764,20 @@ mod tests {
                 .cloned()
                 .unwrap()
         );
+        let main = parse(
+            "read_page_content",
+            json!({"format": "text", "mode": "Main", "selector": "#story"}),
+        )
+        .unwrap();
+        assert_eq!(
+            main.to_call().args,
+            json!({"selector": "#story", "format": "text", "mode": "main", "offset": 0, "max_chars": 4000})
+                .as_object()
+                .cloned()
+                .unwrap()
+        );
         // The normalized call parses to the same thing.
-        for call in [call, click, scroll, typed] {
+        for call in [call, click, scroll, typed, main] {
             assert_eq!(BuiltinCall::parse(&call.to_call()).unwrap().unwrap(), call);
         }
     }
@@ -756,6 +793,9 @@ mod tests {
         assert!(error_message("read_page_content", json!({"offset": -5})).contains("offset"));
         assert!(
             error_message("read_page_content", json!({"format": "pdf"})).contains("text, html")
+        );
+        assert!(
+            error_message("read_page_content", json!({"mode": "article"})).contains("all, main")
         );
         assert!(error_message("scroll_page", json!({"amount": 3})).contains("direction"));
         assert!(error_message("run_javascript", json!({"code": "  "})).contains("empty"));

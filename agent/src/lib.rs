@@ -48,8 +48,8 @@ pub use backend::{
     BackendError, ChunkStream, FinishReason, GenerateOptions, ModelBackend, StreamChunk,
 };
 pub use builtin::{
-    BuiltinCall, BuiltinTool, ContentFormat, ReadPageContentArgs, ScrollArgs, ScrollDirection,
-    TypeTextArgs, builtin_tools,
+    BuiltinCall, BuiltinTool, ContentFormat, ReadMode, ReadPageContentArgs, ScrollArgs,
+    ScrollDirection, TypeTextArgs, builtin_tools,
 };
 pub use cancel::{CancellationToken, Cancelled};
 pub use context::{ApproxTokenCounter, ContextOverflow, TokenCounter, TrimReport, trim_to_budget};

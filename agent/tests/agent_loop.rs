@@ -178,7 +178,7 @@ fn several_tool_calls_in_one_step_and_across_steps() {
     // Arguments reach the executor normalized.
     assert_eq!(
         page.executed.borrow()[1].args,
-        *json!({"format": "text", "offset": 0, "max_chars": 100})
+        *json!({"format": "text", "mode": "all", "offset": 0, "max_chars": 100})
             .as_object()
             .unwrap()
     );
