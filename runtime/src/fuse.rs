@@ -171,6 +171,9 @@ fn gemv_tpc(gpu: &Gpu) -> u32 {
         .unwrap_or(if gpu.software { 1 } else { 8 })
 }
 
+/// One weight of a fused GEMV: a 4-bit `MatMulNBits` (`qw` its bits, `sc` its scales, `zp` its
+/// zero points), or (`float`) an ai.onnx `MatMul` by an f32 initializer `[K, N]` (`qw` names it;
+/// `sc` is empty, `block` 8: the row's staging unit).
 struct Mat {
     node: usize,
     qw: String,
@@ -179,6 +182,7 @@ struct Mat {
     n: usize,
     block: usize,
     out: String,
+    float: bool,
 }
 
 /// An RMS norm, possibly between Casts (f16 activations).
@@ -186,6 +190,8 @@ struct Unit {
     nodes: Vec<usize>,
     input: String,
     output: String,
+    /// The scale; empty for a scale-free norm spelled out in elementary ops (only among the
+    /// sibling norms of a GEMV's results, see `spelled_norm.rs`).
     gamma: String,
     eps: f32,
     f16: bool,
@@ -414,6 +420,9 @@ impl<'a> Graphs<'a> {
             && self.attrs(i).s("approximate").as_deref() == Some("tanh")
     }
     fn matmul(&self, i: usize, x: &str) -> Option<(usize, Mat)> {
+        if self.is(i, "", "MatMul") {
+            return self.float_matmul(i, x);
+        }
         if !self.is(i, MS, "MatMulNBits") || self.node(i).outputs.len() != 1 {
             return None;
         }
@@ -460,6 +469,33 @@ impl<'a> Graphs<'a> {
                 n: nn,
                 block,
                 out: n.outputs[0].clone(),
+                float: false,
+            },
+        ))
+    }
+
+    /// `MatMul(x, W)` with `W` an f32 initializer `[K, N]` (a float projection: mobius keeps the
+    /// per-layer input gate and projection float in its int4 exports, and every weight in fp32).
+    fn float_matmul(&self, i: usize, x: &str) -> Option<(usize, Mat)> {
+        let n = self.node(i);
+        if !self.plain(i, 2) || n.inputs[0] != x || n.inputs[1] == x {
+            return None;
+        }
+        let w = self.inits.get(n.inputs[1].as_str())?;
+        if w.dtype != DType::F32 || w.shape.len() != 2 || w.shape[0] == 0 || w.shape[1] == 0 {
+            return None;
+        }
+        Some((
+            w.shape[0],
+            Mat {
+                node: i,
+                qw: n.inputs[1].clone(),
+                sc: String::new(),
+                zp: None,
+                n: w.shape[1],
+                block: 8,
+                out: n.outputs[0].clone(),
+                float: true,
             },
         ))
     }
@@ -731,7 +767,11 @@ impl<'a> Graphs<'a> {
             }
         }
         let k = k?;
-        if mats.iter().any(|m| m.block != mats[0].block) {
+        // One kind of weight per group (4-bit blocks of one size, or float).
+        let first = mats.first()?;
+        let (block, float) = (first.block, first.float);
+        mats.retain(|m| m.float == float);
+        if mats.iter().any(|m| m.block != block) {
             return None;
         }
         // Norm prologue: v = RMSNorm(x), read only by these MatMulNBits; or v =
@@ -803,11 +843,9 @@ impl<'a> Graphs<'a> {
                             && self.plain(g, 2)
                             && self.only_for(other, mul)
                             && self.attrs(g).i_or("axis", 0) == 2
-                            && self.init_is(&self.node(g).inputs[1], DType::I64, 1)
                             && self
-                                .inits
-                                .get(self.node(g).inputs[1].as_str())
-                                .is_some_and(|i| i.shape.is_empty())
+                                .constant(&self.node(g).inputs[1])
+                                .is_some_and(|i| i.shape.is_empty() && i.dtype == DType::I64)
                         {
                             nodes.push(g);
                             let gi = &self.node(g).inputs;
@@ -838,6 +876,17 @@ impl<'a> Graphs<'a> {
             .as_ref()
             .map(|u| u.f16)
             .or(residual.as_ref().map(|r| r.f16));
+        // Float weights: f32 activations only, and only with something to fuse (a lone float
+        // MatMul would run its own op anyway).
+        if float
+            && (f16 == Some(true)
+                || (mats.len() == 1
+                    && norm.is_none()
+                    && residual.is_none()
+                    && matches!(epi, Epi::Separate)))
+        {
+            return None;
+        }
         let spec = Spec {
             f16,
             residual,
@@ -863,7 +912,9 @@ impl Spec {
     /// [`Spec::bindings`] with the weights packed or not.
     fn bindings_as(&self, packed: bool) -> usize {
         let zps = self.mats.iter().filter(|m| m.zp.is_some()).count();
-        let mut b = 2 + if packed { 1 } else { self.mats.len() * 2 + zps };
+        // A 4-bit weight binds its bits and scales (and zero points), a float one itself.
+        let own: usize = self.mats.iter().map(|m| if m.float { 1 } else { 2 }).sum();
+        let mut b = 2 + if packed { 1 } else { own + zps };
         b += if self.residual.is_some() { 3 } else { 1 };
         b += usize::from(self.norm.is_some());
         b + match self.epi {
@@ -897,7 +948,7 @@ impl Spec {
             .mats
             .iter()
             .map(|m| m.qw.clone())
-            .chain(self.mats.iter().map(|m| m.sc.clone()))
+            .chain(self.mats.iter().filter(|m| !m.float).map(|m| m.sc.clone()))
             .chain(zps)
             .collect();
         fits_one_pack(g, &names, limits, taken).then_some(names)
@@ -932,7 +983,12 @@ impl Spec {
         if self.norm.is_some() {
             s.push_str("Norm+");
         }
-        s.push_str(&format!("{}xMatMulNBits", self.mats.len()));
+        let op = if self.mats[0].float {
+            "MatMul"
+        } else {
+            "MatMulNBits"
+        };
+        s.push_str(&format!("{}x{op}", self.mats.len()));
         match &self.epi {
             Epi::Separate => {}
             Epi::GeluMul { .. } => s.push_str("+Gelu+Mul"),
@@ -977,6 +1033,8 @@ struct FusedGemv {
     kind: String,
     k: usize,
     block: usize,
+    /// Float weights (`MatMul` by f32 `[K, N]`; `block` is 8).
+    float: bool,
     ns: Vec<usize>,
     epi: u8, // 0 separate, 1 gelu*mul (gate index in `gate`), 2 gelu*other, 3 softcap, 4 scale
     gate: usize,
@@ -1208,6 +1266,7 @@ impl FusedGemv {
             || self.slots.f16.is_some_and(|m| m != f16)
             || (f16 && (!k.is_multiple_of(2) || self.ns.iter().any(|n| !n.is_multiple_of(2))))
             || (lone && !f16)
+            || (self.float && f16)
         {
             return Ok(None);
         }
@@ -1343,6 +1402,13 @@ impl FusedGemv {
         let mut split: Option<(usize, Vec<(usize, GpuTensor)>)> = None;
         let mut weights: Vec<(GpuTensor, GpuTensor, Option<GpuTensor>)> = Vec::new();
         for &(qw, sc, zp, n) in &self.slots.mats {
+            if self.float {
+                // f32 [K, N], in one buffer (split weights take the fallback).
+                let w = operand!(qw, |v: &Value| v.dtype() == DType::F32
+                    && v.numel() == k * n);
+                weights.push((w.clone(), w, None));
+                continue;
+            }
             let q = match inputs.get(qw).copied().flatten() {
                 Some(v) if v.dtype() == DType::U8 && v.numel() == n * nb * self.block / 2 => {
                     let t = cx.to_gpu(v)?;
@@ -1385,6 +1451,7 @@ impl FusedGemv {
         // blocks are whole multiples of 16 bytes and every weight starts on a 16-byte boundary
         // (packed slots and buffers start at multiples of the storage offset alignment).
         let wide = self.limits.gemv_wide
+            && !self.float
             && self.block.is_multiple_of(32)
             && weights
                 .iter()
@@ -1401,6 +1468,21 @@ impl FusedGemv {
             bind.push(q0.whole());
         }
         for (j, (q, s, z)) in weights.into_iter().enumerate() {
+            if self.float {
+                if !packed {
+                    bind.push(q.clone());
+                }
+                if build {
+                    let ld = if packed {
+                        format!("bitcast<f32>(ldw_wts(i + {}u))", q.byte_offset() / 4)
+                    } else {
+                        kern = kern.input(&format!("qw{j}"), Storage::F32);
+                        format!("ld_qw{j}(i)")
+                    };
+                    dots.push_str(&float_dot(j, reps, self.ns[j], &ld));
+                }
+                continue;
+            }
             if !build {
                 if !packed {
                     bind.extend([q, s]);
@@ -1816,6 +1898,48 @@ fn make_gemv_dot(j: usize, reps: u32, wide: bool) -> String {
     )
 }
 
+/// WGSL `dot{j}(n, lane) -> array<f32, REPS>` for float weight `j` (`[K, N]` f32, `N` = `n`,
+/// element `i` read by the expression `ld`): as [`gemv_dot`], lane `lane`'s share (row words
+/// lane, lane + TPC, .. of 8 elements each) of the dot products of columns n, n + COLS, .. with
+/// the staged row. Elements past `K` (the staging's padding) count as zero.
+fn float_dot(j: usize, reps: u32, n: usize, ld: &str) -> String {
+    let each = |f: &dyn Fn(u32) -> String| (0..reps).map(f).collect::<Vec<_>>().join("\n        ");
+    let w = |r: u32, o: [u32; 4]| {
+        format!(
+            "vec4<f32>(wf{j}(k0 + {}u, n{r}), wf{j}(k0 + {}u, n{r}), wf{j}(k0 + {}u, n{r}), wf{j}(k0 + {}u, n{r}))",
+            o[0], o[1], o[2], o[3]
+        )
+    };
+    format!(
+        "fn wf{j}(k: u32, c: u32) -> f32 {{
+    let i = min(k, K - 1u) * {n}u + c;
+    return select(0.0, {ld}, k < K);
+}}
+fn dot{j}(n: u32, lane: u32) -> array<f32, REPS> {{
+    {cols}
+    {accs}
+    for (var b = lane; b < NB; b = b + TPC) {{
+        let eo = xeo(b);
+        let k0 = 8u * b;
+        {acc}
+    }}
+    return array<f32, REPS>({ret});
+}}
+",
+        cols = each(&|r| format!("let n{r} = min(n + {r}u * COLS, prm[3] - 1u);")),
+        accs = each(&|r| format!("var acc{r} = 0.0;")),
+        acc = each(&|r| format!(
+            "acc{r} = acc{r} + dot({}, eo[0]) + dot({}, eo[1]);",
+            w(r, [0, 2, 4, 6]),
+            w(r, [1, 3, 5, 7])
+        )),
+        ret = (0..reps)
+            .map(|r| format!("acc{r}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
+
 /// The original nodes of a group, run one by one over a local environment.
 struct Fallback {
     subs: Vec<Sub>,
@@ -1884,9 +2008,11 @@ impl Fallback {
 
 const FUSED_NORMS: &str = include_str!("kernels/fused_norms.wgsl");
 
-/// Independent RMS norms in one dispatch: (input slot (gamma = slot + 1), row length, epsilon).
+/// Independent RMS norms in one dispatch: (input slot, row length, epsilon, scale slot). A norm
+/// without a scale (a scale-free norm spelled out in elementary ops, `spelled_norm.rs`) has row
+/// length 0: the input's last dimension.
 struct FusedNorms {
-    norms: Vec<(usize, usize, f32)>,
+    norms: Vec<(usize, usize, f32, Option<usize>)>,
     /// Per norm, an `Add(y, other)` epilogue with an optional `Mul` by a scalar: (other slot,
     /// whether `other` is f32 cast to f16 here, scalar slot).
     tails: Vec<Option<(usize, bool, Option<usize>)>>,
@@ -1917,33 +2043,52 @@ impl Op for FusedNorms {
         let mut disp = String::new();
         let mut row0 = 0usize;
         let mut ends: Vec<u32> = Vec::new();
-        for (j, &(xi, l, eps)) in self.norms.iter().enumerate() {
-            let (Some(xv), Some(gv)) = (
-                inputs.get(xi).copied().flatten(),
-                inputs.get(xi + 1).copied().flatten(),
-            ) else {
+        for (j, &(xi, l, eps, gi)) in self.norms.iter().enumerate() {
+            let Some(xv) = inputs.get(xi).copied().flatten() else {
                 return self.fallback.run(cx, inputs);
+            };
+            let l = match gi {
+                Some(_) => l,
+                None => xv.shape().last().copied().unwrap_or(0),
+            };
+            let gv = match gi {
+                Some(gi) => match inputs.get(gi).copied().flatten() {
+                    Some(gv) if gv.dtype() == DType::F32 && gv.numel() == l => Some(gv),
+                    _ => return self.fallback.run(cx, inputs),
+                },
+                None => None,
             };
             if xv.dtype() != act
                 || xv.shape().last() != Some(&l)
-                || gv.dtype() != DType::F32
-                || gv.numel() != l
                 || l == 0
                 || (self.f16 && !l.is_multiple_of(2))
             {
                 return self.fallback.run(cx, inputs);
             }
-            let (x, g) = (cx.to_gpu(xv)?, cx.to_gpu(gv)?);
+            let x = cx.to_gpu(xv)?;
+            let g = match gv {
+                Some(gv) => Some(cx.to_gpu(gv)?),
+                None => None,
+            };
             if x.split.is_some() {
                 return self.fallback.run(cx, inputs);
             }
             let rows = x.numel() / l;
             shapes.push(x.shape.clone());
             if build {
-                kern = kern
-                    .input(&format!("x{j}"), x.storage())
-                    .input(&format!("g{j}"), Storage::F32);
+                kern = kern.input(&format!("x{j}"), x.storage());
+                if g.is_some() {
+                    kern = kern.input(&format!("g{j}"), Storage::F32);
+                }
             }
+            let scaled = g.is_some();
+            let scale = |l: &str| {
+                if scaled {
+                    format!(" * ld_g{j}({l})")
+                } else {
+                    String::new()
+                }
+            };
             // The tail: y = rd(rd(rd(y) + other) [* s]), as the Cast, Add and Mul nodes round.
             let mut tail = "rd(y)".to_string();
             if let Some((oi, cast, si)) = self.tails.get(j).copied().flatten() {
@@ -1982,9 +2127,12 @@ impl Op for FusedNorms {
                 if build {
                     kern = kern.input(&format!("o{j}"), o.storage());
                 }
-                bind.extend([x, g, o]);
+                bind.push(x);
+                bind.extend(g);
+                bind.push(o);
             } else {
-                bind.extend([x, g]);
+                bind.push(x);
+                bind.extend(g);
             }
             row0 += rows;
             ends.push(row0 as u32);
@@ -2007,11 +2155,13 @@ impl Op for FusedNorms {
     for (var w = t; w < L / EPW_y{j}; w = w + WG) {{
         let l0 = w * EPW_y{j};
         let l1 = min(l0 + 1u, L - 1u);
-        st_y{j}(base / EPW_y{j} + w, tail{j}(base + l0, ld_x{j}(base + l0) * inv * ld_g{j}(l0)), tail{j}(base + l1, ld_x{j}(base + l1) * inv * ld_g{j}(l1)));
+        st_y{j}(base / EPW_y{j} + w, tail{j}(base + l0, ld_x{j}(base + l0) * inv{s0}), tail{j}(base + l1, ld_x{j}(base + l1) * inv{s1}));
     }}
 }}
 ",
-                eps = crate::gpu::wgsl_f32(eps)
+                eps = crate::gpu::wgsl_f32(eps),
+                s0 = scale("l0"),
+                s1 = scale("l1"),
             ));
             // Row ranges come from the parameters (prm[j]: the end of norm j's rows), not the
             // code, so that prompts of any length share one pipeline.
@@ -2270,7 +2420,7 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
     // Tails of standalone norm units, by the unit's output.
     let mut tails: HashMap<String, Tail> = HashMap::new();
     for (i, node) in graph.nodes.iter().enumerate() {
-        if used.contains(&i) || !g.is(i, MS, "MatMulNBits") {
+        if used.contains(&i) || !(g.is(i, MS, "MatMulNBits") || g.is(i, "", "MatMul")) {
             continue;
         }
         let Some(x) = node.inputs.first() else {
@@ -2322,12 +2472,13 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
         if matches!(spec.epi, Epi::Separate) && outs_all.len() >= 2 {
             let norms: Vec<Unit> = outs_all
                 .iter()
-                .filter_map(|o| g.norm_after(o))
+                .filter_map(|o| g.norm_after(o).or_else(|| g.spelled_after(o)))
                 .filter(|u| u.nodes.iter().all(|p| !used.contains(p)))
                 .collect();
             let nset: HashSet<usize> = norms.iter().flat_map(|u| u.nodes.clone()).collect();
             // Each norm's input and scale, the results (one buffer) and the parameter block.
-            let bindings = norms.len() * 2 + 2;
+            let scales = norms.iter().filter(|u| !u.gamma.is_empty()).count();
+            let bindings = norms.len() + scales + 2;
             if norms.len() >= 2
                 && norms.iter().all(|u| u.f16 == norms[0].f16)
                 && !reenters(&g, &nset)
@@ -2501,7 +2652,11 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             mats: spec
                 .mats
                 .iter()
-                .map(|m| (need(&m.qw), need(&m.sc), m.zp.as_deref().map(need), m.n))
+                .map(|m| {
+                    // A float weight has no scales: its slot stands in (unread).
+                    let sc = if m.float { &m.qw } else { &m.sc };
+                    (need(&m.qw), need(sc), m.zp.as_deref().map(need), m.n)
+                })
                 .collect(),
             other: match &spec.epi {
                 Epi::GeluOther { other, gather, .. } => Some(match gather {
@@ -2552,6 +2707,7 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
             kind: kind.clone(),
             k: spec.k,
             block: spec.mats[0].block,
+            float: spec.mats[0].float,
             ns: spec.mats.iter().map(|m| m.n).collect(),
             epi,
             gate,
@@ -2574,10 +2730,22 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
         let mut norm_tails = Vec::new();
         let mut suffix = "";
         for u in &units {
-            let l = g.inits[u.gamma.as_str()].shape[0];
-            norms.push((ext.len(), l, u.eps));
+            let xi = ext.len();
             ext.push(u.input.clone());
-            ext.push(u.gamma.clone());
+            if u.gamma.is_empty() {
+                // Scale-free (spelled out): its constants (epsilon, axes) are inputs of the
+                // fallback; the kernel reads the row length from the input.
+                norms.push((xi, 0, u.eps, None));
+                for e in external_inputs(&g, &u.nodes) {
+                    if e != u.input {
+                        ext.push(e);
+                    }
+                }
+            } else {
+                let l = g.inits[u.gamma.as_str()].shape[0];
+                norms.push((xi, l, u.eps, Some(ext.len())));
+                ext.push(u.gamma.clone());
+            }
             match tails.remove(&u.output) {
                 Some(t) => {
                     members.extend(&t.nodes);
@@ -2604,12 +2772,20 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
         }
         members.sort_unstable();
         // Named after the norm op the graph uses (SimplifiedLayerNormalization or RMSNormalization).
-        let norm_op = units[0]
-            .nodes
+        let norm_op = units
             .iter()
+            .flat_map(|u| u.nodes.iter())
             .find(|&&n| g.is_rms(n))
             .map_or("RMSNorm", |&n| g.node(n).op_type.as_str());
-        let kind = format!("Fused[{}x{norm_op}{suffix}]", units.len());
+        let spelled_out = units.iter().filter(|u| u.gamma.is_empty()).count();
+        let kind = if spelled_out == 0 {
+            format!("Fused[{}x{norm_op}{suffix}]", units.len())
+        } else {
+            format!(
+                "Fused[{}x{norm_op}+{spelled_out}xSpelledRMSNorm{suffix}]",
+                units.len() - spelled_out
+            )
+        };
         let op = FusedNorms {
             norms,
             tails: norm_tails,

@@ -1076,18 +1076,49 @@ fn mobius_inputs(s: &Session, new: usize, past: usize, seed: u64) -> Vec<(String
     out
 }
 
-/// The mobius exporter's Gemma 4 graph (`mobius-tiny-gqa-int4`, GroupQueryAttention profile):
-/// its `SkipSimplifiedLayerNormalization(residual, RMSNormalization(o_proj))` steps become the
+/// The mobius exporter's Gemma 4 graphs (GroupQueryAttention profile), int4 and fp32: its
+/// `SkipSimplifiedLayerNormalization(residual, RMSNormalization(o_proj))` steps become the
 /// gate/up GEMV's residual + norm prologue (as our own graphs' `Add` + norm), its scale-free
-/// value norms spelled as `Mul`/`ReduceMean`/`Add`/`Sqrt`/`Div` one norm dispatch each, and the
-/// per-layer input gate `Gelu(MatMul) * Gather(per_layer, i)` one elementwise dispatch; fused and
-/// unfused sessions give the same logits and caches for a prompt and decode steps (short, and
-/// past the sliding window of 8).
+/// value norms spelled as `Mul`/`ReduceMean`/`Add`/`Sqrt`/`Div` join the query and key norms in
+/// one dispatch, and the float per-layer input gate `Gelu(MatMul) * Gather(per_layer, i)` (with
+/// the post-norm and residual add before it) is one GEMV; in fp32 every float projection groups
+/// as the 4-bit ones do. Fused and unfused sessions give the same logits and caches for a prompt
+/// and decode steps (short, and past the sliding window of 8).
 #[test]
 fn mobius_graph_norm_patterns_fuse() {
+    mobius_graph_fuses(
+        "mobius-tiny-gqa-int4",
+        &[
+            ("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul] at ", 6),
+            ("Fused[2xRMSNormalization+1xSpelledRMSNorm] at ", 4),
+            ("Fused[Norm+Add+1xMatMul+Gelu+Gather+Mul] at ", 6),
+            ("Fused[Mul+ReduceMean+Add+Sqrt+Div=RMSNorm] at ", 0),
+            ("Fused[Gelu+Gather+Mul] at ", 0),
+        ],
+    );
+}
+
+#[test]
+fn mobius_fp32_graph_float_projections_fuse() {
+    mobius_graph_fuses(
+        "mobius-tiny-gqa-fp32",
+        &[
+            ("Fused[Norm+Add+Mul+Norm+3xMatMul] at ", 3),
+            ("Fused[Norm+3xMatMul] at ", 1),
+            ("Fused[Norm+Add+Norm+2xMatMul+Gelu+Mul] at ", 6),
+            ("Fused[2xRMSNormalization+1xSpelledRMSNorm] at ", 4),
+            ("Fused[Norm+Add+1xMatMul+Gelu+Gather+Mul] at ", 6),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMul+Div+Tanh+Mul] at ", 1),
+        ],
+    );
+}
+
+/// The fixture `name`'s groups (kind prefix, count), then fused = unfused.
+fn mobius_graph_fuses(name: &str, want: &[(&str, usize)]) {
     let gpu = gpu();
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/models/mobius-tiny-gqa-int4");
+        .join("../tests/fixtures/models")
+        .join(name);
     let graph = Graph::decode(
         &std::fs::read(dir.join("model.onnx")).expect("model"),
         "mobius",
@@ -1105,16 +1136,10 @@ fn mobius_graph_norm_patterns_fuse() {
     let (fused, plain) = (load(true), load(false));
     let count = |kind: &str| fused.fused().iter().filter(|k| k.starts_with(kind)).count();
     // Six layers: each skip norm in its layer's gate/up group; the four non-shared layers'
-    // value norms.
-    assert_eq!(
-        count("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul] at "),
-        6,
-        "{:?}",
-        fused.fused()
-    );
-    assert_eq!(count("Fused[Mul+ReduceMean+Add+Sqrt+Div=RMSNorm] at "), 4);
-    // Each layer's per-layer input gate after its float projection.
-    assert_eq!(count("Fused[Gelu+Gather+Mul] at "), 6);
+    // query, key and value norms; each layer's per-layer input gate.
+    for &(kind, n) in want {
+        assert_eq!(count(kind), n, "{name}: {kind}: {:?}", fused.fused());
+    }
     assert!(
         fused
             .graph
@@ -1136,8 +1161,9 @@ fn mobius_graph_norm_patterns_fuse() {
         };
         let (df, a) = run(&fused);
         let (dp, b) = run(&plain);
-        eprintln!("mobius new {new} past {past}: dispatches fused {df}, unfused {dp}");
+        eprintln!("{name} new {new} past {past}: dispatches fused {df}, unfused {dp}");
         assert!(df < dp, "new {new} past {past}: fused {df} vs unfused {dp}");
+        let mut max_rel = 0f32;
         for ((na, va), (_, vb)) in a.iter().zip(&b) {
             let scale = vb.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
             let worst = va
@@ -1146,9 +1172,11 @@ fn mobius_graph_norm_patterns_fuse() {
                 .fold(0f32, |m, (x, y)| m.max((x - y).abs()));
             assert!(
                 worst <= 1e-4 * scale,
-                "new {new} past {past} {na}: max |fused - unfused| {worst} (scale {scale})"
+                "{name} new {new} past {past} {na}: max |fused - unfused| {worst} (scale {scale})"
             );
+            max_rel = max_rel.max(worst / scale);
         }
+        eprintln!("{name} new {new} past {past}: max |fused - unfused| / scale {max_rel:.1e}");
     }
 }
 

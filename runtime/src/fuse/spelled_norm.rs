@@ -8,7 +8,7 @@
 //! initializer, `Constant` or (before opset 18) the attribute; every intermediate value is read
 //! only by the next node and is not a graph output.
 
-use super::Graphs;
+use super::{Graphs, Unit};
 use crate::model::InitData;
 use crate::ops::Op;
 use crate::ops::norm::scale_free_rms;
@@ -51,6 +51,34 @@ impl Graphs<'_> {
     fn only_reader(&self, v: &str, op: &str) -> Option<usize> {
         self.single(v)
             .filter(|&u| self.is(u, "", op) && self.node(u).outputs.len() == 1)
+    }
+
+    /// The spelled-out scale-free norm reading `v` (directly or through one `Reshape` by a
+    /// constant int64 shape, `v` read only by it) as a norm unit without a scale (`gamma`
+    /// empty): a sibling of the per-head norms after a GEMV's separate results (mobius' value
+    /// norm next to the query and key norms), fused with them into one dispatch.
+    pub(super) fn spelled_after(&self, v: &str) -> Option<Unit> {
+        let mut x = v;
+        if let Some(r) = self.single(v)
+            && self.is(r, "", "Reshape")
+            && self.plain(r, 2)
+            && self
+                .constant(&self.node(r).inputs[1])
+                .is_some_and(|t| t.dtype == DType::I64)
+        {
+            x = &self.node(r).outputs[0];
+        }
+        self.users(x).iter().find_map(|&sq| {
+            let p = self.spelled_rms(sq).filter(|p| p.x == x)?;
+            Some(Unit {
+                nodes: p.nodes,
+                input: p.x,
+                output: p.y,
+                gamma: String::new(),
+                eps: p.eps,
+                f16: false,
+            })
+        })
     }
 
     /// The pattern starting at the square node `sq` (`Mul(x, x)` or `Pow(x, 2)`).
