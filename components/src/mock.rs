@@ -23,6 +23,7 @@ fn rc(messages: Vec<ChatMessage>) -> Vec<Rc<ChatMessage>> {
 pub fn model_ready() -> ModelStatus {
     ModelStatus::Ready {
         model: ModelChoice::E2b,
+        unverified: Vec::new(),
     }
 }
 
@@ -191,6 +192,9 @@ pub fn all_errors() -> Vec<UiError> {
                 ErrorKind::GenerationFailed => "GPU device was lost during decoding",
                 ErrorKind::ContextInvalidated => "",
                 ErrorKind::SiteDisabled => "",
+                ErrorKind::SaveFailed => {
+                    "chrome.storage.sync.set failed: QUOTA_BYTES_PER_ITEM quota exceeded"
+                }
             };
             UiError::new(kind, detail)
         })
@@ -218,6 +222,7 @@ pub fn settings() -> Settings {
             },
         ],
         model_source: ModelSource::HuggingFace,
+        confirmed_http_mirror: None,
     }
 }
 

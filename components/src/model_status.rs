@@ -69,10 +69,24 @@ pub fn model_status_view(props: &ModelStatusViewProps) -> Html {
                 </div>
             </>
         },
-        ModelStatus::Ready { model } => html! {
-            <div class="gg-model-line">
-                <span role="status">{ format!("{} · runs on this device", model.label()) }</span>
-            </div>
+        ModelStatus::Ready {
+            model,
+            ref unverified,
+        } => html! {
+            <>
+                <div class="gg-model-line">
+                    <span role="status">{ format!("{} · runs on this device", model.label()) }</span>
+                </div>
+                if !unverified.is_empty() {
+                    <div class="gg-model-line gg-muted" data-testid="gg-model-unverified" title={unverified.join("\n")}>
+                        { if unverified.len() == 1 {
+                            format!("{} has no published SHA-256: checked by size only", unverified[0])
+                        } else {
+                            format!("{} files have no published SHA-256: checked by size only", unverified.len())
+                        } }
+                    </div>
+                }
+            </>
         },
     };
     html! {

@@ -67,6 +67,21 @@ pub fn is_valid_mirror(url: &str) -> bool {
     !rest.is_empty() && !rest.starts_with('/')
 }
 
+/// A plain `http://` mirror on another machine: usable only once the user confirmed it (its
+/// files travel unencrypted). `http://localhost` and `http://127.0.0.1` are [valid](is_valid_mirror)
+/// as they are.
+pub fn needs_http_confirmation(url: &str) -> bool {
+    let url = url.trim();
+    if url.is_empty() || url.contains(char::is_whitespace) || url.chars().any(char::is_control) {
+        return false;
+    }
+    let lower = url.to_ascii_lowercase();
+    let Some(rest) = lower.strip_prefix("http://") else {
+        return false;
+    };
+    !rest.is_empty() && !rest.starts_with('/') && !is_valid_mirror(url)
+}
+
 /// The settings page of the panel.
 #[function_component(SettingsPanel)]
 pub fn settings_panel(props: &SettingsPanelProps) -> Html {
@@ -78,6 +93,11 @@ pub fn settings_panel(props: &SettingsPanelProps) -> Html {
     });
     // "A mirror URL" chosen but no valid URL entered yet: nothing is emitted until there is one.
     let mirror_chosen = use_state(|| false);
+    // The user ticked "use this plain http:// address anyway" for the draft.
+    let http_confirmed = use_state(|| {
+        matches!(&settings.model_source, ModelSource::Mirror(url)
+            if settings.confirmed_http_mirror.as_deref() == Some(url.as_str()))
+    });
 
     let change = |f: fn(&mut Settings, &Event) -> bool| {
         let on_change = props.on_change.clone();
@@ -139,19 +159,20 @@ pub fn settings_panel(props: &SettingsPanelProps) -> Html {
         let settings = settings.clone();
         let mirror_draft = mirror_draft.clone();
         let mirror_chosen = mirror_chosen.clone();
+        let http_confirmed = http_confirmed.clone();
         Callback::from(move |e: Event| {
             let mut next = settings.clone();
             match target_value(&e).as_deref() {
                 Some("hugging_face") => {
                     mirror_chosen.set(false);
                     next.model_source = ModelSource::HuggingFace;
+                    next.confirmed_http_mirror = None;
                 }
                 Some("mirror") => {
                     mirror_chosen.set(true);
-                    if !is_valid_mirror(&mirror_draft) {
+                    if !apply_mirror(&mut next, &mirror_draft, *http_confirmed) {
                         return;
                     }
-                    next.model_source = ModelSource::Mirror(mirror_draft.trim().to_owned());
                 }
                 _ => return,
             }
@@ -162,11 +183,16 @@ pub fn settings_panel(props: &SettingsPanelProps) -> Html {
     };
     let on_mirror_input = {
         let mirror_draft = mirror_draft.clone();
+        let http_confirmed = http_confirmed.clone();
         Callback::from(move |e: InputEvent| {
             if let Some(input) = e
                 .target()
                 .and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok())
             {
+                // A confirmation is for the address it was given for.
+                if input.value().trim() != mirror_draft.trim() {
+                    http_confirmed.set(false);
+                }
                 mirror_draft.set(input.value());
             }
         })
@@ -174,13 +200,33 @@ pub fn settings_panel(props: &SettingsPanelProps) -> Html {
     let on_mirror_change = {
         let on_change = props.on_change.clone();
         let settings = settings.clone();
+        let http_confirmed = http_confirmed.clone();
         Callback::from(move |e: Event| {
             let Some(url) = target_value(&e) else { return };
-            if !is_valid_mirror(&url) {
-                return;
-            }
             let mut next = settings.clone();
-            next.model_source = ModelSource::Mirror(url.trim().to_owned());
+            if apply_mirror(&mut next, &url, *http_confirmed) && next != settings {
+                on_change.emit(next);
+            }
+        })
+    };
+    let on_http_confirm = {
+        let on_change = props.on_change.clone();
+        let settings = settings.clone();
+        let mirror_draft = mirror_draft.clone();
+        let http_confirmed = http_confirmed.clone();
+        Callback::from(move |e: Event| {
+            let checked = target_checked(&e).unwrap_or(false);
+            http_confirmed.set(checked);
+            let mut next = settings.clone();
+            if checked {
+                if !apply_mirror(&mut next, &mirror_draft, true) {
+                    return;
+                }
+            } else if next.confirmed_http_mirror.is_some() {
+                // Withdrawn: the unconfirmed http:// mirror is not used any more.
+                next.model_source = ModelSource::HuggingFace;
+                next.confirmed_http_mirror = None;
+            }
             if next != settings {
                 on_change.emit(next);
             }
@@ -222,7 +268,9 @@ pub fn settings_panel(props: &SettingsPanelProps) -> Html {
     let on_close = props.on_close.reform(|_: MouseEvent| ());
 
     let mirror_selected = *mirror_chosen || matches!(settings.model_source, ModelSource::Mirror(_));
-    let mirror_invalid = mirror_selected && !is_valid_mirror(&mirror_draft);
+    let mirror_needs_confirmation = mirror_selected && needs_http_confirmation(&mirror_draft);
+    let mirror_invalid =
+        mirror_selected && !is_valid_mirror(&mirror_draft) && !mirror_needs_confirmation;
     let info = |model: ModelChoice| props.models.iter().find(|m| m.model == model);
     let model_option = |model: ModelChoice| {
         let detail = match info(model) {
@@ -306,6 +354,16 @@ pub fn settings_panel(props: &SettingsPanelProps) -> Html {
                                 <span class="gg-field-error" role="alert">{ "Enter an https:// address." }</span>
                             }
                         </label>
+                        if mirror_needs_confirmation {
+                            <label class="gg-field">
+                                <span>
+                                    { "Use this plain http:// address anyway" }
+                                    <span class="gg-field-hint">{ "Its files travel unencrypted and could be changed on the way; files the mirror publishes a SHA-256 for are still checked." }</span>
+                                </span>
+                                <input type="checkbox" class="gg-check" data-testid="gg-setting-mirror-http-confirm"
+                                    checked={*http_confirmed} onchange={on_http_confirm} />
+                            </label>
+                        }
                     }
                 </section>
 
@@ -376,9 +434,51 @@ pub fn settings_panel(props: &SettingsPanelProps) -> Html {
     }
 }
 
+/// Sets `next`'s source to the mirror `url` when it may be used: a [valid](is_valid_mirror)
+/// address, or a plain `http://` one the user `confirmed`. `false` (nothing changed) otherwise.
+fn apply_mirror(next: &mut Settings, url: &str, confirmed: bool) -> bool {
+    let url = url.trim();
+    if is_valid_mirror(url) {
+        next.model_source = ModelSource::Mirror(url.to_owned());
+        next.confirmed_http_mirror = None;
+        true
+    } else if confirmed && needs_http_confirmation(url) {
+        next.model_source = ModelSource::Mirror(url.to_owned());
+        next.confirmed_http_mirror = Some(url.to_owned());
+        true
+    } else {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::is_valid_mirror;
+    use super::*;
+
+    #[test]
+    fn http_mirrors_need_a_confirmation() {
+        assert!(needs_http_confirmation("http://mirror.example/models"));
+        assert!(needs_http_confirmation("http://localhost.evil.example"));
+        assert!(!needs_http_confirmation("http://localhost:8080/hf"));
+        assert!(!needs_http_confirmation("https://mirror.example"));
+        assert!(!needs_http_confirmation("http://"));
+        assert!(!needs_http_confirmation("http://a b.example"));
+        let mut s = Settings::default();
+        assert!(!apply_mirror(&mut s, "http://mirror.example/m", false));
+        assert_eq!(s.model_source, ModelSource::HuggingFace);
+        assert!(apply_mirror(&mut s, " http://mirror.example/m ", true));
+        assert_eq!(
+            s.model_source,
+            ModelSource::Mirror("http://mirror.example/m".into())
+        );
+        assert_eq!(
+            s.confirmed_http_mirror.as_deref(),
+            Some("http://mirror.example/m")
+        );
+        assert!(apply_mirror(&mut s, "https://mirror.example/m", true));
+        assert_eq!(s.confirmed_http_mirror, None);
+        assert!(!apply_mirror(&mut s, "javascript:alert(1)", true));
+    }
 
     #[test]
     fn mirror_urls() {

@@ -588,6 +588,7 @@ mod tests {
         s.apply(Action::SetModelStatus {
             status: ModelStatus::Ready {
                 model: ModelChoice::E2b,
+                unverified: Vec::new(),
             },
         });
         assert_eq!(s.errors.len(), 1);

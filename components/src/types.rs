@@ -257,6 +257,11 @@ pub struct Settings {
     pub site_permissions: Vec<SitePermission>,
     #[serde(default)]
     pub model_source: ModelSource,
+    /// The plain `http://` mirror (to another machine) the user confirmed, if any: such a mirror
+    /// is used only once confirmed (`http://localhost` and `http://127.0.0.1` need no
+    /// confirmation).
+    #[serde(default)]
+    pub confirmed_http_mirror: Option<String>,
 }
 
 impl Settings {
@@ -274,6 +279,7 @@ impl Default for Settings {
             disabled_sites: Vec::new(),
             site_permissions: Vec::new(),
             model_source: ModelSource::HuggingFace,
+            confirmed_http_mirror: None,
         }
     }
 }
@@ -295,11 +301,12 @@ pub enum ModelStatus {
         bytes_per_second: Option<f64>,
     },
     /// Files are local; weights are going to the GPU / shaders compile.
-    Initializing {
-        model: ModelChoice,
-    },
+    Initializing { model: ModelChoice },
     Ready {
         model: ModelChoice,
+        /// Files the repository published no SHA-256 for: checked by size only.
+        #[serde(default)]
+        unverified: Vec<String>,
     },
 }
 
@@ -366,10 +373,12 @@ pub enum ErrorKind {
     ContextInvalidated,
     /// Gemma Gem is disabled on this site.
     SiteDisabled,
+    /// A change (settings, a permission, a disabled site) could not be stored.
+    SaveFailed,
 }
 
 impl ErrorKind {
-    pub const ALL: [ErrorKind; 7] = [
+    pub const ALL: [ErrorKind; 8] = [
         ErrorKind::WebGpuUnavailable,
         ErrorKind::DownloadFailed,
         ErrorKind::OutOfMemory,
@@ -377,6 +386,7 @@ impl ErrorKind {
         ErrorKind::GenerationFailed,
         ErrorKind::ContextInvalidated,
         ErrorKind::SiteDisabled,
+        ErrorKind::SaveFailed,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -388,6 +398,7 @@ impl ErrorKind {
             Self::GenerationFailed => "generation_failed",
             Self::ContextInvalidated => "context_invalidated",
             Self::SiteDisabled => "site_disabled",
+            Self::SaveFailed => "save_failed",
         }
     }
 
@@ -401,6 +412,7 @@ impl ErrorKind {
             Self::GenerationFailed => "The answer was interrupted",
             Self::ContextInvalidated => "Gemma Gem was updated",
             Self::SiteDisabled => "Gemma Gem is off on this site",
+            Self::SaveFailed => "Your change was not saved",
         }
     }
 
@@ -422,6 +434,9 @@ impl ErrorKind {
             Self::GenerationFailed => "Retry the last message, or start a new chat.",
             Self::ContextInvalidated => "Reload this page to use the new version.",
             Self::SiteDisabled => "Turn it back on for this site in Settings.",
+            Self::SaveFailed => {
+                "The setting is as it was before. Try again in Settings; if it keeps failing, Chrome's storage for extensions may be full."
+            }
         }
     }
 
@@ -435,6 +450,7 @@ impl ErrorKind {
             Self::GenerationFailed => &[ErrorAction::Retry],
             Self::ContextInvalidated => &[ErrorAction::ReloadPage],
             Self::SiteDisabled => &[ErrorAction::OpenSettings],
+            Self::SaveFailed => &[ErrorAction::OpenSettings],
         }
     }
 }

@@ -85,7 +85,10 @@ async fn load_model(script: &Script, turn: u64) -> bool {
     script.send(
         turn,
         Action::SetModelStatus {
-            status: ModelStatus::Ready { model },
+            status: ModelStatus::Ready {
+                model,
+                unverified: Vec::new(),
+            },
         },
     )
 }

@@ -22,6 +22,11 @@ chrome.webNavigation.onHistoryStateUpdated.addListener((d) => {
   if (d.frameId === 0) ready.then((w) => w.on_navigation(d.tabId, d.frameId, d.documentId ?? '', d.url, true));
 });
 
+// Settings written in the old format (an older version on another device) are migrated at once.
+chrome.storage.onChanged.addListener((changes, area) => {
+  if (area === 'sync' && changes.settings) ready.then((w) => w.on_settings_changed());
+});
+
 // A closed tab's conversations and state are freed.
 chrome.tabs.onRemoved.addListener((tabId) => ready.then((w) => w.on_tab_removed(tabId)));
 

@@ -2,6 +2,7 @@
 // built extension, and helpers that reach into the closed shadow root through the DevTools
 // protocol (DOM.getDocument with pierce) — never through a test-only open root.
 import http from 'node:http';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -27,11 +28,20 @@ const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '
  * - `throttle: { bytes, delayMs }` — files under /models/ are sent `bytes` at a time with a pause
  *   between chunks (so that download progress is observable);
  * - `cutOnce: Set<path>` — the first full GET of each of these paths sends the headers of the
- *   whole file, then only its first half, then closes the connection; the log entry says `cut`.
+ *   whole file, then only its first half, then closes the connection; the log entry says `cut`;
+ * - `corrupt: Set<path>` — these paths are served with one byte changed (same size), as a broken
+ *   mirror or a tampering proxy would; the log entry says `corrupt`.
+ *
+ * Models are also served in the Hugging Face layout, as the Hub serves them:
+ * `/ORG/NAME/resolve/main/PATH` is `tests/fixtures/models/NAME/PATH` (any ORG), and
+ * `/api/models/ORG/NAME/tree/main?recursive=true` lists its files as the Hub's API does: `path`,
+ * `size`, the git blob `oid`, and for the LFS-stored files (`.onnx`, `.onnx_data`, and files of
+ * 50 KB or more) `lfs: {oid: SHA-256 of the content, size, pointerSize}` — computed from the
+ * files on disk, so a `corrupt` file no longer matches its listed hash.
  */
 export async function startServer(options = {}) {
   const log = [];
-  const opts = { throttle: null, cutOnce: new Set(), ...options };
+  const opts = { throttle: null, cutOnce: new Set(), corrupt: new Set(), ...options };
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://x');
     const entry = { method: req.method, path: url.pathname, range: req.headers.range ?? null, status: 0, cut: null };
@@ -39,7 +49,18 @@ export async function startServer(options = {}) {
     let rel = decodeURIComponent(url.pathname);
     let base = pagesDir;
     const headers = {};
-    if (rel.startsWith('/models/')) { base = modelsDir; rel = rel.slice('/models'.length); }
+    const tree = /^\/api\/models\/[^/]+\/([^/]+)\/tree\/main\/?$/.exec(rel);
+    if (tree) {
+      const dir = path.join(modelsDir, path.normalize(tree[1]));
+      if (!dir.startsWith(modelsDir) || !fs.existsSync(dir)) { entry.status = 404; res.writeHead(404); res.end('{"error":"Repository not found"}'); return; }
+      entry.status = 200;
+      res.writeHead(200, { 'Content-Type': 'application/json' });
+      res.end(JSON.stringify(hubListing(dir)));
+      return;
+    }
+    const hub = /^\/[^/]+\/([^/]+)\/resolve\/main(\/.*)$/.exec(rel);
+    if (hub) { base = modelsDir; rel = `/${hub[1]}${hub[2]}`; }
+    else if (rel.startsWith('/models/')) { base = modelsDir; rel = rel.slice('/models'.length); }
     else if (rel.startsWith('/strict-csp/')) { rel = rel.slice('/strict-csp'.length); headers['Content-Security-Policy'] = STRICT_CSP; }
     const file = path.join(base, path.normalize(rel));
     if (!file.startsWith(base) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
@@ -66,11 +87,18 @@ export async function startServer(options = {}) {
     entry.status = status;
     res.writeHead(status, headers);
     if (req.method === 'HEAD') { res.end(); return; }
-    const isModel = url.pathname.startsWith('/models/');
+    const isModel = base === modelsDir;
     const cut = req.method === 'GET' && status === 200 && opts.cutOnce.has(url.pathname);
-    if (!cut && !(isModel && opts.throttle)) { fs.createReadStream(file, { start, end }).pipe(res); return; }
+    const corrupt = opts.corrupt.has(url.pathname);
+    if (!cut && !corrupt && !(isModel && opts.throttle)) { fs.createReadStream(file, { start, end }).pipe(res); return; }
     if (cut) opts.cutOnce.delete(url.pathname);
-    const data = fs.readFileSync(file).subarray(start, end + 1);
+    const whole = fs.readFileSync(file);
+    if (corrupt) {
+      const at = Math.floor(whole.length / 2);
+      whole[at] ^= 0xff;
+      entry.corrupt = at;
+    }
+    const data = whole.subarray(start, end + 1);
     const stop = cut ? Math.floor(data.length / 2) : data.length;
     if (cut) entry.cut = stop;
     const step = opts.throttle?.bytes ?? stop;
@@ -91,6 +119,31 @@ export async function startServer(options = {}) {
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
   const { port } = server.address();
   return { url: `http://127.0.0.1:${port}`, log, options: opts, close: () => new Promise((r) => server.close(r)) };
+}
+
+/** The Hugging Face API's recursive tree listing of a model directory (see `startServer`). */
+export function hubListing(dir) {
+  const out = [];
+  const walk = (sub) => {
+    for (const name of fs.readdirSync(path.join(dir, sub)).sort()) {
+      const rel = sub ? `${sub}/${name}` : name;
+      const full = path.join(dir, rel);
+      if (fs.statSync(full).isDirectory()) {
+        out.push({ type: 'directory', oid: '0'.repeat(40), size: 0, path: rel });
+        walk(rel);
+        continue;
+      }
+      const data = fs.readFileSync(full);
+      const blob = crypto.createHash('sha1').update(`blob ${data.length}\0`).update(data).digest('hex');
+      const entry = { type: 'file', oid: blob, size: data.length, path: rel };
+      if (/\.onnx(_data)?$/.test(name) || data.length >= 50 * 1024) {
+        entry.lfs = { oid: crypto.createHash('sha256').update(data).digest('hex'), size: data.length, pointerSize: 134 };
+      }
+      out.push(entry);
+    }
+  };
+  walk('');
+  return out;
 }
 
 /** Serves the files of `dir` (the built demo site) on a free port. */

@@ -118,10 +118,7 @@ test('a site turned off mid-turn gets no JavaScript and no screenshot', async ()
   await answerNext(frame, 'run_javascript', /run JavaScript/, 'gg-approve-task');
   await until(() => page.evaluate(() => document.body.dataset.runs === '1'), { what: 'the first, approved run' });
   // While the model writes, the user turns Gemma Gem off on this site (the panel goes away).
-  await ext.sw.evaluate(async () => {
-    const { settings } = await chrome.storage.sync.get('settings');
-    await chrome.storage.sync.set({ settings: { ...settings, disabledHosts: ['127.0.0.1'] } });
-  });
+  await ext.sw.evaluate(() => chrome.storage.local.set({ 'disabled:127.0.0.1': true }));
   await page.waitForFunction(() => document.querySelector('gemma-gem-host') === null, null, { timeout: 20000 });
   const refusals = async () => {
     const all = await ext.sw.evaluate(() => chrome.storage.session.get(null));
@@ -130,10 +127,7 @@ test('a site turned off mid-turn gets no JavaScript and no screenshot', async ()
   };
   assert.equal(await until(refusals, { timeout: 40000, what: 'the end of the turn' }), 2, 'the script and the screenshot were both refused');
   assert.equal(await page.evaluate(() => document.body.dataset.runs), '1', 'no script ran after the site was turned off');
-  await ext.sw.evaluate(async () => {
-    const { settings } = await chrome.storage.sync.get('settings');
-    await chrome.storage.sync.set({ settings: { ...settings, disabledHosts: [] } });
-  });
+  await ext.sw.evaluate(() => chrome.storage.local.remove('disabled:127.0.0.1'));
   await page.close();
 });
 

@@ -1,7 +1,8 @@
 // The in-page host end to end: Escape closes the panel and gives the focus back to the page
 // (without the page seeing the key), the launcher is dragged or Alt+arrow-moved to a corner that
-// is remembered, disabled hosts get no overlay and come back without a reload, and settings
-// changed in one tab show at once in another tab's panel. All UI interaction goes through the
+// is remembered, disabled hosts get no overlay and come back without a reload, settings
+// changed in one tab show at once in another tab's panel, settings in the old format are
+// migrated, and a change that cannot be stored is shown. All UI interaction goes through the
 // real closed shadow root (DevTools protocol with pierce) and the overlay's iframe.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -19,7 +20,7 @@ const setStored = (area, items) => ext.sw.evaluate(([a, i]) => chrome.storage[a]
 const getStored = (area, key) => ext.sw.evaluate(async ([a, k]) => (await chrome.storage[a].get(k))[k], [area, key]);
 
 /** A new tab on `path` whose page records every key event it can see (capture phase). */
-async function openPage(path = '/basic.html') {
+async function openPage(path = '/basic.html', base = server.url) {
   const page = await ext.context.newPage();
   await page.addInitScript(() => {
     window.__seen = [];
@@ -29,7 +30,7 @@ async function openPage(path = '/basic.html') {
       }
     }
   });
-  await page.goto(`${server.url}${path}`);
+  await page.goto(`${base}${path}`);
   await page.bringToFront();
   const pierce = await Pierce.open(page);
   return { page, pierce };
@@ -143,7 +144,9 @@ test('a disabled host gets no overlay, "Disable on this site" removes it live, a
   await frame.click('[data-testid="gg-settings-open"]');
   await frame.click('[data-testid="gg-disable-site"]');
   await until(async () => !(await hostPresent(a.page)), { what: 'the host to leave the disabled site' });
-  assert.deepEqual((await getStored('sync', 'settings')).disabledHosts, ['127.0.0.1']);
+  // Stored by the service worker in chrome.storage.local, one key per host; not synced.
+  assert.equal(await getStored('local', 'disabled:127.0.0.1'), true);
+  assert.equal((await getStored('sync', 'settings')).disabledHosts, undefined);
   // The page keeps its focus and its own content.
   assert.equal(await a.page.evaluate(() => document.querySelector('#go') !== null), true);
 
@@ -151,7 +154,7 @@ test('a disabled host gets no overlay, "Disable on this site" removes it live, a
   await b.page.waitForTimeout(1500); // the content script has long run by now
   assert.equal(await hostPresent(b.page), false, 'no host on a new page of the disabled site');
 
-  await setStored('sync', { settings: { disabledHosts: [] } });
+  await ext.sw.evaluate(() => chrome.storage.local.remove('disabled:127.0.0.1'));
   for (const p of [a.page, b.page]) {
     await until(() => hostPresent(p), { what: 'the host back without a reload' });
   }
@@ -178,8 +181,83 @@ test('settings changed in one tab show at once in the other tabs, and are stored
   assert.equal(stored.thinking, true);
   assert.equal(stored.modelSize, 'E2B');
   assert.equal(stored.maxIterations, 10);
+  assert.deepEqual(Object.keys(stored).sort(), ['confirmedHttpMirror', 'maxIterations', 'modelSize', 'modelSource', 'temperature', 'thinking']);
   await a.page.close();
   await b.page.close();
+});
+
+test('settings in the old format (disabled hosts and permissions inside the synced item) are migrated once, and the panel shows and edits them', async () => {
+  const localhost = server.url.replace('127.0.0.1', 'localhost');
+  const shop = `${localhost}`;
+  // What an older version stored: everything in one synced item.
+  await setStored('sync', { settings: {
+    thinking: true,
+    maxIterations: 7,
+    disabledHosts: ['127.0.0.1'],
+    sitePermissions: { sites: { [shop]: { disabled: false, always_allowed: ['submit_form', 'run_javascript', { consequential: 'purchase' }] } } },
+  } });
+  // The service worker migrates it as soon as it changes (and at every start).
+  const migrated = await until(async () => {
+    const s = await getStored('sync', 'settings');
+    return s && s.disabledHosts === undefined && s.sitePermissions === undefined && s;
+  }, { what: 'the synced item rewritten without the per-site data' });
+  assert.equal(migrated.thinking, true);
+  assert.equal(migrated.maxIterations, 7);
+  assert.equal(await getStored('local', 'disabled:127.0.0.1'), true);
+  assert.deepEqual(await getStored('local', `site:${shop}`), { alwaysAllowed: ['submit_form', { consequential: 'purchase' }] },
+    'run_javascript is never kept for good');
+
+  // The disabled host has no panel; on the other origin the panel shows what was migrated.
+  const off = await openPage();
+  await off.page.waitForTimeout(1500);
+  assert.equal(await hostPresent(off.page), false, 'no host on the migrated disabled host');
+  const on = await openPage('/basic.html', localhost);
+  const frame = await openPanel(on.page, on.pierce);
+  await frame.click('[data-testid="gg-settings-open"]');
+  assert.equal(await frame.isChecked('[data-testid="gg-setting-thinking"]'), true);
+  const rows = () => frame.$$eval('[data-testid="gg-permission-remove"]', (els) => els.map((e) => e.getAttribute('aria-label')));
+  await until(async () => (await rows()).length === 2, { what: 'the two migrated permissions listed' });
+  assert.ok((await rows()).some((r) => r.includes('submit forms') && r.includes(shop)), JSON.stringify(await rows()));
+  assert.ok(await frame.$eval('[data-testid="gg-settings"]', (e) => e.innerText.includes('127.0.0.1')), 'the disabled host listed');
+
+  // Forgetting a row: the service worker rewrites that site's key.
+  await frame.click('[data-testid="gg-permission-remove"][aria-label*="submit forms"]');
+  await until(async () => JSON.stringify(await getStored('local', `site:${shop}`)) === JSON.stringify({ alwaysAllowed: [{ consequential: 'purchase' }] }),
+    { what: 'the permission withdrawn in storage' });
+  await frame.click('[data-testid="gg-permission-remove"]');
+  await until(async () => (await getStored('local', `site:${shop}`)) === undefined, { what: 'the site key removed with its last permission' });
+  // Turned back on from the panel of another site.
+  await frame.click('[data-testid="gg-site-remove"]');
+  await until(async () => (await getStored('local', 'disabled:127.0.0.1')) === undefined, { what: 'the host turned back on' });
+  await until(() => hostPresent(off.page), { what: 'the host back without a reload' });
+  await setStored('sync', { settings: {} });
+  await off.page.close();
+  await on.page.close();
+});
+
+test('a change that cannot be stored is shown in the panel, which goes back to what is stored', async () => {
+  await setStored('sync', { settings: {} });
+  const { page, pierce } = await openPage();
+  const frame = await openPanel(page, pierce);
+  await frame.click('[data-testid="gg-settings-open"]');
+  assert.equal(await frame.isChecked('[data-testid="gg-setting-thinking"]'), false);
+  // chrome.storage.sync refuses writes (its quota, say): only the service worker writes it.
+  await ext.sw.evaluate(() => {
+    globalThis.__ggRealSyncSet = chrome.storage.sync.set;
+    chrome.storage.sync.set = () => Promise.reject(new Error('QUOTA_BYTES_PER_ITEM quota exceeded'));
+  });
+  try {
+    await frame.click('[data-testid="gg-setting-thinking"]');
+    const banner = await until(() => frame.$('[data-testid="gg-error"][data-kind="save_failed"]'), { what: 'the save error in the panel' });
+    const text = await banner.innerText();
+    assert.match(text, /Your change was not saved/);
+    assert.match(text, /could not save the settings: .*QUOTA_BYTES_PER_ITEM quota exceeded/);
+    await until(async () => !(await frame.isChecked('[data-testid="gg-setting-thinking"]')), { what: 'the checkbox back to what is stored' });
+    assert.equal((await getStored('sync', 'settings')).thinking, undefined);
+  } finally {
+    await ext.sw.evaluate(() => { chrome.storage.sync.set = globalThis.__ggRealSyncSet; });
+  }
+  await page.close();
 });
 
 test('the keyboard command (Alt+Shift+G) opens and closes the panel of the tab it is used in', async () => {

@@ -62,14 +62,15 @@ test('only requests from this extension\'s service worker are answered', async (
 
 test('on a disabled host no page tool runs, and the host is gone', async () => {
   const { page, tabId } = await open('/tools/buttons.html');
-  await ext.sw.evaluate(() => chrome.storage.sync.set({ settings: { disabledHosts: ['127.0.0.1'] } }));
+  // What the service worker writes when the user turns the site off (one local key per host).
+  await ext.sw.evaluate(() => chrome.storage.local.set({ 'disabled:127.0.0.1': true }));
   try {
     await page.waitForFunction(() => document.querySelector('gemma-gem-host') === null, null, { timeout: 20000 });
     await fails(tabId, 'get_page_title', {}, 'unavailable', /turned off on this site/);
     await fails(tabId, 'click_element', { selector: '#ok' }, 'unavailable', /turned off on this site/);
     assert.deepEqual(await page.evaluate(() => window.events), [], 'nothing was clicked');
   } finally {
-    await ext.sw.evaluate(() => chrome.storage.sync.set({ settings: {} }));
+    await ext.sw.evaluate(() => chrome.storage.local.remove('disabled:127.0.0.1'));
   }
   // Turned back on: tools run again, without a reload.
   await page.waitForFunction(() => document.querySelector('gemma-gem-host') !== null, null, { timeout: 20000 });

@@ -7,12 +7,13 @@
 //! the page tools). The service worker keeps each tab's conversation in `chrome.storage.session`
 //! so that nothing is lost when Chrome stops it.
 
+mod storage;
 mod tools;
 
 use gg_chrome::log;
 use gg_messages::{
     AdapterReport, Body, Context, Envelope, OFFSCREEN_STATUS_KEY, PageBinding, PanelAction,
-    RequestId, SETTINGS_KEY, SenderInfo, Settings, StatusReport, TOGGLE_COMMAND, conversation_key,
+    RequestId, SenderInfo, StatusReport, TOGGLE_COMMAND, conversation_key,
 };
 use std::cell::Cell;
 use wasm_bindgen::prelude::*;
@@ -42,12 +43,24 @@ pub fn start() {
 #[wasm_bindgen]
 pub async fn on_startup() -> Result<(), JsValue> {
     ensure_offscreen().await.map_err(|e| {
+    if let Err(e) = storage::migrate_if_needed().await {
+        log::error(&e);
+    }
         log::error(&e);
         JsValue::from_str(&e)
     })
 }
 
 /// `chrome.commands.onCommand` and `chrome.action.onClicked`: the keyboard command (or the
+/// `chrome.storage.onChanged` for `sync.settings`: an item in the old format (written by an
+/// older version on another device) is migrated at once.
+#[wasm_bindgen]
+pub async fn on_settings_changed() {
+    if let Err(e) = storage::migrate_if_needed().await {
+        log::error(&e);
+    }
+}
+
 /// toolbar button) opens or closes the panel in the tab it was used in.
 #[wasm_bindgen]
 pub async fn on_command(command: String, tab_id: Option<f64>) {
@@ -132,22 +145,6 @@ fn sender_tab(sender: &SenderInfo) -> Result<i64, String> {
         .ok_or_else(|| "this message must come from a tab".to_owned())
 }
 
-async fn settings() -> Settings {
-    match gg_chrome::sync_get(SETTINGS_KEY).await {
-        Ok(Some(v)) => serde_json::from_value(v).unwrap_or_else(|e| {
-            log::warn(&format!(
-                "stored settings are invalid ({e}); using the defaults"
-            ));
-            Settings::default()
-        }),
-        Ok(None) => Settings::default(),
-        Err(e) => {
-            log::warn(&e.to_string());
-            Settings::default()
-        }
-    }
-}
-
 /// Sends a request to the offscreen document (creating it if needed) and returns its answer.
 async fn to_offscreen(body: Body) -> Result<Body, String> {
     ensure_offscreen().await?;
@@ -220,7 +217,8 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
                 document_id: top.document_id,
                 origin: origin_of(&top.url),
             };
-            let s = settings().await;
+            let s = storage::settings().await;
+            gg_messages::storage::check_model_source(&s.model_source, &s.confirmed_http_mirror)?;
             restore_if_needed(tab_id, &binding.origin).await?;
             to_offscreen(Body::RunTurn {
                 tab_id,
@@ -230,7 +228,7 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
                 max_iterations: s.max_iterations,
                 thinking: s.thinking,
                 temperature: s.temperature,
-                site_permissions: s.site_permissions,
+                site_permissions: storage::site_permissions().await,
                 binding,
             })
             .await
@@ -282,6 +280,10 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
             let tab_id = sender_tab(sender)?;
             let origin = page_origin(tab_id).await?;
             restore_if_needed(tab_id, &origin).await?;
+        // Settings and per-site data: written here only, each request checked.
+        (Context::Overlay, body) if storage::is_request(&body) => {
+            storage::handle(body, sender).await
+        }
             to_offscreen(Body::GetTabConversation { tab_id, origin }).await
         }
 
@@ -431,11 +433,11 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
     }
 }
 
-/// Whether the settings' `disabledHosts` names the host of the page `tab_id` shows (a tab that
+/// Whether the user turned Gemma Gem off on the host of the page `tab_id` shows (a tab that
 /// cannot be asked is left to the call itself, which then fails to reach its document).
 async fn disabled_here(tab_id: i64) -> bool {
     match gg_chrome::top_frame(tab_id).await {
-        Ok(top) => settings().await.is_disabled_for(&top.url),
+        Ok(top) => storage::is_disabled(&top.url).await,
         Err(_) => false,
     }
 }

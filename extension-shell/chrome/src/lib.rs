@@ -52,6 +52,15 @@ extern "C" {
 
     #[wasm_bindgen(js_namespace = ["chrome", "storage", "sync"], js_name = set, catch)]
     async fn storage_sync_set(items: JsValue) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "storage", "local"], js_name = get, catch)]
+    async fn storage_local_get(keys: JsValue) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "storage", "local"], js_name = set, catch)]
+    async fn storage_local_set(items: JsValue) -> Result<JsValue, JsValue>;
+
+    #[wasm_bindgen(js_namespace = ["chrome", "storage", "local"], js_name = remove, catch)]
+    async fn storage_local_remove(keys: JsValue) -> Result<JsValue, JsValue>;
 }
 
 /// This extension's id.
@@ -276,6 +285,45 @@ pub async fn sync_set(key: &str, value: &serde_json::Value) -> Result<(), Chrome
     storage_sync_set(items)
         .await
         .map_err(err("chrome.storage.sync.set"))?;
+    Ok(())
+}
+
+/// Every item of `chrome.storage.local`.
+pub async fn local_items() -> Result<serde_json::Map<String, serde_json::Value>, ChromeError> {
+    const API: &str = "chrome.storage.local.get";
+    let got = storage_local_get(JsValue::NULL).await.map_err(err(API))?;
+    match from_js(&got).map_err(|message| ChromeError { api: API, message })? {
+        serde_json::Value::Object(items) => Ok(items),
+        _ => Ok(serde_json::Map::new()),
+    }
+}
+
+/// Reads one JSON value from `chrome.storage.local` (`None` when absent).
+pub async fn local_get(key: &str) -> Result<Option<serde_json::Value>, ChromeError> {
+    const API: &str = "chrome.storage.local.get";
+    let got = storage_local_get(JsValue::from_str(key))
+        .await
+        .map_err(err(API))?;
+    let json = from_js(&got).map_err(|message| ChromeError { api: API, message })?;
+    Ok(json.get(key).cloned().filter(|v| !v.is_null()))
+}
+
+/// Stores several items in `chrome.storage.local` at once.
+pub async fn local_set(
+    items: &serde_json::Map<String, serde_json::Value>,
+) -> Result<(), ChromeError> {
+    let items = to_js("chrome.storage.local.set", items)?;
+    storage_local_set(items)
+        .await
+        .map_err(err("chrome.storage.local.set"))?;
+    Ok(())
+}
+
+/// Removes one key from `chrome.storage.local`.
+pub async fn local_remove(key: &str) -> Result<(), ChromeError> {
+    storage_local_remove(JsValue::from_str(key))
+        .await
+        .map_err(err("chrome.storage.local.remove"))?;
     Ok(())
 }
 

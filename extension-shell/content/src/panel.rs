@@ -8,8 +8,9 @@
 //!   (or to the launcher), so keyboard users lose nothing.
 //! - The launcher can be dragged (pointer) or moved with Alt+arrow keys to any corner of the
 //!   viewport; the corner is remembered in `chrome.storage.local` ([`CORNER_KEY`]).
-//! - Sites listed in the settings' `disabledHosts` get no host at all; the list is watched, so
-//!   disabling or re-enabling a site applies at once, without a reload.
+//! - A host the user turned Gemma Gem off on (`chrome.storage.local["disabled:HOST"]`, written by
+//!   the service worker) gets no host element at all; the key is watched, so disabling or
+//!   re-enabling a site applies at once, without a reload.
 //! - When the extension is reloaded or updated, this copy's `chrome.runtime` goes away: the next
 //!   interaction removes the host (and a newly injected copy replaces any host left behind).
 
@@ -29,8 +30,9 @@ pub const HOST_TAG: &str = "gemma-gem-host";
 pub const OVERLAY_PATH: &str = "overlay/overlay.html";
 /// `chrome.storage.local` key of the launcher's corner.
 pub const CORNER_KEY: &str = "launcherCorner";
-/// `chrome.storage.sync` key of the settings (`gg_messages::SETTINGS_KEY`).
-const SETTINGS_KEY: &str = "settings";
+/// Prefix of the `chrome.storage.local` key that turns Gemma Gem off on a host
+/// (`gg_messages::storage::DISABLED_PREFIX`).
+const DISABLED_PREFIX: &str = "disabled:";
 /// Pointer travel (CSS px) before a press on the launcher becomes a drag.
 const DRAG_THRESHOLD: f64 = 5.0;
 /// Distance of the host from the viewport's edges (CSS px).
@@ -157,22 +159,6 @@ const SHADOW_CSS: &str = ":host { all: initial; }\n\
     .panel[hidden] { display: none; }\n\
     @media (prefers-reduced-motion: reduce) { .launcher { transition: none; } }\n";
 
-/// Whether `entry` of the settings' `disabledHosts` names the page's `hostname`. Entries are host
-/// names (`example.com`); origins or URLs (`https://example.com:8443/x`) are accepted too.
-pub fn host_matches(entry: &str, hostname: &str) -> bool {
-    let entry = entry.trim();
-    let entry = entry.split_once("://").map_or(entry, |(_, rest)| rest);
-    let entry = entry.split(['/', '?', '#']).next().unwrap_or("");
-    // `[::1]:8080` keeps its brackets; `host:port` loses the port.
-    let entry = if entry.starts_with('[') {
-        entry.split_inclusive(']').next().unwrap_or(entry)
-    } else {
-        entry.split(':').next().unwrap_or(entry)
-    };
-    let entry = entry.trim_end_matches('.');
-    !entry.is_empty() && entry.eq_ignore_ascii_case(hostname.trim_end_matches('.'))
-}
-
 /// What the service worker may ask of the panel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Command {
@@ -277,16 +263,18 @@ fn storage_set(area: &str, key: &str, value: JsValue) {
     }
 }
 
-/// Whether the stored settings turn Gemma Gem off on `hostname`.
-fn disabled_by(settings: &JsValue, hostname: &str) -> bool {
-    let hosts = js::get(settings, "disabledHosts");
-    if !js_sys::Array::is_array(&hosts) {
-        return false;
-    }
-    js_sys::Array::from(&hosts)
-        .iter()
-        .filter_map(|h| h.as_string())
-        .any(|h| host_matches(&h, hostname))
+/// The `chrome.storage.local` key that turns Gemma Gem off on `hostname` (as
+/// `gg_messages::storage::disabled_key` writes it: lowercase, no trailing dot).
+pub fn disabled_key(hostname: &str) -> String {
+    format!(
+        "{DISABLED_PREFIX}{}",
+        hostname.trim_end_matches('.').to_ascii_lowercase()
+    )
+}
+
+/// Whether a stored value of the [`disabled_key`] turns Gemma Gem off.
+fn disabled_by(value: &JsValue) -> bool {
+    value.as_bool() == Some(true)
 }
 
 /// Starts the host on this page: reads the corner and the disabled hosts, mounts unless this
@@ -313,11 +301,10 @@ pub fn start() -> Result<Shared, JsValue> {
                 .and_then(|c| Corner::parse(&c))
                 .unwrap_or_default();
             let panel2 = panel.clone();
-            let hostname = hostname.clone();
-            storage_get("sync", SETTINGS_KEY, move |settings| {
+            storage_get("local", &disabled_key(&hostname), move |value| {
                 let mut p = panel2.borrow_mut();
                 p.corner = corner;
-                p.disabled = disabled_by(&settings, &hostname);
+                p.disabled = disabled_by(&value);
                 if !p.disabled {
                     drop(p);
                     mount(&panel2);
@@ -329,8 +316,8 @@ pub fn start() -> Result<Shared, JsValue> {
     Ok(panel)
 }
 
-/// `chrome.storage.onChanged`: the disabled hosts (sync `settings`) and the corner (local) apply
-/// live, in every tab.
+/// `chrome.storage.onChanged`: this host's disabled key and the corner (both local) apply live,
+/// in every tab.
 fn watch_storage(panel: &Shared) -> Result<(), JsValue> {
     let hostname = web_sys::window()
         .and_then(|w| w.location().hostname().ok())
@@ -339,25 +326,22 @@ fn watch_storage(panel: &Shared) -> Result<(), JsValue> {
     let listener =
         Closure::<dyn FnMut(JsValue, JsValue)>::new(move |changes: JsValue, area: JsValue| {
             let area = area.as_string().unwrap_or_default();
-            if area == "sync" {
-                let change = js::get(&changes, SETTINGS_KEY);
-                if change.is_undefined() {
-                    return;
-                }
-                let disabled = disabled_by(&js::get(&change, "newValue"), &hostname);
+            if area != "local" {
+                return;
+            }
+            let change = js::get(&changes, &disabled_key(&hostname));
+            if !change.is_undefined() {
+                let disabled = disabled_by(&js::get(&change, "newValue"));
                 let was = core::mem::replace(&mut panel.borrow_mut().disabled, disabled);
                 if disabled && !was {
                     unmount(&panel);
                 } else if !disabled && was {
                     mount(&panel);
                 }
-            } else if area == "local" {
-                let change = js::get(&changes, CORNER_KEY);
-                if let Some(corner) =
-                    js::get_str(&change, "newValue").and_then(|c| Corner::parse(&c))
-                {
-                    set_corner(&panel, corner, false);
-                }
+            }
+            let change = js::get(&changes, CORNER_KEY);
+            if let Some(corner) = js::get_str(&change, "newValue").and_then(|c| Corner::parse(&c)) {
+                set_corner(&panel, corner, false);
             }
         });
     let on_changed = js::get(&storage_area_root(), "onChanged");
@@ -743,18 +727,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn disabled_host_entries() {
-        assert!(host_matches("example.com", "example.com"));
-        assert!(host_matches("Example.COM", "example.com"));
-        assert!(host_matches("https://example.com/some/page", "example.com"));
-        assert!(host_matches("http://127.0.0.1:8080", "127.0.0.1"));
-        assert!(host_matches("127.0.0.1:8080", "127.0.0.1"));
-        assert!(host_matches("example.com.", "example.com"));
-        assert!(host_matches("[::1]:8080", "[::1]"));
-        assert!(!host_matches("example.com", "www.example.com"));
-        assert!(!host_matches("ample.com", "example.com"));
-        assert!(!host_matches("", "example.com"));
-        assert!(!host_matches("https://", "example.com"));
+    fn disabled_keys_are_the_service_workers() {
+        // gg_messages::storage::disabled_key writes these for the same hosts.
+        assert_eq!(disabled_key("example.com"), "disabled:example.com");
+        assert_eq!(disabled_key("Example.COM."), "disabled:example.com");
+        assert_eq!(disabled_key("127.0.0.1"), "disabled:127.0.0.1");
+        assert_eq!(disabled_key("[::1]"), "disabled:[::1]");
     }
 
     #[test]

@@ -6,6 +6,8 @@
 
 use serde::{Deserialize, Serialize};
 
+pub mod storage;
+
 /// Prefix of every log line the extension writes.
 pub const LOG_PREFIX: &str = "[Gemma Gem]";
 
@@ -42,8 +44,10 @@ pub fn model_repository(model_source: &str, model_size: &str) -> String {
     }
 }
 
-/// The user's settings, stored in `chrome.storage.sync` under [`SETTINGS_KEY`]. Missing fields take
-/// their defaults, so older stored values keep working.
+/// The user's settings, stored in `chrome.storage.sync` under [`SETTINGS_KEY`] and written by the
+/// service worker only. Missing fields take their defaults, so older stored values keep working.
+/// Per-site data (disabled hosts, permissions) lives in `chrome.storage.local`, one key per site
+/// ([`storage`]); older items that still hold it are migrated ([`storage::migrate`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct Settings {
@@ -51,13 +55,14 @@ pub struct Settings {
     pub model_size: String,
     pub thinking: bool,
     pub max_iterations: u32,
-    pub disabled_hosts: Vec<String>,
     pub temperature: f32,
     /// A base URL in the Hugging Face layout (default: Hugging Face at the pinned revision). In
     /// development builds, `script:URL` replays scripted model output (for tests).
     pub model_source: String,
-    /// Per-site permissions granted with "always on this site".
-    pub site_permissions: serde_json::Value,
+    /// The plain `http://` model source the user confirmed in the settings (its files could be
+    /// changed on the way); any other `http://` source to another machine is refused
+    /// ([`storage::check_model_source`]).
+    pub confirmed_http_mirror: String,
 }
 
 impl Default for Settings {
@@ -66,47 +71,11 @@ impl Default for Settings {
             model_size: "E2B".into(),
             thinking: false,
             max_iterations: 10,
-            disabled_hosts: Vec::new(),
             temperature: 1.0,
             model_source: DEFAULT_MODEL_SOURCE.into(),
-            site_permissions: serde_json::Value::Object(Default::default()),
+            confirmed_http_mirror: String::new(),
         }
     }
-}
-
-impl Settings {
-    /// Whether the user turned Gemma Gem off for the page at `url`: an entry of `disabledHosts`
-    /// (a host name, or an origin or URL whose host is taken) names its host, ignoring case,
-    /// port and a trailing dot.
-    pub fn is_disabled_for(&self, url: &str) -> bool {
-        let Some(host) = host_of(url) else {
-            return false;
-        };
-        self.disabled_hosts
-            .iter()
-            .filter_map(|entry| {
-                if entry.contains("://") {
-                    host_of(entry)
-                } else {
-                    host_of(&format!("http://{}", entry.trim()))
-                }
-            })
-            .any(|entry| entry == host)
-    }
-}
-
-/// The host of an absolute URL, lowercase, without port, credentials or a trailing dot.
-fn host_of(url: &str) -> Option<String> {
-    let (_, rest) = url.trim().split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let authority = authority.rsplit('@').next()?;
-    let host = if authority.starts_with('[') {
-        authority.split_inclusive(']').next()?
-    } else {
-        authority.split(':').next()?
-    };
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
-    (!host.is_empty()).then_some(host)
 }
 
 /// Storage key (in `chrome.storage.session`) of the conversation a tab had with the pages of
@@ -329,6 +298,24 @@ pub enum Body {
         /// The origin the conversation belongs to.
         #[serde(default)]
         origin: String,
+    /// Overlay -> service worker: store the user's settings (`chrome.storage.sync`). The service
+    /// worker checks them (ranges; a plain `http://` model source needs its confirmation) and is
+    /// the only writer.
+    SaveSettings { settings: Settings },
+    /// Overlay -> service worker: turn Gemma Gem off (or back on) on the host of `site`
+    /// (`chrome.storage.local`, [`storage::disabled_key`]).
+    SetSiteDisabled { site: String, disabled: bool },
+    /// Overlay -> service worker: the user answered "always on this site" in this tab. Stored for
+    /// the origin the tab shows only, and only a permission that may persist.
+    GrantSitePermission {
+        site: String,
+        permission: gg_agent::Permission,
+    },
+    /// Overlay -> service worker: withdraw a permission stored for `site`.
+    RevokeSitePermission {
+        site: String,
+        permission: gg_agent::Permission,
+    },
         messages: Vec<gg_agent::ChatMessage>,
     },
     /// Offscreen -> every context: where the model stands (download progress, loading, ready,
@@ -447,6 +434,9 @@ pub enum ModelErrorKind {
     /// No `navigator.gpu`, no adapter, or limits too small.
     WebgpuUnavailable,
     /// A file could not be downloaded.
+        /// Model files the repository published no SHA-256 for (checked by size only).
+        #[serde(default)]
+        unverified: Vec<String>,
     DownloadFailed,
     /// Not enough storage (quota) or GPU memory.
     OutOfSpace,
@@ -806,28 +796,12 @@ mod tests {
         assert!(s.thinking);
         assert_eq!(s.max_iterations, 10);
         assert_eq!(s.model_size, "E2B");
-        assert_eq!(s.disabled_hosts, vec!["a.example".to_string()]);
         let json = serde_json::to_value(Settings::default()).unwrap();
         assert_eq!(json["modelSize"], "E2B");
         assert_eq!(json["maxIterations"], 10);
-    }
-
-    #[test]
-    fn disabled_hosts_match_the_page_host() {
-        let s = Settings {
-            disabled_hosts: vec![
-                "Bank.example".into(),
-                "http://127.0.0.1:9000/x".into(),
-                "[::1]".into(),
-            ],
-            ..Settings::default()
-        };
-        assert!(s.is_disabled_for("https://bank.example./login"));
-        assert!(s.is_disabled_for("http://127.0.0.1:1234/"));
-        assert!(s.is_disabled_for("http://[::1]:8080/"));
-        assert!(!s.is_disabled_for("https://www.bank.example/"));
-        assert!(!s.is_disabled_for("https://bank.example.evil/"));
-        assert!(!s.is_disabled_for("about:blank"));
+        // Per-site data is not part of the synced item any more.
+        assert!(json.get("disabledHosts").is_none());
+        assert!(json.get("sitePermissions").is_none());
     }
 
     #[test]

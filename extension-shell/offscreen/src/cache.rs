@@ -7,12 +7,23 @@
 //! download resumes with `Range: bytes=N-` from the stored bytes. Files are only served once
 //! complete and their size verified; serving reads one part at a time, so no multi-gigabyte file
 //! is ever held in memory.
+//!
+//! When the repository publishes a file's SHA-256 (the Hugging Face listing's LFS oid, see
+//! [`crate::download::tree_api_url`]), the file is hashed as it streams in (a resumed download
+//! first hashes its stored parts, one at a time) and checked when it completes: a mismatch
+//! deletes the file from the cache and fails with a clear message. Files without a published
+//! hash are checked by size only, and [`ModelCache::unverified`] names them.
 
-use crate::download::{FileMeta, LoadError, PART_BYTES, human_bytes, parse_content_range};
+use crate::download::{
+    FileHasher, FileMeta, LoadError, PART_BYTES, hash_mismatch, human_bytes, parse_content_range,
+    parse_tree, tree_api_url,
+};
 use futures::future::LocalBoxFuture;
 use gg_messages::ModelErrorKind;
 use gg_runtime::source::ByteStream;
 use js_sys::{Promise, Reflect, Uint8Array};
+use std::cell::RefCell;
+use std::collections::{BTreeSet, HashMap};
 use std::rc::Rc;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
@@ -116,6 +127,11 @@ pub async fn out_of_space(needed: u64, what: &str) -> LoadError {
 pub struct ModelCache {
     base: String,
     cache: Cache,
+    /// The repository's published SHA-256 of each file, once asked for (empty when it
+    /// publishes none).
+    hashes: RefCell<Option<Rc<HashMap<String, String>>>>,
+    /// Files served complete without a published hash (checked by size only).
+    unverified: RefCell<BTreeSet<String>>,
 }
 
 impl ModelCache {
@@ -139,7 +155,65 @@ impl ModelCache {
         Ok(Rc::new(Self {
             base: base.trim_end_matches('/').to_owned(),
             cache,
+            hashes: RefCell::new(None),
+            unverified: RefCell::new(BTreeSet::new()),
         }))
+    }
+
+    /// The SHA-256 the repository publishes for `path` (its listing is fetched once; a source
+    /// without one, or a listing that cannot be had, gives none: the file is checked by size).
+    pub async fn expected_sha256(&self, path: &str) -> Option<String> {
+        let known = self.hashes.borrow().clone();
+        let hashes = match known {
+            Some(h) => h,
+            None => {
+                let h = Rc::new(self.fetch_hashes().await);
+                *self.hashes.borrow_mut() = Some(h.clone());
+                h
+            }
+        };
+        hashes.get(path.trim_start_matches('/')).cloned()
+    }
+
+    async fn fetch_hashes(&self) -> HashMap<String, String> {
+        let Some(url) = tree_api_url(&self.base) else {
+            return HashMap::new();
+        };
+        let result: Result<HashMap<String, String>, String> = async {
+            let resp: Response = wait(window().map_err(|e| e.message)?.fetch_with_str(&url))
+                .await
+                .map_err(|e| js_message(&e))?
+                .unchecked_into();
+            if !resp.ok() {
+                return Err(format!("HTTP {}", resp.status()));
+            }
+            let text = wait(resp.text().map_err(|e| js_message(&e))?)
+                .await
+                .map_err(|e| js_message(&e))?
+                .as_string()
+                .unwrap_or_default();
+            let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+            parse_tree(&json)
+        }
+        .await;
+        match result {
+            Ok(h) => {
+                gg_chrome::log::info(&format!("{url}: SHA-256 of {} files published", h.len()));
+                h
+            }
+            Err(e) => {
+                gg_chrome::log::warn(&format!(
+                    "could not read the file hashes of {} ({url}: {e}); files are checked by size only",
+                    self.base
+                ));
+                HashMap::new()
+            }
+        }
+    }
+
+    /// Files served complete without a published SHA-256 (checked by size only), sorted.
+    pub fn unverified(&self) -> Vec<String> {
+        self.unverified.borrow().iter().cloned().collect()
     }
 
     /// The download URL of a repository path.
@@ -195,6 +269,59 @@ impl ModelCache {
         let mut json = serde_json::to_vec(meta)
             .map_err(|e| LoadError::new(ModelErrorKind::LoadFailed, format!("cache entry: {e}")))?;
         self.put(path, &self.key(path, "meta"), &mut json).await
+    }
+
+    /// Deletes a file from the cache: its parts, then its entry.
+    async fn remove(&self, path: &str, meta: &mut FileMeta) {
+        for i in 0..meta.parts.len() {
+            let _ = wait(
+                self.cache
+                    .delete_with_str(&self.key(path, &format!("part/{i}"))),
+            )
+            .await;
+        }
+        meta.reset();
+        let _ = wait(self.cache.delete_with_str(&self.key(path, "meta"))).await;
+    }
+
+    /// The SHA-256 of the stored parts of `path`, read one part at a time.
+    async fn hash_stored(&self, path: &str, meta: &FileMeta) -> Result<FileHasher, LoadError> {
+        let mut hasher = FileHasher::default();
+        for (i, &len) in meta.parts.iter().enumerate() {
+            let bytes = self.read_part(path, i, len).await.map_err(|e| {
+                LoadError::new(
+                    ModelErrorKind::LoadFailed,
+                    format!("{}: {e}", self.url(path)),
+                )
+            })?;
+            hasher.update(&bytes);
+        }
+        Ok(hasher)
+    }
+
+    /// A file is complete: checks its SHA-256 when the repository publishes one (a mismatch
+    /// deletes the file), then records it as complete.
+    async fn finish(
+        &self,
+        path: &str,
+        meta: &mut FileMeta,
+        hasher: Option<FileHasher>,
+        expected: Option<String>,
+    ) -> Result<(), LoadError> {
+        if let (Some(expected), Some(hasher)) = (expected, hasher) {
+            let actual = hasher.finish();
+            if actual != expected {
+                self.remove(path, meta).await;
+                return Err(hash_mismatch(&self.url(path), &expected, &actual));
+            }
+            gg_chrome::log::debug(&format!("{}: SHA-256 verified", self.url(path)));
+            meta.sha256 = Some(actual);
+        } else {
+            meta.sha256 = None;
+        }
+        meta.size = Some(meta.stored());
+        meta.complete = true;
+        self.save_meta(path, meta).await
     }
 
     /// Forgets a file's stored parts.
@@ -351,8 +478,12 @@ impl ModelCache {
             }
             416 if meta.size == Some(offset) => {
                 // Everything was stored; only the final bookkeeping was missing.
-                meta.complete = true;
-                self.save_meta(path, meta).await?;
+                let expected = self.expected_sha256(path).await;
+                let hasher = match &expected {
+                    Some(_) => Some(self.hash_stored(path, meta).await?),
+                    None => None,
+                };
+                self.finish(path, meta, hasher, expected).await?;
                 return Ok(Attempt::Done);
             }
             416 => return Ok(Attempt::Restart),
@@ -403,6 +534,14 @@ impl ModelCache {
                 format!("{url}: the answer has no body"),
             ));
         };
+        // The file's hash, when the repository publishes one: a resumed download first hashes
+        // what is stored (one part at a time), then every byte as it arrives.
+        let expected = self.expected_sha256(path).await;
+        let mut hasher = match &expected {
+            Some(_) if offset > 0 => Some(self.hash_stored(path, meta).await?),
+            Some(_) => Some(FileHasher::default()),
+            None => None,
+        };
         let reader: ReadableStreamDefaultReader = body.get_reader().unchecked_into();
         let mut buf: Vec<u8> = Vec::with_capacity(PART_BYTES);
         let end = loop {
@@ -425,6 +564,9 @@ impl ModelCache {
                 chunk
                     .subarray(at as u32, (at + take) as u32)
                     .copy_to(&mut buf[start..]);
+                if let Some(h) = hasher.as_mut() {
+                    h.update(&buf[start..]);
+                }
                 at += take;
                 if buf.len() == PART_BYTES {
                     self.store_part(path, meta, &mut buf).await?;
@@ -463,9 +605,7 @@ impl ModelCache {
                 ),
             )),
             (Ok(()), _) => {
-                meta.size = Some(stored);
-                meta.complete = true;
-                self.save_meta(path, meta).await?;
+                self.finish(path, meta, hasher, expected).await?;
                 Ok(Attempt::Done)
             }
         }
@@ -671,6 +811,9 @@ impl gg_llm::source::Fetch for CacheFetch {
                     std::io::ErrorKind::NotFound,
                     "the server does not have this file (HTTP 404)".into(),
                 ));
+            }
+            if meta.sha256.is_none() {
+                self.cache.unverified.borrow_mut().insert(path.clone());
             }
             Ok(Box::new(CacheStream {
                 cache: self.cache.clone(),

@@ -1,9 +1,13 @@
 //! The platform-independent half of the model download: what the cache holds of each file
-//! ([`FileMeta`]), HTTP `Content-Range` parsing, and download progress with throughput, ETA and
-//! throttling ([`Tracker`]). The browser half (fetch, Cache Storage) is [`crate::cache`].
+//! ([`FileMeta`]), HTTP `Content-Range` parsing, each file's SHA-256 from the repository's own
+//! metadata ([`tree_api_url`], [`parse_tree`], [`FileHasher`]), and download progress with
+//! throughput, ETA and throttling ([`Tracker`]). The browser half (fetch, Cache Storage) is
+//! [`crate::cache`].
 
 use gg_messages::{DownloadProgress, FileProgress, ModelErrorKind};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 
 /// Why a model could not be loaded, phrased for the user.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,6 +51,10 @@ pub struct FileMeta {
     /// The server answered 404 (optional files such as `generation_config.json`).
     #[serde(default)]
     pub missing: bool,
+    /// The SHA-256 (lowercase hex) the complete file was verified against; `None` when the
+    /// repository published none for it (then only its size was checked).
+    #[serde(default)]
+    pub sha256: Option<String>,
 }
 
 impl FileMeta {
@@ -86,6 +94,89 @@ pub fn parse_content_range(header: &str) -> Result<ContentRange, String> {
         return Err(bad());
     }
     Ok(ContentRange { start, end, total })
+}
+
+/// The Hugging Face API listing of a repository's files, for a model source in the Hugging Face
+/// layout (`https://HOST/ORG/REPO/resolve/REVISION`, also on a mirror of the Hub):
+/// `https://HOST/api/models/ORG/REPO/tree/REVISION?recursive=true`. Each LFS file's entry
+/// carries `lfs.oid`, the SHA-256 of its content. `None` for other sources (no published hashes).
+pub fn tree_api_url(base: &str) -> Option<String> {
+    let base = base.trim().trim_end_matches('/');
+    let (scheme, rest) = base.split_once("://")?;
+    if scheme != "https" && scheme != "http" {
+        return None;
+    }
+    let mut parts = rest.split('/');
+    let host = parts.next().filter(|h| !h.is_empty())?;
+    let segments: Vec<&str> = parts.collect();
+    let [org, repo, "resolve", revision] = segments[..] else {
+        return None;
+    };
+    let plain = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    if !plain(org) || !plain(repo) || !plain(revision) {
+        return None;
+    }
+    Some(format!(
+        "{scheme}://{host}/api/models/{org}/{repo}/tree/{revision}?recursive=true"
+    ))
+}
+
+/// The SHA-256 of each file of a [`tree_api_url`] listing, by repository path. Entries without
+/// `lfs.oid` (small files kept in git, directories) have none; a malformed oid is ignored.
+pub fn parse_tree(listing: &serde_json::Value) -> Result<HashMap<String, String>, String> {
+    let entries = listing
+        .as_array()
+        .ok_or("the repository's file listing is not a JSON array")?;
+    let mut out = HashMap::new();
+    for entry in entries {
+        let (Some(path), Some(oid)) = (
+            entry.get("path").and_then(|p| p.as_str()),
+            entry
+                .get("lfs")
+                .and_then(|l| l.get("oid"))
+                .and_then(|o| o.as_str()),
+        ) else {
+            continue;
+        };
+        let oid = oid.trim().to_ascii_lowercase();
+        if oid.len() == 64 && oid.chars().all(|c| c.is_ascii_hexdigit()) {
+            out.insert(path.trim_start_matches('/').to_owned(), oid);
+        }
+    }
+    Ok(out)
+}
+
+/// SHA-256 over a file's bytes as they stream in (never the whole file at once).
+#[derive(Clone, Default)]
+pub struct FileHasher(Sha256);
+
+impl FileHasher {
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// Lowercase hex.
+    pub fn finish(self) -> String {
+        self.0
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+/// The error for a file whose content does not hash to what the repository says.
+pub fn hash_mismatch(url: &str, expected: &str, actual: &str) -> LoadError {
+    LoadError::new(
+        ModelErrorKind::LoadFailed,
+        format!(
+            "{url} is damaged or was changed on the way: its SHA-256 is {actual}, but the repository says {expected}. The file was deleted from the cache; send the message again to download it again (if this repeats, the server or mirror serves a wrong file)."
+        ),
+    )
 }
 
 /// Human-readable byte count (`1.5 GB`).
@@ -316,6 +407,72 @@ mod tests {
         t.received("x", 5, 1000.0);
         assert_eq!(t.bytes_per_second(1200.0), None);
         assert_eq!(t.snapshot(1200.0).eta_seconds, None);
+    }
+
+    #[test]
+    fn hugging_face_sources_have_a_file_listing() {
+        assert_eq!(
+            tree_api_url(gg_messages::DEFAULT_MODEL_SOURCE).as_deref(),
+            Some(
+                "https://huggingface.co/api/models/onnx-community/gemma-4-E2B-it-ONNX/tree/9f4bef82ea6e296bc69f8a2f5939f73af81b07a6?recursive=true"
+            )
+        );
+        assert_eq!(
+            tree_api_url("http://127.0.0.1:8080/test-org/tiny/resolve/main/").as_deref(),
+            Some("http://127.0.0.1:8080/api/models/test-org/tiny/tree/main?recursive=true")
+        );
+        for other in [
+            "http://127.0.0.1:8080/models/gemma4-tiny-agent",
+            "https://mirror.example/a/b/c/d",
+            "https://huggingface.co/org/repo/resolve",
+            "https://huggingface.co/org/re po/resolve/main",
+            "https://huggingface.co/org/repo/resolve/main/extra",
+            "script:http://127.0.0.1:1/turns.json",
+        ] {
+            assert_eq!(tree_api_url(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn listing_gives_the_lfs_sha256_of_each_file() {
+        let sha = "A".repeat(64);
+        let listing = serde_json::json!([
+            {"type": "file", "path": "config.json", "size": 10, "oid": "0123456789abcdef0123456789abcdef01234567"},
+            {"type": "directory", "path": "onnx", "size": 0, "oid": "x"},
+            {"type": "file", "path": "onnx/model_q4.onnx_data", "size": 5, "oid": "y",
+             "lfs": {"oid": sha, "size": 5, "pointerSize": 134}},
+            {"type": "file", "path": "onnx/bad.onnx", "size": 5, "oid": "z", "lfs": {"oid": "not-hex"}},
+        ]);
+        let hashes = parse_tree(&listing).unwrap();
+        assert_eq!(hashes.len(), 1);
+        assert_eq!(hashes["onnx/model_q4.onnx_data"], "a".repeat(64));
+        assert!(parse_tree(&serde_json::json!({"error": "Repository not found"})).is_err());
+    }
+
+    #[test]
+    fn hashing_in_chunks_is_sha256_of_the_whole() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut whole = FileHasher::default();
+        whole.update(&data);
+        let mut chunked = FileHasher::default();
+        for chunk in data.chunks(4093) {
+            chunked.update(chunk);
+        }
+        assert_eq!(whole.finish(), chunked.finish());
+        // Known answer: SHA-256("abc").
+        let mut abc = FileHasher::default();
+        abc.update(b"abc");
+        assert_eq!(
+            abc.finish(),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        let e = hash_mismatch("http://x/f", "aa", "bb");
+        assert!(
+            e.message.contains("deleted from the cache"),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("SHA-256 is bb"), "{}", e.message);
     }
 
     #[test]

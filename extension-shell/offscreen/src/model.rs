@@ -46,6 +46,8 @@ pub struct Loaded {
     repo: String,
     /// The adapter, as WebGPU describes it (`google swiftshader`).
     adapter: String,
+    /// Files without a published SHA-256 (checked by size only).
+    unverified: Vec<String>,
     backend: Rc<QueuedBackend>,
 }
 
@@ -243,6 +245,7 @@ async fn load(repo: String, model_size: String) -> Result<Rc<Loaded>, LoadError>
             ModelState::Ready {
                 dtype: l.backend.inner.model().variant(),
                 adapter: l.adapter.clone(),
+                unverified: l.unverified.clone(),
             },
         ),
         Err(e) => {
@@ -335,9 +338,17 @@ async fn load_inner(repo: &str, model_size: &str) -> Result<Rc<Loaded>, LoadErro
             )
         })?;
     }
+    let unverified = cache.unverified();
+    if !unverified.is_empty() {
+        log::warn(&format!(
+            "{repo} publishes no SHA-256 for {}: checked by size only",
+            unverified.join(", ")
+        ));
+    }
     Ok(Rc::new(Loaded {
         repo: repo.to_owned(),
         adapter,
+        unverified,
         backend: Rc::new(QueuedBackend {
             inner: GemmaBackend::new(Rc::new(model)),
             turn: Mutex::new(()),

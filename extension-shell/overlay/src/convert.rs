@@ -137,7 +137,9 @@ pub fn model_actions(report: ModelReport, tab: Option<i64>) -> Vec<Action> {
             bytes_per_second: p.bytes_per_second,
         })],
         ModelState::Initializing { .. } => vec![status(ModelStatus::Initializing { model })],
-        ModelState::Ready { .. } => vec![status(ModelStatus::Ready { model })],
+        ModelState::Ready { unverified, .. } => {
+            vec![status(ModelStatus::Ready { model, unverified })]
+        }
         ModelState::Failed {
             tab_id,
             kind,
@@ -325,13 +327,15 @@ mod tests {
         let mut e4b = report(ModelState::Ready {
             dtype: "q4".into(),
             adapter: "a".into(),
+            unverified: vec!["config.json".into()],
         });
         e4b.model_size = "E4B".into();
         assert_eq!(
             model_actions(e4b, None),
             vec![Action::SetModelStatus {
                 status: ModelStatus::Ready {
-                    model: ModelChoice::E4b
+                    model: ModelChoice::E4b,
+                    unverified: vec!["config.json".into()],
                 }
             }]
         );

@@ -10,6 +10,7 @@ use gg_agent::ApprovalDecision as AgentDecision;
 use gg_chrome::log;
 use gg_components::{Action, ApprovalDecision, ChatDispatcher, GemApp, UiIntent};
 use gg_messages::{Body, Context, Envelope, RequestId, SETTINGS_KEY, Settings};
+use settings::Stored;
 use std::cell::{Cell, RefCell};
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -136,6 +137,54 @@ fn show_model(report: gg_messages::ModelReport) {
 /// defaults rather than blocking the UI).
 async fn stored_settings() -> Result<Settings, String> {
     match gg_chrome::sync_get(SETTINGS_KEY).await {
+/// A change could not be stored: the user is told (the panel shows what is stored, so the
+/// change is visibly undone).
+fn show_save_error(detail: String) {
+    log::error(&detail);
+    dispatch(Action::ShowError {
+        error: gg_components::UiError::new(gg_components::ErrorKind::SaveFailed, detail),
+    });
+}
+
+/// Asks the service worker (the only writer of the settings and per-site data) to store a
+/// change; a refusal or failure is shown. `true` when stored.
+async fn save(body: Body) -> bool {
+    match gg_chrome::send(Context::Overlay, next_id(), body).await {
+        Ok(Some(Envelope {
+            body: Body::Ack, ..
+        })) => true,
+        Ok(Some(Envelope {
+            body: Body::Error { message },
+            ..
+        })) => {
+            show_save_error(message);
+            false
+        }
+        Ok(Some(other)) => {
+            show_save_error(format!(
+                "could not save: unexpected answer {:?}",
+                other.body
+            ));
+            false
+        }
+        Ok(None) => {
+            show_save_error("could not save: the extension did not answer; reload the page".into());
+            false
+        }
+        Err(e) => {
+            show_save_error(format!("could not save: {e}"));
+            false
+        }
+    }
+}
+
+/// What the settings panel shows: the synced settings and the per-site data.
+async fn stored() -> Result<Stored, String> {
+    let settings = stored_settings().await?;
+    let local = gg_chrome::local_items().await.map_err(|e| e.to_string())?;
+    Ok(Stored::new(settings, &local))
+}
+
         Ok(None) => Ok(Settings::default()),
         Ok(Some(json)) => Ok(serde_json::from_value(json).unwrap_or_else(|e| {
             log::warn(&format!(
@@ -144,16 +193,6 @@ async fn stored_settings() -> Result<Settings, String> {
             Settings::default()
         })),
         Err(e) => Err(e.to_string()),
-    }
-}
-
-async fn save_settings(next: &Settings) {
-    let json = match serde_json::to_value(next) {
-        Ok(json) => json,
-        Err(e) => return show_error(format!("could not save the settings: {e}")),
-    };
-    if let Err(e) = gg_chrome::sync_set(SETTINGS_KEY, &json).await {
-        show_error(format!("could not save the settings: {e}"));
     }
 }
 
@@ -212,12 +251,7 @@ async fn clear_model(model: gg_components::ModelChoice) {
 
 /// Settings and site for the panel, at start.
 async fn load_settings_and_site() {
-    match stored_settings().await {
-        Ok(stored) => dispatch(Action::SetSettings {
-            settings: settings::to_ui(&stored),
-        }),
-        Err(e) => show_error(format!("could not read the settings: {e}")),
-    }
+    show_stored_settings().await;
     if let Some(Body::Site { site }) = request(Body::GetPageSite).await {
         let host = settings::host_of(&site);
         dispatch(Action::SetSite {
@@ -226,41 +260,57 @@ async fn load_settings_and_site() {
     }
 }
 
-/// The user edited the settings in this overlay: store them; every tab (this one included)
-/// applies them through `chrome.storage.onChanged`.
+/// Shows what is stored in the settings panel.
+async fn show_stored_settings() {
+    match stored().await {
+        Ok(stored) => dispatch(Action::SetSettings {
+            settings: settings::to_ui(&stored),
+        }),
+        Err(e) => show_error(format!("could not read the settings: {e}")),
+    }
+}
+
+/// The user edited the settings in this overlay: the service worker stores the changes; every
+/// tab (this one included) shows them through `chrome.storage.onChanged`. When one is refused
+/// or fails, the panel goes back to what is stored.
 async fn settings_changed(ui: gg_components::Settings) {
-    match stored_settings().await {
-        Ok(stored) => save_settings(&settings::from_ui(&ui, &stored)).await,
-        Err(e) => show_error(format!("could not save the settings: {e}")),
-    }
-}
-
-/// The agent recorded an "always on this site" permission: keep it for every tab and later turns.
-async fn permission_granted(site: String, permission: gg_agent::Permission) {
-    match stored_settings().await {
-        Ok(mut stored) => {
-            if settings::grant(&mut stored, &site, permission) {
-                save_settings(&stored).await;
-            }
-        }
-        Err(e) => show_error(format!("could not save the permission: {e}")),
-    }
-}
-
-/// `chrome.storage.onChanged` for `sync.settings` (called by `overlay.js`): the new value, shown
-/// at once in every tab's panel.
-#[wasm_bindgen]
-pub fn on_settings_changed(value: JsValue) {
-    let stored = match gg_chrome::from_js(&value) {
-        Ok(serde_json::Value::Null) => Settings::default(),
-        Ok(json) => serde_json::from_value(json).unwrap_or_default(),
-        Err(_) => Settings::default(),
+    let stored = match stored().await {
+        Ok(stored) => stored,
+        Err(e) => return show_save_error(format!("could not save the settings: {e}")),
     };
-    dispatch(Action::SetSettings {
-        settings: settings::to_ui(&stored),
+    let changes = settings::from_ui(&ui, &stored);
+    let mut all_saved = true;
+    if let Some(settings) = changes.settings {
+        all_saved &= save(Body::SaveSettings { settings }).await;
+    }
+    for (site, disabled) in changes.disabled {
+        all_saved &= save(Body::SetSiteDisabled { site, disabled }).await;
+    }
+    for (site, permission) in changes.revoked {
+        all_saved &= save(Body::RevokeSitePermission { site, permission }).await;
+    }
+    if !all_saved {
+        show_stored_settings().await;
+    }
+}
+
+/// The agent recorded an "always on this site" permission: the service worker keeps it for every
+/// tab and later turns (a permission that cannot persist was never granted for good).
+async fn permission_granted(site: String, permission: gg_agent::Permission) {
+    if permission.can_persist() {
+        save(Body::GrantSitePermission { site, permission }).await;
+    }
+}
+
+/// `chrome.storage.onChanged` for `sync.settings` or a per-site key of `local` (called by
+/// `overlay.js`): what is stored now, shown at once in every tab's panel.
+#[wasm_bindgen]
+pub fn on_settings_changed() {
+    wasm_bindgen_futures::spawn_local(async {
+        show_stored_settings().await;
+        // The model source or size may have changed.
+        refresh_stored_models().await;
     });
-    // The model source or size may have changed.
-    wasm_bindgen_futures::spawn_local(refresh_stored_models());
 }
 
 fn decision(d: ApprovalDecision) -> AgentDecision {

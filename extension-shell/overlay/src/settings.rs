@@ -1,25 +1,24 @@
-//! Stored settings (`chrome.storage.sync["settings"]`, [`gg_messages::Settings`]) <-> the settings
-//! the UI edits ([`gg_components::Settings`]). Pure functions, tested natively.
+//! What is stored <-> the settings the UI edits ([`gg_components::Settings`]). Pure functions,
+//! tested natively.
 //!
-//! The UI shows the page's site as its host name (`example.com`), which is also what
-//! `disabledHosts` holds; "always on this site" permissions are the agent's own
-//! [`SitePermissions`] JSON, shown one row per (site, permission) and forgotten row by row.
+//! Stored: the small settings in `chrome.storage.sync["settings"]` ([`gg_messages::Settings`])
+//! and the per-site data in `chrome.storage.local`, one key per site
+//! ([`gg_messages::storage`]). The overlay only reads them; every change goes to the service
+//! worker as a request ([`Changes`]), which checks and writes it.
+//!
+//! The UI shows the page's site as its host name (`example.com`), which is also what a
+//! disabled-host key holds; "always on this site" permissions are the agent's own
+//! [`SitePermissions`], shown one row per (site, permission) and forgotten row by row.
 
 use gg_agent::{Permission, SitePermissions};
 use gg_components::{ModelChoice, ModelInfo, ModelSource, SitePermission};
+use gg_messages::storage as keys;
 use gg_messages::{DEFAULT_MODEL_SOURCE, Settings, StoredModel, model_repository};
+use serde_json::{Map, Value};
 
 /// The host name of an origin or URL (`https://example.com:8443/x` -> `example.com`).
 pub fn host_of(site: &str) -> String {
-    let rest = site.split_once("://").map_or(site, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let authority = authority.rsplit('@').next().unwrap_or(authority);
-    let host = if authority.starts_with('[') {
-        authority.split_inclusive(']').next().unwrap_or(authority)
-    } else {
-        authority.split(':').next().unwrap_or(authority)
-    };
-    host.trim_end_matches('.').to_ascii_lowercase()
+    keys::host_of(site).unwrap_or_default()
 }
 
 /// How a permission is shown (and matched when the user forgets one).
@@ -41,32 +40,42 @@ pub fn permission_label(permission: &Permission) -> String {
     }
 }
 
-/// The agent's permissions stored in the settings (none when absent or unreadable).
-pub fn permissions(stored: &Settings) -> SitePermissions {
-    serde_json::from_value(stored.site_permissions.clone()).unwrap_or_default()
+/// Everything the settings panel shows, as stored.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Stored {
+    pub settings: Settings,
+    /// Hosts Gemma Gem is turned off on.
+    pub disabled_hosts: Vec<String>,
+    pub permissions: SitePermissions,
 }
 
-fn set_permissions(stored: &mut Settings, permissions: &SitePermissions) {
-    stored.site_permissions =
-        serde_json::to_value(permissions).unwrap_or_else(|_| serde_json::json!({}));
+impl Stored {
+    /// From the synced settings and the items of `chrome.storage.local`.
+    pub fn new(settings: Settings, local: &Map<String, Value>) -> Self {
+        Self {
+            settings,
+            disabled_hosts: keys::disabled_hosts_from(local),
+            permissions: keys::permissions_from(local),
+        }
+    }
 }
 
-/// Records a permission the user granted with "always on this site"; `true` when it is new.
-pub fn grant(stored: &mut Settings, site: &str, permission: Permission) -> bool {
-    let mut all = permissions(stored);
-    let added = all.allow_always(site, permission);
-    set_permissions(stored, &all);
-    added
+/// What the service worker is asked to store after an edit in the panel.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Changes {
+    /// New synced settings (`None`: unchanged).
+    pub settings: Option<Settings>,
+    /// Hosts turned off (`true`) or back on (`false`).
+    pub disabled: Vec<(String, bool)>,
+    /// Permissions the panel no longer lists.
+    pub revoked: Vec<(String, Permission)>,
 }
 
 /// What the settings panel shows.
-pub fn to_ui(stored: &Settings) -> gg_components::Settings {
-    let model_source = match stored.model_source.trim() {
-        "" => ModelSource::HuggingFace,
-        s if s == DEFAULT_MODEL_SOURCE => ModelSource::HuggingFace,
-        other => ModelSource::Mirror(other.to_owned()),
-    };
-    let site_permissions = permissions(stored)
+pub fn to_ui(stored: &Stored) -> gg_components::Settings {
+    let s = &stored.settings;
+    let site_permissions = stored
+        .permissions
         .sites()
         .flat_map(|(site, policy)| {
             policy.always_allowed.iter().map(move |p| SitePermission {
@@ -77,40 +86,62 @@ pub fn to_ui(stored: &Settings) -> gg_components::Settings {
         })
         .collect();
     gg_components::Settings {
-        model: if stored.model_size.eq_ignore_ascii_case("E4B") {
+        model: if s.model_size.eq_ignore_ascii_case("E4B") {
             ModelChoice::E4b
         } else {
             ModelChoice::E2b
         },
-        thinking: stored.thinking,
-        max_iterations: stored.max_iterations,
-        temperature: stored.temperature,
+        thinking: s.thinking,
+        max_iterations: s.max_iterations,
+        temperature: s.temperature,
         disabled_sites: stored.disabled_hosts.clone(),
         site_permissions,
-        model_source,
+        model_source: ui_source(s),
+        confirmed_http_mirror: (!s.confirmed_http_mirror.is_empty())
+            .then(|| s.confirmed_http_mirror.clone()),
     }
 }
 
-/// The stored settings after the user edited them in the panel. Everything the panel does not
-/// edit is kept from `stored`; permissions the panel no longer lists are withdrawn.
-pub fn from_ui(ui: &gg_components::Settings, stored: &Settings) -> Settings {
-    let (lo, hi) = gg_components::Settings::MAX_ITERATIONS_RANGE;
-    let (tlo, thi) = gg_components::Settings::TEMPERATURE_RANGE;
-    let mut disabled_hosts: Vec<String> = Vec::new();
+fn ui_source(s: &Settings) -> ModelSource {
+    match s.model_source.trim() {
+        "" => ModelSource::HuggingFace,
+        x if x == DEFAULT_MODEL_SOURCE => ModelSource::HuggingFace,
+        other => ModelSource::Mirror(other.to_owned()),
+    }
+}
+
+/// What to store after the user edited the settings in the panel. Everything the panel does not
+/// edit is kept; hosts and permissions the panel no longer lists are withdrawn.
+pub fn from_ui(ui: &gg_components::Settings, stored: &Stored) -> Changes {
+    let (lo, hi) = keys::MAX_ITERATIONS_RANGE;
+    let (tlo, thi) = keys::TEMPERATURE_RANGE;
+    let mut hosts: Vec<String> = Vec::new();
     for site in &ui.disabled_sites {
         let host = host_of(site);
-        if !host.is_empty() && !disabled_hosts.contains(&host) {
-            disabled_hosts.push(host);
+        if !host.is_empty() && !hosts.contains(&host) {
+            hosts.push(host);
         }
     }
-    let mut all = permissions(stored);
+    let mut disabled: Vec<(String, bool)> = hosts
+        .iter()
+        .filter(|h| !stored.disabled_hosts.contains(h))
+        .map(|h| (h.clone(), true))
+        .collect();
+    disabled.extend(
+        stored
+            .disabled_hosts
+            .iter()
+            .filter(|h| !hosts.contains(h))
+            .map(|h| (h.clone(), false)),
+    );
     let listed = |site: &str, p: &Permission| {
         let label = permission_label(p);
         ui.site_permissions
             .iter()
             .any(|row| row.allowed && row.site == site && row.tool == label)
     };
-    let withdrawn: Vec<(String, Permission)> = all
+    let revoked = stored
+        .permissions
         .sites()
         .flat_map(|(site, policy)| {
             policy
@@ -120,10 +151,11 @@ pub fn from_ui(ui: &gg_components::Settings, stored: &Settings) -> Settings {
                 .map(move |p| (site.to_owned(), p.clone()))
         })
         .collect();
-    for (site, p) in withdrawn {
-        all.revoke(&site, &p);
-    }
-    let mut next = Settings {
+    let model_source = match &ui.model_source {
+        ModelSource::HuggingFace => DEFAULT_MODEL_SOURCE.into(),
+        ModelSource::Mirror(url) => url.trim().to_owned(),
+    };
+    let next = Settings {
         model_size: match ui.model {
             ModelChoice::E2b => "E2B".into(),
             ModelChoice::E4b => "E4B".into(),
@@ -133,25 +165,31 @@ pub fn from_ui(ui: &gg_components::Settings, stored: &Settings) -> Settings {
         temperature: if ui.temperature.is_finite() {
             ui.temperature.clamp(tlo, thi)
         } else {
-            stored.temperature
+            stored.settings.temperature
         },
-        disabled_hosts,
-        model_source: match &ui.model_source {
-            ModelSource::HuggingFace => DEFAULT_MODEL_SOURCE.into(),
-            ModelSource::Mirror(url) => url.trim().to_owned(),
-        },
-        site_permissions: stored.site_permissions.clone(),
+        confirmed_http_mirror: ui
+            .confirmed_http_mirror
+            .clone()
+            .filter(|c| *c == model_source)
+            .unwrap_or_default(),
+        model_source,
     };
-    set_permissions(&mut next, &all);
-    next
+    Changes {
+        settings: (next != stored.settings).then_some(next),
+        disabled,
+        revoked,
+    }
 }
 
 /// The repository each model of the panel downloads from with these settings. A mirror serves
 /// whichever size is chosen, so then only the chosen model has one.
 pub fn repositories(stored: &Settings) -> Vec<(ModelChoice, String)> {
-    let ui = to_ui(stored);
-    let chosen = ui.model;
-    let mirror = matches!(ui.model_source, ModelSource::Mirror(_));
+    let chosen = if stored.model_size.eq_ignore_ascii_case("E4B") {
+        ModelChoice::E4b
+    } else {
+        ModelChoice::E2b
+    };
+    let mirror = matches!(ui_source(stored), ModelSource::Mirror(_));
     ModelChoice::ALL
         .into_iter()
         .filter(|m| !mirror || *m == chosen)
@@ -260,29 +298,32 @@ mod tests {
 
     #[test]
     fn defaults_round_trip() {
-        let stored = Settings::default();
+        let stored = Stored::default();
         let ui = to_ui(&stored);
         assert_eq!(ui.model, ModelChoice::E2b);
         assert_eq!(ui.model_source, ModelSource::HuggingFace);
         assert!(ui.site_permissions.is_empty());
-        let back = from_ui(&ui, &stored);
-        assert_eq!(back.model_source, DEFAULT_MODEL_SOURCE);
-        assert_eq!(back.model_size, "E2B");
-        assert_eq!(back.max_iterations, 10);
-        assert_eq!(back.site_permissions, serde_json::json!({"sites": {}}));
+        // An unchanged panel asks for nothing.
+        assert_eq!(from_ui(&ui, &stored), Changes::default());
     }
 
     #[test]
     fn edits_apply_and_unedited_fields_survive() {
-        let stored = Settings {
-            model_source: "script:http://127.0.0.1:1/turns.json".into(),
-            ..Settings::default()
-        };
+        let local =
+            serde_json::json!({"disabled:old.example": true, "disabled:keep.example": true});
+        let stored = Stored::new(
+            Settings {
+                model_source: "script:http://127.0.0.1:1/turns.json".into(),
+                ..Settings::default()
+            },
+            local.as_object().unwrap(),
+        );
         let mut ui = to_ui(&stored);
         assert_eq!(
             ui.model_source,
             ModelSource::Mirror("script:http://127.0.0.1:1/turns.json".into())
         );
+        assert_eq!(ui.disabled_sites, vec!["keep.example", "old.example"]);
         ui.model = ModelChoice::E4b;
         ui.thinking = true;
         ui.max_iterations = 500;
@@ -291,42 +332,70 @@ mod tests {
             "https://a.example/page".into(),
             "a.example".into(),
             "B.example".into(),
+            "keep.example".into(),
             "".into(),
         ];
-        let next = from_ui(&ui, &stored);
+        let changes = from_ui(&ui, &stored);
+        let next = changes.settings.unwrap();
         assert_eq!(next.model_size, "E4B");
         assert!(next.thinking);
         assert_eq!(next.max_iterations, 50);
         assert_eq!(next.temperature, 1.0);
-        assert_eq!(next.disabled_hosts, vec!["a.example", "b.example"]);
         assert_eq!(next.model_source, "script:http://127.0.0.1:1/turns.json");
+        assert_eq!(
+            changes.disabled,
+            vec![
+                ("a.example".to_owned(), true),
+                ("b.example".to_owned(), true),
+                ("old.example".to_owned(), false)
+            ]
+        );
+        assert!(changes.revoked.is_empty());
+    }
+
+    #[test]
+    fn an_http_mirror_is_stored_with_its_confirmation_only() {
+        let stored = Stored::default();
+        let mut ui = to_ui(&stored);
+        ui.model_source = ModelSource::Mirror("http://mirror.example/m".into());
+        ui.confirmed_http_mirror = Some("http://mirror.example/m".into());
+        let next = from_ui(&ui, &stored).settings.unwrap();
+        assert_eq!(next.confirmed_http_mirror, "http://mirror.example/m");
+        assert!(gg_messages::storage::checked_settings(next.clone()).is_ok());
+        let back = to_ui(&Stored {
+            settings: next,
+            ..Stored::default()
+        });
+        assert_eq!(
+            back.confirmed_http_mirror.as_deref(),
+            Some("http://mirror.example/m")
+        );
+        // A confirmation of another address does not carry over.
+        ui.model_source = ModelSource::Mirror("http://other.example/m".into());
+        let next = from_ui(&ui, &stored).settings.unwrap();
+        assert_eq!(next.confirmed_http_mirror, "");
+        assert!(gg_messages::storage::checked_settings(next).is_err());
     }
 
     #[test]
     fn granted_permissions_show_and_can_be_forgotten() {
-        let mut stored = Settings::default();
+        let mut permissions = SitePermissions::default();
         // Running JavaScript is never granted for good: nothing is stored.
-        assert!(!grant(
-            &mut stored,
-            "https://a.example/x",
-            Permission::RunJavascript
-        ));
-        assert!(to_ui(&stored).site_permissions.is_empty());
-        assert!(grant(
-            &mut stored,
-            "https://a.example/x",
-            Permission::SubmitForm
-        ));
-        assert!(!grant(
-            &mut stored,
-            "https://a.example",
-            Permission::SubmitForm
-        ));
-        assert!(grant(
-            &mut stored,
+        assert!(!permissions.allow_always("https://a.example/x", Permission::RunJavascript));
+        permissions.allow_always("https://a.example/x", Permission::SubmitForm);
+        permissions.allow_always(
             "https://b.example",
-            Permission::TypeIntoField(SensitiveField::Password)
-        ));
+            Permission::TypeIntoField(SensitiveField::Password),
+        );
+        // As the service worker stores them: one key per site.
+        let mut local = Map::new();
+        for site in ["https://a.example", "https://b.example"] {
+            local.insert(
+                keys::permissions_key(site).unwrap(),
+                keys::record_of(&permissions, site).unwrap(),
+            );
+        }
+        let stored = Stored::new(Settings::default(), &local);
         let mut ui = to_ui(&stored);
         assert_eq!(ui.site_permissions.len(), 2);
         assert!(
@@ -335,25 +404,21 @@ mod tests {
                 .any(|p| p.tool == "submit forms" && p.site.contains("a.example"))
         );
         // Unchanged panel: nothing withdrawn.
-        let same = from_ui(&ui, &stored);
-        assert_eq!(permissions(&same), permissions(&stored));
+        assert!(from_ui(&ui, &stored).revoked.is_empty());
         // The user forgets the "submit forms" row.
         ui.site_permissions.retain(|p| p.tool != "submit forms");
-        let next = from_ui(&ui, &stored);
-        let all = permissions(&next);
-        assert!(!all.is_allowed("https://a.example", &Permission::SubmitForm));
-        assert!(all.is_allowed(
-            "https://b.example",
-            &Permission::TypeIntoField(SensitiveField::Password)
-        ));
+        let changes = from_ui(&ui, &stored);
+        assert_eq!(
+            changes.revoked,
+            vec![("https://a.example".to_owned(), Permission::SubmitForm)]
+        );
+        assert_eq!(changes.settings, None);
     }
 
     #[test]
     fn damaged_permissions_read_as_none() {
-        let stored = Settings {
-            site_permissions: serde_json::json!("garbage"),
-            ..Settings::default()
-        };
+        let local = serde_json::json!({"site:https://a.example": "garbage"});
+        let stored = Stored::new(Settings::default(), local.as_object().unwrap());
         assert!(to_ui(&stored).site_permissions.is_empty());
     }
 }

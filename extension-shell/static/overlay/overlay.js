@@ -7,7 +7,9 @@ chrome.runtime.onMessage.addListener((message, sender) => {
   return false;
 });
 // Settings changed in any tab apply here at once.
+// Settings (sync) and per-site data (local, one key per site) changed in any tab apply here at once.
 chrome.storage.onChanged.addListener((changes, area) => {
-  if (area === 'sync' && changes.settings) on_settings_changed(changes.settings.newValue);
+  const perSite = area === 'local' && Object.keys(changes).some((k) => k.startsWith('site:') || k.startsWith('disabled:'));
+  if ((area === 'sync' && changes.settings) || perSite) on_settings_changed();
 });
 start();
