@@ -81,6 +81,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::backend::{BackendError, FinishReason, GenerateOptions, ModelBackend, StreamChunk};
+use crate::budget::{budgeted_call, fit_tool_output};
 use crate::builtin::{BuiltinCall, builtin_tools};
 use crate::cancel::CancellationToken;
 use crate::context::{ContextOverflow, TokenCounter, trim_to_budget};
@@ -92,7 +93,7 @@ use crate::message::{ChatMessage, Role, ToolCall};
 use crate::permissions::{Permission, SitePermissions};
 use crate::site::site_key;
 use crate::tool::{ToolDefinition, ToolError, ToolErrorKind, ToolExecutor, ToolOutput};
-use crate::untrusted::{wrap_untrusted, wrap_untrusted_error};
+use crate::untrusted::wrap_untrusted_error;
 
 /// The system prompt [`AgentConfig::default`] uses.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are Gemma Gem, an assistant inside the user's web \
@@ -118,6 +119,9 @@ pub struct AgentConfig {
     pub max_iterations: u32,
     /// The model's context in tokens; the prompt may use it minus `options.max_new_tokens`.
     pub context_window: usize,
+    /// Most tokens one tool output may take in the conversation (also at most half the prompt
+    /// budget); larger outputs are cut to fit ([`crate::budget`]).
+    pub max_tool_output_tokens: usize,
     /// The loop stops when one identical call (same tool, same arguments) has failed this many
     /// times in a run (default 2: a failing call that is repeated ends it).
     pub max_identical_failures: u32,
@@ -135,6 +139,7 @@ impl Default for AgentConfig {
             options: GenerateOptions::default(),
             max_iterations: 10,
             context_window: 8192,
+            max_tool_output_tokens: 3000,
             max_identical_failures: 2,
             tool_classes: BTreeMap::new(),
             trusted_output_tools: BTreeSet::new(),
@@ -657,6 +662,15 @@ impl Run<'_, '_> {
         }
     }
 
+    /// Most tokens one tool output may take: the configured cap, at most half the prompt budget.
+    fn tool_output_cap(&self) -> usize {
+        let config = &self.agent.config;
+        let budget = config
+            .context_window
+            .saturating_sub(config.options.max_new_tokens as usize);
+        config.max_tool_output_tokens.min(budget / 2).max(1)
+    }
+
     fn respond_error(&mut self, name: &str, message: &str) {
         self.agent.messages.push(ChatMessage::tool(
             name,
@@ -895,8 +909,12 @@ impl Run<'_, '_> {
             }
         }
 
+        // The page sizes its output in characters; the size arguments are capped to what one
+        // output may take, and the output is checked with the model's own token counter.
+        let cap = self.tool_output_cap();
+        let sized = budgeted_call(&call, cap);
         match or_cancel(
-            executor.execute_on(&call, element.as_deref()),
+            executor.execute_on(&sized, element.as_deref()),
             &self.env.cancel,
         )
         .await
@@ -904,16 +922,16 @@ impl Run<'_, '_> {
             None => self.cancelled_during(&call),
             Some(Err(error)) => self.fail_from_tool(call_id, &call, error).await,
             Some(Ok(output)) => {
-                let value = if self.agent.config.trusted_output_tools.contains(&call.name) {
-                    output.value.clone()
-                } else {
-                    wrap_untrusted(output.value.clone())
-                };
-                self.agent.messages.push(ChatMessage::tool(
+                let wrap = !self.agent.config.trusted_output_tools.contains(&call.name);
+                let fitted = fit_tool_output(
                     &call.name,
-                    value,
+                    output.value.clone(),
                     output.images.clone(),
-                ));
+                    wrap,
+                    cap,
+                    self.env.tokens,
+                );
+                self.agent.messages.push(fitted.message);
                 self.out
                     .emit(AgentEvent::ToolResult {
                         call_id,

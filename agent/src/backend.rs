@@ -171,6 +171,12 @@ pub trait ModelBackend {
         tools: &'a [ToolDefinition],
         options: &'a GenerateOptions,
     ) -> ChunkStream<'a>;
+
+    /// Counts tokens exactly as this model sees them (its tokenizer and chat template), if it
+    /// can; the agent's context budget and tool-output caps then use it instead of an estimate.
+    fn token_counter(&self) -> Option<&dyn crate::TokenCounter> {
+        None
+    }
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@
 //! - [`permissions`]: per-site records;
 //! - [`untrusted`]: wrapping page-derived output;
 //! - [`context`]: token counting and history trimming;
+//! - [`budget`]: tool outputs cut to a token cap;
 //! - [`agent`]: [`Agent`], [`run_agent_loop`], [`AgentEvent`].
 //!
 //! See [`agent`] for a complete example.
@@ -28,6 +29,7 @@
 pub mod agent;
 pub mod backend;
 mod base64;
+pub mod budget;
 pub mod builtin;
 mod cancel;
 mod consequential;

@@ -1233,3 +1233,70 @@ fn restored_conversation_continues_with_the_current_system_prompt() {
     );
     assert_eq!(seen[1][1].text(), "One");
 }
+
+#[test]
+fn tool_outputs_fit_a_token_cap_counted_by_the_model_counter() {
+    // CharCounter: one token per character. Prompt budget 8192 - 1024; one output at most
+    // min(1200, budget / 2) = 1200 tokens.
+    let cap = 1200;
+    let config = AgentConfig {
+        max_tool_output_tokens: cap,
+        ..AgentConfig::default()
+    };
+    let long: String = (0..4000).map(|i| format!("word{i} ")).collect();
+    let model = ScriptedModel::new(vec![
+        vec![
+            call("read_page_content", json!({"max_chars": 100_000})),
+            call("snapshot_page", json!({"max_tokens": 50_000})),
+            end_for_tools(),
+        ],
+        vec![tok("Read."), end_turn()],
+    ]);
+    let returned = long.chars().count();
+    let page = ScriptedPage::new(SITE)
+        .then(
+            "read_page_content",
+            Ok(ToolOutput::new(json!({
+                "format": "text", "offset": 0, "returned_chars": returned,
+                "total_chars": returned + 10, "remaining_chars": 10, "next_offset": returned,
+                "note": "10 more characters", "content": long,
+            }))),
+        )
+        .then(
+            "snapshot_page",
+            Ok(ToolOutput::new(json!({"outline": long, "url": SITE}))),
+        );
+    let user = ScriptedUser::default();
+    let mut agent = Agent::new(config);
+    let events = {
+        let env = env(&model, &page, &user, &CharCounter, CancellationToken::new());
+        futures::executor::block_on(
+            run_agent_loop(&mut agent, ChatMessage::user("Read it"), env).collect::<Vec<_>>(),
+        )
+    };
+    assert_eq!(last_stop(&events), StopReason::EndOfTurn);
+    // The page was asked for no more than the cap allows.
+    let executed = page.executed.borrow();
+    assert_eq!(executed[0].args["max_chars"], json!(cap * 4));
+    assert_eq!(executed[1].args["max_tokens"], json!(cap));
+    // What the model saw of each output fits the cap, and the read says where to go on.
+    let seen = &model.seen.borrow()[1];
+    let outputs: Vec<&ChatMessage> = seen.iter().filter(|m| m.tool_response.is_some()).collect();
+    assert_eq!(outputs.len(), 2);
+    for output in &outputs {
+        let n = CharCounter.count_message(output);
+        assert!(n <= cap && n > cap * 3 / 4, "{n} tokens");
+    }
+    let read = &outputs[0].tool_response.as_ref().unwrap().response["page_data"];
+    let kept = read["content"].as_str().unwrap().chars().count();
+    assert!(kept < returned);
+    assert_eq!(read["next_offset"], json!(kept));
+    assert_eq!(read["remaining_chars"], json!(returned + 10 - kept));
+    let snapshot = &outputs[1].tool_response.as_ref().unwrap().response["page_data"];
+    assert!(
+        snapshot["outline"]
+            .as_str()
+            .unwrap()
+            .contains("more characters cut to fit the model's context")
+    );
+}

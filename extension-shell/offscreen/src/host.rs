@@ -383,13 +383,15 @@ async fn run_turn(
         document_id: binding.document_id,
     };
     let approver = TabApprover { tab_id };
-    let tokens = ApproxTokenCounter::default();
+    // The model's own tokenizer counts the context; an estimate only for a backend without one.
+    let estimate = ApproxTokenCounter::default();
+    let tokens = backend.token_counter().unwrap_or(&estimate);
     {
         let env = AgentEnv {
             backend: &*backend,
             executor: &executor,
             approver: &approver,
-            tokens: &tokens,
+            tokens,
             cancel,
         };
         let mut events = gg_agent::run_agent_loop(&mut agent, ChatMessage::user(text), env);

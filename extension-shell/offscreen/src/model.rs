@@ -598,6 +598,10 @@ impl ModelBackend for QueuedBackend {
         .flatten()
         .boxed_local()
     }
+
+    fn token_counter(&self) -> Option<&dyn gg_agent::TokenCounter> {
+        Some(&self.inner)
+    }
 }
 
 /// The context limit (tokens) of the loaded model of `repo`, if its config states it.

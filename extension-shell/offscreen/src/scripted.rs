@@ -296,6 +296,11 @@ impl ModelBackend for ScriptedBackend {
         .filter_map(futures::future::ready)
         .boxed_local()
     }
+
+    /// With a `tokenizer` in the script, the agent counts as the real backend does.
+    fn token_counter(&self) -> Option<&dyn gg_agent::TokenCounter> {
+        self.text.as_ref().map(|t| t as &dyn gg_agent::TokenCounter)
+    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,84 @@ use crate::chat::{
 };
 use crate::untrusted;
 
+/// Counts tokens exactly as the model will see them: each message, and the tool declarations,
+/// rendered by the model's chat template and tokenized like the prompt (untrusted spans as plain
+/// text). The agent trims its history and caps tool outputs with it.
+#[derive(Clone, Copy)]
+pub struct PromptCounter<'a> {
+    /// The model's tokenizer.
+    pub tokenizer: &'a crate::GemmaTokenizer,
+    /// The model's chat template.
+    pub template: &'a crate::ChatTemplate,
+}
+
+impl std::fmt::Debug for PromptCounter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PromptCounter").finish_non_exhaustive()
+    }
+}
+
+impl PromptCounter<'_> {
+    fn options() -> crate::PromptOptions {
+        crate::PromptOptions {
+            add_generation_prompt: false,
+            enable_thinking: false,
+        }
+    }
+
+    /// Tokens of `messages` and `tools` rendered together, without the `<bos>` the template
+    /// writes once per prompt (`None` if the template fails).
+    fn count(&self, messages: &[ChatMessage], tools: &[ToolDeclaration]) -> Option<usize> {
+        let text = self
+            .template
+            .render(
+                messages,
+                tools,
+                Self::options(),
+                &self.tokenizer.template_tokens(),
+            )
+            .ok()?;
+        let n = self.tokenizer.encode_prompt(&text).ok()?.len();
+        let bos = text.starts_with(&self.tokenizer.special().bos.text);
+        Some(n.saturating_sub(usize::from(bos)))
+    }
+}
+
+impl agent::TokenCounter for PromptCounter<'_> {
+    fn count_message(&self, message: &agent::ChatMessage) -> usize {
+        let msgs = messages_from_agent(std::slice::from_ref(message), false);
+        self.count(&msgs, &[]).unwrap_or_else(|| {
+            // The template refused this message alone: estimate it.
+            agent::ApproxTokenCounter::default().count_message(message)
+        })
+    }
+
+    fn count_tools(&self, tools: &[agent::ToolDefinition]) -> usize {
+        if tools.is_empty() {
+            return 0;
+        }
+        // What the declarations add to a conversation (the template needs one message).
+        let probe = [ChatMessage::user("")];
+        match (
+            self.count(&probe, &tools_from_agent(tools)),
+            self.count(&probe, &[]),
+        ) {
+            (Some(with), Some(without)) => with.saturating_sub(without),
+            _ => agent::ApproxTokenCounter::default().count_tools(tools),
+        }
+    }
+}
+
+impl agent::TokenCounter for crate::GemmaText {
+    fn count_message(&self, message: &agent::ChatMessage) -> usize {
+        self.counter().count_message(message)
+    }
+
+    fn count_tools(&self, tools: &[agent::ToolDefinition]) -> usize {
+        self.counter().count_tools(tools)
+    }
+}
+
 /// What the agent sees of one output-parser event: text, thinking, a tool call or a malformed
 /// one (with the function name when it can be read). `None` for the events a backend handles
 /// itself (the end markers, which decide the finish reason) and those the agent does not need.

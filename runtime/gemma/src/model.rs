@@ -90,6 +90,14 @@ impl GemmaText {
         &self.template
     }
 
+    /// Counts tokens as the model sees them (the agent's [`TokenCounter`](gg_agent::TokenCounter)).
+    pub fn counter(&self) -> crate::agent::PromptCounter<'_> {
+        crate::agent::PromptCounter {
+            tokenizer: &self.tokenizer,
+            template: &self.template,
+        }
+    }
+
     /// Renders a conversation with the model's template and special tokens.
     pub fn render(
         &self,

@@ -166,48 +166,28 @@ impl ModelBackend for GemmaBackend {
         .flatten()
         .boxed_local()
     }
+
+    fn token_counter(&self) -> Option<&dyn TokenCounter> {
+        Some(self)
+    }
 }
 
-/// Counts tokens with the model's tokenizer and chat template.
+/// Counts tokens with the model's tokenizer and chat template ([`gg_gemma::agent::PromptCounter`]).
 impl TokenCounter for GemmaBackend {
     fn count_message(&self, message: &ChatMessage) -> usize {
-        let m = &self.model;
-        let msgs = gg_gemma::agent::messages_from_agent(std::slice::from_ref(message), false);
-        let rendered = m.template.render(
-            &msgs,
-            &[],
-            gg_gemma::PromptOptions {
-                add_generation_prompt: false,
-                enable_thinking: false,
-            },
-            &m.tokenizer.template_tokens(),
-        );
-        let text = rendered.unwrap_or_else(|_| message.text());
-        let n = m.tokenizer.encode_prompt(&text).map_or(0, |ids| ids.len());
-        // The rendering starts with <bos>, which the whole prompt has only once.
-        n.saturating_sub(usize::from(
-            text.starts_with(&m.tokenizer.special().bos.text),
-        ))
+        self.counter().count_message(message)
     }
 
     fn count_tools(&self, tools: &[ToolDefinition]) -> usize {
-        if tools.is_empty() {
-            return 0;
+        self.counter().count_tools(tools)
+    }
+}
+
+impl GemmaBackend {
+    fn counter(&self) -> gg_gemma::agent::PromptCounter<'_> {
+        gg_gemma::agent::PromptCounter {
+            tokenizer: &self.model.tokenizer,
+            template: &self.model.template,
         }
-        let m = &self.model;
-        let decls = gg_gemma::agent::tools_from_agent(tools);
-        let opts = gg_gemma::PromptOptions {
-            add_generation_prompt: false,
-            enable_thinking: false,
-        };
-        let tokens = m.tokenizer.template_tokens();
-        let count = |d: &[gg_gemma::ToolDeclaration]| {
-            m.template
-                .render(&[], d, opts, &tokens)
-                .ok()
-                .and_then(|t| m.tokenizer.encode_prompt(&t).ok())
-                .map_or(0, |ids| ids.len())
-        };
-        count(&decls).saturating_sub(count(&[]))
     }
 }
