@@ -6,7 +6,10 @@
 //! having only consumers inside the group and not being a graph output):
 //!
 //! - **FusedGemv**: one or more `MatMulNBits` (4-bit, no bias, no `g_idx`) that read the same
-//!   input, with
+//!   input, or one or more ai.onnx `MatMul` by an f32 initializer `[K, N]` (float projections:
+//!   mobius keeps the per-layer input gate and projection float in its int4 exports, and every
+//!   weight in fp32; f32 activations only, and a lone float `MatMul` only with a prologue or
+//!   epilogue), with
 //!   - a norm prologue: the input is `RMSNorm(x)` (consumed only by them), where RMSNorm is
 //!     `SimplifiedLayerNormalization` or ai.onnx 23 `RMSNormalization` (fused alike), or
 //!     `SkipSimplifiedLayerNormalization(res, RMSNorm(o))` (norm and residual in one node, as
@@ -14,7 +17,9 @@
 //!   - a residual prologue: `x = res + RMSNorm(o)` or `(res + ...) * scalar`
 //!     (Gemma's post-norm + residual add + layer scalar); `x` stays an output when others read it;
 //!   - an epilogue: `Gelu(tanh)(y_gate) * y_up` for two weights (the MLP), or for one weight
-//!     `Gelu(tanh)(y) * other` (optionally `other = Gather(per_layer, i, axis=2)`), the logit
+//!     `Gelu(tanh)(y) * other` (optionally `other = Gather(per_layer, i, axis=2)`, `i` a scalar
+//!     initializer or `Constant`, or the same spelled `Squeeze(Slice(per_layer, [i], [i + 1],
+//!     [2]), [2])`), the logit
 //!     softcap `Mul(Tanh(Div(y, c)), c)` (the same scalar initializer value twice), or
 //!     `Mul(y, s)` (`s` a scalar initializer).
 //!   - packed weights: those of a group of several are packed at load (their bits, scales and
@@ -23,7 +28,8 @@
 //!     for the results whatever their number. A lone weight is packed only when its group would
 //!     not fit the adapter's storage buffers otherwise.
 //! - **FusedNorms**: the independent RMS norms that follow one FusedGemv's separate results (the
-//!   per-head q/k/v norms) in one dispatch (their results ranges of one buffer, one binding),
+//!   per-head q/k/v norms, a scale-free one spelled out in elementary ops among them: mobius'
+//!   value norm) in one dispatch (their results ranges of one buffer, one binding),
 //!   and any other norm unit between Casts (f16
 //!   activations) or followed by a tail `Add(y, other)` (then `Mul(., scalar)`) (optionally with
 //!   `other = Cast(float16)(x)`; Gemma's per-layer inputs), f32 or f16.
@@ -750,6 +756,58 @@ impl<'a> Graphs<'a> {
         Some(tail)
     }
 
+    /// `v = Squeeze(Slice(data, [i], [i + 1], [2]), [2])` read only by `reader` (`i` >= 0, unit
+    /// steps; constants as initializers or `Constant`s): `Gather(data, i, axis = 2)` spelled as
+    /// a slice (the mobius split decoder's per-layer input of layer `i`). Returns `data`, the
+    /// `starts` value (read as the gather index) and the two nodes.
+    fn sliced_row(
+        &self,
+        v: &str,
+        reader: usize,
+        free: &dyn Fn(&usize) -> bool,
+    ) -> Option<(String, String, [usize; 2])> {
+        let ints = |name: &str| {
+            self.constant(name)
+                .filter(|t| t.dtype == DType::I64)
+                .map(|t| t.to_i64())
+        };
+        let sq = self.producer_of(v, "", "Squeeze").filter(free)?;
+        let sn = self.node(sq);
+        if !self.only_for(v, reader) || sn.outputs.len() != 1 || sn.inputs.is_empty() {
+            return None;
+        }
+        let axes = if self.attrs(sq).opset < 13 {
+            self.attrs(sq).ints("axes")?
+        } else {
+            ints(sn.inputs.get(1).filter(|s| !s.is_empty())?)?
+        };
+        let sliced = &sn.inputs[0];
+        let sl = self.producer_of(sliced, "", "Slice").filter(free)?;
+        let si = &self.node(sl).inputs;
+        if axes != [2]
+            || !self.only_for(sliced, sq)
+            || self.attrs(sl).opset < 10
+            || !(4..=5).contains(&si.len())
+            || si[..4].iter().any(String::is_empty)
+        {
+            return None;
+        }
+        let (starts, ends) = (ints(&si[1])?, ints(&si[2])?);
+        let steps_ok = si
+            .get(4)
+            .filter(|s| !s.is_empty())
+            .is_none_or(|s| ints(s).is_some_and(|t| t == [1]));
+        if starts.len() != 1
+            || starts[0] < 0
+            || ends != [starts[0] + 1]
+            || ints(&si[3])? != [2]
+            || !steps_ok
+        {
+            return None;
+        }
+        Some((si[0].clone(), si[1].clone(), [sl, sq]))
+    }
+
     /// The group whose MatMulNBits read `v` (node `anchor` is the first of them).
     fn group(&self, v: &str, used: &HashSet<usize>) -> Option<Spec> {
         let free = |i: &usize| !used.contains(i);
@@ -850,6 +908,10 @@ impl<'a> Graphs<'a> {
                             nodes.push(g);
                             let gi = &self.node(g).inputs;
                             gather = Some((gi[0].clone(), gi[1].clone()));
+                        } else if let Some((data, start, both)) = self.sliced_row(other, mul, &free)
+                        {
+                            nodes.extend(both);
+                            gather = Some((data, start));
                         }
                         epi = Epi::GeluOther {
                             nodes,

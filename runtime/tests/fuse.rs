@@ -1113,7 +1113,22 @@ fn mobius_fp32_graph_float_projections_fuse() {
     );
 }
 
-/// The fixture `name`'s groups (kind prefix, count), then fused = unfused.
+/// The split package's decoder reads each layer's per-layer input as
+/// `Squeeze(Slice(per_layer_inputs, [i], [i + 1], [2]), [2])`: the gate GEMV's epilogue reads it
+/// as the gather it spells.
+#[test]
+fn mobius_split_decoder_sliced_per_layer_inputs_fuse() {
+    mobius_graph_fuses(
+        "mobius-tiny-gqa-int4-split/decoder",
+        &[
+            ("Fused[Norm+Add+1xMatMul+Gelu+Gather+Mul] at ", 6),
+            ("Fused[2xRMSNormalization+1xSpelledRMSNorm] at ", 4),
+        ],
+    );
+}
+
+/// The fixture `name`'s graph (`model.onnx` in that folder): its groups (kind prefix, count),
+/// then fused = unfused.
 fn mobius_graph_fuses(name: &str, want: &[(&str, usize)]) {
     let gpu = gpu();
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -141,26 +141,57 @@ fn mobius_packages_match_onnx_runtime() {
     }
 }
 
-/// Decode dispatches per layer: a mobius int4 graph against our own fixture of the same model
-/// (`gemma4-tiny` q4: same weights, same layers), within 10% (issue 27).
-///
-/// Not met yet, so not run by default (`cargo test -p gg-llm --test mobius -- --ignored`):
-/// measured 12.83 per layer on `mobius-tiny-gqa-int4` against 10.33 on `gemma4-tiny` q4 (+24%;
-/// 19.5 before the fusion pass grouped `SkipSimplifiedLayerNormalization`, the spelled-out
-/// scale-free v_norm and the per-layer input gate's Gelu * Gather). What is still not grouped:
-/// the float `MatMul`s of the per-layer input gate and projection (mobius keeps them float even
-/// in int4), one dispatch each instead of a GEMV with prologue and epilogue.
+/// Decode dispatches per layer of the GroupQueryAttention profile (int4 and fp32, single and
+/// split, E2B- and E4B-style) against our own fixture of the same model (`gemma4-tiny` /
+/// `gemma4-tiny-e4b` q4: fp32 activations like the packages), within 10% (issue 27). Measured
+/// against 10.33 (E2B-style) and 10.60 (E4B-style): `mobius-tiny-gqa-int4` and `-gqa-fp32`
+/// 10.00 (12.83 before the fusion pass grouped the float `MatMul`s, 19.5 before it grouped
+/// `SkipSimplifiedLayerNormalization`), `-gqa-int4-split` 10.50 (its decoder slices each layer's
+/// per-layer input: read as the gather it spells), `-e4b-gqa-int4` 10.20.
 #[test]
-#[ignore = "mobius graphs decode with ~1.24x our fixtures' dispatches per layer until the fusion pass groups their float per-layer MatMuls (see the doc comment)"]
 fn decode_dispatches_per_layer_close_to_our_fixtures() {
-    let gpu = gpu();
-    for (ours, theirs) in [
+    dispatches_within_10_percent(&[
         ("gemma4-tiny", "mobius-tiny-gqa-int4"),
-        ("gemma4-tiny", "mobius-tiny-attn-int4"),
+        ("gemma4-tiny", "mobius-tiny-gqa-fp32"),
         ("gemma4-tiny", "mobius-tiny-gqa-int4-split"),
         ("gemma4-tiny-e4b", "mobius-tiny-e4b-gqa-int4"),
+    ]);
+}
+
+/// The same for the standard-Attention profile. Not met yet, so not run by default
+/// (`cargo test -p gg-llm --test mobius -- --ignored`): `mobius-tiny-attn-int4` decodes with
+/// 13.67 per layer against 10.33 (+32%). Per decode step (82 dispatches against 62) the
+/// attention profile spends 28 on attention where our GroupQueryAttention graph spends 13:
+/// `RotaryEmbedding` 10 (query and key separately; GroupQueryAttention rotates inside), the
+/// `Attention` op 14 for 6 nodes (the key and value cache appends are a dispatch each), and 4
+/// `Transpose`s of the shared `present` caches back to 3-D for the KV-shared layers; the cos/sin
+/// `Gather`s are 4 where our rotary tables are 2. Grouping those (one rotary dispatch for query
+/// and key, one append for both caches, the transposes folded into a 4-D key/value, the gathers
+/// paired) would bring it to ~68 (11.3 per layer).
+#[test]
+#[ignore = "the standard-Attention profile decodes with ~1.32x our fixtures' dispatches per layer (see the doc comment)"]
+fn attention_profile_decode_dispatches_per_layer_close_to_our_fixtures() {
+    dispatches_within_10_percent(&[
+        ("gemma4-tiny", "mobius-tiny-attn-int4"),
+        ("gemma4-tiny", "mobius-tiny-attn-fp32-split"),
         ("gemma4-tiny-e4b", "mobius-tiny-e4b-attn-int4"),
-    ] {
+    ]);
+}
+
+/// Decode dispatches per layer of each (our fixture, mobius package) pair within 10%: all pairs
+/// are measured and printed before any assertion.
+fn dispatches_within_10_percent(pairs: &[(&str, &str)]) {
+    let gpu = gpu();
+    let per_token = |m: &GemmaModel| {
+        let prompt: Vec<u32> = (200..216).collect();
+        let mut g = Generator::new(m, &prompt, Sampling::Greedy).expect("generator");
+        for _ in 0..12 {
+            pollster::block_on(g.last_token()).expect("step");
+        }
+        g.stats().dispatches_per_token()
+    };
+    let mut far = Vec::new();
+    for &(ours, theirs) in pairs {
         // the q4 variant (fp32 activations) like the packages
         let repo = ModelRepo::open(fixture_dir(ours).to_str().expect("utf-8")).expect("repo");
         let base = pollster::block_on(GemmaModel::load(
@@ -171,14 +202,6 @@ fn decode_dispatches_per_layer_close_to_our_fixtures() {
             },
         ))
         .expect("our fixture");
-        let per_token = |m: &GemmaModel| {
-            let prompt: Vec<u32> = (200..216).collect();
-            let mut g = Generator::new(m, &prompt, Sampling::Greedy).expect("generator");
-            for _ in 0..12 {
-                pollster::block_on(g.last_token()).expect("step");
-            }
-            g.stats().dispatches_per_token()
-        };
         let text: Value = serde_json::from_slice(
             &std::fs::read(fixture_dir(ours).join("config.json")).expect("config"),
         )
@@ -194,11 +217,14 @@ fn decode_dispatches_per_layer_close_to_our_fixtures() {
             "decode dispatches per layer: {ours} q4 {a:.2}, {theirs} {b:.2} ({:+.1}%)",
             (b / a - 1.0) * 100.0
         );
-        assert!(
-            (b - a).abs() <= 0.1 * a,
-            "{theirs}: {b:.2} decode dispatches per layer, {ours} q4 {a:.2}: more than 10% apart"
-        );
+        if (b - a).abs() > 0.1 * a {
+            far.push(format!("{theirs} {b:.2} vs {ours} q4 {a:.2}"));
+        }
     }
+    assert!(
+        far.is_empty(),
+        "decode dispatches per layer more than 10% apart: {far:?}"
+    );
 }
 
 fn copy_dir(from: &Path, to: &Path) {
