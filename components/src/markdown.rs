@@ -3,6 +3,8 @@
 //! `pulldown-cmark` events are turned straight into Yew virtual nodes; no HTML string is ever parsed
 //! by the browser. Hence:
 //! - raw HTML (blocks and inline) becomes text nodes: `<img onerror=...>` and `<script>` show as text;
+//! - links show where they go (the host after the text unless the text is the address, the full
+//!   address on hover, never the model's own title);
 //! - links keep an `href` only for `http:`, `https:` and `mailto:`; other schemes (`javascript:`,
 //!   `data:`, `vbscript:`...) render the link text without a link;
 //! - images are never loaded (a remote image would leak data through its URL: a prompt-injected
@@ -33,6 +35,22 @@ pub fn safe_href(url: &str) -> Option<String> {
         .then(|| trimmed.to_owned())
 }
 
+/// Where a safe link goes, as shown next to it: the host of a web address (after any
+/// `user@` part, which could pose as a host), the address of a `mailto:` link.
+pub fn destination(href: &str) -> String {
+    let href = href.trim();
+    let lower = href.to_ascii_lowercase();
+    if let Some(address) = lower.strip_prefix("mailto:") {
+        return address.split('?').next().unwrap_or(address).to_owned();
+    }
+    let rest = lower
+        .split_once("://")
+        .map_or(lower.as_str(), |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or(rest);
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    host.to_owned()
+}
+
 enum Kind {
     Root,
     /// A plain element with no attributes.
@@ -43,7 +61,8 @@ enum Kind {
     },
     Link {
         href: Option<String>,
-        title: String,
+        /// The link's plain text, to tell whether it already shows where it goes.
+        text: String,
     },
     Image {
         href: Option<String>,
@@ -88,7 +107,18 @@ impl Builder {
         match &mut self.top().kind {
             Kind::CodeBlock { code, .. } => code.push_str(text),
             Kind::Image { alt, .. } => alt.push_str(text),
-            _ => self.child(Html::VText(VText::new(text.to_owned()))),
+            _ => {
+                if let Some(Kind::Link { text: link, .. }) = self
+                    .stack
+                    .iter_mut()
+                    .rev()
+                    .map(|f| &mut f.kind)
+                    .find(|k| matches!(k, Kind::Link { .. }))
+                {
+                    link.push_str(text);
+                }
+                self.child(Html::VText(VText::new(text.to_owned())));
+            }
         }
     }
 
@@ -108,11 +138,23 @@ impl Builder {
             }
             Kind::Link {
                 href: Some(href),
-                title,
+                text,
             } => {
-                let title = (!title.is_empty()).then_some(title);
+                // The destination is always in view: the full address on hover (never the
+                // model's own title) and the host after the text unless the text is the address.
+                let shown = destination(&href);
+                let says_where = {
+                    let text = text.trim().to_ascii_lowercase();
+                    let href = href.trim().to_ascii_lowercase();
+                    text == href || text == shown || text == href.trim_end_matches('/')
+                };
                 html! {
-                    <a href={href} title={title} target="_blank" rel="noopener noreferrer nofollow">{ for children }</a>
+                    <>
+                        <a href={href.clone()} title={href} target="_blank" rel="noopener noreferrer nofollow">{ for children }</a>
+                        if !says_where {
+                            <span class="gg-md-dest">{ format!(" ({shown})") }</span>
+                        }
+                    </>
                 }
             }
             Kind::Link { href: None, .. } => html! {
@@ -187,11 +229,9 @@ impl Builder {
             Tag::Strikethrough => Kind::Element("del"),
             Tag::Superscript => Kind::Element("sup"),
             Tag::Subscript => Kind::Element("sub"),
-            Tag::Link {
-                dest_url, title, ..
-            } => Kind::Link {
+            Tag::Link { dest_url, .. } => Kind::Link {
                 href: safe_href(&dest_url),
-                title: title.into_string(),
+                text: String::new(),
             },
             Tag::Image { dest_url, .. } => Kind::Image {
                 href: safe_href(&dest_url),
@@ -263,7 +303,51 @@ pub fn markdown(props: &MarkdownProps) -> Html {
 
 #[cfg(test)]
 mod tests {
-    use super::safe_href;
+    use super::{destination, render, safe_href};
+
+    #[test]
+    fn links_show_where_they_go() {
+        assert_eq!(destination("https://a.example/x?y#z"), "a.example");
+        assert_eq!(
+            destination("HTTPS://Bank.Example:8443/login"),
+            "bank.example:8443"
+        );
+        // A user part is not the host.
+        assert_eq!(
+            destination("https://bank.example@evil.example/"),
+            "evil.example"
+        );
+        assert_eq!(
+            destination("https://evil.example\\@bank.example/"),
+            "evil.example"
+        );
+        assert_eq!(destination("mailto:a@b.example?subject=x"), "a@b.example");
+        let html = |md: &str| {
+            futures::executor::block_on(
+                yew::LocalServerRenderer::<Wrap>::with_props(WrapProps { md: md.into() }).render(),
+            )
+        };
+        let shown = html("[your bank](https://bank.example@evil.example/login \"bank.example\")");
+        assert!(shown.contains(" (evil.example)"), "{shown}");
+        assert!(
+            shown.contains("title=\"https://bank.example@evil.example/login\""),
+            "{shown}"
+        );
+        assert!(!shown.contains("title=\"bank.example\""), "{shown}");
+        // An address shown as itself needs no repeat.
+        let plain = html("<https://a.example/>");
+        assert!(!plain.contains("gg-md-dest"), "{plain}");
+    }
+
+    #[derive(yew::Properties, PartialEq)]
+    struct WrapProps {
+        md: String,
+    }
+
+    #[yew::function_component(Wrap)]
+    fn wrap(props: &WrapProps) -> yew::Html {
+        render(&props.md)
+    }
 
     #[test]
     fn only_web_and_mail_links_are_kept() {

@@ -188,6 +188,7 @@ fn markdown() -> StyleSource {
         .gg-md blockquote { margin: 0 0 8px; padding-left: 10px; border-left: 3px solid var(--gg-border); color: var(--gg-muted); }
         .gg-md a { color: var(--gg-accent); text-decoration: underline; }
         .gg-md-blocked { text-decoration: underline dotted; color: var(--gg-muted); cursor: not-allowed; }
+        .gg-md-dest { color: var(--gg-muted); font-size: 0.85em; overflow-wrap: anywhere; }
         .gg-md code { font: 12.5px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: var(--gg-code-bg); padding: 1px 4px; border-radius: 4px; }
         .gg-md-raw { white-space: pre-wrap; font: 12.5px/1.45 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; color: var(--gg-muted); }
         .gg-md table { border-collapse: collapse; margin: 0 0 8px; font-size: 13px; display: block; overflow-x: auto; }
