@@ -260,64 +260,6 @@ pub struct ElementFacts {
     pub identity: Option<String>,
 }
 
-/// Splits an identifier into lowercase words: `cardNumber_2` → `card`, `number`, `2`.
-fn words(text: &str) -> Vec<String> {
-    let mut words = Vec::new();
-    let mut current = String::new();
-    let mut previous_lower = false;
-    for c in text.chars() {
-        if !c.is_alphanumeric() {
-            if !current.is_empty() {
-                words.push(std::mem::take(&mut current));
-            }
-            previous_lower = false;
-            continue;
-        }
-        if c.is_uppercase() && previous_lower && !current.is_empty() {
-            words.push(std::mem::take(&mut current));
-        }
-        previous_lower = c.is_lowercase() || c.is_ascii_digit();
-        current.extend(c.to_lowercase());
-    }
-    if !current.is_empty() {
-        words.push(current);
-    }
-    words
-}
-
-const PASSWORD_MARKERS: &[&str] = &["password", "passwd", "passwort", "contrasena", "motdepasse"];
-const CARD_MARKERS: &[&str] = &[
-    "cardnumber",
-    "ccnumber",
-    "ccnum",
-    "creditcard",
-    "debitcard",
-    "securitycode",
-    "cardcode",
-    "cardverification",
-    "cardexpiry",
-    "cardexpiration",
-    "kartennummer",
-    "kreditkarte",
-    "numerodecarte",
-    "numerotarjeta",
-    "routingnumber",
-    "accountnumber",
-];
-const CARD_WORDS: &[&str] = &["cvv", "cvc", "csc", "cvv2", "cvc2", "iban", "bic"];
-const OTP_MARKERS: &[&str] = &[
-    "onetimecode",
-    "onetimepassword",
-    "onetimepasscode",
-    "verificationcode",
-    "authcode",
-    "authenticationcode",
-    "smscode",
-    "twofactor",
-    "passcode",
-];
-const OTP_WORDS: &[&str] = &["otp", "totp", "hotp", "2fa", "mfa"];
-
 impl FieldFacts {
     /// The kind of sensitive field this is, if any.
     ///
@@ -325,46 +267,22 @@ impl FieldFacts {
     /// `cc-*`), `type=password`, then words in the name, id, label and placeholder (`password`,
     /// `cvv`, `otp`, `card number`...).
     pub fn sensitive_kind(&self) -> Option<SensitiveField> {
-        if let Some(autocomplete) = &self.autocomplete {
-            for token in autocomplete.split_ascii_whitespace() {
-                let token = token.to_ascii_lowercase();
-                match token.as_str() {
-                    "current-password" | "new-password" => return Some(SensitiveField::Password),
-                    "one-time-code" => return Some(SensitiveField::OneTimeCode),
-                    t if t.starts_with("cc-") => return Some(SensitiveField::PaymentCard),
-                    _ => {}
-                }
-            }
-        }
-        let input_type = self.input_type.as_deref().map(str::trim);
-        if input_type.is_some_and(|t| t.eq_ignore_ascii_case("password")) {
-            return Some(SensitiveField::Password);
-        }
-        let texts = [
-            &self.name,
-            &self.id,
-            &self.label,
-            &self.placeholder,
-            &self.aria_label,
-        ];
-        let mut all_words = Vec::new();
-        for text in texts.into_iter().flatten() {
-            all_words.extend(words(text));
-        }
-        let joined: String = all_words.concat();
-        let has_marker = |markers: &[&str]| markers.iter().any(|m| joined.contains(m));
-        let has_word = |list: &[&str]| all_words.iter().any(|w| list.contains(&w.as_str()));
-        if has_marker(PASSWORD_MARKERS) {
-            Some(SensitiveField::Password)
-        } else if has_marker(OTP_MARKERS) || has_word(OTP_WORDS) {
-            Some(SensitiveField::OneTimeCode)
-        } else if has_marker(CARD_MARKERS) || has_word(CARD_WORDS) {
-            Some(SensitiveField::PaymentCard)
-        } else if self.hidden || input_type.is_some_and(|t| t.eq_ignore_ascii_case("hidden")) {
-            Some(SensitiveField::Hidden)
-        } else {
-            None
-        }
+        let field = gg_fields::Field {
+            autocomplete: self.autocomplete.as_deref(),
+            input_type: self.input_type.as_deref(),
+            name: self.name.as_deref(),
+            id: self.id.as_deref(),
+            label: self.label.as_deref(),
+            placeholder: self.placeholder.as_deref(),
+            aria_label: self.aria_label.as_deref(),
+            hidden: self.hidden,
+        };
+        Some(match field.secret_kind()? {
+            gg_fields::SecretKind::Password => SensitiveField::Password,
+            gg_fields::SecretKind::OneTimeCode => SensitiveField::OneTimeCode,
+            gg_fields::SecretKind::PaymentCard => SensitiveField::PaymentCard,
+            gg_fields::SecretKind::Hidden => SensitiveField::Hidden,
+        })
     }
 }
 
@@ -693,7 +611,7 @@ mod tests {
         };
         assert_eq!(labelled.sensitive_kind(), Some(PaymentCard));
         assert_eq!(
-            words("cardNumber_2 XMLHttp"),
+            gg_fields::words("cardNumber_2 XMLHttp"),
             ["card", "number", "2", "xmlhttp"]
         );
     }

@@ -1,6 +1,7 @@
 //! The Gemma Gem agent: chat messages, tool definitions, the [`ModelBackend`] and
 //! [`ToolExecutor`] traits, the safety gate and the agent loop. No GPU, no DOM, no Chrome: this
-//! crate depends on serde, serde_json, futures and thiserror only, and builds for
+//! crate depends on serde, serde_json, futures, thiserror and `gg-fields` (which fields hold
+//! secrets, shared with the content script) only, and builds for
 //! `wasm32-unknown-unknown` (all traits use local, non-`Send` futures and streams).
 //!
 //! Who implements what:
