@@ -263,6 +263,103 @@ fn split_weights_match_onnx_runtime() {
     );
 }
 
+/// GatherBlockQuantized whose data, scales and zero points are all split by rows across
+/// buffers, each at its own row boundaries (E2B's per-layer table: 262144 x 280 f32 scales pass
+/// lavapipe's 128 MiB binding limit after the data does; rows past the scales' first part used to
+/// read nothing): every row, from every part, equals its exact dequantisation
+/// `(q - zp) * scale`, and the same session without splits.
+#[test]
+fn gather_block_quantized_with_split_scales_and_zero_points() {
+    use gg_runtime::model::{InitData, Initializer};
+    use gg_runtime::source::MemorySource;
+    use gg_runtime::{DType, HostTensor, Session, Value};
+    let case = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/ops/gatherblockquantized_b4_blk32_zp_float32");
+    let mut graph = Graph::decode(
+        &std::fs::read(case.join("model.onnx")).expect("model.onnx"),
+        "gbq",
+    )
+    .expect("decodes");
+    // 80 rows of K = 256 (8 blocks of 32): data 128 B, scales 32 B, zero points 4 B per row.
+    let (rows, k, nb) = (80usize, 256usize, 8usize);
+    let mut seed = 7u32;
+    let mut next = || {
+        seed = seed.wrapping_mul(1664525).wrapping_add(1013904223);
+        seed >> 8
+    };
+    let data: Vec<u8> = (0..rows * k / 2).map(|_| next() as u8).collect();
+    let scales: Vec<f32> = (0..rows * nb)
+        .map(|_| (next() % 1000) as f32 / 997.0 + 0.01)
+        .collect();
+    let zp: Vec<u8> = (0..rows * nb / 2).map(|_| next() as u8).collect();
+    let names: Vec<String> = graph.inputs.iter().map(|i| i.name.clone()).collect();
+    assert_eq!(names.len(), 4, "data, indices, scales, zero points");
+    let inits = [
+        (names[0].clone(), DType::U8, vec![rows, k / 2], data.clone()),
+        (
+            names[2].clone(),
+            DType::F32,
+            vec![rows, nb],
+            scales.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        ),
+        (names[3].clone(), DType::U8, vec![rows, nb / 2], zp.clone()),
+    ];
+    graph.inputs = vec![graph.inputs[1].clone()];
+    for (name, dtype, shape, bytes) in inits {
+        graph.initializers.push(Initializer {
+            name,
+            dtype,
+            shape,
+            data: InitData::Inline(bytes),
+        });
+    }
+    let idx: Vec<i64> = vec![0, 79, 33, -1, 64, 17];
+    let want: Vec<f32> = idx
+        .iter()
+        .flat_map(|&i| {
+            let r = if i < 0 { i + rows as i64 } else { i } as usize;
+            let (data, scales, zp) = (&data, &scales, &zp);
+            (0..k).map(move |c| {
+                let q = (data[r * k / 2 + c / 2] >> ((c % 2) * 4)) & 15;
+                let b = c / 32;
+                let z = (zp[r * nb / 2 + b / 2] >> ((b % 2) * 4)) & 15;
+                (f32::from(q) - f32::from(z)) * scales[r * nb + b]
+            })
+        })
+        .collect();
+    for max in [None, Some(256u64)] {
+        let mut gpu = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
+        if let Some(m) = max {
+            gpu.max_weight_part = m;
+        }
+        let session = pollster::block_on(Session::from_graph(
+            Rc::new(gpu),
+            graph.clone(),
+            &MemorySource::new(),
+        ))
+        .expect("loads");
+        assert_eq!(
+            session.split_weights(),
+            if max.is_some() { 3 } else { 0 },
+            "data, scales and zero points split"
+        );
+        let feeds = vec![(
+            graph.inputs[0].name.clone(),
+            Value::Host(HostTensor::from_i64(vec![2, 3], &idx)),
+        )];
+        let outs = pollster::block_on(session.run(feeds)).expect("runs");
+        let got = pollster::block_on(session.read(&outs[0].1))
+            .expect("reads")
+            .to_f32();
+        assert_eq!(got.len(), want.len());
+        let worst = got
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(worst == 0.0, "split {max:?}: max |diff| {worst}");
+    }
+}
+
 /// Runs the case `name` of tests/fixtures/ops against its ONNX Runtime outputs (rtol = atol =
 /// `tol`; panics on a mismatch) and returns the dispatches it took.
 fn case_dispatches(gpu: &Rc<Gpu>, name: &str, tol: f64) -> u64 {

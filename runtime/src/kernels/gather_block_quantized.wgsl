@@ -1,7 +1,10 @@
 // GatherBlockQuantized (gather_axis 0, quantize_axis last): rows of a block-quantised matrix
 // [rows, K] (uint8 data, BITS per value, low bits first) dequantised to y[idx..., K].
-// data may be one row range [row0, row0 + part_rows) of a split table: other rows are skipped.
-// prm: [n, K, rows, n_blocks, data_row_bytes, zp_row_bytes, row0, part_rows]
+// A dispatch writes the rows [lo, hi) only (others are skipped): the data, scales and zero
+// points bound may each be one row range of a split table, starting at rows data_row0,
+// scales_row0 and zp_row0.
+// prm: [n, K, rows, n_blocks, data_row_bytes, zp_row_bytes, data_row0, lo, hi, scales_row0,
+//       zp_row0]
 const BITS: u32 = {{BITS}};
 const BLOCK: u32 = {{BLOCK}};
 
@@ -26,6 +29,8 @@ fn compute(i: u32) -> f32 {
     if (r < 0 || u32(r) >= rows) { return 0.0; }
     let row = u32(r);
     let local = row - prm[6];
+    let srow = row - prm[9];
+    let zrow_l = row - prm[10];
     var v = 0u;
     if (BITS == 4u) {
         let byte = u32(ldi_data(local * drow + c / 2u));
@@ -34,7 +39,7 @@ fn compute(i: u32) -> f32 {
         v = u32(ldi_data(local * drow + c));
     }
     let b = c / BLOCK;
-    return (f32(v) - zero_point(row, b, nb, zrow)) * ld_scales(row * nb + b);
+    return (f32(v) - zero_point(zrow_l, b, nb, zrow)) * ld_scales(srow * nb + b);
 }
 
 @compute @workgroup_size({{WG}})
@@ -45,7 +50,7 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     if (i0 >= n) { return; }
     // Words never straddle rows (K is even when two values share a word), so test the first.
     let r = row_of(i0);
-    if (r >= 0 && u32(r) < prm[2] && (u32(r) < prm[6] || u32(r) >= prm[6] + prm[7])) { return; }
+    if (r >= 0 && u32(r) < prm[2] && (u32(r) < prm[7] || u32(r) >= prm[8])) { return; }
     let v0 = compute(i0);
     var v1 = 0.0;
     if (EPW_y == 2u && i0 + 1u < n) { v1 = compute(i0 + 1u); }

@@ -471,8 +471,16 @@ impl Op for GatherBlockQuantized {
         let (data_shape, data_dtype) = (data_v.shape().to_vec(), data_v.dtype());
         let data_parts = parts(cx, data_v)?;
         let idx = cx.to_gpu(req(inputs, 1)?)?;
-        let scales = cx.to_gpu(req(inputs, 2)?)?;
-        let zp = opt_gpu(cx, inputs, 3)?;
+        // Scales and zero points may be split by rows across buffers too (a large table's
+        // scales pass the binding limit after its data does: E2B's per-layer table, 262144 x
+        // 280 f32 scales, on lavapipe's 128 MiB), at their own row boundaries.
+        let scale_parts = parts(cx, req(inputs, 2)?)?;
+        let zp_parts = match inputs.get(3).copied().flatten() {
+            Some(v) => Some(parts(cx, v)?),
+            None => None,
+        };
+        let scales = &scale_parts[0].1;
+        let zp = zp_parts.as_ref().map(|p| p[0].1.clone());
         if data_shape.len() != 2 || data_dtype != DType::U8 {
             return Err(op_err(format!(
                 "data must be a 2-D uint8 matrix, got {data_shape:?} {}",
@@ -482,11 +490,24 @@ impl Op for GatherBlockQuantized {
         let rows = data_shape[0];
         let k = data_shape[1] * 8 / self.bits as usize;
         let nb = k.div_ceil(self.block);
-        if scales.numel() != rows * nb {
+        let scales_v = req(inputs, 2)?;
+        if scales_v.numel() != rows * nb {
             return Err(op_err(format!(
                 "scales {:?} is not [{rows}, {nb}]",
-                scales.shape
+                scales_v.shape()
             )));
+        }
+        let zp_v = inputs.get(3).copied().flatten();
+        // A split tensor's parts are row ranges of its first dimension: rows of the table only
+        // when it is 2-D.
+        if (scale_parts.len() > 1 && scales_v.shape().len() != 2)
+            || (zp_parts.as_ref().is_some_and(|p| p.len() > 1)
+                && zp_v.is_some_and(|z| z.shape().len() != 2 || z.shape()[0] != rows))
+            || (scale_parts.len() > 1 && scales_v.shape()[0] != rows)
+        {
+            return Err(op_err(
+                "scales or zero points split across buffers must be [rows, ...] matrices",
+            ));
         }
         let mut shape = idx.shape.clone();
         shape.push(k);
@@ -520,10 +541,35 @@ impl Op for GatherBlockQuantized {
             }
             .output("y", y.storage())
         });
-        for (row0, data) in &data_parts {
-            let part_rows = data.shape[0];
-            let mut bind = vec![data, &idx, &scales];
-            bind.extend(&zp);
+        // One dispatch per row range over which the data, scale and zero point parts do not
+        // change (one range for unsplit tensors).
+        let mut cuts: Vec<usize> = data_parts
+            .iter()
+            .chain(&scale_parts)
+            .chain(zp_parts.iter().flatten())
+            .map(|(r0, _)| *r0)
+            .chain([rows])
+            .collect();
+        cuts.sort_unstable();
+        cuts.dedup();
+        let part_at = |ps: &[(usize, GpuTensor)], r: usize| {
+            ps.iter()
+                .rev()
+                .find(|(r0, _)| *r0 <= r)
+                .or(ps.first())
+                .cloned()
+                .expect("a tensor has a part")
+        };
+        for w in cuts.windows(2) {
+            let (lo, hi) = (w[0], w[1]);
+            if lo >= rows {
+                break;
+            }
+            let (d0, data) = part_at(&data_parts, lo);
+            let (s0, sc) = part_at(&scale_parts, lo);
+            let z = zp_parts.as_ref().map(|p| part_at(p, lo));
+            let mut bind = vec![&data, &idx, &sc];
+            bind.extend(z.as_ref().map(|(_, t)| t));
             bind.push(&y);
             let n = y.numel();
             let meta = [
@@ -533,8 +579,11 @@ impl Op for GatherBlockQuantized {
                 nb as u32,
                 data_shape[1] as u32,
                 zrow as u32,
-                *row0 as u32,
-                part_rows as u32,
+                d0 as u32,
+                lo as u32,
+                hi as u32,
+                s0 as u32,
+                z.as_ref().map_or(0, |(z0, _)| *z0 as u32),
             ];
             cx.dispatch(
                 &kern,
