@@ -9,10 +9,11 @@ use std::rc::Rc;
 use yew::prelude::*;
 
 use crate::chat_overlay::ChatOverlay;
+use crate::error_banner::ErrorBanner;
 use crate::launcher::Launcher;
 use crate::settings_panel::SettingsPanel;
 use crate::state::{Action, ChatState, View};
-use crate::types::{ErrorAction, UiIntent};
+use crate::types::{ErrorAction, ErrorKind, UiError, UiIntent};
 
 /// Sends [`Action`]s into a running [`GemApp`] from outside its component tree.
 pub type ChatDispatcher = UseReducerDispatcher<ChatState>;
@@ -215,13 +216,31 @@ pub fn gem_app(props: &GemAppProps) -> Html {
             View::Chat => html! {
                 <ChatOverlay messages={state.messages.clone()} generating={state.generating} model={state.model.clone()}
                     errors={state.errors.clone()} site={site.clone()} {fill} autofocus={props.launcher}
-                    {on_send} {on_stop} {on_new_chat} {on_approve} {on_error_action}
+                    {on_send} {on_stop} {on_new_chat} {on_approve} on_error_action={on_error_action.clone()}
                     on_open_settings={open_settings} on_close={on_close.clone()} />
             },
-            View::Settings => html! {
-                <SettingsPanel settings={state.settings.clone()} models={state.models.clone()} site={site.clone()} {fill}
-                    on_change={on_settings} {on_clear_model} on_close={close_settings} />
-            },
+            View::Settings => {
+                // A change made here that could not be stored is said here, not only in the chat.
+                let unsaved: Vec<UiError> = state
+                    .errors
+                    .iter()
+                    .filter(|e| e.kind == ErrorKind::SaveFailed)
+                    .cloned()
+                    .collect();
+                html! {
+                    <>
+                        if !unsaved.is_empty() {
+                            <div class="gg-errors">
+                                { for unsaved.into_iter().map(|error| html! {
+                                    <ErrorBanner key={error.kind.as_str()} error={error.clone()} on_action={on_error_action.clone()} />
+                                }) }
+                            </div>
+                        }
+                        <SettingsPanel settings={state.settings.clone()} models={state.models.clone()} site={site.clone()} {fill}
+                            on_change={on_settings} {on_clear_model} on_close={close_settings} />
+                    </>
+                }
+            }
         };
         html! {
             <div class="gg-app-panel" data-corner={state.corner.as_str()} data-fill={fill.to_string()} role="dialog"
