@@ -109,22 +109,6 @@ pub fn flat_children_of(node: &Node) -> Children {
     Children::List(node.child_nodes())
 }
 
-/// [`flat_children_of`], all at once.
-pub fn flat_children(node: &Node) -> Vec<Node> {
-    match flat_children_of(node) {
-        Children::Nodes(nodes) => nodes,
-        Children::List(list) => {
-            let mut out = Vec::new();
-            for i in 0..list.length() {
-                if let Some(n) = list.item(i) {
-                    out.push(n);
-                }
-            }
-            out
-        }
-    }
-}
-
 /// The element's parent in the composed tree: across shadow roots to their host, and out of a
 /// same-origin iframe to the `<iframe>` element.
 pub fn composed_parent(node: &Node) -> Option<Node> {
@@ -221,6 +205,7 @@ pub fn is_disabled(el: &Element) -> bool {
 
 /// Why the element cannot be seen, if it cannot: `display: none` on it or an ancestor, hidden
 /// visibility, no size. Looks through iframes to the frame element.
+#[inline(never)]
 pub fn hidden_reason(el: &Element) -> Option<&'static str> {
     let visible = js::call(
         el,
@@ -330,6 +315,7 @@ fn role(name: &str, kind: Kind) -> Option<Role> {
 }
 
 /// The element's role, when the snapshot lists it.
+#[inline(never)]
 pub fn role_of(el: &Element) -> Option<Role> {
     if let Some(explicit) = attr(el, "role") {
         let first = explicit
@@ -530,6 +516,7 @@ fn label_texts(el: &Element) -> Option<String> {
 
 /// The element's accessible name (a practical subset of the W3C algorithm). Never a field's
 /// value, except the label of `<input type=submit|button|reset>` (its value is its caption).
+#[inline(never)]
 pub fn accessible_name(el: &Element, role: Option<&str>) -> String {
     let name = accessible_name_full(el, role);
     clip(&name, NAME_MAX)
@@ -615,6 +602,7 @@ fn accessible_name_full(el: &Element, role: Option<&str>) -> String {
 }
 
 /// How the tools name an element in their answers: `button "Save"`, or the tag with its id.
+#[inline(never)]
 pub fn describe(el: &Element) -> String {
     let role = role_of(el);
     let role_name = role.as_ref().map(|r| r.name.as_str());
@@ -677,40 +665,125 @@ pub fn deep_element_from_point(doc: &Document, x: f32, y: f32) -> Option<Element
     Some(hit)
 }
 
-/// Elements matching `selector` in `root` and, when nothing matches there, in open shadow roots
-/// and same-origin iframes (first match wins; our own host is skipped). `Err` for a selector the
-/// browser cannot parse.
-pub fn select_first(doc: &Document, selector: &str) -> Result<Option<Element>, ()> {
-    let list = doc.query_selector_all(selector).map_err(|_| ())?;
-    if let Some(el) = first_not_host(&list) {
-        return Ok(Some(el));
+/// Time a selector lookup may take in all (its slices and the page's tasks between them).
+pub const LOOKUP_BUDGET_MS: f64 = 10_000.0;
+
+/// Why a selector lookup found no element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LookupMiss {
+    /// The browser cannot parse the selector.
+    Invalid,
+    /// Nothing matches, in the document nor in any open shadow root or same-origin frame.
+    NoMatch,
+    /// Nothing matched in the part searched before [`LOOKUP_BUDGET_MS`] was spent.
+    TimedOut,
+}
+
+/// The first element matching a CSS selector: in the document (the browser's own, one call),
+/// else in the open shadow roots and same-origin iframes, found by walking the flat tree in
+/// slices ([`Lookup::step`]) with an explicit stack: a page of 100,000 elements does not block
+/// its main thread, nor does its depth overflow the stack. Our own host is never a match.
+pub struct Lookup {
+    selector: String,
+    stack: Vec<LookupFrame>,
+    started: f64,
+}
+
+struct LookupFrame {
+    children: Children,
+    next: usize,
+}
+
+/// [`Lookup::start`]'s answer: found at once, or a walk to run in slices.
+pub enum Looked {
+    Found(Element),
+    Miss(LookupMiss),
+    Walk(Lookup),
+}
+
+impl Lookup {
+    pub fn start(doc: &Document, selector: &str) -> Looked {
+        match doc.query_selector(selector) {
+            Err(_) => return Looked::Miss(LookupMiss::Invalid),
+            Ok(Some(el)) if !is_own_host(&el) => return Looked::Found(el),
+            // Our host matched first: the next match, if any (the list is the browser's own).
+            Ok(Some(_)) => {
+                if let Ok(list) = doc.query_selector_all(selector)
+                    && let Some(el) = first_not_host(&list)
+                {
+                    return Looked::Found(el);
+                }
+            }
+            Ok(None) => {}
+        }
+        let root: Node = match doc.document_element() {
+            Some(el) => el.into(),
+            None => return Looked::Miss(LookupMiss::NoMatch),
+        };
+        Looked::Walk(Self {
+            selector: selector.to_string(),
+            stack: vec![LookupFrame {
+                children: flat_children_of(&root),
+                next: 0,
+            }],
+            started: crate::server::now(),
+        })
     }
-    // Search inside open shadow roots and same-origin frames.
-    let mut stack: Vec<Node> = vec![doc.clone().into()];
-    while let Some(node) = stack.pop() {
-        for child in flat_children(&node).into_iter().rev() {
+
+    /// Walks until `until` (a `performance.now()` time); `Some` once the element is found, the
+    /// page is searched, or the budget is spent.
+    #[inline(never)]
+    pub fn step(&mut self, until: f64) -> Option<Result<Element, LookupMiss>> {
+        let mut count = 0u32;
+        while let Some(top) = self.stack.last_mut() {
+            let Some(child) = top.children.get(top.next) else {
+                self.stack.pop();
+                continue;
+            };
+            top.next += 1;
+            count += 1;
+            if count.is_multiple_of(16) {
+                let t = crate::server::now();
+                if t - self.started >= LOOKUP_BUDGET_MS {
+                    self.stack = Vec::new();
+                    return Some(Err(LookupMiss::TimedOut));
+                }
+                if t >= until {
+                    return None;
+                }
+            }
             let Some(el) = as_element(&child) else {
                 continue;
             };
             if is_own_host(&el) {
                 continue;
             }
+            // A shadow root or a frame's document is searched by the browser in one call; the
+            // walk still goes inside for the roots and frames nested there.
             let scope: Option<JsValue> = if let Some(root) = el.shadow_root() {
                 Some(root.into())
             } else {
                 frame_document(&el).map(Into::into)
             };
             if let Some(scope) = scope
-                && let Ok(found) =
-                    js::call(&scope, "querySelectorAll", &[JsValue::from_str(selector)])
-                && let Some(hit) = first_not_host(found.unchecked_ref())
+                && let Ok(found) = js::call(
+                    &scope,
+                    "querySelector",
+                    &[JsValue::from_str(&self.selector)],
+                )
+                && !found.is_null()
+                && !found.is_undefined()
             {
-                return Ok(Some(hit));
+                self.stack = Vec::new();
+                return Some(Ok(found.unchecked_into()));
             }
-            stack.push(child);
+            let children = flat_children_of(&el);
+            if !children.is_empty() {
+                self.stack.push(LookupFrame { children, next: 0 });
+            }
         }
+        Some(Err(LookupMiss::NoMatch))
     }
-    Ok(None)
 }
 
 fn first_not_host(list: &web_sys::NodeList) -> Option<Element> {

@@ -16,10 +16,11 @@ use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{Document, Element};
 
 use crate::dom;
+use crate::dom::{Looked, Lookup};
 use crate::js::{self, Obj};
 use crate::server::now;
 use crate::text::{Tidier, paginate, push_collapsed};
-use crate::tools::{ToolErr, resolve_selector, usize_arg};
+use crate::tools::{ToolErr, lookup_error, usize_arg};
 
 /// Characters of `read_page_content` when the call gives no `max_chars`.
 const DEFAULT_MAX_CHARS: usize = 4000;
@@ -137,6 +138,9 @@ pub struct Job {
     /// The markup, for `format: html` (read in one go: the browser serialises it natively).
     doc: Document,
     root: Element,
+    /// The selector's element, while it is looked up in open shadow roots and frames (`root`
+    /// is a placeholder until then).
+    lookup: Option<Lookup>,
     stack: Vec<Frame>,
     /// Text gathered and not yet tidied (the last lines), and the tidied text before it.
     raw: String,
@@ -172,8 +176,16 @@ impl Job {
         let offset = usize_arg(args, "offset", 0, 0)?;
         let max_chars = usize_arg(args, "max_chars", DEFAULT_MAX_CHARS, 1)?;
         let selector = js::get_str(args, "selector").filter(|s| !s.trim().is_empty());
+        let mut lookup = None;
         let root: Element = match &selector {
-            Some(s) => resolve_selector(doc, s)?,
+            Some(s) => match Lookup::start(doc, s) {
+                Looked::Found(el) => el,
+                Looked::Miss(miss) => return Err(lookup_error(s, miss)),
+                Looked::Walk(walk) => {
+                    lookup = Some(walk);
+                    page_root(doc)?
+                }
+            },
             None if main => main_root(doc)?,
             None => page_root(doc)?,
         };
@@ -187,6 +199,7 @@ impl Job {
             selector,
             doc: doc.clone(),
             root,
+            lookup,
             stack: Vec::new(),
             raw: String::new(),
             tidier: Tidier::default(),
@@ -196,36 +209,62 @@ impl Job {
             cached: None,
             cloaked: false,
         };
-        if !html {
-            let hit = cache.as_ref().is_some_and(|c| {
-                c.selector == job.selector
-                    && c.main == main
-                    && c.root == job.root
-                    && !c.watch.changed.get()
-                    && started - c.made < CACHE_MS
-            });
-            if hit {
-                if let Some(c) = cache.as_ref() {
-                    job.cached = Some(c.text.clone());
-                    job.cut = c.cut;
-                }
-            } else {
-                *cache = None;
-                job.watch = Watch::new();
-                if let Some(w) = &job.watch {
-                    w.observe(doc);
-                }
-            }
+        if job.lookup.is_none() {
+            job.use_cache(cache);
         }
         Ok(job)
     }
 
+    /// Takes the text of the last read when it is of the same root and still current; else
+    /// starts watching the page for the cache this read leaves.
+    fn use_cache(&mut self, cache: &mut Option<Cache>) {
+        if self.html {
+            return;
+        }
+        let hit = cache.as_ref().is_some_and(|c| {
+            c.selector == self.selector
+                && c.main == self.main
+                && c.root == self.root
+                && !c.watch.changed.get()
+                && self.started - c.made < CACHE_MS
+        });
+        if hit {
+            if let Some(c) = cache.as_ref() {
+                self.cached = Some(c.text.clone());
+                self.cut = c.cut;
+            }
+        } else {
+            *cache = None;
+            self.watch = Watch::new();
+            if let Some(w) = &self.watch {
+                w.observe(&self.doc);
+            }
+        }
+    }
+
     /// Reads until `until`; the answer once the page is read (or the budget spent).
+    #[inline(never)]
     pub fn step(
         &mut self,
         cache: &mut Option<Cache>,
         until: f64,
     ) -> Option<Result<JsValue, ToolErr>> {
+        if let Some(lookup) = &mut self.lookup {
+            match lookup.step(until)? {
+                Ok(el) => {
+                    self.root = el;
+                    self.lookup = None;
+                    self.use_cache(cache);
+                }
+                Err(miss) => {
+                    let selector = self.selector.as_deref().unwrap_or_default();
+                    return Some(Err(lookup_error(selector, miss)));
+                }
+            }
+            if now() >= until {
+                return None;
+            }
+        }
         if self.html {
             return Some(html_of(&self.doc, &self.root).map(|full| self.answer(&full)));
         }
@@ -245,7 +284,7 @@ impl Job {
         let mut count = 0u32;
         while let Some(top) = self.stack.last_mut() {
             count += 1;
-            if count.is_multiple_of(4) {
+            if count > 1 {
                 let t = now();
                 if t - self.started >= TIME_BUDGET_MS {
                     self.cut = Some(Cut::Time);
@@ -307,6 +346,7 @@ impl Job {
 
     /// Starts reading an element: pushes its opening and a frame for its children, unless it
     /// is not shown. `false` when it was skipped.
+    #[inline(never)]
     fn enter(&mut self, el: &Element) -> bool {
         let tag = dom::tag(el);
         if TEXT_SKIP.contains(&tag.as_str())
@@ -396,6 +436,7 @@ impl Job {
         true
     }
 
+    #[inline(never)]
     fn answer(&self, full: &str) -> JsValue {
         let page = paginate(full, self.offset, self.max_chars);
         let offset = self.offset;

@@ -33,6 +33,8 @@ pub fn now() -> f64 {
 pub enum Work {
     Snapshot(snapshot::Job),
     Read(read::Job),
+    /// A click, typing or the gate's element facts, looking its selector up first.
+    Act(tools::ActJob),
     /// Development builds: a call that panics in its first slice (the e2e test of recovery).
     #[cfg(feature = "dev-log")]
     Panic,
@@ -44,6 +46,7 @@ impl Work {
         match self {
             Self::Snapshot(job) => job.step(state.refs_mut(), until),
             Self::Read(job) => job.step(&mut state.read_cache, until),
+            Self::Act(job) => job.step(state, until),
             #[cfg(feature = "dev-log")]
             Self::Panic => panic!("__debug_panic asked for a panic in a slice"),
         }
@@ -52,9 +55,32 @@ impl Work {
 
 struct Pending {
     id: JsValue,
-    call_id: String,
+    answer: Answer,
     respond: js_sys::Function,
     work: Work,
+}
+
+/// What a request is answered with.
+enum Answer {
+    /// `tool_outcome` of the call `call_id`.
+    Tool(String),
+    /// `element_facts`.
+    Facts,
+}
+
+impl Answer {
+    fn body(&self, result: Result<JsValue, ToolErr>) -> Obj {
+        match self {
+            Self::Tool(call_id) => tool_outcome(call_id, result),
+            Self::Facts => facts_answer(result),
+        }
+    }
+}
+
+fn facts_answer(result: Result<JsValue, ToolErr>) -> Obj {
+    Obj::new()
+        .s("type", "element_facts")
+        .v("result", result_js(result))
 }
 
 pub struct Server {
@@ -147,19 +173,21 @@ fn pump(server: &Shared) {
         drop(s);
         record(server, start);
         if took > 2.0 * SLICE_MS {
+            // Whole milliseconds: float formatting is a large function to compile in a page.
             log_debug(&format!(
-                "a slice of the page tools took {took:.0} ms (at {start:.0})"
+                "a slice of the page tools took {} ms (at {})",
+                took as u64, start as u64
             ));
         }
     }
     for (job, result) in finished {
-        if let Err(e) = &result {
+        if let (Err(e), Answer::Tool(call_id)) = (&result, &job.answer) {
             log_debug(&format!(
-                "tool call {} failed: {}: {}",
-                job.call_id, e.kind, e.message
+                "tool call {call_id} failed: {}: {}",
+                e.kind, e.message
             ));
         }
-        let answer = envelope(&job.id, tool_outcome(&job.call_id, result));
+        let answer = envelope(&job.id, job.answer.body(result));
         if let Err(e) = job.respond.call1(&JsValue::UNDEFINED, &answer) {
             log_error(&format!("could not answer a tool call: {e:?}"));
         }
@@ -231,6 +259,7 @@ pub fn on_message(server: &Shared, message: &JsValue, sender: &JsValue, respond:
     later
 }
 
+#[inline(never)]
 fn handle(server: &Shared, message: &JsValue, sender: &JsValue, respond: &JsValue) -> bool {
     let own_id = server.borrow().own_id.clone();
     let Some((id, body)) = request(&own_id, message, sender) else {
@@ -289,31 +318,26 @@ fn handle(server: &Shared, message: &JsValue, sender: &JsValue, respond: &JsValu
                     false
                 }
                 Ok(tools::Begun::Work(work)) => {
-                    let Ok(respond) = respond.clone().dyn_into::<js_sys::Function>() else {
-                        return false;
-                    };
-                    let mut s = server.borrow_mut();
-                    s.jobs.push_back(Pending {
-                        id,
-                        call_id,
-                        respond,
-                        work,
-                    });
-                    s.schedule();
-                    true
+                    queue(server, id, Answer::Tool(call_id), respond, work)
                 }
             }
         }
         "get_element_facts" => {
-            let facts = server
+            let started = server
                 .borrow_mut()
                 .state
-                .element_facts(&js::get(&body, "target"));
-            let body = Obj::new()
-                .s("type", "element_facts")
-                .v("result", result_js(facts));
-            reply(respond, envelope(&id, body));
-            false
+                .begin_facts(&js::get(&body, "target"));
+            match started {
+                Ok(tools::Begun::Done(facts)) => {
+                    reply(respond, envelope(&id, facts_answer(Ok(facts))));
+                    false
+                }
+                Err(e) => {
+                    reply(respond, envelope(&id, facts_answer(Err(e))));
+                    false
+                }
+                Ok(tools::Begun::Work(work)) => queue(server, id, Answer::Facts, respond, work),
+            }
         }
         "panel_command" => {
             let Some(command) =
@@ -355,6 +379,22 @@ fn handle(server: &Shared, message: &JsValue, sender: &JsValue, respond: &JsValu
     }
 }
 
+/// Queues work that answers later; `true` (the answer comes through `respond`).
+fn queue(server: &Shared, id: JsValue, answer: Answer, respond: &JsValue, work: Work) -> bool {
+    let Ok(respond) = respond.clone().dyn_into::<js_sys::Function>() else {
+        return false;
+    };
+    let mut s = server.borrow_mut();
+    s.jobs.push_back(Pending {
+        id,
+        answer,
+        respond,
+        work,
+    });
+    s.schedule();
+    true
+}
+
 const CRASHED: &str = "the page tools failed inside the page while running this call and were \
                        restarted; the call may not have finished. Refs from earlier snapshots \
                        are gone: call snapshot_page again before using refs.";
@@ -372,9 +412,7 @@ pub fn recover(server: &Shared, message: &JsValue, sender: &JsValue, respond: &J
             };
             tool_outcome(&call_id, Err(ToolErr::failed(CRASHED)))
         }
-        Some("get_element_facts") => Obj::new()
-            .s("type", "element_facts")
-            .v("result", result_js(Err(ToolErr::failed(CRASHED)))),
+        Some("get_element_facts") => facts_answer(Err(ToolErr::failed(CRASHED))),
         Some("panel_command") => Obj::new().s("type", "ack"),
         _ => return,
     };

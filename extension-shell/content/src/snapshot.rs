@@ -134,6 +134,8 @@ pub struct Job {
     started: f64,
     visited: u32,
     timed_out: bool,
+    /// The walk is over (or cut): what is left is making the outline.
+    walked: bool,
 }
 
 fn slot(kind: Kind) -> usize {
@@ -187,10 +189,12 @@ impl Job {
             started: crate::server::now(),
             visited: 0,
             timed_out: false,
+            walked: false,
         })
     }
 
     /// Walks until `until`; the answer once the page is walked (or the budget spent).
+    #[inline(never)]
     pub fn step(&mut self, refs: &mut Refs, until: f64) -> Option<Result<JsValue, ToolErr>> {
         let mut count = 0u32;
         while let Some(top) = self.stack.last_mut() {
@@ -198,8 +202,9 @@ impl Job {
                 self.stack.pop();
                 continue;
             };
+            // The clock after every element: one element's name can cost a few hundred nodes.
             count += 1;
-            if count.is_multiple_of(4) {
+            if count > 1 {
                 let t = crate::server::now();
                 if t - self.started >= TIME_BUDGET_MS {
                     self.timed_out = true;
@@ -216,9 +221,17 @@ impl Job {
             let (parent, depth, offset) = (top.parent, top.depth, top.offset);
             self.visit(&child, parent, depth, offset);
         }
+        // The outline is made in a slice of its own when the walk used half of this one.
+        if !self.walked {
+            self.walked = true;
+            if crate::server::now() >= until - crate::server::SLICE_MS / 2.0 {
+                return None;
+            }
+        }
         Some(Ok(self.finish(refs)))
     }
 
+    #[inline(never)]
     fn visit(&mut self, child: &Node, parent: Option<usize>, depth: usize, offset: (f64, f64)) {
         let Some(el) = dom::as_element(child) else {
             return;
@@ -296,6 +309,7 @@ impl Job {
         }
     }
 
+    #[inline(never)]
     fn finish(&mut self, refs: &mut Refs) -> JsValue {
         let doc = self.doc.clone();
         let lines = core::mem::take(&mut self.lines);
@@ -360,7 +374,7 @@ impl Job {
                  {} elements in page order; the rest of the page was not looked at. Scroll to \
                  the part you need and call snapshot_page again, or use read_page_content with \
                  a selector.",
-                TIME_BUDGET_MS / 1000.0,
+                (TIME_BUDGET_MS / 1000.0) as u32,
                 self.visited
             ));
         }
@@ -376,6 +390,7 @@ impl Job {
     }
 
     /// The line of an element: `- role "name"`, and the flags that follow its ref.
+    #[inline(never)]
     fn line_text(&mut self, el: &Element, role: &dom::Role) -> (String, String) {
         let name = dom::accessible_name(el, Some(&role.name));
         let mut head = format!("- {}", role.name);

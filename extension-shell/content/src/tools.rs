@@ -10,7 +10,7 @@ use alloc::string::{String, ToString};
 use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{Document, Element, Event, Node};
 
-use crate::dom;
+use crate::dom::{self, Looked, Lookup, LookupMiss};
 use crate::js::{self, Obj};
 use crate::read;
 use crate::server::Work;
@@ -43,6 +43,7 @@ impl ToolErr {
         invalid_arguments,
         not_interactable,
         unavailable,
+        timeout,
         failed
     );
 
@@ -144,22 +145,64 @@ impl State {
         }
     }
 
-    fn resolve(&self, doc: &Document, target: &Target) -> Result<Element, ToolErr> {
+    /// The element `target` names, or the lookup to run in slices (a selector that the
+    /// document itself does not match: open shadow roots and frames are searched).
+    fn locate(&self, doc: &Document, target: &Target) -> Result<Located, ToolErr> {
         match target {
-            Target::Ref(r) => self.refs.resolve(r),
-            Target::Selector(s) => resolve_selector(doc, s),
+            Target::Ref(r) => self.refs.resolve(r).map(Located::Found),
+            Target::Selector(s) => match Lookup::start(doc, s) {
+                Looked::Found(el) => Ok(Located::Found(el)),
+                Looked::Miss(miss) => Err(lookup_error(s, miss)),
+                Looked::Walk(lookup) => Ok(Located::Walk(lookup)),
+            },
         }
     }
 
-    /// The element a click or typing acts on. A selector must still name the element the gate
-    /// was told about, if it asked.
-    fn acted_on(&mut self, doc: &Document, args: &JsValue) -> Result<(Target, Element), ToolErr> {
-        let target = Target::from_args(args)?;
-        let el = self.resolve(doc, &target)?;
+    /// Starts `then` on the element of `target`: at once when it is known, else as work that
+    /// looks it up in slices first.
+    fn on_element(&mut self, doc: &Document, target: Target, then: Then) -> Result<Begun, ToolErr> {
+        match self.locate(doc, &target)? {
+            Located::Found(el) => self.finish(&target, &el, &then).map(Begun::Done),
+            Located::Walk(lookup) => Ok(Begun::Work(Work::Act(ActJob {
+                target,
+                lookup,
+                then,
+            }))),
+        }
+    }
+
+    /// Does `then` on `el`, the element `target` named.
+    fn finish(&mut self, target: &Target, el: &Element, then: &Then) -> Result<JsValue, ToolErr> {
+        match then {
+            Then::Facts => {
+                self.checked = match target {
+                    Target::Selector(s) => Some((s.clone(), el.clone())),
+                    Target::Ref(_) => None,
+                };
+                Ok(element_facts(el))
+            }
+            Then::Click => {
+                self.check_same(target, el)?;
+                click(target, el)
+            }
+            Then::Type {
+                text,
+                submit,
+                clear,
+            } => {
+                self.check_same(target, el)?;
+                type_text(target, el, text, *submit, *clear)
+            }
+        }
+    }
+
+    /// A click or typing by selector must still act on the element the gate was told about, if
+    /// it asked.
+    fn check_same(&mut self, target: &Target, el: &Element) -> Result<(), ToolErr> {
         let checked = self.checked.take();
-        if let (Target::Selector(s), Some((checked_selector, checked_el))) = (&target, checked)
+        if let (Target::Selector(s), Some((checked_selector, checked_el))) = (target, checked)
             && *s == checked_selector
-            && checked_el != el
+            && checked_el != *el
         {
             return Err(ToolErr::stale_ref(format!(
                 "`{}` now matches another element than the one checked a moment ago: the page \
@@ -167,7 +210,7 @@ impl State {
                 clip(s, 80)
             )));
         }
-        Ok((target, el))
+        Ok(())
     }
 
     pub fn refs_mut(&mut self) -> &mut Refs {
@@ -176,6 +219,7 @@ impl State {
 
     /// Starts one tool call: quick tools answer at once, the page walks come back as work to
     /// run in slices.
+    #[inline(never)]
     pub fn begin(&mut self, name: &str, args: &JsValue) -> Result<Begun, ToolErr> {
         let doc = document()?;
         match name {
@@ -191,30 +235,37 @@ impl State {
                 self.refs.prune();
                 Ok(Begun::Work(Work::Snapshot(snapshot::Job::new(&doc, max)?)))
             }
+            "click_element" => self.on_element(&doc, Target::from_args(args)?, Then::Click),
+            "type_text" => {
+                let target = Target::from_args(args)?;
+                let text = js::get_str(args, "text")
+                    .ok_or_else(|| ToolErr::invalid_arguments("`text` is required"))?;
+                let then = Then::Type {
+                    text,
+                    submit: bool_arg(args, "submit", false),
+                    clear: bool_arg(args, "clear", true),
+                };
+                self.on_element(&doc, target, then)
+            }
             _ => self.execute(&doc, name, args).map(Begun::Done),
         }
+    }
+
+    /// Starts answering the gate's `get_element_facts`: like a click, the element may need a
+    /// lookup in slices first.
+    pub fn begin_facts(&mut self, target: &JsValue) -> Result<Begun, ToolErr> {
+        let doc = document()?;
+        self.on_element(&doc, Target::from_args(target)?, Then::Facts)
     }
 
     /// Runs one quick tool call.
     fn execute(&mut self, doc: &Document, name: &str, args: &JsValue) -> Result<JsValue, ToolErr> {
         let doc = doc.clone();
         match name {
-            "click_element" => {
-                let (target, el) = self.acted_on(&doc, args)?;
-                click(&target, &el)
-            }
-            "type_text" => {
-                let (target, el) = self.acted_on(&doc, args)?;
-                let text = js::get_str(args, "text")
-                    .ok_or_else(|| ToolErr::invalid_arguments("`text` is required"))?;
-                let submit = bool_arg(args, "submit", false);
-                let clear = bool_arg(args, "clear", true);
-                type_text(&target, &el, &text, submit, clear)
-            }
             "scroll_page" => {
-                if js::get_str(args, "ref").is_some() {
-                    let target = Target::from_args(args)?;
-                    let el = self.resolve(&doc, &target)?;
+                if let Some(r) = js::get_str(args, "ref").filter(|r| !r.trim().is_empty()) {
+                    let target = Target::Ref(String::from(r.trim()));
+                    let el = self.refs.resolve(r.trim())?;
                     scroll_to(&target, &el)
                 } else {
                     scroll_by(&doc, args)
@@ -235,31 +286,63 @@ impl State {
             ))),
         }
     }
+}
 
-    /// Facts about an element for the safety gate: never a value.
-    pub fn element_facts(&mut self, target: &JsValue) -> Result<JsValue, ToolErr> {
-        let doc = document()?;
-        let target = Target::from_args(target)?;
-        let el = self.resolve(&doc, &target)?;
-        self.checked = match &target {
-            Target::Selector(s) => Some((s.clone(), el.clone())),
-            Target::Ref(_) => None,
-        };
-        Ok(element_facts(&el))
+/// Where [`State::locate`] found the element.
+enum Located {
+    Found(Element),
+    Walk(Lookup),
+}
+
+/// What a call does with its element once it is found.
+pub enum Then {
+    Click,
+    Type {
+        text: String,
+        submit: bool,
+        clear: bool,
+    },
+    /// The gate's element facts.
+    Facts,
+}
+
+/// A click, typing or element facts whose selector is being looked up in slices.
+pub struct ActJob {
+    target: Target,
+    lookup: Lookup,
+    then: Then,
+}
+
+impl ActJob {
+    /// Looks on until `until`; the answer once the element is found and acted on, or not found.
+    #[inline(never)]
+    pub fn step(&mut self, state: &mut State, until: f64) -> Option<Result<JsValue, ToolErr>> {
+        let found = self.lookup.step(until)?;
+        Some(match found {
+            Ok(el) => state.finish(&self.target, &el, &self.then),
+            Err(miss) => {
+                let (Target::Selector(s) | Target::Ref(s)) = &self.target;
+                Err(lookup_error(s, miss))
+            }
+        })
     }
 }
 
-pub fn resolve_selector(doc: &Document, selector: &str) -> Result<Element, ToolErr> {
-    match dom::select_first(doc, selector) {
-        Err(()) => Err(ToolErr::invalid_selector(format!(
-            "`{}` is not a valid CSS selector; fix it, or call snapshot_page and use a ref",
-            clip(selector, 80)
-        ))),
-        Ok(None) => Err(ToolErr::not_found(format!(
-            "no element matches `{}`; call snapshot_page to find the element and use its ref",
-            clip(selector, 80)
-        ))),
-        Ok(Some(el)) => Ok(el),
+/// The tool error of a selector that found no element.
+pub fn lookup_error(selector: &str, miss: LookupMiss) -> ToolErr {
+    let shown = clip(selector, 80);
+    match miss {
+        LookupMiss::Invalid => ToolErr::invalid_selector(format!(
+            "`{shown}` is not a valid CSS selector; fix it, or call snapshot_page and use a ref"
+        )),
+        LookupMiss::NoMatch => ToolErr::not_found(format!(
+            "no element matches `{shown}`; call snapshot_page to find the element and use its ref"
+        )),
+        LookupMiss::TimedOut => ToolErr::timeout(format!(
+            "no element matching `{shown}` was found within {} s: the page is too large to \
+             search all of its shadow roots and frames. Call snapshot_page and use a ref",
+            (dom::LOOKUP_BUDGET_MS / 1000.0) as u32
+        )),
     }
 }
 
@@ -328,6 +411,7 @@ fn hit_is_target(el: &Element, hit: &Element) -> bool {
         .is_some_and(|label| js::get(&label, "control") == JsValue::from(el.clone()))
 }
 
+#[inline(never)]
 fn click(target: &Target, el: &Element) -> Result<JsValue, ToolErr> {
     check_usable(target, el)?;
     scroll_into_view(el, "center");
@@ -712,6 +796,7 @@ fn press_enter(el: &Element) -> bool {
     submitted
 }
 
+#[inline(never)]
 fn type_text(
     target: &Target,
     el: &Element,
@@ -810,6 +895,7 @@ fn scroll_to(target: &Target, el: &Element) -> Result<JsValue, ToolErr> {
         .js())
 }
 
+#[inline(never)]
 fn scroll_by(doc: &Document, args: &JsValue) -> Result<JsValue, ToolErr> {
     let direction = js::get_str(args, "direction")
         .ok_or_else(|| {
@@ -936,6 +1022,7 @@ fn field_facts(el: &Element) -> JsValue {
 }
 
 /// `gg_agent::ElementFacts` in its serde form. Never a value.
+#[inline(never)]
 fn element_facts(el: &Element) -> JsValue {
     let tag = dom::tag(el);
     let ty = dom::input_type(el);

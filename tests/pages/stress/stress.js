@@ -3,7 +3,8 @@
 //   ?kind=buttons&n=N  N buttons in a flat list (the snapshot used to panic from ~500)
 //   ?kind=nested&n=N   nested lists and tables of about N elements (panicked from ~1,600)
 //   ?kind=big&n=N      about N elements of sections with headings, text, links, buttons, fields;
-//                      hidden text of every kind that read_page_content must leave out
+//                      hidden text of every kind that read_page_content must leave out; at the
+//                      end, a field and a button in an open shadow root
 //   ?kind=deep         nested open shadow roots, same-origin iframes (frame.html?level=L) and
 //                      a 1,000-deep chain of <div>s
 // Every generated text is unique (`w<n>` words), so a test can tell which text was read.
@@ -72,6 +73,12 @@
         i += 1;
       }
       main.append(el('p', { id: 'the-end' }, 'THE-END of the big page.'));
+      // After everything, inside an open shadow root: a selector finds it only by searching
+      // the shadow roots (the document's own querySelector does not look inside them).
+      const host = el('div', { id: 'shadow-end' });
+      main.append(host);
+      host.attachShadow({ mode: 'open' }).append(el('input', { id: 'shadow-end-field', placeholder: 'Field in a shadow root' }),
+        el('button', { type: 'button', id: 'shadow-end-button' }, 'Button in a shadow root'));
     } else if (kind === 'deep' || kind === 'frame') {
       const level = Number(q.get('level') ?? '0');
       // Nested open shadow roots, each with a heading, text and a button.
