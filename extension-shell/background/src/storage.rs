@@ -150,11 +150,6 @@ pub async fn handle(body: Body, sender: &SenderInfo) -> Result<Body, String> {
 /// "Always on this site", from the overlay of the tab where the user answered: only for the
 /// origin that tab shows, and only a permission that may persist.
 async fn grant(site: &str, permission: Permission, sender: &SenderInfo) -> Result<(), String> {
-    if !permission.can_persist() {
-        return Err(format!(
-            "{permission:?} is never allowed for good; it was allowed for this task only"
-        ));
-    }
     let tab = sender
         .tab
         .as_ref()
@@ -163,12 +158,7 @@ async fn grant(site: &str, permission: Permission, sender: &SenderInfo) -> Resul
     let top = gg_chrome::top_frame(tab)
         .await
         .map_err(|e| format!("could not save the permission: {e}"))?;
-    if gg_agent::site_key(site) != gg_agent::site_key(&top.url) {
-        return Err(format!(
-            "could not save the permission: it names {site}, but this tab shows {}",
-            gg_agent::site_key(&top.url)
-        ));
-    }
+    keys::check_grant(site, &permission, &top.url)?;
     update(site, |all| {
         all.allow_always(site, permission);
     })

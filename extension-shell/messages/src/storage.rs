@@ -218,6 +218,29 @@ pub fn check_model_source(source: &str, confirmed_http: &str) -> Result<(), Stri
     Ok(())
 }
 
+/// Whether an overlay may store "always on this site" for `site`: only a permission that may
+/// persist (never `run_javascript`), and only for the origin its tab shows (`tab_url`).
+pub fn check_grant(site: &str, permission: &Permission, tab_url: &str) -> Result<(), String> {
+    if !permission.can_persist() {
+        return Err(format!(
+            "{permission:?} is never allowed for good; it was allowed for this task only"
+        ));
+    }
+    if permissions_key(site).is_none() {
+        return Err(format!(
+            "could not save the permission: {site:?} has no origin"
+        ));
+    }
+    if site_key(site) != site_key(tab_url) {
+        return Err(format!(
+            "could not save the permission: it names {}, but this tab shows {}",
+            site_key(site),
+            site_key(tab_url)
+        ));
+    }
+    Ok(())
+}
+
 /// The range of `maxIterations` the settings accept.
 pub const MAX_ITERATIONS_RANGE: (u32, u32) = (1, 50);
 /// The range of `temperature` the settings accept.
@@ -391,6 +414,28 @@ mod tests {
         assert_eq!(m.settings, json!({"maxIterations": 4}));
         assert!(m.local.is_empty());
         assert_eq!(m.dropped.len(), 2);
+    }
+
+    #[test]
+    fn grants_only_for_the_tabs_origin_and_never_javascript() {
+        let tab = "https://shop.example/cart?x=1";
+        assert_eq!(
+            check_grant("https://shop.example", &Permission::SubmitForm, tab),
+            Ok(())
+        );
+        assert_eq!(
+            check_grant("https://SHOP.example:443/", &Permission::SubmitForm, tab),
+            Ok(())
+        );
+        let js = check_grant("https://shop.example", &Permission::RunJavascript, tab).unwrap_err();
+        assert!(js.contains("never allowed for good"), "{js}");
+        let other = check_grant("https://bank.example", &Permission::SubmitForm, tab).unwrap_err();
+        assert!(
+            other.contains("this tab shows https://shop.example"),
+            "{other}"
+        );
+        assert!(check_grant("http://shop.example", &Permission::SubmitForm, tab).is_err());
+        assert!(check_grant("about:blank", &Permission::SubmitForm, "about:blank").is_err());
     }
 
     #[test]
