@@ -1,7 +1,11 @@
-//! Serving the service worker's messages. Quick tools answer at once; `snapshot_page` and
-//! `read_page_content` walk the page in slices of at most [`SLICE_MS`], giving the page's main
-//! thread back between them (the loader's `later`), and answer when done or when their time
-//! budget is spent (with a partial result that says so).
+//! Serving the service worker's messages. Quick tools answer at once; `snapshot_page`,
+//! `read_page_content` and selector lookups walk the page in slices of at most [`SLICE_MS`],
+//! giving the page's main thread back between them (the loader's `later`), and answer when done
+//! or when their time budget is spent (with a partial result that says so).
+//!
+//! The walks' large steps are `#[inline(never)]`: each stays a function of its own in the
+//! JavaScript that wasm2js writes, which V8 compiles on first use and can optimise (see
+//! `ONE_CALLER_INLINE` in xtask/src/build.rs).
 
 use alloc::collections::VecDeque;
 use alloc::format;
