@@ -5,7 +5,7 @@
 // a page the user did not ask about, or a sensitive action without the user's approval.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, launchExtension, until, openOverlay, sendMessage } from './harness.mjs';
+import { startServer, launchExtension, until, openOverlay, sendMessage, Pierce } from './harness.mjs';
 
 let server, ext;
 
@@ -118,7 +118,10 @@ test('a site turned off mid-turn gets no JavaScript and no screenshot', async ()
   await answerNext(frame, 'run_javascript', /run JavaScript/, 'gg-approve-task');
   await until(() => page.evaluate(() => document.body.dataset.runs === '1'), { what: 'the first, approved run' });
   // While the model writes, the user turns Gemma Gem off on this site (the panel goes away).
-  await ext.sw.evaluate(() => chrome.storage.local.set({ 'disabled:127.0.0.1': true }));
+  await ext.sw.evaluate(async () => {
+    const { settings } = await chrome.storage.sync.get('settings');
+    await chrome.storage.sync.set({ settings: { ...settings, disabledHosts: ['127.0.0.1'] } });
+  });
   await page.waitForFunction(() => document.querySelector('gemma-gem-host') === null, null, { timeout: 20000 });
   const refusals = async () => {
     const all = await ext.sw.evaluate(() => chrome.storage.session.get(null));
@@ -127,7 +130,10 @@ test('a site turned off mid-turn gets no JavaScript and no screenshot', async ()
   };
   assert.equal(await until(refusals, { timeout: 40000, what: 'the end of the turn' }), 2, 'the script and the screenshot were both refused');
   assert.equal(await page.evaluate(() => document.body.dataset.runs), '1', 'no script ran after the site was turned off');
-  await ext.sw.evaluate(() => chrome.storage.local.remove('disabled:127.0.0.1'));
+  await ext.sw.evaluate(async () => {
+    const { settings } = await chrome.storage.sync.get('settings');
+    await chrome.storage.sync.set({ settings: { ...settings, disabledHosts: [] } });
+  });
   await page.close();
 });
 
@@ -211,5 +217,117 @@ test('an attacker page that frames the overlay or loads the content script gets 
   // The page's own Gemma Gem still works, in its closed shadow root.
   const { frame } = await openOverlay(ext, page.url(), page);
   assert.ok(await frame.$('[data-testid="gg-input"]'));
+  await page.close();
+});
+
+/** The overlay frame the content script created (in the closed root), its iframe node and `src`. */
+async function panelFrame(page) {
+  const pierce = await Pierce.open(page);
+  const node = await until(() => pierce.byTestId('gg-panel-frame'), { what: 'the panel iframe' });
+  return { pierce, node, src: Pierce.attrs(node).src };
+}
+
+/** Asks the service worker something as the overlay page in `frame` would (its own code). */
+const askAs = (frame, body) => frame.evaluate((b) => chrome.runtime.sendMessage({ protocol: 'gemma-gem/1', id: 77, from: 'overlay', body: b }), body);
+
+test('a page that frames the overlay with a forged or replayed token gets no conversation and cannot approve', async () => {
+  await useScript('hostile-frame', 'framed');
+  const { page, frame } = await openOverlay(ext, `${server.url}/basic.html`);
+  await sendMessage(frame, 'Count the runs');
+  await frame.waitForSelector(`${pendingCard}[data-tool="run_javascript"]`, { timeout: 30000 });
+  // The real iframe's URL carries its (now used) token in the fragment; the page cannot read
+  // it (closed root, cross-origin frame) — the test reads it through DevTools and hands it,
+  // with the dynamic URL, to the page, as if it had leaked.
+  const { src } = await panelFrame(page);
+  const [base, used] = src.split('#');
+  assert.match(used, /^[0-9a-f]{32}$/);
+  assert.match(base, /^chrome-extension:\/\/[0-9a-z-]+\/overlay\/overlay\.html$/);
+  const leaked = await page.evaluate(() => ({
+    root: document.querySelector('gemma-gem-host')?.shadowRoot ?? null,
+    timing: performance.getEntries().map((e) => e.name).filter((n) => n.startsWith('chrome-extension:')),
+  }));
+  assert.equal(leaked.root, null, 'the host has a closed root');
+  assert.ok(!leaked.timing.some((n) => n.includes(used)), `the token is in no performance entry: ${leaked.timing}`);
+  // The page frames the overlay three times: the replayed token, a guessed one, none.
+  await page.evaluate(({ base, used }) => {
+    for (const [name, hash] of [['replayed', `#${used}`], ['forged', `#${'f'.repeat(32)}`], ['bare', '']]) {
+      const f = document.createElement('iframe');
+      f.src = base + hash;
+      f.dataset.attacker = name;
+      f.style.cssText = 'position:fixed;left:0;top:0;width:400px;height:500px;z-index:2147483647';
+      document.body.append(f);
+    }
+  }, { base, used });
+  const attackers = await until(async () => {
+    const found = [];
+    for (const f of page.frames()) {
+      if (f === frame || !f.url().startsWith('chrome-extension:')) continue;
+      const name = await (await f.frameElement()).getAttribute('data-attacker');
+      if (name) found.push([name, f]);
+    }
+    return found.length === 3 && found;
+  }, { what: 'the three framed overlays' });
+  for (const [name, f] of attackers) {
+    const error = await f.waitForSelector('[data-testid="gg-error"]', { timeout: 20000 });
+    assert.match(await error.innerText(), /not opened by Gemma Gem/, `${name}: the overlay says why it is empty`);
+    assert.equal((await f.$$('[data-testid="gg-message"]')).length, 0, `${name}: no conversation`);
+    assert.equal((await f.$$(pendingCard)).length, 0, `${name}: no approval card`);
+    // Even driving the framed overlay page directly: the service worker answers nothing.
+    for (const body of [{ type: 'get_conversation' }, { type: 'chat_send', text: 'hi' },
+      { type: 'chat_approval', call_id: 1, nonce: '00', decision: 'allow_once' }, { type: 'activate_overlay', token: used }]) {
+      const answer = await askAs(f, body);
+      assert.equal(answer?.body?.type, 'error', `${name}: ${body.type} refused: ${JSON.stringify(answer)}`);
+      assert.match(answer.body.message, /not opened by Gemma Gem/);
+    }
+  }
+  // The real overlay still speaks for the tab; nothing ran before the user's answer.
+  assert.equal(await page.evaluate(() => document.body.dataset.runs ?? null), null);
+  const mine = await askAs(frame, { type: 'get_conversation' });
+  assert.equal(mine?.body?.type, 'conversation');
+  await answerNext(frame, 'run_javascript', /run JavaScript/, 'gg-approve-once');
+  await until(async () => (await answers(frame)).at(-1)?.includes('Done.'), { timeout: 30000, what: 'the end of the turn' });
+  assert.equal(await page.evaluate(() => document.body.dataset.runs), '1');
+  await page.close();
+});
+
+test('a page that rewrites or moves the host element gets it restored, and the reloaded panel frame is replaced', async () => {
+  await useScript('hostile-frame', 'restyled');
+  const { page } = await openOverlay(ext, `${server.url}/basic.html`);
+  const first = await panelFrame(page);
+  const result = await page.evaluate(async () => {
+    const host = document.querySelector('gemma-gem-host');
+    const before = host.getAttribute('style');
+    const tick = () => new Promise((r) => setTimeout(r, 50));
+    const seen = {};
+    host.setAttribute('style', 'display:none');
+    await tick(); seen.replaced = host.getAttribute('style') === before;
+    host.style.setProperty('opacity', '0', 'important');
+    host.style.left = '-9999px';
+    await tick(); seen.cssom = host.getAttribute('style') === before;
+    for (const a of ['hidden', 'inert', 'popover', 'class']) host.setAttribute(a, '');
+    await tick(); seen.attributes = host.getAttributeNames().sort().join(',');
+    const box = document.createElement('div');
+    box.style.cssText = 'opacity:0;position:absolute;left:-9999px';
+    document.body.append(box);
+    box.append(host);
+    await tick(); seen.parent = host.parentNode === document.documentElement;
+    seen.opacity = getComputedStyle(host).opacity;
+    return seen;
+  });
+  assert.deepEqual(result, { replaced: true, cssom: true, attributes: 'data-gemma-gem,style', parent: true, opacity: '1' });
+  // Moving the host reloaded its iframe (with a used token): a new frame with a fresh token
+  // replaced it, and that overlay works.
+  const second = await until(async () => { const f = await panelFrame(page); return f.src !== first.src && f; }, { what: 'a new panel frame' });
+  assert.match(second.src.split('#')[1], /^[0-9a-f]{32}$/);
+  const overlay = async () => until(async () => {
+    for (const f of page.frames()) {
+      if (!f.url().endsWith('/overlay/overlay.html')) continue;
+      const answer = await askAs(f, { type: 'get_conversation' }).catch(() => null);
+      if (answer?.body?.type === 'conversation') return f;
+    }
+    return null;
+  }, { what: 'an activated overlay' });
+  const frame = await overlay();
+  await frame.waitForSelector('[data-testid="gg-input"]', { timeout: 20000 });
   await page.close();
 });

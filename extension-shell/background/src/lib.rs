@@ -7,6 +7,7 @@
 //! the page tools). The service worker keeps each tab's conversation in `chrome.storage.session`
 //! so that nothing is lost when Chrome stops it.
 
+mod overlay_gate;
 mod storage;
 mod tools;
 
@@ -42,16 +43,15 @@ pub fn start() {
 /// message does not wait for it.
 #[wasm_bindgen]
 pub async fn on_startup() -> Result<(), JsValue> {
-    ensure_offscreen().await.map_err(|e| {
     if let Err(e) = storage::migrate_if_needed().await {
         log::error(&e);
     }
+    ensure_offscreen().await.map_err(|e| {
         log::error(&e);
         JsValue::from_str(&e)
     })
 }
 
-/// `chrome.commands.onCommand` and `chrome.action.onClicked`: the keyboard command (or the
 /// `chrome.storage.onChanged` for `sync.settings`: an item in the old format (written by an
 /// older version on another device) is migrated at once.
 #[wasm_bindgen]
@@ -61,6 +61,7 @@ pub async fn on_settings_changed() {
     }
 }
 
+/// `chrome.commands.onCommand` and `chrome.action.onClicked`: the keyboard command (or the
 /// toolbar button) opens or closes the panel in the tab it was used in.
 #[wasm_bindgen]
 pub async fn on_command(command: String, tab_id: Option<f64>) {
@@ -118,6 +119,10 @@ pub async fn on_message(message: JsValue, sender: JsValue) -> Result<JsValue, Js
                 message: e.to_string(),
             },
         );
+    }
+    // Overlay tokens, and overlays that did not present one.
+    if let Some(body) = overlay_gate::gate(env.from, &env.body, &sender).await {
+        return reply(&env, body);
     }
     let body = match handle(&env, &sender).await {
         Ok(body) => body,
@@ -275,15 +280,15 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
                 site: origin_of(&url),
             })
         }
+        // Settings and per-site data: written here only, each request checked.
+        (Context::Overlay, body) if storage::is_request(&body) => {
+            storage::handle(body, sender).await
+        }
         (Context::Overlay, Body::GetConversation) => {
             // The conversation this tab had with the origin it shows now.
             let tab_id = sender_tab(sender)?;
             let origin = page_origin(tab_id).await?;
             restore_if_needed(tab_id, &origin).await?;
-        // Settings and per-site data: written here only, each request checked.
-        (Context::Overlay, body) if storage::is_request(&body) => {
-            storage::handle(body, sender).await
-        }
             to_offscreen(Body::GetTabConversation { tab_id, origin }).await
         }
 
@@ -509,6 +514,7 @@ pub async fn on_tab_removed(tab_id: f64) {
         }
         Err(e) => log::warn(&e.to_string()),
     }
+    overlay_gate::forget(tab_id).await;
     if matches!(gg_chrome::offscreen_exists().await, Ok(true))
         && let Err(e) = gg_chrome::send(
             Context::ServiceWorker,

@@ -15,6 +15,7 @@
 extern crate alloc;
 
 mod dom;
+mod guard;
 mod js;
 mod panel;
 mod read;

@@ -11,6 +11,10 @@
 //! - A host the user turned Gemma Gem off on (`chrome.storage.local["disabled:HOST"]`, written by
 //!   the service worker) gets no host element at all; the key is watched, so disabling or
 //!   re-enabling a site applies at once, without a reload.
+//! - The overlay iframe's URL carries a one-time token from the service worker (the overlay
+//!   presents it, and only then is it answered). The host's style, attributes and place are
+//!   kept as set here ([`crate::guard`]); when the page moved the host (which reloads the
+//!   iframe with its used token), the iframe is replaced by one with a fresh token.
 //! - When the extension is reloaded or updated, this copy's `chrome.runtime` goes away: the next
 //!   interaction removes the host (and a newly injected copy replaces any host left behind).
 
@@ -22,6 +26,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use web_sys::{Document, Element, HtmlElement, ShadowRoot, ShadowRootInit, ShadowRootMode};
 
+use crate::guard::{self, HostGuard};
 use crate::js;
 
 /// Tag name of the host element (a valid custom-element name, so `attachShadow` is allowed).
@@ -194,6 +199,10 @@ struct Mounted {
     press: Option<Press>,
     /// A drag just ended: the click that follows it is not a toggle.
     swallow_click: bool,
+    /// Restores the host's style and attributes when the page changes them.
+    guard: HostGuard,
+    /// A token for a new overlay iframe was asked for.
+    token_pending: bool,
 }
 
 /// The host's state, shared by its event listeners.
@@ -417,6 +426,15 @@ fn try_mount(panel: &Shared) -> Result<(), JsValue> {
 
     let parent = document.document_element().ok_or("no document element")?;
     parent.append_child(&host)?;
+    let moved = {
+        let weak = Rc::downgrade(panel);
+        move || {
+            if let Some(panel) = weak.upgrade() {
+                replace_frame(&panel);
+            }
+        }
+    };
+    let guard = HostGuard::start(&document, &host, &host_style(p.corner, false, None), moved)?;
     p.mounted = Some(Mounted {
         host,
         wrap,
@@ -426,6 +444,8 @@ fn try_mount(panel: &Shared) -> Result<(), JsValue> {
         return_focus: None,
         press: None,
         swallow_click: false,
+        guard,
+        token_pending: false,
     });
     crate::log_debug("launcher mounted");
     Ok(())
@@ -457,6 +477,7 @@ fn unmount(panel: &Shared) {
     let mounted = panel.borrow_mut().mounted.take();
     if let Some(m) = mounted {
         let had_focus = m.open;
+        m.guard.stop();
         m.host.remove();
         if had_focus && let Some(el) = m.return_focus.filter(|el| el.is_connected()) {
             let _ = el.focus();
@@ -555,9 +576,8 @@ fn on_pointer_move(panel: &Shared, e: web_sys::Event) {
     let half = COLLAPSED / 2.0;
     let left = (x - half).clamp(0.0, (w - COLLAPSED).max(0.0));
     let top = (y - half).clamp(0.0, (h - COLLAPSED).max(0.0));
-    let _ = m
-        .host
-        .set_attribute("style", &host_style(corner, false, Some((left, top))));
+    m.guard
+        .set_style(&m.host, &host_style(corner, false, Some((left, top))));
 }
 
 fn on_pointer_end(panel: &Shared, e: web_sys::Event, commit: bool) {
@@ -585,9 +605,7 @@ fn on_pointer_end(panel: &Shared, e: web_sys::Event, commit: bool) {
         } else {
             corner
         };
-        let _ = m
-            .host
-            .set_attribute("style", &host_style(next, false, None));
+        m.guard.set_style(&m.host, &host_style(next, false, None));
         next
     };
     if commit {
@@ -615,9 +633,8 @@ fn set_corner(panel: &Shared, corner: Corner, save: bool) {
     if let Some(m) = p.mounted.as_ref() {
         let _ = m.wrap.set_attribute("data-corner", corner.as_str());
         let _ = m.button.set_attribute("data-corner", corner.as_str());
-        let _ = m
-            .host
-            .set_attribute("style", &host_style(corner, m.open, None));
+        m.guard
+            .set_style(&m.host, &host_style(corner, m.open, None));
     }
     drop(p);
     if save {
@@ -638,34 +655,10 @@ pub fn run(panel: &Shared, command: Command) -> Result<(), JsValue> {
         Command::Close if !m.open => return Ok(()),
         Command::Close => false,
     };
-    let frame = match &m.frame {
-        Some(frame) => frame.clone(),
-        None => {
-            let frame: HtmlElement = create(&document, "iframe")?.dyn_into()?;
-            frame.set_class_name("panel");
-            frame.set_attribute("data-testid", "gg-panel-frame")?;
-            frame.set_attribute("title", "Gemma Gem")?;
-            frame.set_attribute("hidden", "")?;
-            frame.set_attribute("src", &runtime_get_url(OVERLAY_PATH))?;
-            // The first opening focuses the frame before its page has loaded: focus it again
-            // once loaded, if the panel is still open.
-            let weak = Rc::downgrade(panel);
-            let on_load = Closure::<dyn FnMut()>::new(move || {
-                if let Some(panel) = weak.upgrade()
-                    && let Ok(p) = panel.try_borrow()
-                    && let Some(m) = p.mounted.as_ref().filter(|m| m.open)
-                    && let Some(frame) = m.frame.as_ref()
-                {
-                    focus_frame(frame);
-                }
-            });
-            frame.add_event_listener_with_callback("load", on_load.as_ref().unchecked_ref())?;
-            on_load.forget();
-            m.wrap.insert_before(&frame, Some(&m.button))?;
-            m.frame = Some(frame.clone());
-            frame
-        }
-    };
+    // The iframe comes once the service worker gave its token (see `attach_frame`).
+    let frame = m.frame.clone();
+    let need_frame = frame.is_none() && !m.token_pending;
+    m.token_pending |= need_frame;
     m.open = open;
     m.press = None;
     if open {
@@ -674,12 +667,13 @@ pub fn run(panel: &Shared, command: Command) -> Result<(), JsValue> {
         if let Some(el) = page_focus(&document, &m.host) {
             m.return_focus = Some(el);
         }
-        frame.remove_attribute("hidden")?;
-    } else {
+        if let Some(frame) = &frame {
+            frame.remove_attribute("hidden")?;
+        }
+    } else if let Some(frame) = &frame {
         frame.set_attribute("hidden", "")?;
     }
-    m.host
-        .set_attribute("style", &host_style(corner, open, None))?;
+    m.guard.set_style(&m.host, &host_style(corner, open, None));
     m.button
         .set_attribute("aria-expanded", if open { "true" } else { "false" })?;
     m.button.set_attribute(
@@ -692,14 +686,104 @@ pub fn run(panel: &Shared, command: Command) -> Result<(), JsValue> {
     )?;
     if open {
         // Into the overlay (its page puts the focus on the message box).
-        focus_frame(&frame);
+        if let Some(frame) = &frame {
+            focus_frame(frame);
+        }
     } else {
         match m.return_focus.take().filter(|el| el.is_connected()) {
             Some(el) => el.focus()?,
             None => m.button.focus()?,
         }
     }
+    drop(p);
+    if need_frame {
+        request_frame(panel);
+    }
     Ok(())
+}
+
+/// Asks the service worker for a one-time token, then creates the overlay iframe with it.
+fn request_frame(panel: &Shared) {
+    let weak = Rc::downgrade(panel);
+    guard::request_token(move |token| {
+        let Some(panel) = weak.upgrade() else { return };
+        let result = match token {
+            Ok(token) => attach_frame(&panel, &token),
+            Err(e) => Err(JsValue::from_str(&e)),
+        };
+        if let Err(e) = result {
+            if let Ok(mut p) = panel.try_borrow_mut()
+                && let Some(m) = p.mounted.as_mut()
+            {
+                m.token_pending = false;
+            }
+            log_error(&format!("could not open the panel: {e:?}"));
+        }
+    });
+}
+
+/// Creates the overlay iframe (its URL carries `token`), shown if the panel is open.
+fn attach_frame(panel: &Shared, token: &str) -> Result<(), JsValue> {
+    let mut p = panel.borrow_mut();
+    let document = p.document.clone();
+    let Some(m) = p.mounted.as_mut() else {
+        return Ok(());
+    };
+    m.token_pending = false;
+    if m.frame.is_some() {
+        return Ok(());
+    }
+    let frame: HtmlElement = create(&document, "iframe")?.dyn_into()?;
+    frame.set_class_name("panel");
+    frame.set_attribute("data-testid", "gg-panel-frame")?;
+    frame.set_attribute("title", "Gemma Gem")?;
+    if !m.open {
+        frame.set_attribute("hidden", "")?;
+    }
+    frame.set_attribute(
+        "src",
+        &guard::frame_url(&runtime_get_url(OVERLAY_PATH), token),
+    )?;
+    // The first opening focuses the frame before its page has loaded: focus it again once
+    // loaded, if the panel is still open.
+    let weak = Rc::downgrade(panel);
+    let on_load = Closure::<dyn FnMut()>::new(move || {
+        if let Some(panel) = weak.upgrade()
+            && let Ok(p) = panel.try_borrow()
+            && let Some(m) = p.mounted.as_ref().filter(|m| m.open)
+            && let Some(frame) = m.frame.as_ref()
+        {
+            focus_frame(frame);
+        }
+    });
+    frame.add_event_listener_with_callback("load", on_load.as_ref().unchecked_ref())?;
+    on_load.forget();
+    m.wrap.insert_before(&frame, Some(&m.button))?;
+    m.frame = Some(frame.clone());
+    if m.open {
+        focus_frame(&frame);
+    }
+    Ok(())
+}
+
+/// Drops the overlay iframe and opens a new one with a fresh token (the page moved the host,
+/// which reloaded the iframe with its used token).
+fn replace_frame(panel: &Shared) {
+    let Ok(mut p) = panel.try_borrow_mut() else {
+        return;
+    };
+    let Some(m) = p.mounted.as_mut() else { return };
+    let Some(old) = m.frame.take() else {
+        // No iframe yet (or one is on its way): nothing to replace.
+        return;
+    };
+    old.remove();
+    if m.token_pending {
+        return;
+    }
+    m.token_pending = true;
+    drop(p);
+    request_frame(panel);
 }
 
 /// The page element that has the focus, unless it is the body or our own host.

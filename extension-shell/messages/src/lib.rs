@@ -90,6 +90,16 @@ pub fn conversation_prefix(tab_id: i64) -> String {
     format!("conversation:{tab_id}:")
 }
 
+/// `chrome.storage.session` key of the unused overlay token issued for a tab.
+pub fn overlay_token_key(tab_id: i64) -> String {
+    format!("overlayToken:{tab_id}")
+}
+
+/// `chrome.storage.session` key of the overlay a tab's token activated (its `documentId`).
+pub fn overlay_key(tab_id: i64) -> String {
+    format!("overlay:{tab_id}")
+}
+
 /// Identifies one request and every item streamed in answer to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RequestId(pub u64);
@@ -166,6 +176,15 @@ pub enum Body {
     /// Content script -> service worker: the in-page code failed (a panic traps it) and its
     /// loader restarted it; logged by the service worker. `detail`: the panic message.
     ContentCrashed { detail: String },
+    /// Content script -> service worker: a one-time token for the overlay iframe this content
+    /// script is about to create (the tab and the sender's `documentId` are Chrome's).
+    OverlayTokenRequest,
+    /// Answer to [`Body::OverlayTokenRequest`]: 128 random bits as hex, valid once, for this tab
+    /// and document only.
+    OverlayToken { token: String },
+    /// Overlay -> service worker, its first message: the token its content script put in its
+    /// URL. Until it is accepted the service worker answers nothing else of that overlay.
+    ActivateOverlay { token: String },
     /// Overlay -> service worker: the user sent a message in this tab's overlay.
     ChatSend { text: String },
     /// Overlay -> service worker: stop this tab's answer.
@@ -279,6 +298,24 @@ pub enum Body {
     Site { site: String },
     /// Overlay -> service worker: the site (origin) of the page this overlay is shown in.
     GetPageSite,
+    /// Overlay -> service worker: store the user's settings (`chrome.storage.sync`). The service
+    /// worker checks them (ranges; a plain `http://` model source needs its confirmation) and is
+    /// the only writer.
+    SaveSettings { settings: Settings },
+    /// Overlay -> service worker: turn Gemma Gem off (or back on) on the host of `site`
+    /// (`chrome.storage.local`, [`storage::disabled_key`]).
+    SetSiteDisabled { site: String, disabled: bool },
+    /// Overlay -> service worker: the user answered "always on this site" in this tab. Stored for
+    /// the origin the tab shows only, and only a permission that may persist.
+    GrantSitePermission {
+        site: String,
+        permission: gg_agent::Permission,
+    },
+    /// Overlay -> service worker: withdraw a permission stored for `site`.
+    RevokeSitePermission {
+        site: String,
+        permission: gg_agent::Permission,
+    },
     /// Overlay -> service worker: hide this tab's panel and give the focus back to the page
     /// (Escape or the close button inside the overlay, whose key events the page never sees).
     ClosePanel,
@@ -298,24 +335,6 @@ pub enum Body {
         /// The origin the conversation belongs to.
         #[serde(default)]
         origin: String,
-    /// Overlay -> service worker: store the user's settings (`chrome.storage.sync`). The service
-    /// worker checks them (ranges; a plain `http://` model source needs its confirmation) and is
-    /// the only writer.
-    SaveSettings { settings: Settings },
-    /// Overlay -> service worker: turn Gemma Gem off (or back on) on the host of `site`
-    /// (`chrome.storage.local`, [`storage::disabled_key`]).
-    SetSiteDisabled { site: String, disabled: bool },
-    /// Overlay -> service worker: the user answered "always on this site" in this tab. Stored for
-    /// the origin the tab shows only, and only a permission that may persist.
-    GrantSitePermission {
-        site: String,
-        permission: gg_agent::Permission,
-    },
-    /// Overlay -> service worker: withdraw a permission stored for `site`.
-    RevokeSitePermission {
-        site: String,
-        permission: gg_agent::Permission,
-    },
         messages: Vec<gg_agent::ChatMessage>,
     },
     /// Offscreen -> every context: where the model stands (download progress, loading, ready,
@@ -415,6 +434,9 @@ pub enum ModelState {
         dtype: String,
         /// The WebGPU adapter.
         adapter: String,
+        /// Model files the repository published no SHA-256 for (checked by size only).
+        #[serde(default)]
+        unverified: Vec<String>,
     },
     /// Loading failed, or the GPU was lost.
     Failed {
@@ -434,9 +456,6 @@ pub enum ModelErrorKind {
     /// No `navigator.gpu`, no adapter, or limits too small.
     WebgpuUnavailable,
     /// A file could not be downloaded.
-        /// Model files the repository published no SHA-256 for (checked by size only).
-        #[serde(default)]
-        unverified: Vec<String>,
     DownloadFailed,
     /// Not enough storage (quota) or GPU memory.
     OutOfSpace,
@@ -666,6 +685,24 @@ mod tests {
         })
         .unwrap();
         assert_eq!(close["action"], "close");
+    }
+
+    #[test]
+    fn overlay_token_wire_format_is_what_the_content_script_reads() {
+        // gg-content writes the request and reads `body.type` and `body.token` by hand.
+        let request: Envelope = Envelope::from_json(serde_json::json!({
+            "protocol": PROTOCOL, "id": 0, "from": "content",
+            "body": {"type": "overlay_token_request"}
+        }))
+        .unwrap();
+        assert_eq!(request.body, Body::OverlayTokenRequest);
+        let answer = serde_json::to_value(Body::OverlayToken { token: "ab".into() }).unwrap();
+        assert_eq!(
+            answer,
+            serde_json::json!({"type": "overlay_token", "token": "ab"})
+        );
+        let activate = serde_json::to_value(Body::ActivateOverlay { token: "ab".into() }).unwrap();
+        assert_eq!(activate["type"], "activate_overlay");
     }
 
     #[test]

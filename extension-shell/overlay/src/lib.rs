@@ -26,6 +26,10 @@ thread_local! {
     /// The user sent a message from this overlay (a stored conversation that arrives later must
     /// not replace what is on screen).
     static SENT: Cell<bool> = const { Cell::new(false) };
+    /// The one-time token of this overlay (its URL's fragment, removed from the URL at start).
+    static TOKEN: RefCell<String> = const { RefCell::new(String::new()) };
+    /// The service worker accepted the token: this overlay speaks for its tab.
+    static ACTIVE: Cell<bool> = const { Cell::new(false) };
     /// The nonce of each pending approval, by call id (an answer carries it).
     static NONCES: RefCell<std::collections::HashMap<String, String>> =
         RefCell::new(std::collections::HashMap::new());
@@ -133,10 +137,6 @@ fn show_model(report: gg_messages::ModelReport) {
     }
 }
 
-/// The stored settings (defaults when absent; a damaged value is reported and replaced by the
-/// defaults rather than blocking the UI).
-async fn stored_settings() -> Result<Settings, String> {
-    match gg_chrome::sync_get(SETTINGS_KEY).await {
 /// A change could not be stored: the user is told (the panel shows what is stored, so the
 /// change is visibly undone).
 fn show_save_error(detail: String) {
@@ -185,6 +185,10 @@ async fn stored() -> Result<Stored, String> {
     Ok(Stored::new(settings, &local))
 }
 
+/// The stored settings (defaults when absent; a damaged value is reported and replaced by the
+/// defaults rather than blocking the UI).
+async fn stored_settings() -> Result<Settings, String> {
+    match gg_chrome::sync_get(SETTINGS_KEY).await {
         Ok(None) => Ok(Settings::default()),
         Ok(Some(json)) => Ok(serde_json::from_value(json).unwrap_or_else(|e| {
             log::warn(&format!(
@@ -366,11 +370,22 @@ fn overlay_app() -> Html {
         DISPATCHER.with(|slot| *slot.borrow_mut() = Some(d));
         // First opening: the iframe got the focus before this page had loaded.
         focus_input();
-        wasm_bindgen_futures::spawn_local(load_conversation());
-        wasm_bindgen_futures::spawn_local(load_settings_and_site());
+        wasm_bindgen_futures::spawn_local(async {
+            // The first message presents the token; nothing else is answered before.
+            if activate().await {
+                wasm_bindgen_futures::spawn_local(load_conversation());
+                wasm_bindgen_futures::spawn_local(load_settings_and_site());
+            }
+        });
     });
-    let on_intent =
-        Callback::from(|intent: UiIntent| wasm_bindgen_futures::spawn_local(send_intent(intent)));
+    let on_intent = Callback::from(|intent: UiIntent| {
+        if ACTIVE.with(Cell::get) {
+            wasm_bindgen_futures::spawn_local(send_intent(intent));
+        }
+    });
+    // No VisibilitySource yet: IntersectionObserver v2 reported `isVisible: false` for
+    // everything in this iframe in headless Chromium 156 (the page's own elements: true), so
+    // the approval buttons get the delay only (docs/SECURITY.md, "Not done yet").
     html! { <GemApp launcher={false} closable={true} {on_ready} {on_intent} /> }
 }
 
@@ -384,7 +399,7 @@ pub fn on_broadcast(message: JsValue) {
     let Ok(env) = Envelope::from_json(json) else {
         return;
     };
-    if env.from != Context::Offscreen {
+    if env.from != Context::Offscreen || !ACTIVE.with(Cell::get) {
         return;
     }
     let (tab_id, seq, event) = match env.body {
@@ -424,8 +439,46 @@ pub fn on_broadcast(message: JsValue) {
 #[wasm_bindgen]
 pub fn start() {
     log::info("overlay started");
+    TOKEN.with(|t| *t.borrow_mut() = take_token());
     yew::Renderer::<OverlayApp>::new().render();
     focus_input_when_shown();
+}
+
+/// The token in this page's URL fragment, which is then removed from the URL (it is used once;
+/// nothing later should find it there).
+fn take_token() -> String {
+    let get = |target: &JsValue, key: &str| {
+        js_sys::Reflect::get(target, &key.into()).unwrap_or(JsValue::UNDEFINED)
+    };
+    let Some(window) = web_sys::window() else {
+        return String::new();
+    };
+    let location = get(&window, "location");
+    let hash = get(&location, "hash").as_string().unwrap_or_default();
+    if !hash.is_empty() {
+        let bare = format!(
+            "{}{}",
+            get(&location, "pathname").as_string().unwrap_or_default(),
+            get(&location, "search").as_string().unwrap_or_default()
+        );
+        let history = get(&window, "history");
+        if let Ok(replace) = get(&history, "replaceState").dyn_into::<js_sys::Function>() {
+            let _ = replace.call3(&history, &JsValue::NULL, &"".into(), &bare.into());
+        }
+    }
+    hash.trim_start_matches('#').to_owned()
+}
+
+/// Presents this overlay's token to the service worker; `true` once accepted. A refusal is
+/// shown (a panel a page framed itself gets nothing else).
+async fn activate() -> bool {
+    let token = TOKEN.with(|t| core::mem::take(&mut *t.borrow_mut()));
+    let accepted = matches!(
+        request(Body::ActivateOverlay { token }).await,
+        Some(Body::Ack)
+    );
+    ACTIVE.with(|a| a.set(accepted));
+    accepted
 }
 
 /// Puts the focus on the message box, unless the user already is somewhere in the panel or
