@@ -133,6 +133,8 @@ test('a site turned off mid-turn gets no JavaScript and no screenshot', async ()
   await ext.sw.evaluate(async () => {
     const { settings } = await chrome.storage.sync.get('settings');
     await chrome.storage.sync.set({ settings: { ...settings, disabledHosts: [] } });
+    // Per-site data lives in storage.local now (the old synced list above is migrated into it).
+    await chrome.storage.local.remove('disabled:127.0.0.1');
   });
   await page.close();
 });
