@@ -306,6 +306,31 @@ for (const [variant, prefix] of [['plain page', ''], ['strict-CSP page', '/stric
       await page.close();
     });
 
+    test('no tool shows a one-time code, a card number or a hidden input\'s value', async () => {
+      const { page, tabId } = await open(`${prefix}/tools/secrets.html`);
+      const secrets = ['csrf-9f8e7d6c5b4a', '4111111111111111', '737', '12/34', '493817', 'ZX81-QL42', '555123'];
+      const typed = await ok(tabId, 'type_text', { selector: '#code', text: '555123', submit: false, clear: true });
+      assert.equal(typed.value_now, undefined, 'a typed code is not echoed');
+      assert.equal(await page.inputValue('#code'), '555123');
+      const { outline } = await ok(tabId, 'snapshot_page', { max_tokens: 20000 });
+      assert.match(outline, /- textbox "Card number" \[ref=e\d+\] payment-card filled$/m);
+      assert.match(outline, /- textbox "CVC" \[ref=e\d+\] payment-card filled$/m);
+      assert.match(outline, /- textbox "Expiry" \[ref=e\d+\] payment-card filled$/m);
+      assert.match(outline, /- textbox "Code from your phone" \[ref=e\d+\]( focused)? one-time-code filled$/m);
+      assert.match(outline, /- textbox "Backup codes" \[ref=e\d+\] one-time-code filled$/m);
+      assert.match(outline, /value="shown@example.com"/, 'an ordinary field still shows its value');
+      const html = await ok(tabId, 'read_page_content', { format: 'html', offset: 0, max_chars: 100000 });
+      assert.match(html.content, /<input type="hidden" name="csrf_token">/);
+      assert.match(html.content, /value="shown@example.com"/);
+      const text = await ok(tabId, 'read_page_content', { format: 'text', offset: 0, max_chars: 100000 });
+      const form = await ok(tabId, 'read_page_content', { selector: '#pay', format: 'html', offset: 0, max_chars: 100000 });
+      for (const answer of [typed, outline, html, text, form]) {
+        const json = JSON.stringify(answer);
+        for (const secret of secrets) assert.ok(!json.includes(secret), `${secret} shown: ${json.slice(0, 400)}`);
+      }
+      await page.close();
+    });
+
     test('no tool ever shows a password value; element facts describe fields without values', async () => {
       const { page, tabId } = await open(`${prefix}/tools/form.html`);
       await ok(tabId, 'type_text', { selector: '#password', text: PASSWORD, submit: false, clear: true });
@@ -326,7 +351,7 @@ for (const [variant, prefix] of [['plain page', ''], ['strict-CSP page', '/stric
       const pwFacts = await facts(tabId, { ref: refOf(outline, 'textbox', 'Password') });
       assert.deepEqual(pwFacts.Ok.field, {
         tag: 'input', input_type: 'password', autocomplete: 'current-password', name: 'password',
-        id: 'password', label: 'Password', placeholder: null,
+        id: 'password', label: 'Password', placeholder: null, aria_label: null, text: null, hidden: false,
       });
       assert.equal(pwFacts.Ok.is_submit, false);
       const submit = await facts(tabId, { ref: refOf(outline, 'button', 'Sign in') });

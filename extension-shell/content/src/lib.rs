@@ -19,6 +19,7 @@ mod guard;
 mod js;
 mod panel;
 mod read;
+mod secret;
 mod server;
 mod snapshot;
 mod text;

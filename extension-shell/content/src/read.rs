@@ -469,10 +469,10 @@ impl Job {
             out = out.b("partial", true);
             note.push_str(match cut {
                 Cut::Time => {
-                    "; the page is too large to read in full within the time budget: the text                      stops where reading stopped. Read a part of the page with a `selector` to                      get the rest"
+                    "; the page is too large to read in full within the time budget: the text stops where reading stopped. Read a part of the page with a `selector` to get the rest"
                 }
                 Cut::Size => {
-                    "; the page's text is larger than can be read at once: the text stops                      there. Read a part of the page with a `selector` to get the rest"
+                    "; the page's text is larger than can be read at once: the text stops there. Read a part of the page with a `selector` to get the rest"
                 }
             });
         }
@@ -539,7 +539,7 @@ fn hidden_box(el: &Element, style: &web_sys::CssStyleDeclaration) -> bool {
     false
 }
 
-/// The markup of `root` without our host, scripts, styles and password values, serialised from
+/// The markup of `root` without our host, scripts, styles and secret values, serialised from
 /// a copy in an inert document (no script runs, nothing loads, the page is not touched).
 fn html_of(doc: &Document, root: &Element) -> Result<String, ToolErr> {
     let failed = |_| ToolErr::failed("could not copy the page's markup");
@@ -559,17 +559,34 @@ fn html_of(doc: &Document, root: &Element) -> Result<String, ToolErr> {
             }
         }
     }
-    if let Ok(list) = copy.query_selector_all("input") {
+    // No secret's value (password, one-time code, card, hidden input such as a CSRF token):
+    // the `value` attribute of an input, the text of a textarea, the selected option.
+    let forget = |el: &Element| {
+        if crate::secret::secret_kind(el, None, true).is_none() {
+            return;
+        }
+        let _ = el.remove_attribute("value");
+        match dom::tag(el).as_str() {
+            "textarea" => el.set_text_content(None),
+            "select" => {
+                if let Ok(options) = el.query_selector_all("option") {
+                    for i in 0..options.length() {
+                        if let Some(option) = options.item(i).and_then(|n| dom::as_element(&n)) {
+                            let _ = option.remove_attribute("selected");
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    };
+    if let Ok(list) = copy.query_selector_all("input, textarea, select") {
         for i in 0..list.length() {
-            if let Some(el) = list.item(i).and_then(|n| dom::as_element(&n))
-                && dom::is_password(&el)
-            {
-                let _ = el.remove_attribute("value");
+            if let Some(el) = list.item(i).and_then(|n| dom::as_element(&n)) {
+                forget(&el);
             }
         }
     }
-    if dom::is_password(&copy) {
-        let _ = copy.remove_attribute("value");
-    }
+    forget(&copy);
     Ok(copy.outer_html())
 }

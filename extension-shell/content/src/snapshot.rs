@@ -474,9 +474,12 @@ impl Job {
             flag("focused");
         }
         if role.kind == Kind::Field && input_type != "checkbox" && input_type != "radio" {
-            if dom::is_password(el) {
-                // Never the value of a password field; only whether it holds something.
-                flag("password");
+            if let Some(kind) =
+                crate::secret::secret_kind(el, (!name.is_empty()).then_some(name.as_str()), false)
+            {
+                // Never the value of a secret field (password, one-time code, card, hidden);
+                // only its kind and whether it holds something.
+                flag(crate::secret::flag(kind));
                 if js::get_str(el, "value").is_some_and(|v| !v.is_empty()) {
                     flag("filled");
                 }
@@ -499,7 +502,7 @@ impl Job {
     }
 }
 
-/// The current value of a field (not for password fields: callers check first).
+/// The current value of a field (not for secret fields: callers check first).
 fn field_value(el: &Element, tag: &str) -> Option<String> {
     match tag {
         "input" | "textarea" => js::get_str(el, "value").map(|v| crate::text::one_line(&v)),

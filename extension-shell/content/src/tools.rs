@@ -855,7 +855,8 @@ fn type_text(
     let mut out = Obj::new()
         .s("typed_into", &dom::describe(el))
         .n("typed_chars", typed as f64);
-    if !dom::is_password(el) {
+    // The value is shown back, except a secret field's (password, code, card, hidden).
+    if crate::secret::secret_kind(el, None, false).is_none() {
         let value = if matches!(tag.as_str(), "input" | "textarea" | "select") {
             current_value(el)
         } else {
