@@ -54,7 +54,13 @@ impl HostGuard {
             let expected = expected.clone();
             let host = host.clone();
             let root = root.clone();
+            let copy = current_copy();
             Closure::<dyn FnMut(JsValue)>::new(move |_records: JsValue| {
+                // A copy of the script that crashed and was replaced does not fight the new
+                // copy over the host (it would put back the host the new copy took out).
+                if current_copy() != copy {
+                    return;
+                }
                 if restore(&host, &root, &expected.borrow()) {
                     moved();
                 }
@@ -88,6 +94,11 @@ impl Drop for HostGuard {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Which copy of the module is in charge (`content.js` counts them; `None` outside it).
+fn current_copy() -> Option<f64> {
+    js::get_f64(&js_sys::global(), "__ggContentInstance")
 }
 
 /// Puts the host back as this script left it; `true` when it had to put it back in its place.

@@ -45,6 +45,11 @@ pub enum Work {
 }
 
 impl Work {
+    /// Its next slice should run after the page's next rendering update.
+    fn wants_frame(&self) -> bool {
+        matches!(self, Self::Act(job) if job.wants_frame())
+    }
+
     /// Works until `until` (a `performance.now()` time); `Some` once finished.
     fn step(&mut self, state: &mut tools::State, until: f64) -> Option<Result<JsValue, ToolErr>> {
         match self {
@@ -139,12 +144,15 @@ impl Server {
         shared
     }
 
-    fn schedule(&mut self) {
+    /// Runs the pump in a later task: `later`, or `afterFrame` for a new call's first slice
+    /// (after the page's next rendering update; see `content.js`).
+    fn schedule(&mut self, hook: &str) {
         if self.scheduled || self.jobs.is_empty() {
             return;
         }
         let Some(pump) = &self.pump else { return };
-        match js::call(&self.host, "later", &[pump.clone().into()]) {
+        let args = [pump.clone().into()];
+        match js::call(&self.host, hook, &args).or_else(|_| js::call(&self.host, "later", &args)) {
             Ok(_) => self.scheduled = true,
             Err(e) => log_error(&format!("could not schedule the page tools' work: {e:?}")),
         }
@@ -172,7 +180,12 @@ fn pump(server: &Shared) {
                 break;
             }
         }
-        s.schedule();
+        let hook = if s.jobs.front().is_some_and(|j| j.work.wants_frame()) {
+            "afterFrame"
+        } else {
+            "later"
+        };
+        s.schedule(hook);
         let took = now() - start;
         drop(s);
         record(server, start);
@@ -395,7 +408,7 @@ fn queue(server: &Shared, id: JsValue, answer: Answer, respond: &JsValue, work: 
         respond,
         work,
     });
-    s.schedule();
+    s.schedule("afterFrame");
     true
 }
 

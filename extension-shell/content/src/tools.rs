@@ -167,6 +167,7 @@ impl State {
                 target,
                 lookup,
                 then,
+                found: None,
             }))),
         }
     }
@@ -311,20 +312,35 @@ pub struct ActJob {
     target: Target,
     lookup: Lookup,
     then: Then,
+    /// The element, found in an earlier slice: it is acted on in a slice of its own, after the
+    /// page's next rendering update, so the style and layout the page has pending are not
+    /// forced inside the same task as the search (on a page of 100,000 elements, together they
+    /// are more than 50 ms).
+    found: Option<Element>,
 }
 
 impl ActJob {
     /// Looks on until `until`; the answer once the element is found and acted on, or not found.
     #[inline(never)]
     pub fn step(&mut self, state: &mut State, until: f64) -> Option<Result<JsValue, ToolErr>> {
-        let found = self.lookup.step(until)?;
-        Some(match found {
-            Ok(el) => state.finish(&self.target, &el, &self.then),
+        if let Some(el) = self.found.take() {
+            return Some(state.finish(&self.target, &el, &self.then));
+        }
+        match self.lookup.step(until)? {
+            Ok(el) => {
+                self.found = Some(el);
+                None
+            }
             Err(miss) => {
                 let (Target::Selector(s) | Target::Ref(s)) = &self.target;
-                Err(lookup_error(s, miss))
+                Some(Err(lookup_error(s, miss)))
             }
-        })
+        }
+    }
+
+    /// The element is found and waits for the next rendering update.
+    pub fn wants_frame(&self) -> bool {
+        self.found.is_some()
     }
 }
 
