@@ -271,8 +271,9 @@ impl ModelCache {
         self.put(path, &self.key(path, "meta"), &mut json).await
     }
 
-    /// Deletes a file from the cache: its parts, then its entry.
-    async fn remove(&self, path: &str, meta: &mut FileMeta) {
+    /// Deletes a file's stored parts and empties its entry (in memory). A part that cannot be
+    /// deleted is unreachable once the entry says so.
+    async fn delete_parts(&self, path: &str, meta: &mut FileMeta) {
         for i in 0..meta.parts.len() {
             let _ = wait(
                 self.cache
@@ -281,6 +282,11 @@ impl ModelCache {
             .await;
         }
         meta.reset();
+    }
+
+    /// Deletes a file from the cache: its parts, then its entry.
+    async fn remove(&self, path: &str, meta: &mut FileMeta) {
+        self.delete_parts(path, meta).await;
         let _ = wait(self.cache.delete_with_str(&self.key(path, "meta"))).await;
     }
 
@@ -326,15 +332,7 @@ impl ModelCache {
 
     /// Forgets a file's stored parts.
     async fn reset(&self, path: &str, meta: &mut FileMeta) -> Result<(), LoadError> {
-        for i in 0..meta.parts.len() {
-            // A part that cannot be deleted is unreachable once the entry says so.
-            let _ = wait(
-                self.cache
-                    .delete_with_str(&self.key(path, &format!("part/{i}"))),
-            )
-            .await;
-        }
-        meta.reset();
+        self.delete_parts(path, meta).await;
         self.save_meta(path, meta).await
     }
 
