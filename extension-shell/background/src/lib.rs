@@ -142,7 +142,8 @@ fn reply(to: &Envelope, body: Body) -> Result<JsValue, JsValue> {
     ))?)
 }
 
-fn sender_tab(sender: &SenderInfo) -> Result<i64, String> {
+/// The tab a message came from (an error for a message from no tab).
+pub(crate) fn sender_tab(sender: &SenderInfo) -> Result<i64, String> {
     sender
         .tab
         .as_ref()

@@ -107,14 +107,6 @@ pub async fn gate(from: gg_messages::Context, body: &Body, sender: &SenderInfo) 
     }))
 }
 
-fn tab_of(sender: &SenderInfo) -> Result<i64, String> {
-    sender
-        .tab
-        .as_ref()
-        .and_then(|t| t.id)
-        .ok_or_else(|| "this message must come from a tab".to_owned())
-}
-
 fn document_of(sender: &SenderInfo) -> Result<String, String> {
     sender
         .document_id
@@ -124,7 +116,7 @@ fn document_of(sender: &SenderInfo) -> Result<String, String> {
 }
 
 async fn issue(sender: &SenderInfo) -> Result<Body, String> {
-    let tab_id = tab_of(sender)?;
+    let tab_id = crate::sender_tab(sender)?;
     let issued = Issued {
         token: random_token()?,
         document_id: document_of(sender)?,
@@ -140,7 +132,7 @@ async fn issue(sender: &SenderInfo) -> Result<Body, String> {
 }
 
 async fn activate(sender: &SenderInfo, token: &str) -> Result<Body, String> {
-    let tab_id = tab_of(sender)?;
+    let tab_id = crate::sender_tab(sender)?;
     let overlay = document_of(sender)?;
     let lock = LOCK.with(Rc::clone);
     let _held = lock.lock().await;
@@ -168,7 +160,7 @@ async fn activate(sender: &SenderInfo, token: &str) -> Result<Body, String> {
 }
 
 async fn check(sender: &SenderInfo) -> Result<(), String> {
-    let tab_id = tab_of(sender)?;
+    let tab_id = crate::sender_tab(sender)?;
     let activated = gg_chrome::session_get(&overlay_key(tab_id))
         .await
         .map_err(|e| e.to_string())?;
