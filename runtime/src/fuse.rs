@@ -41,8 +41,16 @@
 //! - **Gelu+Gather+Mul** (`gelu_gather.rs`): `Gelu(tanh)(a) * Gather(data, i, axis)` (`i` a
 //!   scalar constant) that no GEMV epilogue took (a float projection): one elementwise dispatch
 //!   reading the slice through a strided view (f32; other types run the three nodes).
+//! - **Attention on transposed caches** (`attn_kv_view.rs`): an ai.onnx `Attention` whose 3-D
+//!   key and value are `Reshape(Transpose(cache, perm 0,2,1,3))` of [B, kv_heads, T, D] caches
+//!   (the mobius exports' KV-shared layers) reads the caches in place: no Transpose copies.
+//! - **Rotary pairs** (`rotary_pair.rs`): two ai.onnx `RotaryEmbedding` nodes on the same cos,
+//!   sin and positions (a layer's query and key), one dispatch writing both.
+//! - **Scaled lookups** (`gather_scale.rs`): `Mul(Gather(table, ids), s)` of a 2-D f32 table
+//!   initializer and an f32 scalar initializer (an embedding times its scale), one dispatch.
 //! - **RotaryTables** (`rotary_table.rs`): `Concat(Gather(cache, pos), same)` cos/sin tables read
-//!   at the same positions, one dispatch.
+//!   at the same positions, or two plain `Gather(cache, pos)` of same-shaped 2-D caches, one
+//!   dispatch.
 //!
 //! A fused node runs its one kernel when the shapes allow it (one row, `M == 1`: decoding, the
 //! input row fits the workgroup memory, weights not split across buffers except a lone weight's,
@@ -60,7 +68,10 @@ use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 
+mod attn_kv_view;
+mod gather_scale;
 mod gelu_gather;
+mod rotary_pair;
 mod rotary_table;
 mod shared_attn;
 mod spelled_norm;
@@ -2475,6 +2486,18 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
     for p in &tables {
         used.extend(&p.nodes);
     }
+    let kv_views = attn_kv_view::find(&g, &used);
+    for p in &kv_views {
+        used.extend(&p.nodes);
+    }
+    let rotary_pairs = rotary_pair::find(&g, &used);
+    for p in &rotary_pairs {
+        used.extend(&p.nodes);
+    }
+    let gather_scales = gather_scale::find(&g, &used);
+    for p in &gather_scales {
+        used.extend(&p.nodes);
+    }
     let mut specs: Vec<Spec> = Vec::new();
     // Initializers of the groups' weight packs (see `Spec::pack`).
     let mut taken: HashSet<String> = HashSet::new();
@@ -2637,6 +2660,9 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
         && norm_groups.is_empty()
         && shared.is_empty()
         && tables.is_empty()
+        && kv_views.is_empty()
+        && rotary_pairs.is_empty()
+        && gather_scales.is_empty()
         && spelled.is_empty()
         && gelu_gathers.is_empty()
     {
@@ -2654,6 +2680,26 @@ pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
     for p in tables {
         let last = *p.nodes.last().expect("non-empty group");
         let (node, op, desc) = rotary_table::build(&g, p, &mut ops);
+        fused.push(desc);
+        at_last.insert(last, (node, op));
+    }
+    for p in kv_views {
+        let last = *p.nodes.last().expect("non-empty group");
+        if let Some((node, op, desc)) = attn_kv_view::build(&g, p, &mut ops) {
+            fused.push(desc);
+            at_last.insert(last, (node, op));
+        }
+    }
+    for p in rotary_pairs {
+        let last = *p.nodes.last().expect("two nodes");
+        if let Some((node, op, desc)) = rotary_pair::build(&g, p, &mut ops) {
+            fused.push(desc);
+            at_last.insert(last, (node, op));
+        }
+    }
+    for p in gather_scales {
+        let last = *p.nodes.last().expect("two nodes");
+        let (node, op, desc) = gather_scale::build(&g, p, &mut ops);
         fused.push(desc);
         at_last.insert(last, (node, op));
     }

@@ -1,7 +1,10 @@
 //! Rotary tables: Gemma 4's exports build the per-token cos and sin of the KV-shared layers as
 //! `Concat(Gather(cache, position_ids), Gather(...), axis=-1)` (the half-width cache row, twice),
 //! two dispatches each. The cos and sin tables read with the same positions become one dispatch
-//! writing both: `out[..., j] = cache[pos, j mod H]`. Out-of-range positions give 0, as Gather does.
+//! writing both: `out[..., j] = cache[pos, j mod H]`. The mobius exports gather the full-width
+//! cos and sin rows without a Concat (`Gather(cache, position_ids)`, axis 0, of a 2-D cache):
+//! two such Gathers of same-shaped caches at the same positions are one dispatch the same way
+//! (`out[..., j] = cache[pos, j]`). Out-of-range positions give 0, as Gather does.
 
 use super::{Fallback, Graphs, fallback_for};
 use crate::error::Result;
@@ -14,10 +17,11 @@ use std::collections::HashSet;
 
 const ROTARY_TABLE: &str = include_str!("../kernels/rotary_table.wgsl");
 
-/// One table: the Gather and Concat nodes, the cache initializer and the output.
+/// One table: the Gather and Concat nodes (no Concat: a plain Gather), the cache initializer
+/// and the output.
 pub(super) struct Table {
     gather: usize,
-    concat: usize,
+    concat: Option<usize>,
     cache: String,
     out: String,
 }
@@ -60,17 +64,47 @@ impl Graphs<'_> {
             gi[1].clone(),
             Table {
                 gather,
-                concat,
+                concat: Some(concat),
                 cache: gi[0].clone(),
                 out: self.node(concat).outputs[0].clone(),
             },
         ))
     }
+
+    /// `Gather(cache, pos, axis 0)` of a 2-D f32/f16 cache initializer by non-constant
+    /// positions.
+    fn plain_table(&self, gather: usize) -> Option<(String, Table)> {
+        if !self.is(gather, "", "Gather")
+            || !self.plain(gather, 2)
+            || self.attrs(gather).i_or("axis", 0) != 0
+        {
+            return None;
+        }
+        let gi = &self.node(gather).inputs;
+        let cache = self.inits.get(gi[0].as_str())?;
+        if cache.shape.len() != 2
+            || !matches!(cache.dtype, DType::F32 | DType::F16)
+            || self.inits.contains_key(gi[1].as_str())
+        {
+            return None;
+        }
+        Some((
+            gi[1].clone(),
+            Table {
+                gather,
+                concat: None,
+                cache: gi[0].clone(),
+                out: self.node(gather).outputs[0].clone(),
+            },
+        ))
+    }
 }
 
-/// The rotary table groups not in `used`, cos/sin pairs sharing their positions together.
+/// The rotary table groups not in `used`, cos/sin pairs sharing their positions together;
+/// plain Gathers only in pairs (one alone is the Gather it is).
 pub(super) fn find(g: &Graphs<'_>, used: &HashSet<usize>) -> Vec<Pattern> {
     let mut found: Vec<Pattern> = Vec::new();
+    let mut in_concat: HashSet<usize> = HashSet::new();
     for i in 0..g.graph.nodes.len() {
         if used.contains(&i) {
             continue;
@@ -78,27 +112,56 @@ pub(super) fn find(g: &Graphs<'_>, used: &HashSet<usize>) -> Vec<Pattern> {
         let Some((pos, t)) = g.rotary_table(i) else {
             continue;
         };
+        in_concat.insert(t.gather);
         if used.contains(&t.gather) {
             continue;
         }
         // The Concat axis, once the Gather's rank is known at run time, must be the last one.
-        let axis = g.attrs(t.concat).i("axis").unwrap_or(-1);
+        let axis = g.attrs(i).i("axis").unwrap_or(-1);
         match found.iter_mut().find(|p| {
             p.pos == pos
                 && p.tables.len() == 1
-                && g.attrs(p.tables[0].concat).i("axis") == Some(axis)
+                && p.tables[0]
+                    .concat
+                    .is_some_and(|c| g.attrs(c).i("axis") == Some(axis))
         }) {
             Some(p) => {
-                p.nodes.extend([t.gather, t.concat]);
+                p.nodes.extend([t.gather, i]);
                 p.tables.push(t);
             }
             None => found.push(Pattern {
-                nodes: vec![t.gather, t.concat],
+                nodes: vec![t.gather, i],
                 pos,
                 tables: vec![t],
             }),
         }
     }
+    // Plain Gathers: each with the next one of the same positions and cache shape and type.
+    let mut plain: Vec<Pattern> = Vec::new();
+    for i in 0..g.graph.nodes.len() {
+        if used.contains(&i) || in_concat.contains(&i) {
+            continue;
+        }
+        let Some((pos, t)) = g.plain_table(i) else {
+            continue;
+        };
+        let cache = &g.inits[t.cache.as_str()];
+        match plain.iter_mut().find(|p| {
+            let c = &g.inits[p.tables[0].cache.as_str()];
+            p.pos == pos && p.tables.len() == 1 && c.shape == cache.shape && c.dtype == cache.dtype
+        }) {
+            Some(p) => {
+                p.nodes.push(i);
+                p.tables.push(t);
+            }
+            None => plain.push(Pattern {
+                nodes: vec![i],
+                pos,
+                tables: vec![t],
+            }),
+        }
+    }
+    found.extend(plain.into_iter().filter(|p| p.tables.len() == 2));
     for p in &mut found {
         p.nodes.sort_unstable();
     }
@@ -107,8 +170,8 @@ pub(super) fn find(g: &Graphs<'_>, used: &HashSet<usize>) -> Vec<Pattern> {
 }
 
 pub(super) struct RotaryTables {
-    /// Concat axis as written (-1, or the last axis of the output).
-    axis: i64,
+    /// Concat axis as written (-1, or the last axis of the output); `None`: plain Gathers.
+    axis: Option<i64>,
     fallback: Fallback,
 }
 
@@ -129,14 +192,16 @@ impl RotaryTables {
             return Ok(None);
         }
         let rank = pos.shape().len() as i64 + 1;
-        if self.axis != -1 && self.axis != rank - 1 {
+        if self.axis.is_some_and(|a| a != -1 && a != rank - 1) {
             return Ok(None);
         }
         let (p, h) = (caches[0].shape()[0], caches[0].shape()[1]);
+        // Row width: the cache row twice (Concat), or once.
+        let w = if self.axis.is_some() { 2 * h } else { h };
         let dtype = caches[0].dtype();
         let mut shape = pos.shape().to_vec();
-        shape.push(2 * h);
-        let n = pos.numel() * 2 * h;
+        shape.push(w);
+        let n = pos.numel() * w;
         let pos = cx.to_gpu(pos)?;
         let mut gc = Vec::new();
         for c in &caches {
@@ -175,7 +240,12 @@ fn compute2(i: u32) -> vec2<f32> { return vec2<f32>(v0(i), v1(i)); }",
             k = k.mapped("y0");
         }
         let words = n.div_ceil(outs[0].storage().per_word() as usize);
-        cx.dispatch(&k, &bind, &[n as u32, h as u32, p as u32], words as u64)?;
+        cx.dispatch(
+            &k,
+            &bind,
+            &[n as u32, h as u32, p as u32, w as u32],
+            words as u64,
+        )?;
         Ok(Some(outs.into_iter().map(Value::Gpu).collect()))
     }
 }
@@ -199,10 +269,14 @@ pub(super) fn build(
     ext.extend(p.tables.iter().map(|t| t.cache.clone()));
     let outs: Vec<String> = p.tables.iter().map(|t| t.out.clone()).collect();
     let fallback = fallback_for(g, &p.nodes, &ext, &outs, ops);
-    let kind = format!("Fused[{}x(Gather+Concat)]", p.tables.len());
+    let concat = p.tables[0].concat;
+    let kind = match concat {
+        Some(_) => format!("Fused[{}x(Gather+Concat)]", p.tables.len()),
+        None => format!("Fused[{}xGather]", p.tables.len()),
+    };
     let first = &g.node(p.nodes[0]).name;
     let op = RotaryTables {
-        axis: g.attrs(p.tables[0].concat).i("axis").unwrap_or(-1),
+        axis: concat.map(|c| g.attrs(c).i("axis").unwrap_or(-1)),
         fallback,
     };
     let (node, desc) = super::fused_node(first, kind, ext, outs);

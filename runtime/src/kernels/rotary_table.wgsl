@@ -1,11 +1,12 @@
 // Rotary tables (fuse/rotary_table.rs): y_k[i] = c_k[pos[i / W], (i % W) % H], W = 2H — the
-// half-width cache row twice (Gather + Concat(x, x)) — for one or two caches c_k [P, H] read at
-// the same positions; 0 for positions outside [-P, P), as Gather gives.
-// prm: [n, H, P]
+// half-width cache row twice (Gather + Concat(x, x)) — or W = H (a plain Gather of the row), for
+// one or two caches c_k [P, H] read at the same positions; 0 for positions outside [-P, P), as
+// Gather gives.
+// prm: [n, H, P, W]
 fn idx(i: u32) -> i32 {
     let H = prm[1];
     let P = prm[2];
-    let W = 2u * H;
+    let W = prm[3];
     var p = ldi_pos(i / W);
     if (p < 0) { p = p + i32(P); }
     if (p < 0 || u32(p) >= P) { return -1; }

@@ -22,6 +22,10 @@ const KV_APPEND_IN_PLACE: &str = concat!(
     include_str!("../kernels/rotate.wgsl"),
     include_str!("../kernels/kv_append_in_place.wgsl")
 );
+const ROPE_PAIR: &str = concat!(
+    include_str!("../kernels/rope_pair.wgsl"),
+    include_str!("../kernels/rotate.wgsl")
+);
 const GQA: &str = include_str!("../kernels/gqa.wgsl");
 const Q_PREP: &str = include_str!("../kernels/q_prep.wgsl");
 const Q_PREP_ROT: &str = concat!(
@@ -1399,8 +1403,51 @@ struct Rotary {
     rot_dim: usize,
 }
 
+/// One RotaryEmbedding's inputs on the GPU and its view of them: what [`rope`] takes.
+pub(crate) struct RopeJob {
+    x: GpuTensor,
+    l: Layout,
+    cos: GpuTensor,
+    sin: GpuTensor,
+    pos: Option<GpuTensor>,
+    rot_dim: usize,
+    hs_swap: bool,
+}
+
+impl RopeJob {
+    fn pos(&self) -> Pos<'_> {
+        match &self.pos {
+            Some(p) if p.numel() == 1 && self.l.b * self.l.s != 1 => Pos::Offset(p),
+            Some(p) => Pos::Ids(p),
+            None => Pos::PerToken,
+        }
+    }
+    fn out_shape(&self) -> Vec<usize> {
+        self.x.shape.clone()
+    }
+}
+
 impl Op for Rotary {
     fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let j = self.job(cx, inputs)?;
+        let y = rope(
+            cx,
+            &j.x,
+            &j.l,
+            Some((&j.cos, &j.sin)),
+            j.pos(),
+            self.interleaved,
+            j.rot_dim,
+            j.hs_swap,
+            j.x.dtype,
+        )?;
+        Ok(vec![Value::Gpu(y.reshaped(j.out_shape()))])
+    }
+}
+
+impl Rotary {
+    /// The node's inputs as a [`RopeJob`] (shapes checked).
+    fn job(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<RopeJob> {
         let x = cx.to_gpu(req(inputs, 0)?)?;
         // com.microsoft: (input, position_ids, cos, sin); ai.onnx: (X, cos, sin, position_ids?)
         let (pos_v, cos, sin) = if self.ms {
@@ -1456,14 +1503,9 @@ impl Op for Rotary {
         } else {
             (2 * half).min(d)
         };
-        let pos_t = match pos_v {
+        let pos = match pos_v {
             Some(v) => Some(cx.to_gpu(v)?),
             None => None,
-        };
-        let pos = match &pos_t {
-            Some(p) if p.numel() == 1 && b * s != 1 => Pos::Offset(p),
-            Some(p) => Pos::Ids(p),
-            None => Pos::PerToken,
         };
         let l = Layout {
             b,
@@ -1473,19 +1515,139 @@ impl Op for Rotary {
             strides,
             off: 0,
         };
-        let y = rope(
-            cx,
-            &x,
-            &l,
-            Some((&cos, &sin)),
+        Ok(RopeJob {
+            x,
+            l,
+            cos,
+            sin,
             pos,
-            self.interleaved,
             rot_dim,
             hs_swap,
-            x.dtype,
-        )?;
-        Ok(vec![Value::Gpu(y.reshaped(x.shape.clone()))])
+        })
     }
+}
+
+/// Two ai.onnx RotaryEmbedding nodes that share their cos, sin and position inputs and
+/// attributes but for `num_heads` (a layer's query and key: `fuse/rotary_pair.rs`) in one
+/// dispatch, their results ranges of one buffer. `None` when the two do not fit one kernel
+/// (their batch and sequence, element types or tables differ): then run each.
+pub(crate) struct RotaryPair {
+    ops: [Rotary; 2],
+}
+
+impl RotaryPair {
+    /// The pair of the nodes' attributes (`a` and `b` must agree but for `num_heads`).
+    pub(crate) fn new(a: &Attrs<'_>, b: &Attrs<'_>) -> Result<Self> {
+        let mk = |a: &Attrs<'_>| Rotary {
+            ms: false,
+            interleaved: a.i_or("interleaved", 0) != 0,
+            heads: a.i_or("num_heads", 0).max(0) as usize,
+            rot_dim: a.i_or("rotary_embedding_dim", 0).max(0) as usize,
+        };
+        let ops = [mk(a), mk(b)];
+        if ops[0].interleaved != ops[1].interleaved {
+            return Err(a.err("the paired rotations differ in interleaving"));
+        }
+        Ok(Self { ops })
+    }
+
+    /// Both results, from each node's inputs (X, cos, sin, position_ids?).
+    pub(crate) fn run(
+        &self,
+        cx: &mut Ctx<'_>,
+        inputs: [&[Option<&Value>]; 2],
+    ) -> Result<Option<Vec<Value>>> {
+        let a = self.ops[0].job(cx, inputs[0])?;
+        let b = self.ops[1].job(cx, inputs[1])?;
+        let same = |x: &GpuTensor, y: &GpuTensor| {
+            x.shares_buffer(y) && x.range() == y.range() && x.shape == y.shape
+        };
+        let same_pos = match (&a.pos, &b.pos) {
+            (None, None) => true,
+            (Some(p), Some(q)) => same(p, q),
+            _ => false,
+        };
+        if a.x.dtype != b.x.dtype
+            || !matches!(a.x.dtype, DType::F32 | DType::F16)
+            || (a.l.b, a.l.s) != (b.l.b, b.l.s)
+            || !same(&a.cos, &b.cos)
+            || !same(&a.sin, &b.sin)
+            || !same_pos
+        {
+            return Ok(None);
+        }
+        let ys = rope_pair(cx, [&a, &b], self.ops[0].interleaved)?;
+        Ok(Some(ys.into_iter().map(Value::Gpu).collect()))
+    }
+}
+
+/// [`rope`] of two jobs sharing their tables and positions (and batch and sequence) in one
+/// dispatch: `rope_pair.wgsl`, the same rotation (`rotate.wgsl`) of each element.
+fn rope_pair(cx: &mut Ctx<'_>, jobs: [&RopeJob; 2], interleaved: bool) -> Result<Vec<GpuTensor>> {
+    let [a, b] = jobs;
+    let shape = |j: &RopeJob| {
+        let l = &j.l;
+        if j.hs_swap {
+            vec![l.b, l.h, l.s, l.d]
+        } else {
+            vec![l.b, l.s, l.h, l.d]
+        }
+    };
+    let dtype = a.x.dtype;
+    let ys = cx.alloc_pack(dtype, &[shape(a), shape(b)])?;
+    let e = ys[0].storage().bytes(2) / 2;
+    let start_b = (ys[1].byte_offset() / e) as usize;
+    let n = start_b + ys[1].numel();
+    let cos_row = match a.pos() {
+        Pos::Ids(_) => "u32(ldi_pos(b * S + s))",
+        Pos::Offset(_) => "u32(ldi_pos(0u)) + s",
+        Pos::PerToken | Pos::Seqlens(_) => "b * S + s",
+    };
+    let mut k = Kernel::new("rope_pair", ROPE_PAIR)
+        .bool("INTERLEAVED", interleaved)
+        .code("COS_ROW", cos_row)
+        .input("xa", a.x.storage())
+        .input("xb", b.x.storage());
+    let mut bind = vec![&a.x, &b.x];
+    let pack = cos_sin_pack(&a.cos, &a.sin);
+    k = cos_sin_inputs(k, &mut bind, (&a.cos, &a.sin), pack.as_ref());
+    let pos = a.pos.as_ref().unwrap_or(&a.x);
+    k = k.input("pos", pos.storage());
+    bind.push(pos);
+    let whole = ys[0].whole();
+    let k = k.output("y", ys[0].storage()).mapped("y");
+    bind.push(&whole);
+    let half = a.cos.shape.last().copied().unwrap_or(1);
+    let mut meta = vec![n as u32, a.l.s as u32];
+    for j in [a, b] {
+        let l = &j.l;
+        meta.extend(
+            [
+                l.b,
+                l.h,
+                l.d,
+                l.strides[0],
+                l.strides[1],
+                l.strides[2],
+                l.off,
+                j.rot_dim,
+                usize::from(j.hs_swap),
+            ]
+            .map(|v| v as u32),
+        );
+    }
+    meta.extend([half, a.x.numel(), start_b, ys[0].numel()].map(|v| v as u32));
+    cx.dispatch(
+        &k,
+        &bind,
+        &meta,
+        n.div_ceil(ys[0].storage().per_word() as usize) as u64,
+    )?;
+    Ok(ys
+        .into_iter()
+        .zip([a, b])
+        .map(|(y, j)| y.reshaped(j.out_shape()))
+        .collect())
 }
 
 fn rotary(a: &Attrs<'_>, ms: bool) -> Result<Box<dyn Op>> {

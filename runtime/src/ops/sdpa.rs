@@ -15,6 +15,7 @@ use crate::tensor::DType;
 const SDPA: &str = include_str!("../kernels/sdpa.wgsl");
 const SDPA_QK: &str = include_str!("../kernels/sdpa_qk.wgsl");
 const SDPA_KV: &str = include_str!("../kernels/sdpa_kv.wgsl");
+const SDPA_KV_PAIR: &str = include_str!("../kernels/sdpa_kv_pair.wgsl");
 
 /// Workgroup size of the attention kernels (keys per online-softmax chunk).
 const WG: usize = 64;
@@ -290,6 +291,51 @@ fn head_major(
     Ok(out)
 }
 
+/// [`head_major`] of a key and a value of the same shape and element type at once (no bias, no
+/// offset): present K and V in one dispatch. `kv` are the new tokens with their strides, `past`
+/// the caches ([B, H, P, D] each) when there are any.
+fn head_major_pair(
+    cx: &mut Ctx<'_>,
+    kv: [(&GpuTensor, Strides); 2],
+    past: Option<[&GpuTensor; 2]>,
+    [b, h, l, d]: [usize; 4],
+) -> Result<[GpuTensor; 2]> {
+    let [(k, ks), (v, vs)] = kv;
+    let p = past.map_or(0, |[pk, _]| pk.shape[2]);
+    let t = p + l;
+    let ko = cx.alloc(k.dtype, vec![b, h, t, d])?;
+    let vo = cx.alloc(k.dtype, vec![b, h, t, d])?;
+    let n = ko.numel();
+    if n == 0 {
+        return Ok([ko, vo]);
+    }
+    let mut kern = Kernel::new("sdpa_kv_pair", SDPA_KV_PAIR)
+        .input("xk", k.storage())
+        .input("xv", v.storage());
+    let mut bind = vec![k, v];
+    match past {
+        Some([pk, pv]) if p > 0 => {
+            kern = kern.input("pk", pk.storage()).input("pv", pv.storage());
+            bind.extend([pk, pv]);
+        }
+        // No past: the (unread) caches alias the new tokens, without bindings.
+        _ => kern = kern.alias("pk", "xk", 0).alias("pv", "xv", 0),
+    }
+    let kern = kern
+        .output("yk", ko.storage())
+        .output("yv", vo.storage())
+        .mapped_pair("yk", "yv");
+    bind.extend([&ko, &vo]);
+    let meta = [n, h, t, d, p, ks[0], ks[1], ks[2], vs[0], vs[1], vs[2]].map(|v| v as u32);
+    cx.dispatch(
+        &kern,
+        &bind,
+        &meta,
+        n.div_ceil(ko.storage().per_word() as usize) as u64,
+    )?;
+    Ok([ko, vo])
+}
+
 /// An optional GPU input (absent or empty-named inputs are `None`).
 fn opt_gpu(cx: &mut Ctx<'_>, inputs: &[Option<&Value>], i: usize) -> Result<Option<GpuTensor>> {
     match inputs.get(i).copied().flatten() {
@@ -329,7 +375,7 @@ fn f32_out(cx: &mut Ctx<'_>, y: GpuTensor, dtype: DType) -> Result<GpuTensor> {
 }
 
 /// ai.onnx Attention.
-struct Attention {
+pub(crate) struct Attention {
     q_heads: Option<usize>,
     kv_heads: Option<usize>,
     scale: Option<f32>,
@@ -350,8 +396,33 @@ impl Op for Attention {
         let past_k = opt_gpu(cx, inputs, 4)?;
         let past_v = opt_gpu(cx, inputs, 5)?;
         let nonpad = opt_gpu(cx, inputs, 6)?;
+        self.compute(cx, [q, k, v], mask, [past_k, past_v], nonpad, false)
+    }
+}
+
+impl Attention {
+    /// The node's outputs from its GPU inputs. With `kv_heads_major`, a 3-D query's key and
+    /// value come as the [B, kv_heads, L, D] tensors they are the transposed reshape of
+    /// (`Transpose(perm 0,2,1,3)` then `Reshape` to [B, L, kv_heads * D], folded by the fusion
+    /// pass: `fuse/attn_kv_view.rs`), read in place: the same elements, no copy.
+    #[allow(clippy::too_many_arguments)] // reason: the op's seven inputs and the folded view
+    pub(crate) fn compute(
+        &self,
+        cx: &mut Ctx<'_>,
+        [q, k, v]: [GpuTensor; 3],
+        mask: Option<GpuTensor>,
+        [past_k, past_v]: [Option<GpuTensor>; 2],
+        nonpad: Option<GpuTensor>,
+        kv_heads_major: bool,
+    ) -> Result<Vec<Value>> {
         let rank = q.shape.len();
-        if k.shape.len() != rank || v.shape.len() != rank || !(rank == 3 || rank == 4) {
+        let kv_rank = if kv_heads_major { 4 } else { rank };
+        if kv_heads_major && (rank != 3 || past_k.is_some() || self.wants[1..].contains(&true)) {
+            return Err(op_err(
+                "a heads-major key/value view needs a 3-D query, no past and no present outputs",
+            ));
+        }
+        if k.shape.len() != kv_rank || v.shape.len() != kv_rank || !(rank == 3 || rank == 4) {
             return Err(op_err(format!(
                 "Q, K, V must all be 3-D or all 4-D, got {:?}, {:?}, {:?}",
                 q.shape, k.shape, v.shape
@@ -364,21 +435,37 @@ impl Op for Attention {
                     "3-D inputs need the q_num_heads and kv_num_heads attributes",
                 ));
             };
-            (b, s, l, hq, hkv) = (q.shape[0], q.shape[1], k.shape[1], nq, nkv);
-            if q.shape[2] % hq != 0 || k.shape[2] % hkv != 0 || v.shape[2] % hkv != 0 {
+            // The key and value hidden sizes (kv_heads * D) and token counts.
+            let (kh, vh, kl, vl) = if kv_heads_major {
+                if k.shape[1] != nkv || v.shape[1] != nkv {
+                    return Err(op_err(format!(
+                        "key {:?} / value {:?} do not have {nkv} heads",
+                        k.shape, v.shape
+                    )));
+                }
+                (nkv * k.shape[3], nkv * v.shape[3], k.shape[2], v.shape[2])
+            } else {
+                (k.shape[2], v.shape[2], k.shape[1], v.shape[1])
+            };
+            (b, s, l, hq, hkv) = (q.shape[0], q.shape[1], kl, nq, nkv);
+            if q.shape[2] % hq != 0 || kh % hkv != 0 || vh % hkv != 0 || vl != l {
                 return Err(op_err(format!(
                     "hidden sizes {} / {} / {} do not split into {hq} / {hkv} heads",
-                    q.shape[2], k.shape[2], v.shape[2]
+                    q.shape[2], kh, vh
                 )));
             }
-            (dk, dv) = (q.shape[2] / hq, v.shape[2] / hkv);
-            if k.shape[2] / hkv != dk {
+            (dk, dv) = (q.shape[2] / hq, vh / hkv);
+            if kh / hkv != dk {
                 return Err(op_err(format!(
                     "key head size {} differs from the query head size {dk}",
-                    k.shape[2] / hkv
+                    kh / hkv
                 )));
             }
-            (qs, ks, vs) = (bsnh(hq, s, dk), bsnh(hkv, l, dk), bsnh(hkv, l, dv));
+            (qs, ks, vs) = if kv_heads_major {
+                (bsnh(hq, s, dk), bnsh(hkv, l, dk), bnsh(hkv, l, dv))
+            } else {
+                (bsnh(hq, s, dk), bsnh(hkv, l, dk), bsnh(hkv, l, dv))
+            };
             y_shape = vec![b, s, hq * dv];
             ys = bsnh(hq, s, dv);
         } else {
@@ -394,7 +481,7 @@ impl Op for Attention {
             y_shape = vec![b, hq, s, dv];
             ys = bnsh(hq, s, dv);
         }
-        if k.shape[0] != b || v.shape[0] != b || (rank == 3 && v.shape[1] != l) {
+        if k.shape[0] != b || v.shape[0] != b || (rank == 3 && !kv_heads_major && v.shape[1] != l) {
             return Err(op_err(format!(
                 "K {:?} / V {:?} do not fit Q {:?}",
                 k.shape, v.shape, q.shape
@@ -446,10 +533,21 @@ impl Op for Attention {
             head_major(cx, x, st, 0, past, None, [b, hkv, l, d], x.dtype)
         };
         let (kp, vp) = if past_k.is_some() || self.wants[1] || self.wants[2] {
-            (
-                present(cx, &k, ks, past_k.as_ref(), dk)?,
-                present(cx, &v, vs, past_v.as_ref(), dv)?,
-            )
+            let copies = past_k.is_some() || rank == 3;
+            if copies && dk == dv && k.dtype == v.dtype {
+                // Both caches in one dispatch.
+                let past = past_k
+                    .as_ref()
+                    .zip(past_v.as_ref())
+                    .map(|(pk, pv)| [pk, pv]);
+                let [kp, vp] = head_major_pair(cx, [(&k, ks), (&v, vs)], past, [b, hkv, l, dk])?;
+                (kp, vp)
+            } else {
+                (
+                    present(cx, &k, ks, past_k.as_ref(), dk)?,
+                    present(cx, &v, vs, past_v.as_ref(), dv)?,
+                )
+            }
         } else {
             (k.clone(), v.clone())
         };
@@ -519,6 +617,11 @@ fn wanted<const N: usize>(a: &Attrs<'_>) -> [bool; N] {
 }
 
 fn attention(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
+    Ok(Box::new(attention_op(a)?))
+}
+
+/// The ai.onnx Attention op of a node (its attributes checked).
+pub(crate) fn attention_op(a: &Attrs<'_>) -> Result<Attention> {
     let heads = |n: &str| -> Result<Option<usize>> {
         match a.i(n) {
             None => Ok(None),
@@ -541,7 +644,7 @@ fn attention(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
     }
     let scale = a.has("scale").then(|| a.f_or("scale", 1.0));
     // softmax_precision only names a type at least as wide as the input's: we use f32 anyway.
-    Ok(Box::new(Attention {
+    Ok(Attention {
         q_heads: heads("q_num_heads")?,
         kv_heads: heads("kv_num_heads")?,
         scale,
@@ -550,7 +653,7 @@ fn attention(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
         qk_mode: qk_mode as u32,
         window,
         wants: wanted(a),
-    }))
+    })
 }
 
 /// com.microsoft MultiHeadAttention (separate Q, K, V in [B, S, hidden]).

@@ -1,0 +1,153 @@
+//! `Mul(Gather(table, ids, axis 0), s)`: an embedding lookup scaled by a constant (the mobius
+//! split exports' embedding graph: the token and per-layer tables times their scales), `table`
+//! a 2-D f32 initializer and `s` an f32 scalar initializer: one dispatch instead of two, the
+//! same product of the same gathered value. A table split across buffers (above the binding
+//! limit) runs the two nodes.
+
+use super::{Fallback, Graphs, fallback_for};
+use crate::error::Result;
+use crate::exec::{Ctx, Value};
+use crate::gpu::Kernel;
+use crate::model::Node;
+use crate::ops::Op;
+use crate::tensor::DType;
+use std::collections::HashSet;
+
+const GATHER_SCALE: &str = include_str!("../kernels/gather_scale.wgsl");
+
+pub(super) struct Pattern {
+    /// Gather, Mul.
+    pub nodes: Vec<usize>,
+    table: String,
+    ids: String,
+    scale: String,
+    out: String,
+}
+
+impl Graphs<'_> {
+    fn gather_scale(&self, mul: usize) -> Option<Pattern> {
+        if !self.is(mul, "", "Mul") || !self.plain(mul, 2) {
+            return None;
+        }
+        let mi = &self.node(mul).inputs;
+        for (gi, si) in [(0, 1), (1, 0)] {
+            let Some(gather) = self.producer_of(&mi[gi], "", "Gather") else {
+                continue;
+            };
+            let scalar = self.inits.get(mi[si].as_str()).is_some_and(|s| {
+                s.dtype == DType::F32
+                    && s.shape.len() <= 1
+                    && s.shape.iter().product::<usize>() == 1
+            });
+            if !scalar
+                || !self.plain(gather, 2)
+                || !self.only_for(&mi[gi], mul)
+                || self.attrs(gather).i_or("axis", 0) != 0
+            {
+                continue;
+            }
+            let gin = &self.node(gather).inputs;
+            let table = self
+                .inits
+                .get(gin[0].as_str())
+                .is_some_and(|t| t.dtype == DType::F32 && t.shape.len() == 2);
+            if !table || gin[1] == gin[0] {
+                continue;
+            }
+            return Some(Pattern {
+                nodes: vec![gather, mul],
+                table: gin[0].clone(),
+                ids: gin[1].clone(),
+                scale: mi[si].clone(),
+                out: self.node(mul).outputs[0].clone(),
+            });
+        }
+        None
+    }
+}
+
+/// The scaled lookups among the nodes not in `used`.
+pub(super) fn find(g: &Graphs<'_>, used: &HashSet<usize>) -> Vec<Pattern> {
+    (0..g.graph.nodes.len())
+        .filter(|i| !used.contains(i))
+        .filter_map(|i| g.gather_scale(i))
+        .filter(|p| p.nodes.iter().all(|n| !used.contains(n)))
+        .collect()
+}
+
+pub(super) struct GatherScale {
+    fallback: Fallback,
+}
+
+impl GatherScale {
+    /// Inputs: table, ids, scale.
+    fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>> {
+        let get = |i: usize| inputs.get(i).copied().flatten();
+        let (Some(table), Some(ids), Some(scale)) = (get(0), get(1), get(2)) else {
+            return Ok(None);
+        };
+        if table.shape().len() != 2
+            || table.dtype() != DType::F32
+            || scale.dtype() != DType::F32
+            || scale.shape().len() > 1
+            || scale.shape().iter().product::<usize>() != 1
+            || !matches!(ids.dtype(), DType::I64 | DType::I32)
+        {
+            return Ok(None);
+        }
+        let (p, h) = (table.shape()[0], table.shape()[1]);
+        let t = cx.to_gpu(table)?;
+        if t.split.is_some() {
+            return Ok(None);
+        }
+        let (ids, s) = (cx.to_gpu(ids)?, cx.to_gpu(scale)?);
+        let mut shape = ids.shape.clone();
+        shape.push(h);
+        let y = cx.alloc(DType::F32, shape)?;
+        let n = y.numel();
+        if n > 0 {
+            let k = Kernel::new("gather_scale", GATHER_SCALE)
+                .input("data", t.storage())
+                .input("idx", ids.storage())
+                .input("s", s.storage())
+                .output("y", y.storage())
+                .mapped("y");
+            cx.dispatch(
+                &k,
+                &[&t, &ids, &s, &y],
+                &[n as u32, h as u32, p as u32],
+                n as u64,
+            )?;
+        }
+        Ok(Some(vec![Value::Gpu(y)]))
+    }
+}
+
+impl Op for GatherScale {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        match self.fast(cx, inputs)? {
+            Some(v) => Ok(v),
+            None => self.fallback.run(cx, inputs),
+        }
+    }
+}
+
+/// The fused node and op for `p`.
+pub(super) fn build(
+    g: &Graphs<'_>,
+    p: Pattern,
+    ops: &mut [Option<Box<dyn Op>>],
+) -> (Node, Box<dyn Op>, String) {
+    let ext = vec![p.table.clone(), p.ids.clone(), p.scale.clone()];
+    let outs = vec![p.out.clone()];
+    let op = GatherScale {
+        fallback: fallback_for(g, &p.nodes, &ext, &outs, ops),
+    };
+    let (node, desc) = super::fused_node(
+        &g.node(p.nodes[0]).name,
+        "Fused[Gather+Mul]".into(),
+        ext,
+        outs,
+    );
+    (node, Box::new(op), desc)
+}
