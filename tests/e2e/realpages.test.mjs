@@ -135,6 +135,29 @@ describe('pages of 100,000 elements and deep shadow/iframe trees', () => {
     assert.ok(read.value.remaining_chars > 0);
     if (read.value.partial) assert.match(read.value.note, /time budget|larger than/);
 
+    // The markup, written in slices too: its first page, its last, and what it leaves out.
+    started = Date.now();
+    const html = await withLongestTask(page, () => t.ok(tabId, 'read_page_content', { format: 'html', max_chars: 4000 }), t, tabId);
+    const htmlMs = Date.now() - started;
+    assert.ok(htmlMs < 15000, `read (html) took ${htmlMs} ms`);
+    assert.ok(html.ours < 50, `read_page_content (html): a ${html.ours} ms task`);
+    assert.equal(html.value.format, 'html');
+    assert.match(html.value.content, /^<body> ?<main id="main"><h1>Stress page<\/h1><section id="hidden-texts"><h2>Hidden texts follow<\/h2>/);
+    assert.match(html.value.content, /<p id="after-hidden">Visible after the hidden texts\.<\/p>/);
+    assert.match(html.value.content, /<section id="s0"><h2>Section 0<\/h2>/);
+    assert.ok(!html.value.content.includes('HIDDEN-'), html.value.content.slice(0, 1000));
+    assert.ok(html.value.remaining_chars > 0);
+    if (html.value.partial) assert.match(html.value.note, /time budget|larger than/);
+    const total = html.value.total_chars;
+    const last = await withLongestTask(page, () => t.ok(tabId, 'read_page_content', { format: 'html', offset: total - 300, max_chars: 4000 }), t, tabId);
+    assert.ok(last.ours < 50, `read_page_content (html, last page): a ${last.ours} ms task`);
+    assert.equal(last.value.total_chars, total);
+    assert.equal(last.value.remaining_chars, 0);
+    // Cut short or not, the markup ends with the elements it opened closed.
+    assert.match(last.value.content, /<\/main> ?<\/body>$/);
+    if (!html.value.partial) assert.match(last.value.content, /<div id="shadow-end"><input id="shadow-end-field" placeholder="Field in a shadow root"><button type="button" id="shadow-end-button">Button in a shadow root<\/button><\/div><\/main> ?<\/body>$/);
+    console.log(`read_page_content (html) on the 100,000-element page: ${htmlMs} ms, ${total} characters${html.value.partial ? ' (partial)' : ''}, longest task ${html.ours} ms; last page: longest task ${last.ours} ms`);
+
     // Target lookup: a ref from the snapshot, and selectors.
     const ref = snap.value.outline.match(/- button "Act \d+" \[ref=(e\d+)\]/)?.[1];
     assert.ok(ref, snap.value.outline.slice(0, 500));
@@ -147,20 +170,19 @@ describe('pages of 100,000 elements and deep shadow/iframe trees', () => {
     // Selectors the document itself does not match: the lookup searches the open shadow roots
     // and frames in slices — the whole page for a selector that matches nothing.
     const lookups = [];
-    const timed = async (what, fn, { knownGap = false } = {}) => {
+    const timed = async (what, fn) => {
       const at = Date.now();
       const r = await withLongestTask(page, fn, t, tabId);
-      lookups.push(`${what}: ${Date.now() - at} ms, ${knownGap ? 'not checked (issue 28): ' : ''}longest task ${r.ours} ms`);
+      lookups.push(`${what}: ${Date.now() - at} ms, longest task ${r.ours} ms`);
       assert.ok(Date.now() - at < 15000, lookups.at(-1));
-      if (!knownGap) assert.ok(r.ours < 50, lookups.at(-1));
+      assert.ok(r.ours < 50, lookups.at(-1));
       return r.value;
     };
     const deepClick = await timed('click by selector in a shadow root', () => t.ok(tabId, 'click_element', { selector: '#shadow-end-button' }));
     assert.match(deepClick.clicked, /Button in a shadow root/);
-    // Known gap, issue 28: typing into this field (found in a shadow root at the end of the
-    // page) runs one task of 50-110 ms on this machine, after the lookup's slices; its longest
-    // task is printed, not yet asserted.
-    await timed('type by selector in a shadow root', () => t.ok(tabId, 'type_text', { selector: '#shadow-end-field', text: 'deep' }), { knownGap: true });
+    // Typing here once forced the browser to lay out the whole page inside our task (a secret
+    // check that read the field's box after its value changed: 56-68 ms); it is judged first.
+    await timed('type by selector in a shadow root', () => t.ok(tabId, 'type_text', { selector: '#shadow-end-field', text: 'deep' }));
     assert.equal(await page.evaluate(() => document.querySelector('#shadow-end').shadowRoot.querySelector('input').value), 'deep');
     const facts = await timed('element facts by selector', () => t.send(tabId, envelope({ type: 'get_element_facts', target: { selector: '#shadow-end-button' } })));
     assert.equal(facts?.body?.type, 'element_facts', JSON.stringify(facts));
@@ -203,6 +225,14 @@ describe('pages of 100,000 elements and deep shadow/iframe trees', () => {
       assert.ok(read.value.content.includes(text), `${text} not read`);
     }
     assert.equal(read.value.remaining_chars, 0);
+    // The markup follows the same tree: shadow roots' content in their hosts, frames' bodies.
+    const html = await withLongestTask(page, () => t.ok(tabId, 'read_page_content', { format: 'html', max_chars: 1_000_000 }), t, tabId);
+    assert.ok(html.ours < 50, `read_page_content (html): a ${html.ours} ms task`);
+    for (const markup of ['<button type="button">Shadow button 0.0</button>', '<button type="button">Shadow button 4.39</button>',
+      '<p>Bottom of the chain.</p>', '<input placeholder="Deepest field 4">']) {
+      assert.ok(html.value.content.includes(markup), `${markup} not in the markup`);
+    }
+    assert.equal(html.value.remaining_chars, 0);
     assert.deepEqual(panics(), []);
     await page.close();
   }));

@@ -1,11 +1,22 @@
 //! `read_page_content`: the page's rendered text in reading order (or its markup), paginated.
 //!
-//! The text walk runs in slices ([`Job::step`]) over the flat tree (open shadow roots, slots,
+//! The walk runs in slices ([`Job::step`]) over the flat tree (open shadow roots, slots,
 //! same-origin iframes) with an explicit stack, so neither the page's size nor its depth can
 //! block the page or overflow the stack. Hidden text is left out: `display: none`,
 //! `visibility: hidden`, `aria-hidden`, `opacity: 0`, off-screen and clipped-to-nothing boxes.
 //! Headings read as `## Title`, list items as `- item`, table cells are separated by ` | `.
+//!
+//! `format: html` walks the same tree the same way and writes markup as it goes (not one
+//! `outerHTML` of a copy: on a page of 100,000 elements that single call blocks the page for
+//! longer than a frame): a shadow host's content is its shadow root's, a slot's its assigned
+//! nodes, an iframe's its document's `<body>`. It leaves out what the text leaves out, except
+//! form fields, which stay (a form's hidden inputs are part of what it sends), and comments,
+//! scripts, styles and templates; whitespace outside `pre` runs collapses to one space. No
+//! secret's value is written (password, one-time code, card, hidden input such as a CSRF
+//! token): not the `value` attribute of such an input, the text of such a textarea, nor the
+//! selected option of such a select.
 
+use alloc::borrow::Cow;
 use alloc::format;
 use alloc::rc::Rc;
 use alloc::string::String;
@@ -58,16 +69,30 @@ const PARAGRAPHS: &[&str] = &[
     "figure",
 ];
 
+/// Left out of the markup (never shown, and scripts are not content).
+const HTML_SKIP: &[&str] = &["script", "style", "noscript", "template"];
+/// Elements whose markup has no content and no end tag.
+const VOID: &[&str] = &[
+    "area", "base", "basefont", "bgsound", "br", "col", "embed", "frame", "hr", "img", "input",
+    "keygen", "link", "meta", "param", "source", "track", "wbr",
+];
+/// Form fields: in the markup even when hidden.
+const FIELDS: &[&str] = &["input", "select", "textarea"];
+
 /// An element being read: its flat-tree children still to visit.
 struct Frame {
     children: dom::Children,
     next: usize,
-    /// Pushed when the element is left.
-    close: &'static str,
+    /// Pushed when the element is left (a gap of line breaks, or an end tag).
+    close: Cow<'static, str>,
     /// Its text nodes are shown (`visibility: visible`).
     visible: bool,
     /// Its text keeps its whitespace (`white-space: pre*`).
     pre: bool,
+    /// Markup: its text is a secret's value (a secret textarea's).
+    secret_text: bool,
+    /// Markup: inside a secret select (its options' `selected` is left out).
+    secret_select: bool,
 }
 
 /// Why the walk stopped early, if it did.
@@ -81,6 +106,7 @@ enum Cut {
 /// not change (a `MutationObserver` on every document and open shadow root it read).
 pub struct Cache {
     selector: Option<String>,
+    html: bool,
     main: bool,
     root: Element,
     text: String,
@@ -135,14 +161,16 @@ pub struct Job {
     offset: usize,
     max_chars: usize,
     selector: Option<String>,
-    /// The markup, for `format: html` (read in one go: the browser serialises it natively).
     doc: Document,
     root: Element,
     /// The selector's element, while it is looked up in open shadow roots and frames (`root`
     /// is a placeholder until then).
     lookup: Option<Lookup>,
     stack: Vec<Frame>,
-    /// Text gathered and not yet tidied (the last lines), and the tidied text before it.
+    /// The root was entered (the walk has begun).
+    begun: bool,
+    /// Text gathered and not yet tidied (the last lines), and the tidied text before it; the
+    /// markup, for `format: html` (never tidied).
     raw: String,
     tidier: Tidier,
     started: f64,
@@ -201,6 +229,7 @@ impl Job {
             root,
             lookup,
             stack: Vec::new(),
+            begun: false,
             raw: String::new(),
             tidier: Tidier::default(),
             started,
@@ -218,11 +247,9 @@ impl Job {
     /// Takes the text of the last read when it is of the same root and still current; else
     /// starts watching the page for the cache this read leaves.
     fn use_cache(&mut self, cache: &mut Option<Cache>) {
-        if self.html {
-            return;
-        }
         let hit = cache.as_ref().is_some_and(|c| {
             c.selector == self.selector
+                && c.html == self.html
                 && c.main == self.main
                 && c.root == self.root
                 && !c.watch.changed.get()
@@ -265,19 +292,18 @@ impl Job {
                 return None;
             }
         }
-        if self.html {
-            return Some(html_of(&self.doc, &self.root).map(|full| self.answer(&full)));
-        }
         if let Some(text) = &self.cached {
             return Some(Ok(self.answer(text)));
         }
-        if self.stack.is_empty()
-            && self.raw.is_empty()
-            && self.tidier.len() == 0
-            && self.cut.is_none()
-        {
+        if !self.begun {
+            self.begun = true;
             let root = self.root.clone();
-            if !self.enter(&root) {
+            let entered = if self.html {
+                self.enter_html(&root, false)
+            } else {
+                self.enter(&root)
+            };
+            if !entered {
                 return Some(Ok(self.answer("")));
             }
         }
@@ -294,7 +320,7 @@ impl Job {
                     return None;
                 }
             }
-            if self.raw.len() >= 1 << 15 {
+            if !self.html && self.raw.len() >= 1 << 15 {
                 self.tidier.feed(&mut self.raw);
             }
             if self.raw.len() + self.tidier.len() >= MAX_TEXT {
@@ -302,17 +328,20 @@ impl Job {
                 break;
             }
             let Some(child) = top.children.get(top.next) else {
-                let done = self.stack.pop().map_or("", |f| f.close);
-                self.raw.push_str(done);
+                if let Some(done) = self.stack.pop() {
+                    self.raw.push_str(&done.close);
+                }
                 continue;
             };
             top.next += 1;
             match child.node_type() {
                 dom::TEXT_NODE => {
                     let (visible, pre) = (top.visible, top.pre);
-                    if visible {
+                    if visible && !top.secret_text {
                         let text = child.text_content().unwrap_or_default();
-                        if pre {
+                        if self.html {
+                            push_escaped(&mut self.raw, &text, !pre, false);
+                        } else if pre {
                             self.raw.push_str(&text);
                         } else {
                             push_collapsed(&mut self.raw, &text);
@@ -321,18 +350,31 @@ impl Job {
                 }
                 dom::ELEMENT_NODE => {
                     let el: Element = child.unchecked_into();
-                    self.enter(&el);
+                    if self.html {
+                        let secret_select = top.secret_select;
+                        self.enter_html(&el, secret_select);
+                    } else {
+                        self.enter(&el);
+                    }
                 }
                 _ => {}
             }
         }
-        let text = core::mem::take(&mut self.tidier).finish(&self.raw);
+        // Cut short: the elements still open are closed (the markup stays well formed).
+        while let Some(open) = self.stack.pop() {
+            self.raw.push_str(&open.close);
+        }
+        let text = if self.html {
+            core::mem::take(&mut self.raw)
+        } else {
+            core::mem::take(&mut self.tidier).finish(&self.raw)
+        };
         self.raw = String::new();
-        self.stack = Vec::new();
         let answer = self.answer(&text);
         if let Some(watch) = self.watch.take() {
             *cache = Some(Cache {
                 selector: self.selector.clone(),
+                html: self.html,
                 main: self.main,
                 root: self.root.clone(),
                 text,
@@ -363,16 +405,7 @@ impl Job {
             return false;
         };
         let display = dom::style_prop(&style, "display");
-        // A cloak on the whole page (`opacity: 0` or `visibility: hidden` on <html> or <body>
-        // until a script reveals it: anti-flicker snippets, fade-ins) does not hide its text.
-        let page_level = tag == "body" || tag == "html";
-        if display == "none" || (!page_level && dom::style_prop(&style, "opacity") == "0") {
-            return false;
-        }
-        if page_level && dom::style_prop(&style, "visibility") != "visible" {
-            self.cloaked = true;
-        }
-        if hidden_box(el, &style) {
+        if !self.shown(el, &tag, &style, &display) {
             return false;
         }
         let inline = display.starts_with("inline")
@@ -418,6 +451,43 @@ impl Job {
             push_collapsed(&mut self.raw, &alt);
             self.raw.push_str("] ");
         }
+        self.watch_inside(el);
+        let ws = dom::style_prop(&style, "white-space");
+        self.stack.push(Frame {
+            children: dom::flat_children_of(el),
+            next: 0,
+            close: Cow::Borrowed(gap),
+            visible: self.cloaked || dom::style_prop(&style, "visibility") == "visible",
+            pre: ws.starts_with("pre") || ws == "break-spaces",
+            secret_text: false,
+            secret_select: false,
+        });
+        true
+    }
+
+    /// The element is shown (its computed `display` is `display`): not `display: none`, not
+    /// transparent, not a hidden box. Notes a cloak on the whole page.
+    fn shown(
+        &mut self,
+        el: &Element,
+        tag: &str,
+        style: &web_sys::CssStyleDeclaration,
+        display: &str,
+    ) -> bool {
+        // A cloak on the whole page (`opacity: 0` or `visibility: hidden` on <html> or <body>
+        // until a script reveals it: anti-flicker snippets, fade-ins) does not hide its text.
+        let page_level = tag == "body" || tag == "html";
+        if display == "none" || (!page_level && dom::style_prop(style, "opacity") == "0") {
+            return false;
+        }
+        if page_level && dom::style_prop(style, "visibility") != "visible" {
+            self.cloaked = true;
+        }
+        !hidden_box(el, style)
+    }
+
+    /// Watches the element's shadow root or frame document, for the cache.
+    fn watch_inside(&self, el: &Element) {
         if let Some(watch) = &self.watch {
             if let Some(root) = el.shadow_root() {
                 watch.observe(&root);
@@ -425,13 +495,69 @@ impl Job {
                 watch.observe(&doc);
             }
         }
-        let ws = dom::style_prop(&style, "white-space");
+    }
+
+    /// Starts writing an element's markup: its start tag, and a frame for its children (none
+    /// for a void element), unless it is not shown (a form field always is). `in_secret_select`:
+    /// its parent is (in) a secret select. `false` when it was skipped.
+    #[inline(never)]
+    fn enter_html(&mut self, el: &Element, in_secret_select: bool) -> bool {
+        let tag = dom::tag(el);
+        if HTML_SKIP.contains(&tag.as_str()) || dom::is_own_host(el) {
+            return false;
+        }
+        let field = FIELDS.contains(&tag.as_str());
+        let style = dom::computed_style(el);
+        if !field {
+            if dom::attr(el, "aria-hidden").as_deref() == Some("true") {
+                return false;
+            }
+            let Some(style) = &style else {
+                return false;
+            };
+            let display = dom::style_prop(style, "display");
+            if !self.shown(el, &tag, style, &display) {
+                return false;
+            }
+        }
+        let secret = field && crate::secret::secret_kind(el, None, false).is_some();
+        self.raw.push('<');
+        self.raw.push_str(&tag);
+        let names = el.get_attribute_names();
+        for i in 0..names.length() {
+            let Some(name) = names.get(i).as_string() else {
+                continue;
+            };
+            if (secret && name == "value") || (in_secret_select && name == "selected") {
+                continue;
+            }
+            let value = el.get_attribute(&name).unwrap_or_default();
+            self.raw.push(' ');
+            self.raw.push_str(&name);
+            self.raw.push_str("=\"");
+            push_escaped(&mut self.raw, &value, false, true);
+            self.raw.push('"');
+        }
+        self.raw.push('>');
+        if VOID.contains(&tag.as_str()) {
+            return true;
+        }
+        self.watch_inside(el);
+        let (visible, pre) = style.as_ref().map_or((true, false), |style| {
+            let ws = dom::style_prop(style, "white-space");
+            (
+                self.cloaked || dom::style_prop(style, "visibility") == "visible",
+                ws.starts_with("pre") || ws == "break-spaces",
+            )
+        });
         self.stack.push(Frame {
             children: dom::flat_children_of(el),
             next: 0,
-            close: gap,
-            visible: self.cloaked || dom::style_prop(&style, "visibility") == "visible",
-            pre: ws.starts_with("pre") || ws == "break-spaces",
+            close: Cow::Owned(format!("</{tag}>")),
+            visible,
+            pre,
+            secret_text: secret && tag == "textarea",
+            secret_select: in_secret_select || (secret && tag == "select"),
         });
         true
     }
@@ -539,54 +665,46 @@ fn hidden_box(el: &Element, style: &web_sys::CssStyleDeclaration) -> bool {
     false
 }
 
-/// The markup of `root` without our host, scripts, styles and secret values, serialised from
-/// a copy in an inert document (no script runs, nothing loads, the page is not touched).
-fn html_of(doc: &Document, root: &Element) -> Result<String, ToolErr> {
-    let failed = |_| ToolErr::failed("could not copy the page's markup");
-    let inert = doc
-        .implementation()
-        .and_then(|i| i.create_html_document_with_title(""))
-        .map_err(failed)?;
-    let copy: Element = inert
-        .import_node_with_deep(root, true)
-        .map_err(failed)?
-        .unchecked_into();
-    let strip = format!("{}, script, style, noscript", crate::HOST_TAG);
-    if let Ok(list) = copy.query_selector_all(&strip) {
-        for i in 0..list.length() {
-            if let Some(el) = list.item(i).and_then(|n| dom::as_element(&n)) {
-                el.remove();
+/// Appends `text` as markup: `&`, `<`, `>` and no-break spaces as character references (and
+/// `"` in an attribute value, `attr`); with `collapse`, runs of HTML whitespace as one space,
+/// none after `out`'s own trailing space.
+fn push_escaped(out: &mut String, text: &str, collapse: bool, attr: bool) {
+    let mut space = out.ends_with(' ');
+    for c in text.chars() {
+        if collapse && matches!(c, ' ' | '\t' | '\n' | '\r' | '\x0c') {
+            if !space {
+                out.push(' ');
+                space = true;
             }
+            continue;
+        }
+        space = false;
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '\u{a0}' => out.push_str("&nbsp;"),
+            '"' if attr => out.push_str("&quot;"),
+            _ => out.push(c),
         }
     }
-    // No secret's value (password, one-time code, card, hidden input such as a CSRF token):
-    // the `value` attribute of an input, the text of a textarea, the selected option.
-    let forget = |el: &Element| {
-        if crate::secret::secret_kind(el, None, true).is_none() {
-            return;
-        }
-        let _ = el.remove_attribute("value");
-        match dom::tag(el).as_str() {
-            "textarea" => el.set_text_content(None),
-            "select" => {
-                if let Ok(options) = el.query_selector_all("option") {
-                    for i in 0..options.length() {
-                        if let Some(option) = options.item(i).and_then(|n| dom::as_element(&n)) {
-                            let _ = option.remove_attribute("selected");
-                        }
-                    }
-                }
-            }
-            _ => {}
-        }
-    };
-    if let Ok(list) = copy.query_selector_all("input, textarea, select") {
-        for i in 0..list.length() {
-            if let Some(el) = list.item(i).and_then(|n| dom::as_element(&n)) {
-                forget(&el);
-            }
-        }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::push_escaped;
+    use alloc::string::String;
+
+    #[test]
+    fn markup_is_escaped_and_collapsed() {
+        let mut out = String::from("<p>");
+        push_escaped(&mut out, "  a <b> &\u{a0}\n\t c  ", true, false);
+        assert_eq!(out, "<p> a &lt;b&gt; &amp;&nbsp; c ");
+        let mut out = String::from("x ");
+        push_escaped(&mut out, " \"q\"\n", true, true);
+        assert_eq!(out, "x &quot;q&quot; ");
+        let mut out = String::new();
+        push_escaped(&mut out, "a  \"b\"\n c", false, false);
+        assert_eq!(out, "a  \"b\"\n c");
     }
-    forget(&copy);
-    Ok(copy.outer_html())
 }
