@@ -109,7 +109,9 @@ pub struct Cache {
     html: bool,
     main: bool,
     root: Element,
-    text: String,
+    /// Shared with the reads that use it, not copied (a page's markup can be megabytes: a copy
+    /// would grow the heap inside one task).
+    text: Rc<String>,
     cut: Option<Cut>,
     made: f64,
     watch: Watch,
@@ -178,7 +180,7 @@ pub struct Job {
     /// Watches what is read, for the [`Cache`] this read leaves.
     watch: Option<Watch>,
     /// The text, when the cache had it.
-    cached: Option<String>,
+    cached: Option<Rc<String>>,
     /// The whole page is hidden by a cloak on <html> or <body> (see [`Job::enter`]).
     cloaked: bool,
 }
@@ -257,7 +259,7 @@ impl Job {
         });
         if hit {
             if let Some(c) = cache.as_ref() {
-                self.cached = Some(c.text.clone());
+                self.cached = Some(c.text.clone()); // the `Rc`
                 self.cut = c.cut;
             }
         } else {
@@ -377,7 +379,7 @@ impl Job {
                 html: self.html,
                 main: self.main,
                 root: self.root.clone(),
-                text,
+                text: Rc::new(text),
                 cut: self.cut,
                 made: self.started,
                 watch,
