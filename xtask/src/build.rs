@@ -32,9 +32,8 @@ const EXTENSION_WASM: &[(&str, &str, &str)] = &[
     ("gg-offscreen", "gg_offscreen", "offscreen"),
     ("gg-overlay", "gg_overlay", "overlay"),
 ];
-/// Development builds: debug logging, and the scripted model for tests.
-const DEV_FEATURES: &str =
-    "gg-background/dev-log,gg-offscreen/dev-log,gg-offscreen/scripted-model,gg-overlay/dev-log";
+/// Development builds: debug logging, and the scripted model and the greedy probe for tests.
+const DEV_FEATURES: &str = "gg-background/dev-log,gg-offscreen/dev-log,gg-offscreen/scripted-model,gg-offscreen/dev-probe,gg-overlay/dev-log";
 
 pub fn extension_dir(release: bool) -> PathBuf {
     root().join("dist").join(if release {

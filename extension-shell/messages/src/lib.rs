@@ -352,6 +352,34 @@ pub enum Body {
     ClearModel { repository: String },
     /// Offscreen: what is stored, one entry per repository asked about.
     StoredModels { models: Vec<StoredModel> },
+    /// Service worker -> offscreen, answered by development builds only (`gg-offscreen/dev-probe`;
+    /// the large end-to-end test sends it from the service worker): the model of `model_source`
+    /// (and `model_size`), loaded as a turn loads it — downloaded into Cache Storage and streamed
+    /// onto the GPU, or the load in progress joined, or the model already loaded — generates
+    /// `max_new_tokens` greedy tokens after `input_ids` (no chat template, no end ids), queued
+    /// behind any running turn. Answered with [`Body::DevGreedyResult`].
+    DevGreedy {
+        model_source: String,
+        #[serde(default)]
+        model_size: String,
+        input_ids: Vec<u32>,
+        max_new_tokens: u32,
+    },
+    /// Answer to [`Body::DevGreedy`].
+    DevGreedyResult {
+        /// The greedy tokens.
+        tokens: Vec<u32>,
+        /// Milliseconds of the prefill step and of the decode steps after it.
+        prefill_ms: f64,
+        decode_ms: f64,
+        /// The offscreen document's `WebAssembly.Memory` size in bytes after the generation
+        /// (a wasm memory never shrinks: its peak so far).
+        wasm_memory_bytes: u64,
+        /// Bytes the runtime wrote into GPU buffers so far (weights and inputs).
+        gpu_bytes_uploaded: u64,
+        /// The loaded variant (`q4`, `q4f16`).
+        dtype: String,
+    },
     /// Generic acknowledgement.
     Ack,
     /// A request failed; `message` says why.

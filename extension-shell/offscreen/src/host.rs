@@ -88,6 +88,7 @@ pub fn handles(body: &Body) -> bool {
             | Body::GetModelStatus
             | Body::GetStoredModels { .. }
             | Body::ClearModel { .. }
+            | Body::DevGreedy { .. }
     )
 }
 
@@ -215,6 +216,23 @@ pub async fn handle(body: Body) -> Result<Body, String> {
             .await
             .map(|m| Body::StoredModels { models: vec![m] })
             .map_err(|e| e.to_string()),
+        Body::DevGreedy {
+            model_source,
+            model_size,
+            input_ids,
+            max_new_tokens,
+        } => {
+            #[cfg(feature = "dev-probe")]
+            {
+                let repo = gg_messages::model_repository(&model_source, &model_size);
+                crate::model::dev_greedy(&repo, &model_size, &input_ids, max_new_tokens).await
+            }
+            #[cfg(not(feature = "dev-probe"))]
+            {
+                let _ = (model_source, model_size, input_ids, max_new_tokens);
+                Err("DevGreedy is answered by development builds only".into())
+            }
+        }
         Body::CancelTurn { tab_id } => {
             if let Some(cancel) = with_tab(tab_id, |t| t.running.clone()) {
                 cancel.cancel();

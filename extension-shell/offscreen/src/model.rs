@@ -611,3 +611,57 @@ pub fn context_limit(repo: &str) -> Option<usize> {
         _ => None,
     })
 }
+
+/// [`Body::DevGreedy`](gg_messages::Body::DevGreedy) (development builds): loads the model of
+/// `repo` exactly as a turn does ([`backend`]), then, queued behind any running turn, generates
+/// `max_new_tokens` greedy tokens after `input_ids`.
+#[cfg(feature = "dev-probe")]
+pub async fn dev_greedy(
+    repo: &str,
+    model_size: &str,
+    input_ids: &[u32],
+    max_new_tokens: u32,
+) -> Result<Body, String> {
+    use wasm_bindgen::JsCast;
+    backend(repo, model_size).await.map_err(|e| e.to_string())?;
+    let loaded = SLOT
+        .with(|s| match &*s.borrow() {
+            Slot::Ready(l) if l.repo == repo => Some(l.clone()),
+            _ => None,
+        })
+        .ok_or_else(|| format!("the model of {repo} is not loaded"))?;
+    let _turn = loaded.backend.turn.lock().await;
+    let model = loaded.backend.inner.model().clone();
+    let mut g = gg_llm::Generator::new(&model, input_ids, gg_llm::Sampling::Greedy)
+        .map_err(|e| e.to_string())?;
+    let mut tokens = Vec::new();
+    let t0 = js_sys::Date::now();
+    let mut prefill_ms = 0.0;
+    for i in 0..max_new_tokens {
+        tokens.push(g.next_token().await.map_err(|e| e.to_string())?);
+        if i == 0 {
+            prefill_ms = js_sys::Date::now() - t0;
+        }
+    }
+    let decode_ms = js_sys::Date::now() - t0 - prefill_ms;
+    let memory: js_sys::WebAssembly::Memory = wasm_bindgen::memory().unchecked_into();
+    // read as a number: a full 4 GiB memory does not fit `ArrayBuffer::byte_length`'s u32
+    let wasm_memory_bytes = js_sys::Reflect::get(&memory.buffer(), &"byteLength".into())
+        .ok()
+        .and_then(|v| v.as_f64())
+        .unwrap_or(0.0) as u64;
+    log::info(&format!(
+        "dev greedy: {} tokens after {} ids (prefill {prefill_ms:.0} ms, decode {decode_ms:.0} ms), wasm memory {} MiB",
+        tokens.len(),
+        input_ids.len(),
+        wasm_memory_bytes >> 20
+    ));
+    Ok(Body::DevGreedyResult {
+        tokens,
+        prefill_ms,
+        decode_ms,
+        wasm_memory_bytes,
+        gpu_bytes_uploaded: model.gpu.counters.bytes_uploaded.get(),
+        dtype: model.variant(),
+    })
+}
