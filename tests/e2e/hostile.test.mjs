@@ -333,3 +333,38 @@ test('a page that rewrites or moves the host element gets it restored, and the r
   await frame.waitForSelector('[data-testid="gg-input"]', { timeout: 20000 });
   await page.close();
 });
+
+test('a page that navigates the panel frame to a look-alike gets it replaced by a fresh overlay', async () => {
+  await useScript('hostile-frame', 'navigated');
+  const { page } = await openOverlay(ext, `${server.url}/basic.html`);
+  const first = await panelFrame(page);
+  const lookAlike = `${otherOrigin()}/hostile/benign.html`;
+  // The page reaches every child frame it can (window.frames includes frames in shadow trees)
+  // and sends it to its own page.
+  const reached = await page.evaluate((url) => {
+    let n = 0;
+    for (let i = 0; i < window.frames.length; i++) {
+      try { window.frames[i].location.href = url; n++; } catch { /* not reachable */ }
+    }
+    return n;
+  }, lookAlike);
+  if (reached > 0) {
+    // The navigated frame was replaced: a new one with a fresh token, and no look-alike left.
+    const second = await until(async () => { const f = await panelFrame(page); return f.src !== first.src && f; }, { timeout: 20000, what: 'a new panel frame' });
+    assert.match(second.src, /^chrome-extension:\/\/[0-9a-z-]+\/overlay\/overlay\.html#[0-9a-f]{32}$/);
+    await until(() => !page.frames().some((f) => f.url() === lookAlike), { timeout: 20000, what: 'the look-alike gone' });
+  }
+  // Whatever the page could reach, the panel shows our overlay, and it works.
+  const frame = await until(async () => {
+    for (const f of page.frames()) {
+      if (!f.url().endsWith('/overlay/overlay.html')) continue;
+      const answer = await askAs(f, { type: 'get_conversation' }).catch(() => null);
+      if (answer?.body?.type === 'conversation') return f;
+    }
+    return null;
+  }, { timeout: 20000, what: 'an activated overlay' });
+  await frame.waitForSelector('[data-testid="gg-input"]', { timeout: 20000 });
+  assert.ok(!page.frames().some((f) => f.url() === lookAlike), 'no look-alike in the page');
+  console.log(`frames the page could navigate: ${reached}`);
+  await page.close();
+});

@@ -745,11 +745,32 @@ fn attach_frame(panel: &Shared, token: &str) -> Result<(), JsValue> {
         &guard::frame_url(&runtime_get_url(OVERLAY_PATH), token),
     )?;
     // The first opening focuses the frame before its page has loaded: focus it again once
-    // loaded, if the panel is still open.
+    // loaded, if the panel is still open. The overlay never navigates itself, so a second
+    // load of the same iframe means someone else navigated it (a page can reach the frame
+    // through `window.frames` and set its location to a look-alike of the overlay): the
+    // iframe is replaced by a fresh one with a new token.
     let weak = Rc::downgrade(panel);
-    let on_load = Closure::<dyn FnMut()>::new(move || {
-        if let Some(panel) = weak.upgrade()
-            && let Ok(p) = panel.try_borrow()
+    let loads = Rc::new(core::cell::Cell::new(0u32));
+    let on_load = Closure::<dyn FnMut(web_sys::Event)>::new(move |e: web_sys::Event| {
+        let Some(panel) = weak.upgrade() else { return };
+        loads.set(loads.get() + 1);
+        // Only the iframe in place now (a replaced one is gone from the page).
+        let loaded = e.current_target().map(JsValue::from);
+        let current = panel.try_borrow().ok().is_some_and(|p| {
+            p.mounted
+                .as_ref()
+                .and_then(|m| m.frame.as_ref())
+                .is_some_and(|f| Some(JsValue::from(f.clone())) == loaded)
+        });
+        if !current {
+            return;
+        }
+        if loads.get() > 1 {
+            log_error("the overlay frame was navigated by someone else; replaced with a fresh one");
+            replace_frame(&panel);
+            return;
+        }
+        if let Ok(p) = panel.try_borrow()
             && let Some(m) = p.mounted.as_ref().filter(|m| m.open)
             && let Some(frame) = m.frame.as_ref()
         {
