@@ -1066,6 +1066,11 @@ fn mobius_inputs(s: &Session, new: usize, past: usize, seed: u64) -> Vec<(String
                     .collect::<Vec<_>>(),
             ),
             "attention_mask" => HostTensor::from_i64(shape, &vec![1; n]),
+            // the standard-Attention profile's positions of the new tokens
+            "position_ids" => HostTensor::from_i64(
+                shape,
+                &(0..n).map(|k| (past + k % new) as i64).collect::<Vec<_>>(),
+            ),
             _ => {
                 let v: Vec<f32> = (0..n).map(|_| rng.next()).collect();
                 HostTensor::from_f32(shape, &v)
@@ -1125,6 +1130,29 @@ fn mobius_split_decoder_sliced_per_layer_inputs_fuse() {
             ("Fused[2xRMSNormalization+1xSpelledRMSNorm] at ", 4),
         ],
     );
+}
+
+/// The standard-Attention profile (E2B-style, one KV head; E4B-style, two): each layer's query
+/// and key rotations are one dispatch, the KV-shared layers' Attention reads the shared caches in
+/// place instead of through `Transpose` + `Reshape`, the cos and sin `Gather`s go in pairs; the
+/// `Attention` op appends its key and value caches in one dispatch.
+#[test]
+fn mobius_attention_profile_fuses() {
+    // (package, layers with their own KV cache, layers)
+    for (name, pairs, layers) in [
+        ("mobius-tiny-attn-int4", 4, 6),
+        ("mobius-tiny-e4b-attn-int4", 3, 5),
+    ] {
+        mobius_graph_fuses(
+            name,
+            &[
+                ("Fused[2xRotaryEmbedding] at ", pairs),
+                ("Fused[2x(Transpose+Reshape)+Attention] at ", 2),
+                ("Fused[2xGather] at ", 2),
+                ("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul] at ", layers),
+            ],
+        );
+    }
 }
 
 /// The fixture `name`'s graph (`model.onnx` in that folder): its groups (kind prefix, count),
