@@ -1350,3 +1350,335 @@ fn gelu_times_gathered_slice_is_one_dispatch_and_guarded() {
             .is_empty()
     );
 }
+
+/// What loading and running one fixture decoder builds: distinct WGSL pipelines compiled
+/// (prompt of 5, then one decode step after 5), the fused groups by kind, and one decode token's
+/// dispatches, submits and bytes (uploaded, read back; its outputs read).
+#[derive(Debug, PartialEq, Eq)]
+struct Built {
+    pipelines: u64,
+    dispatches: u64,
+    submits: u64,
+    uploaded: u64,
+    read_back: u64,
+    groups: Vec<(String, usize)>,
+}
+
+fn built(path: &str, mobius: bool) -> Built {
+    // A fresh adapter: its pipeline cache starts empty, so `pipelines_compiled` counts the
+    // distinct pipelines this graph builds.
+    let gpu = gpu();
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/models")
+        .join(path);
+    let dir = file.parent().expect("folder").to_path_buf();
+    let graph = Graph::decode(&std::fs::read(&file).expect("model"), path).expect("decodes");
+    let s = pollster::block_on(Session::from_graph_with(
+        gpu.clone(),
+        graph,
+        &gg_runtime::source::DirSource::new(&dir),
+        SessionOptions { fuse: true },
+    ))
+    .expect("loads");
+    let step = |new: usize, past: usize| {
+        let feeds = if mobius {
+            mobius_inputs(&s, new, past, 5)
+        } else {
+            decoder_inputs(&s, new, past, 5)
+        };
+        read_all(&s, pollster::block_on(s.run(feeds)).expect("runs"));
+    };
+    step(5, 0);
+    let before = gpu.counters.snapshot();
+    step(1, 5);
+    let after = gpu.counters.snapshot();
+    let mut groups = BTreeMap::<String, usize>::new();
+    for k in s.fused() {
+        let kind = k.split(" at ").next().expect("kind");
+        *groups.entry(kind.to_string()).or_default() += 1;
+    }
+    Built {
+        pipelines: after.pipelines_compiled,
+        dispatches: after.dispatches - before.dispatches,
+        submits: after.submits - before.submits,
+        uploaded: after.bytes_uploaded - before.bytes_uploaded,
+        read_back: after.bytes_read_back - before.bytes_read_back,
+        groups: groups.into_iter().collect(),
+    }
+}
+
+/// (fixture decoder, mobius inputs, pipelines, decode dispatches, submits, bytes uploaded, bytes
+/// read back, fused groups by kind): measured on the software adapter before the fusion pass was
+/// split into modules; a lost or changed fusion, an extra kernel variant or an extra dispatch per
+/// token fails here.
+#[allow(clippy::type_complexity)]
+const BUILT: &[(&str, bool, u64, u64, u64, u64, u64, &[(&str, usize)])] = &[
+    (
+        "gemma4-tiny/onnx/decoder_model_merged_q4.onnx",
+        false,
+        44,
+        59,
+        10,
+        7504,
+        11776,
+        &[
+            ("Fused[1xMatMulNBits+Div+Tanh+Mul]", 1),
+            ("Fused[1xMatMulNBits+Mul]", 1),
+            ("Fused[1xMatMulNBits]", 18),
+            ("Fused[1xSimplifiedLayerNormalization+Add+Mul]", 2),
+            ("Fused[2x(Gather+Concat)]", 2),
+            ("Fused[3xSimplifiedLayerNormalization]", 4),
+            ("Fused[Norm+3xMatMulNBits]", 1),
+            ("Fused[Norm+Add+1xMatMulNBits+Gelu+Gather+Mul]", 6),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits]", 2),
+            ("Fused[Norm+Add+Mul+Norm+3xMatMulNBits]", 3),
+            ("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul]", 6),
+            ("Fused[Norm+Rotary+SharedKVAttention]", 2),
+        ],
+    ),
+    (
+        "gemma4-tiny/onnx/decoder_model_merged_q4f16.onnx",
+        false,
+        47,
+        60,
+        10,
+        4268,
+        5888,
+        &[
+            ("Fused[1xMatMulNBits+Div+Tanh+Mul]", 1),
+            ("Fused[1xMatMulNBits+Mul]", 1),
+            ("Fused[1xMatMulNBits]", 18),
+            ("Fused[1xSimplifiedLayerNormalization+Add+Mul]", 1),
+            ("Fused[1xSimplifiedLayerNormalization+Cast+Add+Mul]", 1),
+            ("Fused[1xSimplifiedLayerNormalization]", 1),
+            ("Fused[2x(Gather+Concat)]", 2),
+            ("Fused[3xSimplifiedLayerNormalization]", 4),
+            ("Fused[Norm+3xMatMulNBits]", 1),
+            ("Fused[Norm+Add+1xMatMulNBits+Gelu+Gather+Mul]", 6),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits]", 2),
+            ("Fused[Norm+Add+Mul+Norm+3xMatMulNBits]", 3),
+            ("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul]", 6),
+            ("Fused[Norm+Rotary+SharedKVAttention]", 2),
+        ],
+    ),
+    (
+        "gemma4-tiny-e4b/onnx/decoder_model_merged_q4.onnx",
+        false,
+        43,
+        50,
+        8,
+        11344,
+        16384,
+        &[
+            ("Fused[1xMatMulNBits+Div+Tanh+Mul]", 1),
+            ("Fused[1xMatMulNBits+Mul]", 1),
+            ("Fused[1xMatMulNBits]", 15),
+            ("Fused[1xSimplifiedLayerNormalization+Add+Mul]", 2),
+            ("Fused[2x(Gather+Concat)]", 2),
+            ("Fused[3xSimplifiedLayerNormalization]", 3),
+            ("Fused[Norm+3xMatMulNBits]", 1),
+            ("Fused[Norm+Add+1xMatMulNBits+Gelu+Gather+Mul]", 5),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits]", 2),
+            ("Fused[Norm+Add+Mul+Norm+3xMatMulNBits]", 2),
+            ("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul]", 5),
+            ("Fused[Norm+Rotary+SharedKVAttention]", 2),
+        ],
+    ),
+    (
+        "gemma4-tiny-e4b/onnx/decoder_model_merged_q4f16.onnx",
+        false,
+        47,
+        51,
+        8,
+        6188,
+        8192,
+        &[
+            ("Fused[1xMatMulNBits+Div+Tanh+Mul]", 1),
+            ("Fused[1xMatMulNBits+Mul]", 1),
+            ("Fused[1xMatMulNBits]", 15),
+            ("Fused[1xSimplifiedLayerNormalization+Add+Mul]", 1),
+            ("Fused[1xSimplifiedLayerNormalization+Cast+Add+Mul]", 1),
+            ("Fused[1xSimplifiedLayerNormalization]", 1),
+            ("Fused[2x(Gather+Concat)]", 2),
+            ("Fused[3xSimplifiedLayerNormalization]", 3),
+            ("Fused[Norm+3xMatMulNBits]", 1),
+            ("Fused[Norm+Add+1xMatMulNBits+Gelu+Gather+Mul]", 5),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits]", 2),
+            ("Fused[Norm+Add+Mul+Norm+3xMatMulNBits]", 2),
+            ("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul]", 5),
+            ("Fused[Norm+Rotary+SharedKVAttention]", 2),
+        ],
+    ),
+    (
+        "mobius-tiny-gqa-int4/model.onnx",
+        true,
+        40,
+        59,
+        10,
+        6408,
+        11776,
+        &[
+            ("Fused[1xMatMul+Mul]", 1),
+            ("Fused[1xMatMulNBits]", 12),
+            ("Fused[1xRMSNormalization+Add+Mul]", 1),
+            ("Fused[2xRMSNormalization+1xSpelledRMSNorm]", 4),
+            ("Fused[Norm+3xMatMulNBits]", 1),
+            ("Fused[Norm+Add+1xMatMul+Gelu+Gather+Mul]", 6),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits+Div+Tanh+Mul]", 1),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits]", 2),
+            ("Fused[Norm+Add+Mul+Norm+3xMatMulNBits]", 3),
+            ("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul]", 6),
+        ],
+    ),
+    (
+        "mobius-tiny-gqa-fp32/model.onnx",
+        true,
+        38,
+        57,
+        10,
+        6408,
+        11776,
+        &[
+            ("Fused[1xMatMul+Mul]", 1),
+            ("Fused[1xRMSNormalization+Add+Mul]", 1),
+            ("Fused[2xRMSNormalization+1xSpelledRMSNorm]", 4),
+            ("Fused[Gather+Mul]", 2),
+            ("Fused[Norm+3xMatMul]", 1),
+            ("Fused[Norm+Add+1xMatMul+Gelu+Gather+Mul]", 6),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMul+Div+Tanh+Mul]", 1),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMul]", 2),
+            ("Fused[Norm+Add+Mul+Norm+3xMatMul]", 3),
+            ("Fused[Norm+Add+Norm+2xMatMul+Gelu+Mul]", 6),
+        ],
+    ),
+    (
+        "mobius-tiny-e4b-gqa-int4/model.onnx",
+        true,
+        39,
+        50,
+        8,
+        10248,
+        16384,
+        &[
+            ("Fused[1xMatMul+Mul]", 1),
+            ("Fused[1xMatMulNBits]", 10),
+            ("Fused[1xRMSNormalization+Add+Mul]", 1),
+            ("Fused[2xRMSNormalization+1xSpelledRMSNorm]", 3),
+            ("Fused[Norm+3xMatMulNBits]", 1),
+            ("Fused[Norm+Add+1xMatMul+Gelu+Gather+Mul]", 5),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits+Div+Tanh+Mul]", 1),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits]", 2),
+            ("Fused[Norm+Add+Mul+Norm+3xMatMulNBits]", 2),
+            ("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul]", 5),
+        ],
+    ),
+    (
+        "mobius-tiny-gqa-int4-split/decoder/model.onnx",
+        true,
+        37,
+        53,
+        10,
+        7428,
+        11776,
+        &[
+            ("Fused[1xMatMulNBits]", 12),
+            ("Fused[2xRMSNormalization+1xSpelledRMSNorm]", 4),
+            ("Fused[Norm+3xMatMulNBits]", 1),
+            ("Fused[Norm+Add+1xMatMul+Gelu+Gather+Mul]", 6),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits+Div+Tanh+Mul]", 1),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits]", 2),
+            ("Fused[Norm+Add+Mul+Norm+3xMatMulNBits]", 3),
+            ("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul]", 6),
+        ],
+    ),
+    (
+        "mobius-tiny-attn-int4/model.onnx",
+        true,
+        38,
+        67,
+        10,
+        6456,
+        11776,
+        &[
+            ("Fused[1xMatMul+Mul]", 1),
+            ("Fused[1xMatMulNBits]", 12),
+            ("Fused[1xRMSNormalization+Add+Mul]", 1),
+            ("Fused[2x(Transpose+Reshape)+Attention]", 2),
+            ("Fused[2xGather]", 2),
+            ("Fused[2xRMSNormalization+1xSpelledRMSNorm]", 4),
+            ("Fused[2xRotaryEmbedding]", 4),
+            ("Fused[Norm+3xMatMulNBits]", 1),
+            ("Fused[Norm+Add+1xMatMul+Gelu+Gather+Mul]", 6),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits+Div+Tanh+Mul]", 1),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits]", 2),
+            ("Fused[Norm+Add+Mul+Norm+3xMatMulNBits]", 3),
+            ("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul]", 6),
+        ],
+    ),
+    (
+        "mobius-tiny-e4b-attn-int4/model.onnx",
+        true,
+        37,
+        57,
+        8,
+        10296,
+        16384,
+        &[
+            ("Fused[1xMatMul+Mul]", 1),
+            ("Fused[1xMatMulNBits]", 10),
+            ("Fused[1xRMSNormalization+Add+Mul]", 1),
+            ("Fused[2x(Transpose+Reshape)+Attention]", 2),
+            ("Fused[2xGather]", 2),
+            ("Fused[2xRMSNormalization+1xSpelledRMSNorm]", 3),
+            ("Fused[2xRotaryEmbedding]", 3),
+            ("Fused[Norm+3xMatMulNBits]", 1),
+            ("Fused[Norm+Add+1xMatMul+Gelu+Gather+Mul]", 5),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits+Div+Tanh+Mul]", 1),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMulNBits]", 2),
+            ("Fused[Norm+Add+Mul+Norm+3xMatMulNBits]", 2),
+            ("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul]", 5),
+        ],
+    ),
+    (
+        "mobius-tiny-attn-fp32-split/decoder/model.onnx",
+        true,
+        33,
+        61,
+        10,
+        7476,
+        11776,
+        &[
+            ("Fused[2x(Transpose+Reshape)+Attention]", 2),
+            ("Fused[2xGather]", 2),
+            ("Fused[2xRMSNormalization+1xSpelledRMSNorm]", 4),
+            ("Fused[2xRotaryEmbedding]", 4),
+            ("Fused[Norm+3xMatMul]", 1),
+            ("Fused[Norm+Add+1xMatMul+Gelu+Gather+Mul]", 6),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMul+Div+Tanh+Mul]", 1),
+            ("Fused[Norm+Add+Mul+Norm+1xMatMul]", 2),
+            ("Fused[Norm+Add+Mul+Norm+3xMatMul]", 3),
+            ("Fused[Norm+Add+Norm+2xMatMul+Gelu+Mul]", 6),
+        ],
+    ),
+];
+
+#[test]
+fn the_same_pipelines_and_groups_per_fixture() {
+    let mut wrong = Vec::new();
+    for &(path, mobius, pipelines, dispatches, submits, uploaded, read_back, groups) in BUILT {
+        let want = Built {
+            pipelines,
+            dispatches,
+            submits,
+            uploaded,
+            read_back,
+            groups: groups.iter().map(|&(k, n)| (k.to_string(), n)).collect(),
+        };
+        let got = built(path, mobius);
+        eprintln!("{path}: {got:?}");
+        if got != want {
+            wrong.push(format!("{path}: want {want:?}\n got {got:?}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
