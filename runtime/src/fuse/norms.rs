@@ -1,0 +1,215 @@
+//! The fused norms op: independent RMS norms (and their tails) in one dispatch.
+
+use super::fallback::Fallback;
+use super::gemv_wgsl::{packed_stores, rd_code};
+use crate::error::Result;
+use crate::exec::{Ctx, GpuTensor, KernelMemo, Value, input_signature};
+use crate::gpu::{Kernel, Storage};
+use crate::ops::Op;
+use crate::tensor::DType;
+
+pub(super) const FUSED_NORMS: &str = include_str!("../kernels/fused_norms.wgsl");
+
+/// Independent RMS norms in one dispatch: (input slot, row length, epsilon, scale slot). A norm
+/// without a scale (a scale-free norm spelled out in elementary ops, `spelled_norm.rs`) has row
+/// length 0: the input's last dimension.
+pub(super) struct FusedNorms {
+    pub(super) norms: Vec<(usize, usize, f32, Option<usize>)>,
+    /// Per norm, an `Add(y, other)` epilogue with an optional `Mul` by a scalar: (other slot,
+    /// whether `other` is f32 cast to f16 here, scalar slot).
+    pub(super) tails: Vec<Option<(usize, bool, Option<usize>)>>,
+    /// f16 activations (the norms sit between Casts).
+    pub(super) f16: bool,
+    pub(super) fallback: Fallback,
+    /// The last kernel (see [`KernelMemo`]).
+    pub(super) memo: KernelMemo,
+}
+
+impl Op for FusedNorms {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let act = if self.f16 { DType::F16 } else { DType::F32 };
+        let mut bind = Vec::new();
+        let mut shapes = Vec::new();
+        let sig = input_signature(inputs);
+        let hit = self.memo.get(sig);
+        let build = KernelMemo::must_build(&hit);
+        // On a hit the kernel builder records nothing (its code is skipped below too).
+        let mut kern = if build {
+            Kernel::new("fused_norms", FUSED_NORMS)
+        } else {
+            Kernel::discard()
+        }
+        .workgroup(64)
+        .wg_reduce(cx.gpu.subgroups);
+        let mut fns = String::new();
+        let mut disp = String::new();
+        let mut row0 = 0usize;
+        let mut ends: Vec<u32> = Vec::new();
+        for (j, &(xi, l, eps, gi)) in self.norms.iter().enumerate() {
+            let Some(xv) = inputs.get(xi).copied().flatten() else {
+                return self.fallback.run(cx, inputs);
+            };
+            let l = match gi {
+                Some(_) => l,
+                None => xv.shape().last().copied().unwrap_or(0),
+            };
+            let gv = match gi {
+                Some(gi) => match inputs.get(gi).copied().flatten() {
+                    Some(gv) if gv.dtype() == DType::F32 && gv.numel() == l => Some(gv),
+                    _ => return self.fallback.run(cx, inputs),
+                },
+                None => None,
+            };
+            if xv.dtype() != act
+                || xv.shape().last() != Some(&l)
+                || l == 0
+                || (self.f16 && !l.is_multiple_of(2))
+            {
+                return self.fallback.run(cx, inputs);
+            }
+            let x = cx.to_gpu(xv)?;
+            let g = match gv {
+                Some(gv) => Some(cx.to_gpu(gv)?),
+                None => None,
+            };
+            if x.split.is_some() {
+                return self.fallback.run(cx, inputs);
+            }
+            let rows = x.numel() / l;
+            shapes.push(x.shape.clone());
+            if build {
+                kern = kern.input(&format!("x{j}"), x.storage());
+                if g.is_some() {
+                    kern = kern.input(&format!("g{j}"), Storage::F32);
+                }
+            }
+            let scaled = g.is_some();
+            let scale = |l: &str| {
+                if scaled {
+                    format!(" * ld_g{j}({l})")
+                } else {
+                    String::new()
+                }
+            };
+            // The tail: y = rd(rd(rd(y) + other) [* s]), as the Cast, Add and Mul nodes round.
+            let mut tail = "rd(y)".to_string();
+            if let Some((oi, cast, si)) = self.tails.get(j).copied().flatten() {
+                let Some(ov) = inputs.get(oi).copied().flatten() else {
+                    return self.fallback.run(cx, inputs);
+                };
+                let want = if cast { DType::F32 } else { act };
+                if ov.dtype() != want
+                    || (cast && act != DType::F16)
+                    || ov.shape() != x.shape.as_slice()
+                {
+                    return self.fallback.run(cx, inputs);
+                }
+                let o = cx.to_gpu(ov)?;
+                if o.split.is_some() {
+                    return self.fallback.run(cx, inputs);
+                }
+                if build {
+                    tail = format!("rd({tail} + rd(ld_o{j}(i)))");
+                }
+                if let Some(si) = si {
+                    let s = match inputs.get(si).copied().flatten() {
+                        Some(Value::Host(h))
+                            if h.dtype == act
+                                && h.numel() == 1
+                                && h.shape.len() <= x.shape.len() =>
+                        {
+                            h.to_f32()[0]
+                        }
+                        _ => return self.fallback.run(cx, inputs),
+                    };
+                    if build {
+                        tail = format!("rd({tail} * {})", crate::gpu::wgsl_f32(s));
+                    }
+                }
+                if build {
+                    kern = kern.input(&format!("o{j}"), o.storage());
+                }
+                bind.push(x);
+                bind.extend(g);
+                bind.push(o);
+            } else {
+                bind.push(x);
+                bind.extend(g);
+            }
+            row0 += rows;
+            ends.push(row0 as u32);
+            if !build {
+                continue;
+            }
+            fns.push_str(&format!(
+                "fn tail{j}(i: u32, y: f32) -> f32 {{
+    return {tail};
+}}
+"
+            ));
+            fns.push_str(&format!(
+                "fn norm{j}(row: u32, t: u32) {{
+    let L = {l}u;
+    let base = row * L;
+    var s2 = 0.0;
+    for (var l = t; l < L; l = l + WG) {{ let v = ld_x{j}(base + l); s2 = s2 + v * v; }}
+    let inv = inverseSqrt(wg_sum(t, s2) / f32(L) + {eps});
+    for (var w = t; w < L / EPW_y{j}; w = w + WG) {{
+        let l0 = w * EPW_y{j};
+        let l1 = min(l0 + 1u, L - 1u);
+        st_y{j}(base / EPW_y{j} + w, tail{j}(base + l0, ld_x{j}(base + l0) * inv{s0}), tail{j}(base + l1, ld_x{j}(base + l1) * inv{s1}));
+    }}
+}}
+",
+                eps = crate::gpu::wgsl_f32(eps),
+                s0 = scale("l0"),
+                s1 = scale("l1"),
+            ));
+            // Row ranges come from the parameters (prm[j]: the end of norm j's rows), not the
+            // code, so that prompts of any length share one pipeline.
+            let start = if j == 0 {
+                "0u".to_string()
+            } else {
+                format!("prm[{}]", j - 1)
+            };
+            disp.push_str(&format!(
+                "if (row < prm[{j}]) {{ norm{j}(row - {start}, t); return; }}\n    "
+            ));
+        }
+        // Several results: ranges of one buffer, one binding (so that three norms fit eight
+        // storage buffers).
+        // The results' offsets in a pack follow the norms' ends (prm[n + j]).
+        let mut meta = ends;
+        let outs = if shapes.len() > 1 {
+            let ys = cx.alloc_pack(act, &shapes)?;
+            bind.push(ys[0].whole());
+            if build {
+                kern = kern.output("y", Storage::of(act).unwrap_or(Storage::F32));
+                fns.push_str(&packed_stores(&ys, Some(meta.len())));
+            }
+            meta.extend(ys.iter().map(|y| (y.byte_offset() / 4) as u32));
+            ys
+        } else {
+            let mut outs = Vec::new();
+            for (j, shape) in shapes.into_iter().enumerate() {
+                let y = cx.alloc(act, shape)?;
+                if build {
+                    kern = kern.output(&format!("y{j}"), y.storage());
+                }
+                bind.push(y.clone());
+                outs.push(y);
+            }
+            outs
+        };
+        if build {
+            kern = kern
+                .code("NORMS", &fns)
+                .code("DISPATCH", &disp)
+                .code("RD", rd_code(self.f16));
+        }
+        let kern = self.memo.check(sig, hit, kern);
+        let refs: Vec<&GpuTensor> = bind.iter().collect();
+        cx.dispatch(&kern, &refs, &meta, row0 as u64 * 64)?;
+        Ok(outs.into_iter().map(Value::Gpu).collect())
+    }
+}
