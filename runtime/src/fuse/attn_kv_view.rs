@@ -7,6 +7,7 @@
 //! present (its key and value are the whole cache), each Transpose and Reshape read only by the
 //! next node; shapes that do not reshape to [B, T, kv_heads * D] run the original nodes.
 
+use super::rewrite::{Find, Group, claim_all};
 use super::{Fallback, Graphs, fallback_for};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
@@ -228,4 +229,21 @@ pub(super) fn build(
         outs,
     );
     Some((node, Box::new(fused), desc))
+}
+
+impl Group for Pattern {
+    fn find(cx: &mut Find<'_>) -> Vec<Self> {
+        let found = find(cx.g, &cx.used);
+        claim_all(cx, found)
+    }
+    fn nodes(&self) -> &[usize] {
+        &self.nodes
+    }
+    fn build(
+        self,
+        g: &Graphs<'_>,
+        ops: &mut [Option<Box<dyn Op>>],
+    ) -> Option<(Node, Box<dyn Op>, String)> {
+        build(g, self, ops)
+    }
 }

@@ -4,6 +4,7 @@
 //! same product of the same gathered value. A table split across buffers (above the binding
 //! limit) runs the two nodes.
 
+use super::rewrite::{Find, Group, claim_all};
 use super::{Fallback, Graphs, fallback_for};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
@@ -150,4 +151,21 @@ pub(super) fn build(
         outs,
     );
     (node, Box::new(op), desc)
+}
+
+impl Group for Pattern {
+    fn find(cx: &mut Find<'_>) -> Vec<Self> {
+        let found = find(cx.g, &cx.used);
+        claim_all(cx, found)
+    }
+    fn nodes(&self) -> &[usize] {
+        &self.nodes
+    }
+    fn build(
+        self,
+        g: &Graphs<'_>,
+        ops: &mut [Option<Box<dyn Op>>],
+    ) -> Option<(Node, Box<dyn Op>, String)> {
+        Some(build(g, self, ops))
+    }
 }

@@ -57,11 +57,17 @@
 //! which takes one dispatch per part); otherwise it runs the original nodes one by one (prefill),
 //! so a fusion never changes what a graph computes beyond f32 rounding. Groups that would need
 //! more storage bindings than the adapter allows are not formed.
+//!
+//! Layout: the pass is the ordered list of rewrites in `rewrite.rs` (each finds its groups, then
+//! builds one fused node per group); `graph.rs` holds the node graph and the matchers the
+//! patterns share; `spec.rs` the fused GEMV's pattern and rewrite, `gemv.rs` its op and
+//! `gemv_wgsl.rs` its WGSL fragments; `norms.rs` the fused norms; `pack.rs` the weight packs;
+//! `fallback.rs` the original nodes a fused node runs when its kernel does not apply; the other
+//! files one pattern each.
 
-use crate::exec::KernelMemo;
 use crate::gpu::Gpu;
 use crate::model::{Graph, Node};
-use crate::ops::{MS, Op};
+use crate::ops::Op;
 use std::collections::{HashMap, HashSet};
 
 mod attn_kv_view;
@@ -73,6 +79,7 @@ mod gemv_wgsl;
 mod graph;
 mod norms;
 mod pack;
+mod rewrite;
 mod rotary_pair;
 mod rotary_table;
 mod shared_attn;
@@ -80,11 +87,11 @@ mod spec;
 mod spelled_norm;
 
 use fallback::{Fallback, fallback_for};
-use gemv::{FusedGemv, RowsPrologue, Slots};
 use graph::{Graphs, external_inputs, reenters};
-use norms::FusedNorms;
-use pack::fits_one_pack;
-use spec::{Epi, Spec, Tail, Unit};
+use norms::NormGroups;
+use pack::rotary_packs;
+use rewrite::{Build, Find};
+use spec::Unit;
 
 /// Domain of fused nodes.
 pub const FUSED_DOMAIN: &str = "gg.fused";
@@ -181,489 +188,45 @@ pub(super) fn gemv_tpc(gpu: &Gpu) -> u32 {
 /// reader binds its own range).
 pub type Fused = (Vec<Node>, Vec<Box<dyn Op>>, Vec<String>, Vec<Vec<String>>);
 
-/// Runs the pass.
+/// Runs the pass: every rewrite of [`rewrite::rewrites`] finds its groups, the rotary caches
+/// of the attentions are packed, then every rewrite builds its fused nodes, each placed where
+/// its group's last node was.
 pub fn fuse(graph: &Graph, ops: Vec<Box<dyn Op>>, limits: &Limits) -> Fused {
     let g = Graphs::new(graph);
-    let mut used: HashSet<usize> = HashSet::new();
-    // KV-shared attention groups first: they hold per-head norms the norm pass would take.
-    // (Each only when its attention kernel fits the adapter's storage buffers.)
-    let shared: Vec<_> = shared_attn::find(&g, &used)
-        .into_iter()
-        .filter(|p| p.bindings() < limits.storage_buffers)
-        .collect();
-    for p in &shared {
-        used.extend(&p.nodes);
+    let mut find = Find {
+        g: &g,
+        limits,
+        used: HashSet::new(),
+        taken: HashSet::new(),
+        norms: NormGroups::default(),
+    };
+    let mut list = rewrite::rewrites();
+    for r in &mut list {
+        r.find(&mut find);
     }
-    let tables = rotary_table::find(&g, &used);
-    for p in &tables {
-        used.extend(&p.nodes);
-    }
-    let kv_views = attn_kv_view::find(&g, &used);
-    for p in &kv_views {
-        used.extend(&p.nodes);
-    }
-    let rotary_pairs = rotary_pair::find(&g, &used);
-    for p in &rotary_pairs {
-        used.extend(&p.nodes);
-    }
-    let gather_scales = gather_scale::find(&g, &used);
-    for p in &gather_scales {
-        used.extend(&p.nodes);
-    }
-    let mut specs: Vec<Spec> = Vec::new();
-    // Initializers of the groups' weight packs (see `Spec::pack`).
-    let mut taken: HashSet<String> = HashSet::new();
-    let mut norm_groups: Vec<Vec<Unit>> = Vec::new();
-    // Tails of standalone norm units, by the unit's output.
-    let mut tails: HashMap<String, Tail> = HashMap::new();
-    for (i, node) in graph.nodes.iter().enumerate() {
-        if used.contains(&i) || !(g.is(i, MS, "MatMulNBits") || g.is(i, "", "MatMul")) {
-            continue;
-        }
-        let Some(x) = node.inputs.first() else {
-            continue;
-        };
-        let Some(mut spec) = g.group(x, &used) else {
-            continue;
-        };
-        // The results' sibling norms are looked for among all the weights sharing the input,
-        // also when the group is narrowed below.
-        let outs_all: Vec<String> = spec.mats.iter().map(|m| m.out.clone()).collect();
-        // Storage bindings: operands, outputs and the parameter block. A group that needs more
-        // than the adapter allows is narrowed until it fits: first without the residual
-        // prologue (left to the norm-tail pass), then without the norm prologue, then without
-        // the epilogue, then with fewer weights (the others form groups of their own).
-        spec.packed = spec.pack(&g, limits, &taken);
-        while spec.bindings() as u32 > limits.storage_buffers {
-            if spec.residual.is_some() {
-                spec.residual = None;
-            } else if spec.norm.is_some() {
-                spec.norm = None;
-                spec.x = x.clone();
-            } else if !matches!(spec.epi, Epi::Separate) {
-                spec.epi = Epi::Separate;
-            } else if spec.mats.len() > 1 {
-                spec.mats.pop();
-                spec.packed = spec.pack(&g, limits, &taken);
-            } else {
-                break;
-            }
-            spec.f16 = spec
-                .norm
-                .as_ref()
-                .map(|u| u.f16)
-                .or(spec.residual.as_ref().map(|r| r.f16));
-        }
-        if spec.bindings() as u32 > limits.storage_buffers {
-            continue;
-        }
-        let set: HashSet<usize> = spec.nodes().into_iter().collect();
-        if set.iter().any(|n| used.contains(n)) || reenters(&g, &set) {
-            continue;
-        }
-        used.extend(&set);
-        if let Some(p) = &spec.packed {
-            taken.extend(p.iter().cloned());
-        }
-        // Sibling norms of the results (per-head q/k/v norms): one more kernel for all of them.
-        if matches!(spec.epi, Epi::Separate) && outs_all.len() >= 2 {
-            let norms: Vec<Unit> = outs_all
-                .iter()
-                .filter_map(|o| g.norm_after(o).or_else(|| g.spelled_after(o)))
-                .filter(|u| u.nodes.iter().all(|p| !used.contains(p)))
-                .collect();
-            let nset: HashSet<usize> = norms.iter().flat_map(|u| u.nodes.clone()).collect();
-            // Each norm's input and scale, the results (one buffer) and the parameter block.
-            let scales = norms.iter().filter(|u| !u.gamma.is_empty()).count();
-            let bindings = norms.len() + scales + 2;
-            if norms.len() >= 2
-                && norms.iter().all(|u| u.f16 == norms[0].f16)
-                && !reenters(&g, &nset)
-                && bindings as u32 <= limits.storage_buffers
-            {
-                used.extend(&nset);
-                norm_groups.push(norms);
-            }
-        }
-        specs.push(spec);
-    }
-    // Any other norm between Casts (f16 activations): one kernel instead of three.
-    for (p, node) in graph.nodes.iter().enumerate() {
-        if used.contains(&p) || !g.is_rms(p) {
-            continue;
-        }
-        let Some(l) = node
-            .inputs
-            .get(1)
-            .and_then(|gm| g.inits.get(gm.as_str()))
-            .filter(|i| i.shape.len() == 1)
-            .map(|i| i.shape[0])
-        else {
-            continue;
-        };
-        if let Some(u) = g.unit(p, l)
-            && u.nodes.iter().all(|n| !used.contains(n))
-        {
-            // With an `Add [-> Mul]` tail (f32 or f16): one kernel for the norm, add and scale.
-            let free = |i: &usize| !used.contains(i);
-            if let Some(t) = g.norm_tail(&u.output, &free) {
-                let set: HashSet<usize> = u.nodes.iter().chain(&t.nodes).copied().collect();
-                if 5 <= limits.storage_buffers && !reenters(&g, &set) {
-                    used.extend(&set);
-                    tails.insert(u.output.clone(), t);
-                    norm_groups.push(vec![u]);
-                    continue;
-                }
-            }
-            if u.f16 && 4 <= limits.storage_buffers {
-                used.extend(&u.nodes);
-                norm_groups.push(vec![u]);
-            }
-        }
-    }
-    // Scale-free RMS norms spelled out in elementary ops: one norm dispatch each.
-    let mut spelled = Vec::new();
-    for i in 0..graph.nodes.len() {
-        if used.contains(&i) {
-            continue;
-        }
-        if let Some(p) = g.spelled_rms(i)
-            && p.nodes.iter().all(|n| !used.contains(n))
-        {
-            used.extend(&p.nodes);
-            spelled.push(p);
-        }
-    }
-    // Gelu(a) * Gather(data, i) left by the GEMV epilogues (float projections): one dispatch.
-    let mut gelu_gathers = Vec::new();
-    for i in 0..graph.nodes.len() {
-        if let Some(p) = g.gelu_gather(i)
-            && p.nodes.iter().all(|n| !used.contains(n))
-        {
-            used.extend(&p.nodes);
-            gelu_gathers.push(p);
-        }
-    }
-    // The rotary cos and sin caches of the attentions: one pack each pair, bound once by the
-    // attention and KV-append kernels (so that GroupQueryAttention with its rotary, both
-    // caches' appends and a bias fits WebGPU's default 8 storage buffers).
-    let mut packs: Vec<Vec<String>> = Vec::new();
-    for (i, node) in graph.nodes.iter().enumerate() {
-        if !g.is(i, MS, "GroupQueryAttention") {
-            continue;
-        }
-        let (Some(c), Some(s)) = (node.inputs.get(7), node.inputs.get(8)) else {
-            continue;
-        };
-        let pair = vec![c.clone(), s.clone()];
-        if c.is_empty() || s.is_empty() || c == s || packs.contains(&pair) {
-            continue;
-        }
-        let (Some(ci), Some(si)) = (g.inits.get(c.as_str()), g.inits.get(s.as_str())) else {
-            continue;
-        };
-        // Both are read at one element type (`Kernel::alias`).
-        if ci.dtype == si.dtype && fits_one_pack(&g, &pair, limits, &taken) {
-            taken.extend(pair.iter().cloned());
-            packs.push(pair);
-        }
-    }
-    if specs.is_empty()
-        && norm_groups.is_empty()
-        && shared.is_empty()
-        && tables.is_empty()
-        && kv_views.is_empty()
-        && rotary_pairs.is_empty()
-        && gather_scales.is_empty()
-        && spelled.is_empty()
-        && gelu_gathers.is_empty()
-    {
-        return (graph.nodes.clone(), ops, Vec::new(), packs);
-    }
-    let mut ops: Vec<Option<Box<dyn Op>>> = ops.into_iter().map(Some).collect();
-    let mut at_last: HashMap<usize, (Node, Box<dyn Op>)> = HashMap::new();
-    let mut fused = Vec::new();
-    for p in shared {
-        let last = *p.nodes.last().expect("non-empty group");
-        let (node, op, desc) = shared_attn::build(&g, p, &mut ops);
-        fused.push(desc);
-        at_last.insert(last, (node, op));
-    }
-    for p in tables {
-        let last = *p.nodes.last().expect("non-empty group");
-        let (node, op, desc) = rotary_table::build(&g, p, &mut ops);
-        fused.push(desc);
-        at_last.insert(last, (node, op));
-    }
-    for p in kv_views {
-        let last = *p.nodes.last().expect("non-empty group");
-        if let Some((node, op, desc)) = attn_kv_view::build(&g, p, &mut ops) {
-            fused.push(desc);
-            at_last.insert(last, (node, op));
-        }
-    }
-    for p in rotary_pairs {
-        let last = *p.nodes.last().expect("two nodes");
-        if let Some((node, op, desc)) = rotary_pair::build(&g, p, &mut ops) {
-            fused.push(desc);
-            at_last.insert(last, (node, op));
-        }
-    }
-    for p in gather_scales {
-        let last = *p.nodes.last().expect("two nodes");
-        let (node, op, desc) = gather_scale::build(&g, p, &mut ops);
-        fused.push(desc);
-        at_last.insert(last, (node, op));
-    }
-    for spec in specs {
-        let members = spec.nodes();
-        let set: HashSet<usize> = members.iter().copied().collect();
-        let ext = external_inputs(&g, &members);
-        let pos = |name: &str| ext.iter().position(|e| e == name);
-        // Outputs read outside the group (or graph outputs), in node order.
-        let mut outs: Vec<String> = Vec::new();
-        for &n in &members {
-            for o in &g.node(n).outputs {
-                if g.outputs.contains(o.as_str()) || g.users(o).iter().any(|u| !set.contains(u)) {
-                    outs.push(o.clone());
-                }
-            }
-        }
-        // The fast path's outputs must be exactly these.
-        let mut fast_outs: Vec<String> = Vec::new();
-        let h_exposed = outs.contains(&spec.x);
-        if h_exposed {
-            fast_outs.push(spec.x.clone());
-        }
-        match &spec.epi {
-            Epi::Separate => fast_outs.extend(spec.mats.iter().map(|m| m.out.clone())),
-            Epi::GeluMul { out, .. }
-            | Epi::GeluOther { out, .. }
-            | Epi::Softcap { out, .. }
-            | Epi::Scale { out, .. } => fast_outs.push(out.clone()),
-        }
-        let mut sorted_outs = outs.clone();
-        sorted_outs.sort();
-        let mut sorted_fast = fast_outs.clone();
-        sorted_fast.sort();
-        if sorted_outs != sorted_fast || (h_exposed && spec.residual.is_none()) {
-            // Something in the group is read elsewhere: leave it unfused.
-            continue;
-        }
-        packs.extend(spec.packed.clone());
-        let need = |name: &str| pos(name).expect("external input");
-        let slots = Slots {
-            o: spec.residual.as_ref().map(|r| {
-                (
-                    need(&r.o),
-                    need(&r.res),
-                    need(&r.g1),
-                    r.scalar.as_deref().map(need),
-                    r.eps1,
-                )
-            }),
-            x: if spec.residual.is_some() {
-                // Unused by the fast path (the row comes from the prologue); shape from `o`.
-                spec.residual.as_ref().map_or(0, |r| need(&r.o))
-            } else {
-                need(&spec.x)
-            },
-            g2: spec.norm.as_ref().map(|u| (need(&u.gamma), u.eps)),
-            mats: spec
-                .mats
-                .iter()
-                .map(|m| {
-                    // A float weight has no scales: its slot stands in (unread).
-                    let sc = if m.float { &m.qw } else { &m.sc };
-                    (need(&m.qw), need(sc), m.zp.as_deref().map(need), m.n)
-                })
-                .collect(),
-            other: match &spec.epi {
-                Epi::GeluOther { other, gather, .. } => Some(match gather {
-                    Some((data, idx)) => (need(data), Some(need(idx))),
-                    None => (need(other), None),
-                }),
-                _ => None,
-            },
-            scalars: match &spec.epi {
-                Epi::Softcap { div, mul, .. } => Some((need(div), need(mul))),
-                Epi::Scale { scalar, .. } => Some((need(scalar), need(scalar))),
-                _ => None,
-            },
-            h_out: h_exposed,
-            f16: spec.f16,
-        };
-        let fallback = fallback_for(&g, &members, &ext, &fast_outs, &mut ops);
-        let prologue: HashSet<usize> = spec
-            .norm
-            .iter()
-            .flat_map(|u| u.nodes.iter().copied())
-            .chain(spec.residual.iter().flat_map(|r| r.nodes.iter().copied()))
-            .collect();
-        let rows = (!prologue.is_empty()).then(|| RowsPrologue {
-            skip: fallback
-                .subs
-                .iter()
-                .map(|s| prologue.contains(&s.node))
-                .collect(),
-            h: spec
-                .residual
-                .as_ref()
-                .and_then(|_| fallback.local.get(&spec.x).copied()),
-            y: spec
-                .norm
-                .as_ref()
-                .and_then(|u| fallback.local.get(&u.output).copied()),
-        });
-        let kind = spec.kind();
-        let (epi, gate) = match &spec.epi {
-            Epi::Separate => (0, 0),
-            Epi::GeluMul { gate, .. } => (1, *gate),
-            Epi::GeluOther { .. } => (2, 0),
-            Epi::Softcap { .. } => (3, 0),
-            Epi::Scale { .. } => (4, 0),
-        };
-        let op = FusedGemv {
-            kind: kind.clone(),
-            k: spec.k,
-            block: spec.mats[0].block,
-            float: spec.mats[0].float,
-            ns: spec.mats.iter().map(|m| m.n).collect(),
-            epi,
-            gate,
-            slots,
-            fallback,
-            rows,
-            limits: *limits,
-            memo: KernelMemo::default(),
-        };
-        let (node, desc) = fused_node(&g.node(members[0]).name, kind, ext, fast_outs);
-        fused.push(desc);
-        let last = *members.last().expect("non-empty group");
-        at_last.insert(last, (node, Box::new(op)));
-    }
-    for units in norm_groups {
-        let mut members: Vec<usize> = units.iter().flat_map(|u| u.nodes.clone()).collect();
-        let mut norms = Vec::new();
-        let mut ext: Vec<String> = Vec::new();
-        let mut outs = Vec::new();
-        let mut norm_tails = Vec::new();
-        let mut suffix = "";
-        for u in &units {
-            let xi = ext.len();
-            ext.push(u.input.clone());
-            if u.gamma.is_empty() {
-                // Scale-free (spelled out): its constants (epsilon, axes) are inputs of the
-                // fallback; the kernel reads the row length from the input.
-                norms.push((xi, 0, u.eps, None));
-                for e in external_inputs(&g, &u.nodes) {
-                    if e != u.input {
-                        ext.push(e);
-                    }
-                }
-            } else {
-                let l = g.inits[u.gamma.as_str()].shape[0];
-                norms.push((xi, l, u.eps, Some(ext.len())));
-                ext.push(u.gamma.clone());
-            }
-            match tails.remove(&u.output) {
-                Some(t) => {
-                    members.extend(&t.nodes);
-                    let oi = ext.len();
-                    ext.push(t.other.clone());
-                    let si = t.scalar.map(|s| {
-                        ext.push(s);
-                        ext.len() - 1
-                    });
-                    suffix = match (t.cast, si.is_some()) {
-                        (false, false) => "+Add",
-                        (false, true) => "+Add+Mul",
-                        (true, false) => "+Cast+Add",
-                        (true, true) => "+Cast+Add+Mul",
-                    };
-                    norm_tails.push(Some((oi, t.cast, si)));
-                    outs.push(t.out);
-                }
-                None => {
-                    norm_tails.push(None);
-                    outs.push(u.output.clone());
-                }
-            }
-        }
-        members.sort_unstable();
-        // Named after the norm op the graph uses (SimplifiedLayerNormalization or RMSNormalization).
-        let norm_op = units
-            .iter()
-            .flat_map(|u| u.nodes.iter())
-            .find(|&&n| g.is_rms(n))
-            .map_or("RMSNorm", |&n| g.node(n).op_type.as_str());
-        let spelled_out = units.iter().filter(|u| u.gamma.is_empty()).count();
-        let kind = if spelled_out == 0 {
-            format!("Fused[{}x{norm_op}{suffix}]", units.len())
-        } else {
-            format!(
-                "Fused[{}x{norm_op}+{spelled_out}xSpelledRMSNorm{suffix}]",
-                units.len() - spelled_out
-            )
-        };
-        let op = FusedNorms {
-            norms,
-            tails: norm_tails,
-            f16: units[0].f16,
-            fallback: fallback_for(&g, &members, &ext, &outs, &mut ops),
-            memo: KernelMemo::default(),
-        };
-        let (node, desc) = fused_node(&g.node(members[0]).name, kind, ext, outs);
-        fused.push(desc);
-        let last = *members.last().expect("non-empty group");
-        at_last.insert(last, (node, Box::new(op)));
-    }
-    for p in spelled {
-        // The norm kernel takes every shape: no fallback to keep.
-        for &n in &p.nodes {
-            ops[n] = None;
-        }
-        let (node, desc) = fused_node(
-            &g.node(p.nodes[0]).name,
-            "Fused[Mul+ReduceMean+Add+Sqrt+Div=RMSNorm]".into(),
-            vec![p.x.clone()],
-            vec![p.y.clone()],
-        );
-        fused.push(desc);
-        let last = *p.nodes.last().expect("five nodes");
-        at_last.insert(last, (node, p.op()));
-    }
-    for p in gelu_gathers {
-        let ext = external_inputs(&g, &p.nodes);
-        let outs = vec![p.out.clone()];
-        let pos = |name: &str| ext.iter().position(|e| e == name).expect("external input");
-        let op = gelu_gather::FusedGeluGather {
-            a: pos(&p.a),
-            data: pos(&p.data),
-            axis: p.axis,
-            index: p.index,
-            fallback: fallback_for(&g, &p.nodes, &ext, &outs, &mut ops),
-        };
-        let (node, desc) = fused_node(
-            &g.node(p.nodes[0]).name,
-            "Fused[Gelu+Gather+Mul]".into(),
-            ext,
-            outs,
-        );
-        fused.push(desc);
-        let last = *p.nodes.last().expect("three nodes");
-        at_last.insert(last, (node, Box::new(op)));
+    let packs = rotary_packs(&g, limits, &mut find.taken);
+    let mut cx = Build {
+        g: &g,
+        limits,
+        ops: ops.into_iter().map(Some).collect(),
+        packs,
+        norms: find.norms,
+        fused: Vec::new(),
+        at_last: HashMap::new(),
+    };
+    for r in list {
+        r.build(&mut cx);
     }
     let mut nodes = Vec::new();
     let mut out_ops: Vec<Box<dyn Op>> = Vec::new();
     for (i, node) in graph.nodes.iter().enumerate() {
-        if let Some((n, op)) = at_last.remove(&i) {
+        if let Some((n, op)) = cx.at_last.remove(&i) {
             nodes.push(n);
             out_ops.push(op);
-        } else if let Some(op) = ops[i].take() {
+        } else if let Some(op) = cx.ops[i].take() {
             nodes.push(node.clone());
             out_ops.push(op);
         }
     }
-    (nodes, out_ops, fused, packs)
+    (nodes, out_ops, cx.fused, cx.packs)
 }

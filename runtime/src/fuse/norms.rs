@@ -2,11 +2,15 @@
 
 use super::fallback::Fallback;
 use super::gemv_wgsl::{packed_stores, rd_code};
+use super::rewrite::{Build, Find, Rewrite};
+use super::spec::{Tail, Unit};
+use super::{external_inputs, fallback_for, fused_node, reenters};
 use crate::error::Result;
 use crate::exec::{Ctx, GpuTensor, KernelMemo, Value, input_signature};
 use crate::gpu::{Kernel, Storage};
 use crate::ops::Op;
 use crate::tensor::DType;
+use std::collections::{HashMap, HashSet};
 
 pub(super) const FUSED_NORMS: &str = include_str!("../kernels/fused_norms.wgsl");
 
@@ -211,5 +215,135 @@ impl Op for FusedNorms {
         let refs: Vec<&GpuTensor> = bind.iter().collect();
         cx.dispatch(&kern, &refs, &meta, row0 as u64 * 64)?;
         Ok(outs.into_iter().map(Value::Gpu).collect())
+    }
+}
+
+/// The norm groups found: each a list of norm units for one dispatch, and the tails of
+/// standalone units by the unit's output.
+#[derive(Default)]
+pub(super) struct NormGroups {
+    pub(super) groups: Vec<Vec<Unit>>,
+    pub(super) tails: HashMap<String, Tail>,
+}
+
+/// The norm rewrite: the groups of the GEMVs' sibling norms (found by [`super::spec::Gemvs`]),
+/// and any other norm between Casts or with an `Add [-> Mul]` tail.
+pub(super) struct Norms;
+
+impl Rewrite for Norms {
+    fn find(&mut self, cx: &mut Find<'_>) {
+        let g = cx.g;
+        // Any other norm between Casts (f16 activations): one kernel instead of three.
+        for (p, node) in g.graph.nodes.iter().enumerate() {
+            if cx.used.contains(&p) || !g.is_rms(p) {
+                continue;
+            }
+            let Some(l) = node
+                .inputs
+                .get(1)
+                .and_then(|gm| g.inits.get(gm.as_str()))
+                .filter(|i| i.shape.len() == 1)
+                .map(|i| i.shape[0])
+            else {
+                continue;
+            };
+            if let Some(u) = g.unit(p, l)
+                && u.nodes.iter().all(|n| !cx.used.contains(n))
+            {
+                // With an `Add [-> Mul]` tail (f32 or f16): one kernel for the norm, add and scale.
+                let free = |i: &usize| !cx.used.contains(i);
+                if let Some(t) = g.norm_tail(&u.output, &free) {
+                    let set: HashSet<usize> = u.nodes.iter().chain(&t.nodes).copied().collect();
+                    if 5 <= cx.limits.storage_buffers && !reenters(g, &set) {
+                        cx.used.extend(&set);
+                        cx.norms.tails.insert(u.output.clone(), t);
+                        cx.norms.groups.push(vec![u]);
+                        continue;
+                    }
+                }
+                if u.f16 && 4 <= cx.limits.storage_buffers {
+                    cx.used.extend(&u.nodes);
+                    cx.norms.groups.push(vec![u]);
+                }
+            }
+        }
+    }
+    fn build(self: Box<Self>, cx: &mut Build<'_>) {
+        let g = cx.g;
+        for units in std::mem::take(&mut cx.norms.groups) {
+            let mut members: Vec<usize> = units.iter().flat_map(|u| u.nodes.clone()).collect();
+            let mut norms = Vec::new();
+            let mut ext: Vec<String> = Vec::new();
+            let mut outs = Vec::new();
+            let mut norm_tails = Vec::new();
+            let mut suffix = "";
+            for u in &units {
+                let xi = ext.len();
+                ext.push(u.input.clone());
+                if u.gamma.is_empty() {
+                    // Scale-free (spelled out): its constants (epsilon, axes) are inputs of the
+                    // fallback; the kernel reads the row length from the input.
+                    norms.push((xi, 0, u.eps, None));
+                    for e in external_inputs(g, &u.nodes) {
+                        if e != u.input {
+                            ext.push(e);
+                        }
+                    }
+                } else {
+                    let l = g.inits[u.gamma.as_str()].shape[0];
+                    norms.push((xi, l, u.eps, Some(ext.len())));
+                    ext.push(u.gamma.clone());
+                }
+                match cx.norms.tails.remove(&u.output) {
+                    Some(t) => {
+                        members.extend(&t.nodes);
+                        let oi = ext.len();
+                        ext.push(t.other.clone());
+                        let si = t.scalar.map(|s| {
+                            ext.push(s);
+                            ext.len() - 1
+                        });
+                        suffix = match (t.cast, si.is_some()) {
+                            (false, false) => "+Add",
+                            (false, true) => "+Add+Mul",
+                            (true, false) => "+Cast+Add",
+                            (true, true) => "+Cast+Add+Mul",
+                        };
+                        norm_tails.push(Some((oi, t.cast, si)));
+                        outs.push(t.out);
+                    }
+                    None => {
+                        norm_tails.push(None);
+                        outs.push(u.output.clone());
+                    }
+                }
+            }
+            members.sort_unstable();
+            // Named after the norm op the graph uses (SimplifiedLayerNormalization or RMSNormalization).
+            let norm_op = units
+                .iter()
+                .flat_map(|u| u.nodes.iter())
+                .find(|&&n| g.is_rms(n))
+                .map_or("RMSNorm", |&n| g.node(n).op_type.as_str());
+            let spelled_out = units.iter().filter(|u| u.gamma.is_empty()).count();
+            let kind = if spelled_out == 0 {
+                format!("Fused[{}x{norm_op}{suffix}]", units.len())
+            } else {
+                format!(
+                    "Fused[{}x{norm_op}+{spelled_out}xSpelledRMSNorm{suffix}]",
+                    units.len() - spelled_out
+                )
+            };
+            let op = FusedNorms {
+                norms,
+                tails: norm_tails,
+                f16: units[0].f16,
+                fallback: fallback_for(g, &members, &ext, &outs, &mut cx.ops),
+                memo: KernelMemo::default(),
+            };
+            let (node, desc) = fused_node(&g.node(members[0]).name, kind, ext, outs);
+            let last = *members.last().expect("non-empty group");
+            cx.place(last, node, Box::new(op), desc);
+        }
     }
 }

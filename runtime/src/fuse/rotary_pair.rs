@@ -6,6 +6,7 @@
 //! node is paired with the next one after it that qualifies. Inputs that do not fit one kernel
 //! (other batch or sequence sizes, element types) run the two nodes.
 
+use super::rewrite::{Find, Group, claim_all};
 use super::{Fallback, Graphs, fallback_for};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
@@ -126,4 +127,21 @@ pub(super) fn build(
         outs,
     );
     Some((node, Box::new(fused), desc))
+}
+
+impl Group for Pattern {
+    fn find(cx: &mut Find<'_>) -> Vec<Self> {
+        let found = find(cx.g, &cx.used);
+        claim_all(cx, found)
+    }
+    fn nodes(&self) -> &[usize] {
+        &self.nodes
+    }
+    fn build(
+        self,
+        g: &Graphs<'_>,
+        ops: &mut [Option<Box<dyn Op>>],
+    ) -> Option<(Node, Box<dyn Op>, String)> {
+        build(g, self, ops)
+    }
 }

@@ -6,6 +6,7 @@
 //! two such Gathers of same-shaped caches at the same positions are one dispatch the same way
 //! (`out[..., j] = cache[pos, j]`). Out-of-range positions give 0, as Gather does.
 
+use super::rewrite::{Find, Group, claim_all};
 use super::{Fallback, Graphs, fallback_for};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
@@ -281,4 +282,21 @@ pub(super) fn build(
     };
     let (node, desc) = super::fused_node(first, kind, ext, outs);
     (node, Box::new(op), desc)
+}
+
+impl Group for Pattern {
+    fn find(cx: &mut Find<'_>) -> Vec<Self> {
+        let found = find(cx.g, &cx.used);
+        claim_all(cx, found)
+    }
+    fn nodes(&self) -> &[usize] {
+        &self.nodes
+    }
+    fn build(
+        self,
+        g: &Graphs<'_>,
+        ops: &mut [Option<Box<dyn Op>>],
+    ) -> Option<(Node, Box<dyn Op>, String)> {
+        Some(build(g, self, ops))
+    }
 }

@@ -15,6 +15,7 @@
 //! constant is checked against the run-time shapes; whenever something does not fit (shapes,
 //! broadcasts, storage bindings) the original nodes run.
 
+use super::rewrite::{Find, Group, claim_all};
 use super::{Fallback, Graphs, external_inputs, fallback_for};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
@@ -611,5 +612,26 @@ mod tests {
             broadcast_strides(&[1, 3, 1, 8], &[1, 3, 4, 8]),
             Some(vec![0, 8, 0, 1])
         );
+    }
+}
+
+impl Group for Pattern {
+    fn find(cx: &mut Find<'_>) -> Vec<Self> {
+        // Each only when its attention kernel fits the adapter's storage buffers.
+        let found = find(cx.g, &cx.used)
+            .into_iter()
+            .filter(|p| p.bindings() < cx.limits.storage_buffers)
+            .collect();
+        claim_all(cx, found)
+    }
+    fn nodes(&self) -> &[usize] {
+        &self.nodes
+    }
+    fn build(
+        self,
+        g: &Graphs<'_>,
+        ops: &mut [Option<Box<dyn Op>>],
+    ) -> Option<(Node, Box<dyn Op>, String)> {
+        Some(build(g, self, ops))
     }
 }

@@ -2,8 +2,13 @@
 //! epilogue, is made of.
 
 use super::Limits;
+use super::gemv::{FusedGemv, RowsPrologue, Slots};
 use super::graph::Graphs;
 use super::pack::fits_one_pack;
+use super::rewrite::{Build, Find, Rewrite};
+use super::{external_inputs, fallback_for, fused_node, reenters};
+use crate::exec::KernelMemo;
+use crate::ops::MS;
 use crate::tensor::DType;
 use std::collections::HashSet;
 
@@ -356,5 +361,218 @@ impl Spec {
         }
         s.push(']');
         s
+    }
+}
+
+/// The fused GEMV rewrite: the groups of projections of one row (see [`Graphs::group`]),
+/// narrowed to the adapter's storage buffers; their results' sibling norms go to the norm
+/// rewrite.
+#[derive(Default)]
+pub(super) struct Gemvs(Vec<Spec>);
+
+impl Rewrite for Gemvs {
+    fn find(&mut self, cx: &mut Find<'_>) {
+        let g = cx.g;
+        for (i, node) in g.graph.nodes.iter().enumerate() {
+            if cx.used.contains(&i) || !(g.is(i, MS, "MatMulNBits") || g.is(i, "", "MatMul")) {
+                continue;
+            }
+            let Some(x) = node.inputs.first() else {
+                continue;
+            };
+            let Some(mut spec) = g.group(x, &cx.used) else {
+                continue;
+            };
+            // The results' sibling norms are looked for among all the weights sharing the input,
+            // also when the group is narrowed below.
+            let outs_all: Vec<String> = spec.mats.iter().map(|m| m.out.clone()).collect();
+            // Storage bindings: operands, outputs and the parameter block. A group that needs more
+            // than the adapter allows is narrowed until it fits: first without the residual
+            // prologue (left to the norm-tail pass), then without the norm prologue, then without
+            // the epilogue, then with fewer weights (the others form groups of their own).
+            spec.packed = spec.pack(g, cx.limits, &cx.taken);
+            while spec.bindings() as u32 > cx.limits.storage_buffers {
+                if spec.residual.is_some() {
+                    spec.residual = None;
+                } else if spec.norm.is_some() {
+                    spec.norm = None;
+                    spec.x = x.clone();
+                } else if !matches!(spec.epi, Epi::Separate) {
+                    spec.epi = Epi::Separate;
+                } else if spec.mats.len() > 1 {
+                    spec.mats.pop();
+                    spec.packed = spec.pack(g, cx.limits, &cx.taken);
+                } else {
+                    break;
+                }
+                spec.f16 = spec
+                    .norm
+                    .as_ref()
+                    .map(|u| u.f16)
+                    .or(spec.residual.as_ref().map(|r| r.f16));
+            }
+            if spec.bindings() as u32 > cx.limits.storage_buffers {
+                continue;
+            }
+            let set: HashSet<usize> = spec.nodes().into_iter().collect();
+            if set.iter().any(|n| cx.used.contains(n)) || reenters(g, &set) {
+                continue;
+            }
+            cx.used.extend(&set);
+            if let Some(p) = &spec.packed {
+                cx.taken.extend(p.iter().cloned());
+            }
+            // Sibling norms of the results (per-head q/k/v norms): one more kernel for all of them.
+            if matches!(spec.epi, Epi::Separate) && outs_all.len() >= 2 {
+                let norms: Vec<Unit> = outs_all
+                    .iter()
+                    .filter_map(|o| g.norm_after(o).or_else(|| g.spelled_after(o)))
+                    .filter(|u| u.nodes.iter().all(|p| !cx.used.contains(p)))
+                    .collect();
+                let nset: HashSet<usize> = norms.iter().flat_map(|u| u.nodes.clone()).collect();
+                // Each norm's input and scale, the results (one buffer) and the parameter block.
+                let scales = norms.iter().filter(|u| !u.gamma.is_empty()).count();
+                let bindings = norms.len() + scales + 2;
+                if norms.len() >= 2
+                    && norms.iter().all(|u| u.f16 == norms[0].f16)
+                    && !reenters(g, &nset)
+                    && bindings as u32 <= cx.limits.storage_buffers
+                {
+                    cx.used.extend(&nset);
+                    cx.norms.groups.push(norms);
+                }
+            }
+            self.0.push(spec);
+        }
+    }
+    fn build(self: Box<Self>, cx: &mut Build<'_>) {
+        let g = cx.g;
+        for spec in self.0 {
+            let members = spec.nodes();
+            let set: HashSet<usize> = members.iter().copied().collect();
+            let ext = external_inputs(g, &members);
+            let pos = |name: &str| ext.iter().position(|e| e == name);
+            // Outputs read outside the group (or graph outputs), in node order.
+            let mut outs: Vec<String> = Vec::new();
+            for &n in &members {
+                for o in &g.node(n).outputs {
+                    if g.outputs.contains(o.as_str()) || g.users(o).iter().any(|u| !set.contains(u))
+                    {
+                        outs.push(o.clone());
+                    }
+                }
+            }
+            // The fast path's outputs must be exactly these.
+            let mut fast_outs: Vec<String> = Vec::new();
+            let h_exposed = outs.contains(&spec.x);
+            if h_exposed {
+                fast_outs.push(spec.x.clone());
+            }
+            match &spec.epi {
+                Epi::Separate => fast_outs.extend(spec.mats.iter().map(|m| m.out.clone())),
+                Epi::GeluMul { out, .. }
+                | Epi::GeluOther { out, .. }
+                | Epi::Softcap { out, .. }
+                | Epi::Scale { out, .. } => fast_outs.push(out.clone()),
+            }
+            let mut sorted_outs = outs.clone();
+            sorted_outs.sort();
+            let mut sorted_fast = fast_outs.clone();
+            sorted_fast.sort();
+            if sorted_outs != sorted_fast || (h_exposed && spec.residual.is_none()) {
+                // Something in the group is read elsewhere: leave it unfused.
+                continue;
+            }
+            cx.packs.extend(spec.packed.clone());
+            let need = |name: &str| pos(name).expect("external input");
+            let slots = Slots {
+                o: spec.residual.as_ref().map(|r| {
+                    (
+                        need(&r.o),
+                        need(&r.res),
+                        need(&r.g1),
+                        r.scalar.as_deref().map(need),
+                        r.eps1,
+                    )
+                }),
+                x: if spec.residual.is_some() {
+                    // Unused by the fast path (the row comes from the prologue); shape from `o`.
+                    spec.residual.as_ref().map_or(0, |r| need(&r.o))
+                } else {
+                    need(&spec.x)
+                },
+                g2: spec.norm.as_ref().map(|u| (need(&u.gamma), u.eps)),
+                mats: spec
+                    .mats
+                    .iter()
+                    .map(|m| {
+                        // A float weight has no scales: its slot stands in (unread).
+                        let sc = if m.float { &m.qw } else { &m.sc };
+                        (need(&m.qw), need(sc), m.zp.as_deref().map(need), m.n)
+                    })
+                    .collect(),
+                other: match &spec.epi {
+                    Epi::GeluOther { other, gather, .. } => Some(match gather {
+                        Some((data, idx)) => (need(data), Some(need(idx))),
+                        None => (need(other), None),
+                    }),
+                    _ => None,
+                },
+                scalars: match &spec.epi {
+                    Epi::Softcap { div, mul, .. } => Some((need(div), need(mul))),
+                    Epi::Scale { scalar, .. } => Some((need(scalar), need(scalar))),
+                    _ => None,
+                },
+                h_out: h_exposed,
+                f16: spec.f16,
+            };
+            let fallback = fallback_for(g, &members, &ext, &fast_outs, &mut cx.ops);
+            let prologue: HashSet<usize> = spec
+                .norm
+                .iter()
+                .flat_map(|u| u.nodes.iter().copied())
+                .chain(spec.residual.iter().flat_map(|r| r.nodes.iter().copied()))
+                .collect();
+            let rows = (!prologue.is_empty()).then(|| RowsPrologue {
+                skip: fallback
+                    .subs
+                    .iter()
+                    .map(|s| prologue.contains(&s.node))
+                    .collect(),
+                h: spec
+                    .residual
+                    .as_ref()
+                    .and_then(|_| fallback.local.get(&spec.x).copied()),
+                y: spec
+                    .norm
+                    .as_ref()
+                    .and_then(|u| fallback.local.get(&u.output).copied()),
+            });
+            let kind = spec.kind();
+            let (epi, gate) = match &spec.epi {
+                Epi::Separate => (0, 0),
+                Epi::GeluMul { gate, .. } => (1, *gate),
+                Epi::GeluOther { .. } => (2, 0),
+                Epi::Softcap { .. } => (3, 0),
+                Epi::Scale { .. } => (4, 0),
+            };
+            let op = FusedGemv {
+                kind: kind.clone(),
+                k: spec.k,
+                block: spec.mats[0].block,
+                float: spec.mats[0].float,
+                ns: spec.mats.iter().map(|m| m.n).collect(),
+                epi,
+                gate,
+                slots,
+                fallback,
+                rows,
+                limits: *cx.limits,
+                memo: KernelMemo::default(),
+            };
+            let (node, desc) = fused_node(&g.node(members[0]).name, kind, ext, fast_outs);
+            let last = *members.last().expect("non-empty group");
+            cx.place(last, node, Box::new(op), desc);
+        }
     }
 }

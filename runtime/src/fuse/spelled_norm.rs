@@ -8,8 +8,11 @@
 //! initializer, `Constant` or (before opset 18) the attribute; every intermediate value is read
 //! only by the next node and is not a graph output.
 
+use super::fused_node;
+use super::rewrite::{Find, Group};
 use super::{Graphs, Unit};
 use crate::model::InitData;
+use crate::model::Node;
 use crate::ops::Op;
 use crate::ops::norm::scale_free_rms;
 use crate::ops::shape::constant_value;
@@ -147,5 +150,43 @@ impl Graphs<'_> {
             y: self.node(div).outputs[0].clone(),
             eps,
         })
+    }
+}
+
+impl Group for SpelledRms {
+    fn find(cx: &mut Find<'_>) -> Vec<Self> {
+        let mut found = Vec::new();
+        for i in 0..cx.g.graph.nodes.len() {
+            if cx.used.contains(&i) {
+                continue;
+            }
+            if let Some(p) = cx.g.spelled_rms(i)
+                && cx.free(&p.nodes)
+            {
+                cx.used.extend(&p.nodes);
+                found.push(p);
+            }
+        }
+        found
+    }
+    fn nodes(&self) -> &[usize] {
+        &self.nodes
+    }
+    fn build(
+        self,
+        g: &Graphs<'_>,
+        ops: &mut [Option<Box<dyn Op>>],
+    ) -> Option<(Node, Box<dyn Op>, String)> {
+        // The norm kernel takes every shape: no fallback to keep.
+        for &n in &self.nodes {
+            ops[n] = None;
+        }
+        let (node, desc) = fused_node(
+            &g.node(self.nodes[0]).name,
+            "Fused[Mul+ReduceMean+Add+Sqrt+Div=RMSNorm]".into(),
+            vec![self.x.clone()],
+            vec![self.y.clone()],
+        );
+        Some((node, self.op(), desc))
     }
 }
