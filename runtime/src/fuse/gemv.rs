@@ -14,17 +14,62 @@ pub(super) const FUSED_GEMV: &str = include_str!("../kernels/fused_gemv.wgsl");
 
 /// Where the fused kernel finds its operands: positions in the fused node's inputs.
 pub(super) struct Slots {
-    pub(super) o: Option<(usize, usize, usize, Option<usize>, f32)>,
+    /// The residual prologue's operands.
+    pub(super) residual: Option<ResidualSlots>,
+    /// The row (without a residual prologue: unread, its shape taken from `o`).
     pub(super) x: usize,
-    pub(super) g2: Option<(usize, f32)>,
-    pub(super) mats: Vec<(usize, usize, Option<usize>, usize)>,
-    pub(super) other: Option<(usize, Option<usize>)>,
-    /// The epilogue's scalars (softcap: divisor and multiplier; scale: the factor twice).
-    pub(super) scalars: Option<(usize, usize)>,
+    /// The norm prologue's scale.
+    pub(super) norm: Option<NormSlots>,
+    /// The weights.
+    pub(super) mats: Vec<MatSlots>,
     /// Whether the residual row is an output (first, before the results).
     pub(super) h_out: bool,
     /// Activation type the norm units expect (`None`: either).
     pub(super) f16: Option<bool>,
+}
+
+/// The residual prologue `x = res + RMSNorm(o) [* scalar]`.
+#[derive(Clone, Copy)]
+pub(super) struct ResidualSlots {
+    pub(super) o: usize,
+    pub(super) res: usize,
+    /// The norm's scale.
+    pub(super) gamma: usize,
+    pub(super) scalar: Option<usize>,
+    pub(super) eps: f32,
+}
+
+/// The norm prologue's scale and epsilon.
+#[derive(Clone, Copy)]
+pub(super) struct NormSlots {
+    pub(super) gamma: usize,
+    pub(super) eps: f32,
+}
+
+/// One weight: bits (or the float weight), scales (a float weight's slot stands in, unread),
+/// zero points, and its columns.
+#[derive(Clone, Copy)]
+pub(super) struct MatSlots {
+    pub(super) qw: usize,
+    pub(super) sc: usize,
+    pub(super) zp: Option<usize>,
+    pub(super) n: usize,
+}
+
+/// What the fused GEMV does with its dot products.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Epilogue {
+    /// Each weight's result is an output of its own (ranges of one buffer).
+    Separate,
+    /// `Gelu(tanh)(y_gate) * y_up` of two weights; `gate` is the gate weight's index.
+    GeluMul { gate: usize },
+    /// `Gelu(tanh)(y) * other`: `other` the slot of the other operand, or (`gather`, the slot
+    /// of the index) of the data it gathers a row of.
+    GeluOther { other: usize, gather: Option<usize> },
+    /// The logit softcap `Mul(Tanh(Div(y, div)), mul)`: the scalars' slots.
+    Softcap { div: usize, mul: usize },
+    /// `Mul(y, factor)`: the scalar's slot.
+    Scale { factor: usize },
 }
 
 pub(super) struct FusedGemv {
@@ -34,8 +79,7 @@ pub(super) struct FusedGemv {
     /// Float weights (`MatMul` by f32 `[K, N]`; `block` is 8).
     pub(super) float: bool,
     pub(super) ns: Vec<usize>,
-    pub(super) epi: u8, // 0 separate, 1 gelu*mul (gate index in `gate`), 2 gelu*other, 3 softcap, 4 scale
-    pub(super) gate: usize,
+    pub(super) epi: Epilogue,
     pub(super) slots: Slots,
     pub(super) fallback: Fallback,
     /// The prologue for rows the one-kernel path does not take (`None`: no prologue).
@@ -129,8 +173,15 @@ impl FusedGemv {
         let mut bind: Vec<GpuTensor> = Vec::new();
         let mut body = String::new();
         let mut scalar = 1.0f32;
-        let res = self.slots.o.is_some();
-        if let Some((o, r, g1, sc, eps1)) = self.slots.o {
+        let res = self.slots.residual.is_some();
+        if let Some(ResidualSlots {
+            o,
+            res: r,
+            gamma: g1,
+            scalar: sc,
+            eps: eps1,
+        }) = self.slots.residual
+        {
             let (Some(o), Some(r), Some(g1)) = (
                 gpu_operand(cx, inputs, o, row)?,
                 gpu_operand(cx, inputs, r, row)?,
@@ -189,7 +240,11 @@ impl FusedGemv {
     ",
             );
         }
-        if let Some((g2, eps2)) = self.slots.g2 {
+        if let Some(NormSlots {
+            gamma: g2,
+            eps: eps2,
+        }) = self.slots.norm
+        {
             let Some(g) = gpu_operand(cx, inputs, g2, gamma)? else {
                 return Ok(None);
             };
@@ -213,7 +268,7 @@ impl FusedGemv {
             kern = kern.output("h", st);
             outs.push((slot, h));
         }
-        if let Some(slot) = rows.y.filter(|_| self.slots.g2.is_some()) {
+        if let Some(slot) = rows.y.filter(|_| self.slots.norm.is_some()) {
             let y = cx.alloc(act, shape.clone())?;
             kern = kern.output("y", st);
             outs.push((slot, y));
@@ -239,8 +294,8 @@ impl FusedGemv {
         inputs: &[Option<&Value>],
     ) -> Result<Option<Vec<Value>>> {
         let k = self.k;
-        let prologue = self.slots.o.is_some() || self.slots.g2.is_some();
-        let lone = !prologue && self.epi == 0 && self.ns.len() == 1;
+        let prologue = self.slots.residual.is_some() || self.slots.norm.is_some();
+        let lone = !prologue && self.epi == Epilogue::Separate && self.ns.len() == 1;
         let nb = k.div_ceil(self.block);
         // The row is staged in workgroup memory (padded to whole blocks) when it fits, and must be
         // for a prologue; otherwise it is read from memory.
@@ -296,7 +351,14 @@ impl FusedGemv {
         let mut scalar = 1.0f32;
         let mut pro = String::new();
         let st = |d: DType| Storage::of(d).unwrap_or(Storage::F32);
-        if let Some((o, res, g1, sc, eps1)) = self.slots.o {
+        if let Some(ResidualSlots {
+            o,
+            res,
+            gamma: g1,
+            scalar: sc,
+            eps: eps1,
+        }) = self.slots.residual
+        {
             let o = operand!(o, row);
             let res = operand!(res, row);
             let g1 = operand!(g1, gamma);
@@ -357,7 +419,11 @@ impl FusedGemv {
                 );
             }
         }
-        if let Some((g2, eps2)) = self.slots.g2 {
+        if let Some(NormSlots {
+            gamma: g2,
+            eps: eps2,
+        }) = self.slots.norm
+        {
             let g = operand!(g2, gamma);
             bind.push(g);
             if build {
@@ -381,12 +447,12 @@ impl FusedGemv {
         // once (COLS apart, sharing each load of the row), so a workgroup's prologue serves
         // COLS * REPS columns, while leaving at least `gemv_min_workgroups` workgroups. Several separate outputs
         // (their columns in consecutive ranges) keep one column per invocation.
-        let nv = if self.epi == 0 {
+        let nv = if self.epi == Epilogue::Separate {
             self.ns.iter().sum()
         } else {
             self.ns[0]
         };
-        let reps = if self.epi == 0 && self.ns.len() > 1 {
+        let reps = if self.epi == Epilogue::Separate && self.ns.len() > 1 {
             1
         } else {
             (nv / (cols * self.limits.gemv_min_workgroups as usize))
@@ -398,7 +464,7 @@ impl FusedGemv {
         // per part, each computing that part's columns (`prm[2]..prm[3]`).
         let mut split: Option<(usize, Vec<(usize, GpuTensor)>)> = None;
         let mut weights: Vec<(GpuTensor, GpuTensor, Option<GpuTensor>)> = Vec::new();
-        for &(qw, sc, zp, n) in &self.slots.mats {
+        for &MatSlots { qw, sc, zp, n } in &self.slots.mats {
             if self.float {
                 // f32 [K, N], in one buffer (split weights take the fallback).
                 let w = operand!(qw, |v: &Value| v.dtype() == DType::F32
@@ -537,7 +603,11 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
             dots.push_str(&gemv_dot(j, reps, wide));
         }
         let mut other_off = 0u32;
-        if let Some((other, gather_idx)) = self.slots.other {
+        if let Epilogue::GeluOther {
+            other,
+            gather: gather_idx,
+        } = self.epi
+        {
             let n = self.ns[0];
             let ot = operand!(other, |v: &Value| v.dtype() == act);
             match gather_idx {
@@ -592,7 +662,7 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
             h_out = Some(h);
         }
         let (compute, value, store) = match self.epi {
-            0 => {
+            Epilogue::Separate => {
                 let mut compute = String::new();
                 let mut store = String::new();
                 let mut start = 0usize;
@@ -642,34 +712,35 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
                 }
                 (compute, "rd(a0)".to_string(), store)
             }
-            1 => {
+            Epilogue::GeluMul { gate } => {
                 let n = self.ns[0];
                 let y = cx.alloc(act, out_shape(n))?;
                 kern = kern.output("y", st(act));
                 bind.push(y.clone());
                 results.push(y);
                 (
-                    format!(
-                        "p0 = dot{}(v, lane); p1 = dot{}(v, lane);",
-                        self.gate,
-                        1 - self.gate
-                    ),
+                    format!("p0 = dot{}(v, lane); p1 = dot{}(v, lane);", gate, 1 - gate),
                     "rd(rd(gelu_tanh(rd(a0))) * rd(a1))".to_string(),
                     "st_y(v / EPW, x0, x1);".to_string(),
                 )
             }
-            e => {
+            e
+            @ (Epilogue::GeluOther { .. } | Epilogue::Softcap { .. } | Epilogue::Scale { .. }) => {
                 let n = self.ns[0];
                 let y = cx.alloc(act, out_shape(n))?;
                 kern = kern.output("y", st(act));
                 bind.push(y.clone());
                 results.push(y);
                 let value = match e {
-                    2 => "rd(rd(gelu_tanh(rd(a0))) * ld_other(other_off + v))".to_string(),
+                    Epilogue::GeluOther { .. } => {
+                        "rd(rd(gelu_tanh(rd(a0))) * ld_other(other_off + v))".to_string()
+                    }
                     _ => {
                         // The scalars: host constants of the activation type, one element.
-                        let Some((d, m)) = self.slots.scalars else {
-                            return Ok(None);
+                        let (d, m) = match e {
+                            Epilogue::Softcap { div, mul } => (div, mul),
+                            Epilogue::Scale { factor } => (factor, factor),
+                            _ => return Ok(None),
                         };
                         let scalar = |i: usize| match inputs.get(i).copied().flatten() {
                             Some(Value::Host(h))
@@ -685,7 +756,7 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
                             return Ok(None);
                         };
                         let c = crate::gpu::wgsl_f32(c);
-                        if e == 3 {
+                        if matches!(e, Epilogue::Softcap { .. }) {
                             if c != crate::gpu::wgsl_f32(c2) {
                                 return Ok(None);
                             }

@@ -2,7 +2,7 @@
 //! epilogue, is made of.
 
 use super::Limits;
-use super::gemv::{FusedGemv, RowsPrologue, Slots};
+use super::gemv::{Epilogue, FusedGemv, MatSlots, NormSlots, ResidualSlots, RowsPrologue, Slots};
 use super::graph::Graphs;
 use super::pack::fits_one_pack;
 use super::rewrite::{Build, Find, Rewrite};
@@ -486,14 +486,12 @@ impl Rewrite for Gemvs {
             cx.packs.extend(spec.packed.clone());
             let need = |name: &str| pos(name).expect("external input");
             let slots = Slots {
-                o: spec.residual.as_ref().map(|r| {
-                    (
-                        need(&r.o),
-                        need(&r.res),
-                        need(&r.g1),
-                        r.scalar.as_deref().map(need),
-                        r.eps1,
-                    )
+                residual: spec.residual.as_ref().map(|r| ResidualSlots {
+                    o: need(&r.o),
+                    res: need(&r.res),
+                    gamma: need(&r.g1),
+                    scalar: r.scalar.as_deref().map(need),
+                    eps: r.eps1,
                 }),
                 x: if spec.residual.is_some() {
                     // Unused by the fast path (the row comes from the prologue); shape from `o`.
@@ -501,28 +499,24 @@ impl Rewrite for Gemvs {
                 } else {
                     need(&spec.x)
                 },
-                g2: spec.norm.as_ref().map(|u| (need(&u.gamma), u.eps)),
+                norm: spec.norm.as_ref().map(|u| NormSlots {
+                    gamma: need(&u.gamma),
+                    eps: u.eps,
+                }),
                 mats: spec
                     .mats
                     .iter()
                     .map(|m| {
                         // A float weight has no scales: its slot stands in (unread).
                         let sc = if m.float { &m.qw } else { &m.sc };
-                        (need(&m.qw), need(sc), m.zp.as_deref().map(need), m.n)
+                        MatSlots {
+                            qw: need(&m.qw),
+                            sc: need(sc),
+                            zp: m.zp.as_deref().map(need),
+                            n: m.n,
+                        }
                     })
                     .collect(),
-                other: match &spec.epi {
-                    Epi::GeluOther { other, gather, .. } => Some(match gather {
-                        Some((data, idx)) => (need(data), Some(need(idx))),
-                        None => (need(other), None),
-                    }),
-                    _ => None,
-                },
-                scalars: match &spec.epi {
-                    Epi::Softcap { div, mul, .. } => Some((need(div), need(mul))),
-                    Epi::Scale { scalar, .. } => Some((need(scalar), need(scalar))),
-                    _ => None,
-                },
                 h_out: h_exposed,
                 f16: spec.f16,
             };
@@ -549,12 +543,26 @@ impl Rewrite for Gemvs {
                     .and_then(|u| fallback.local.get(&u.output).copied()),
             });
             let kind = spec.kind();
-            let (epi, gate) = match &spec.epi {
-                Epi::Separate => (0, 0),
-                Epi::GeluMul { gate, .. } => (1, *gate),
-                Epi::GeluOther { .. } => (2, 0),
-                Epi::Softcap { .. } => (3, 0),
-                Epi::Scale { .. } => (4, 0),
+            let epi = match &spec.epi {
+                Epi::Separate => Epilogue::Separate,
+                Epi::GeluMul { gate, .. } => Epilogue::GeluMul { gate: *gate },
+                Epi::GeluOther { other, gather, .. } => match gather {
+                    Some((data, idx)) => Epilogue::GeluOther {
+                        other: need(data),
+                        gather: Some(need(idx)),
+                    },
+                    None => Epilogue::GeluOther {
+                        other: need(other),
+                        gather: None,
+                    },
+                },
+                Epi::Softcap { div, mul, .. } => Epilogue::Softcap {
+                    div: need(div),
+                    mul: need(mul),
+                },
+                Epi::Scale { scalar, .. } => Epilogue::Scale {
+                    factor: need(scalar),
+                },
             };
             let op = FusedGemv {
                 kind: kind.clone(),
@@ -563,7 +571,6 @@ impl Rewrite for Gemvs {
                 float: spec.mats[0].float,
                 ns: spec.mats.iter().map(|m| m.n).collect(),
                 epi,
-                gate,
                 slots,
                 fallback,
                 rows,
