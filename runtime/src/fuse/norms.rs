@@ -14,14 +14,31 @@ use std::collections::{HashMap, HashSet};
 
 pub(super) const FUSED_NORMS: &str = include_str!("../kernels/fused_norms.wgsl");
 
-/// Independent RMS norms in one dispatch: (input slot, row length, epsilon, scale slot). A norm
-/// without a scale (a scale-free norm spelled out in elementary ops, `spelled_norm.rs`) has row
-/// length 0: the input's last dimension.
+/// One norm of a [`FusedNorms`]: its input's slot, row length (0: the input's last dimension,
+/// for a scale-free norm), epsilon and scale's slot (`None`: scale-free).
+#[derive(Clone, Copy)]
+pub(super) struct NormSlot {
+    pub(super) x: usize,
+    pub(super) len: usize,
+    pub(super) eps: f32,
+    pub(super) scale: Option<usize>,
+}
+
+/// A norm's `Add(y, other)` epilogue with an optional `Mul` by a scalar: the slot of `other`,
+/// whether `other` is f32 cast to f16 here, and the scalar's slot.
+#[derive(Clone, Copy)]
+pub(super) struct TailSlot {
+    pub(super) other: usize,
+    pub(super) cast: bool,
+    pub(super) scalar: Option<usize>,
+}
+
+/// Independent RMS norms in one dispatch. A norm without a scale (a scale-free norm spelled out
+/// in elementary ops, `spelled_norm.rs`) has row length 0: the input's last dimension.
 pub(super) struct FusedNorms {
-    pub(super) norms: Vec<(usize, usize, f32, Option<usize>)>,
-    /// Per norm, an `Add(y, other)` epilogue with an optional `Mul` by a scalar: (other slot,
-    /// whether `other` is f32 cast to f16 here, scalar slot).
-    pub(super) tails: Vec<Option<(usize, bool, Option<usize>)>>,
+    pub(super) norms: Vec<NormSlot>,
+    /// Per norm, its `Add(y, other) [-> Mul]` epilogue.
+    pub(super) tails: Vec<Option<TailSlot>>,
     /// f16 activations (the norms sit between Casts).
     pub(super) f16: bool,
     pub(super) fallback: Fallback,
@@ -49,7 +66,16 @@ impl Op for FusedNorms {
         let mut disp = String::new();
         let mut row0 = 0usize;
         let mut ends: Vec<u32> = Vec::new();
-        for (j, &(xi, l, eps, gi)) in self.norms.iter().enumerate() {
+        for (
+            j,
+            &NormSlot {
+                x: xi,
+                len: l,
+                eps,
+                scale: gi,
+            },
+        ) in self.norms.iter().enumerate()
+        {
             let Some(xv) = inputs.get(xi).copied().flatten() else {
                 return self.fallback.run(cx, inputs);
             };
@@ -97,7 +123,12 @@ impl Op for FusedNorms {
             };
             // The tail: y = rd(rd(rd(y) + other) [* s]), as the Cast, Add and Mul nodes round.
             let mut tail = "rd(y)".to_string();
-            if let Some((oi, cast, si)) = self.tails.get(j).copied().flatten() {
+            if let Some(TailSlot {
+                other: oi,
+                cast,
+                scalar: si,
+            }) = self.tails.get(j).copied().flatten()
+            {
                 let Some(ov) = inputs.get(oi).copied().flatten() else {
                     return self.fallback.run(cx, inputs);
                 };
@@ -283,7 +314,12 @@ impl Rewrite for Norms {
                 if u.gamma.is_empty() {
                     // Scale-free (spelled out): its constants (epsilon, axes) are inputs of the
                     // fallback; the kernel reads the row length from the input.
-                    norms.push((xi, 0, u.eps, None));
+                    norms.push(NormSlot {
+                        x: xi,
+                        len: 0,
+                        eps: u.eps,
+                        scale: None,
+                    });
                     for e in external_inputs(g, &u.nodes) {
                         if e != u.input {
                             ext.push(e);
@@ -291,7 +327,12 @@ impl Rewrite for Norms {
                     }
                 } else {
                     let l = g.inits[u.gamma.as_str()].shape[0];
-                    norms.push((xi, l, u.eps, Some(ext.len())));
+                    norms.push(NormSlot {
+                        x: xi,
+                        len: l,
+                        eps: u.eps,
+                        scale: Some(ext.len()),
+                    });
                     ext.push(u.gamma.clone());
                 }
                 match cx.norms.tails.remove(&u.output) {
@@ -309,7 +350,11 @@ impl Rewrite for Norms {
                             (true, false) => "+Cast+Add",
                             (true, true) => "+Cast+Add+Mul",
                         };
-                        norm_tails.push(Some((oi, t.cast, si)));
+                        norm_tails.push(Some(TailSlot {
+                            other: oi,
+                            cast: t.cast,
+                            scalar: si,
+                        }));
                         outs.push(t.out);
                     }
                     None => {
