@@ -2,7 +2,10 @@
 //! prologue and the original nodes otherwise.
 
 use super::fallback::Fallback;
-use super::gemv_wgsl::{REDUCE_SHUFFLE, REDUCE_TREE, float_dot, gemv_dot, packed_stores, rd_code};
+use super::gemv_wgsl::{
+    REDUCE_SHUFFLE, REDUCE_TREE, float_dot, gemv_dot, norm_prologue, packed_loaders, packed_stores,
+    rd_code, residual_prologue, x_loaders,
+};
 use super::{Limits, WG};
 use crate::error::Result;
 use crate::exec::{Ctx, GpuTensor, KernelMemo, Value, input_signature};
@@ -377,35 +380,7 @@ impl FusedGemv {
                     .input("o", st(act))
                     .input("res", st(act))
                     .input("g1", Storage::F32);
-                pro.push_str(&format!(
-                    "var ss = 0.0;
-    for (var l = t; l < K; l = l + WG) {{ let u = ld_o(l); ss = ss + u * u; }}
-    let inv1 = inverseSqrt(wg_sum(t, ss) / f32(K) + {eps});
-    var s2 = 0.0;
-    for (var l = t; l < K; l = l + WG) {{
-        let h = {h};
-        xs_set(l, h);
-        s2 = s2 + h * h;
-    }}
-    workgroupBarrier();
-    {store}
-    ",
-                    eps = crate::gpu::wgsl_f32(eps1),
-                    h = if sc.is_some() {
-                        "rd(rd(ld_res(l) + rd(ld_o(l) * inv1 * ld_g1(l))) * scalar)"
-                    } else {
-                        "rd(ld_res(l) + rd(ld_o(l) * inv1 * ld_g1(l)))"
-                    },
-                    store = if self.slots.h_out {
-                        "if (flat == 0u) {
-        for (var w = t; w < K / EPW_h; w = w + WG) {
-            st_h(w, xs_get(w * EPW_h), xs_get(min(w * EPW_h + 1u, K - 1u)));
-        }
-    }"
-                    } else {
-                        ""
-                    },
-                ));
+                pro.push_str(&residual_prologue(eps1, sc.is_some(), self.slots.h_out));
             }
         } else {
             let xt = operand!(self.slots.x, row);
@@ -428,11 +403,7 @@ impl FusedGemv {
             bind.push(g);
             if build {
                 kern = kern.input("g2", Storage::F32);
-                pro.push_str(&format!(
-                    "let inv2 = inverseSqrt(wg_sum(t, s2) / f32(K) + {});
-    for (var l = t; l < K; l = l + WG) {{ xs_set(l, rd(xs_get(l) * inv2 * ld_g2(l))); }}",
-                    crate::gpu::wgsl_f32(eps2)
-                ));
+                pro.push_str(&norm_prologue(eps2));
             }
         }
         if staged && build {
@@ -554,36 +525,7 @@ impl FusedGemv {
                 continue;
             }
             if packed {
-                // The loaders of gpu.rs's bindings, at this weight's offsets in `w`.
-                let sc = if s.dtype == DType::F16 {
-                    format!(
-                        "let k = i + {}u; return unpack2x16float(ldw_wts(k >> 1u))[k & 1u];",
-                        s.byte_offset() / 2
-                    )
-                } else {
-                    format!(
-                        "return bitcast<f32>(ldw_wts(i + {}u));",
-                        s.byte_offset() / 4
-                    )
-                };
-                dots.push_str(&format!(
-                    "fn ldw_qw{j}(w: u32) -> u32 {{ return ldw_wts(w + {}u); }}
-fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
-",
-                    q.byte_offset() / 4,
-                ));
-                if wide {
-                    dots.push_str(&format!(
-                        "fn ldv_qw{j}(v: u32) -> vec4<u32> {{ return ldv_wts(v + {}u); }}\n",
-                        q.byte_offset() / 16,
-                    ));
-                }
-                if let Some(z) = &z {
-                    dots.push_str(&format!(
-                        "fn ldi_zp{j}(i: u32) -> i32 {{ let k = i + {}u; return i32((ldw_wts(k >> 2u) >> ((k & 3u) * 8u)) & 0xffu); }}\n",
-                        z.byte_offset()
-                    ));
-                }
+                dots.push_str(&packed_loaders(j, &q, &s, z.as_ref(), wide));
             } else {
                 kern = bits_input(kern, &format!("qw{j}")).input(&format!("sc{j}"), s.storage());
                 bind.extend([q, s]);
@@ -782,6 +724,7 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
         let (sg_min, sg_max) = cx.gpu.subgroup_sizes;
         let shuffle = cx.gpu.subgroups && tpc > 1 && tpc <= sg_min && WG.is_multiple_of(sg_max);
         if build {
+            let xl = x_loaders(staged, k, f16);
             kern = kern
                 .u32("K", k as u32)
                 .u32("NB", nb as u32)
@@ -791,58 +734,32 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
                 .u32("TPC", tpc)
                 .u32("REPS", reps)
                 .u32("EPW", if f16 { 2 } else { 1 })
-                .code(
-                    "RD",
-                    rd_code(f16),
-                )
-                .u32("XS_LEN", if staged { (nb * self.block / 4) as u32 } else { 2 })
-                .code(
-                    "XM",
+                .code("RD", rd_code(f16))
+                .u32(
+                    "XS_LEN",
                     if staged {
-                        "return 0.0;"
-                    } else if k.is_multiple_of(8) {
-                        "return ld_x(k);"
+                        (nb * self.block / 4) as u32
                     } else {
-                        "return select(0.0, ld_x(min(k, K - 1u)), k < K);"
+                        2
                     },
                 )
-                .code(
-                    "XE",
-                    if staged {
-                        "return xs[2u * i];"
-                    } else {
-                        "let k = 8u * i; return vec4<f32>(xm(k), xm(k + 2u), xm(k + 4u), xm(k + 6u));"
-                    },
-                )
-                .code(
-                    "XO",
-                    if staged {
-                        "return xs[2u * i + 1u];"
-                    } else {
-                        "let k = 8u * i + 1u; return vec4<f32>(xm(k), xm(k + 2u), xm(k + 4u), xm(k + 6u));"
-                    },
-                )
-                .code(
-                    "XEO",
-                    if staged {
-                        "return mat2x4<f32>(xs[2u * i], xs[2u * i + 1u]);"
-                    } else if f16 && k.is_multiple_of(8) {
-                        // Four words hold the eight elements: each unpacked once for both halves.
-                        "let a = unpack2x16float(ldw_x(4u * i));
-    let b = unpack2x16float(ldw_x(4u * i + 1u));
-    let c = unpack2x16float(ldw_x(4u * i + 2u));
-    let d = unpack2x16float(ldw_x(4u * i + 3u));
-    return mat2x4<f32>(vec4<f32>(a.x, b.x, c.x, d.x), vec4<f32>(a.y, b.y, c.y, d.y));"
-                    } else {
-                        "return mat2x4<f32>(xe(i), xo(i));"
-                    },
-                )
+                .code("XM", xl.xm)
+                .code("XE", xl.xe)
+                .code("XO", xl.xo)
+                .code("XEO", xl.xeo)
                 .code("NIBBLES", crate::ops::quant::NIBBLES_WGSL)
                 .code("DOTS", &dots)
                 .code("PROLOGUE", &pro)
                 .code("COMPUTE", &compute)
                 .code("VALUE", &value)
-                .code("ORDER", if shuffle { "sg_id * sg_size + sg_lane" } else { "t" })
+                .code(
+                    "ORDER",
+                    if shuffle {
+                        "sg_id * sg_size + sg_lane"
+                    } else {
+                        "t"
+                    },
+                )
                 .code("REDUCE", if shuffle { REDUCE_SHUFFLE } else { REDUCE_TREE })
                 .code("STORE", &store);
         }

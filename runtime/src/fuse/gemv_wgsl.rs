@@ -1,31 +1,16 @@
 //! WGSL fragments of the fused GEMV's code.
 
 use crate::exec::GpuTensor;
+use crate::tensor::DType;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::rc::Rc;
 
 /// The fused GEMV's per-column sum of its TPC lanes' partial sums (r0, r1 -> a0, a1): a tree in
 /// workgroup memory ...
-pub(super) const REDUCE_TREE: &str = "red[t] = r0;
-        red1[t] = r1;
-        workgroupBarrier();
-        for (var s = TPC / 2u; s > 0u; s = s / 2u) {
-            if (lane < s) {
-                red[t] = red[t] + red[t + s];
-                red1[t] = red1[t] + red1[t + s];
-            }
-            workgroupBarrier();
-        }
-        let a0 = red[t];
-        let a1 = red1[t];";
+pub(super) const REDUCE_TREE: &str = include_str!("wgsl/reduce_tree.wgsl");
 /// ... or a butterfly of subgroup shuffles (the lanes are consecutive in one subgroup).
-pub(super) const REDUCE_SHUFFLE: &str = "var a0 = r0;
-        var a1 = r1;
-        for (var s = TPC / 2u; s > 0u; s = s / 2u) {
-            a0 = a0 + subgroupShuffleXor(a0, s);
-            a1 = a1 + subgroupShuffleXor(a1, s);
-        }";
+pub(super) const REDUCE_SHUFFLE: &str = include_str!("wgsl/reduce_shuffle.wgsl");
 
 /// The body of the fused kernels' `rd()`: rounding to f16 for f16 activations (the unfused
 /// graph stores every result as f16), the identity for f32.
@@ -186,4 +171,118 @@ pub(super) fn packed_stores(ys: &[GpuTensor], meta: Option<usize>) -> String {
             )
         })
         .collect()
+}
+
+/// The fused GEMV's residual prologue `h = res + RMSNorm(o) [* scalar]` into the staged row
+/// (`residual_prologue.wgsl`), `eps` the norm's epsilon; `scaled`: times the layer scalar;
+/// `h_out`: the first workgroup also stores h (`store_h.wgsl`).
+pub(super) fn residual_prologue(eps: f32, scaled: bool, h_out: bool) -> String {
+    let h = if scaled {
+        "rd(rd(ld_res(l) + rd(ld_o(l) * inv1 * ld_g1(l))) * scalar)"
+    } else {
+        "rd(ld_res(l) + rd(ld_o(l) * inv1 * ld_g1(l)))"
+    };
+    let store = if h_out {
+        include_str!("wgsl/store_h.wgsl")
+    } else {
+        ""
+    };
+    // One pass of substitution, as `format!` did: no placeholder's value is read again.
+    include_str!("wgsl/residual_prologue.wgsl")
+        .replace("{eps}", &crate::gpu::wgsl_f32(eps))
+        .replace("{h}", h)
+        .replace("{store}", store)
+}
+
+/// The fused GEMV's norm prologue: the staged row times its inverse RMS and the scale
+/// (`norm_prologue.wgsl`), `eps` the norm's epsilon.
+pub(super) fn norm_prologue(eps: f32) -> String {
+    include_str!("wgsl/norm_prologue.wgsl").replace("{eps}", &crate::gpu::wgsl_f32(eps))
+}
+
+/// The fused GEMV's loaders of the row (`xm`, `xe`, `xo`, `xeo` in `fused_gemv.wgsl`): from the
+/// staged copy in workgroup memory (`staged`), else from memory (`k` the row length, `f16` the
+/// activation type).
+pub(super) struct XLoaders {
+    pub(super) xm: &'static str,
+    pub(super) xe: &'static str,
+    pub(super) xo: &'static str,
+    pub(super) xeo: &'static str,
+}
+
+pub(super) fn x_loaders(staged: bool, k: usize, f16: bool) -> XLoaders {
+    XLoaders {
+        xm: if staged {
+            "return 0.0;"
+        } else if k.is_multiple_of(8) {
+            "return ld_x(k);"
+        } else {
+            "return select(0.0, ld_x(min(k, K - 1u)), k < K);"
+        },
+        xe: if staged {
+            "return xs[2u * i];"
+        } else {
+            "let k = 8u * i; return vec4<f32>(xm(k), xm(k + 2u), xm(k + 4u), xm(k + 6u));"
+        },
+        xo: if staged {
+            "return xs[2u * i + 1u];"
+        } else {
+            "let k = 8u * i + 1u; return vec4<f32>(xm(k), xm(k + 2u), xm(k + 4u), xm(k + 6u));"
+        },
+        xeo: if staged {
+            "return mat2x4<f32>(xs[2u * i], xs[2u * i + 1u]);"
+        } else if f16 && k.is_multiple_of(8) {
+            // Four words hold the eight elements: each unpacked once for both halves.
+            "let a = unpack2x16float(ldw_x(4u * i));
+    let b = unpack2x16float(ldw_x(4u * i + 1u));
+    let c = unpack2x16float(ldw_x(4u * i + 2u));
+    let d = unpack2x16float(ldw_x(4u * i + 3u));
+    return mat2x4<f32>(vec4<f32>(a.x, b.x, c.x, d.x), vec4<f32>(a.y, b.y, c.y, d.y));"
+        } else {
+            "return mat2x4<f32>(xe(i), xo(i));"
+        },
+    }
+}
+
+/// The loaders of weight `j`'s bits (`ldw_qw{j}`, with `wide` also `ldv_qw{j}`), scales
+/// (`ld_sc{j}`) and zero points (`ldi_zp{j}`) when it is packed with the others in one binding
+/// `wts`: gpu.rs's loaders of that binding, at the weight's offsets.
+pub(super) fn packed_loaders(
+    j: usize,
+    q: &GpuTensor,
+    s: &GpuTensor,
+    z: Option<&GpuTensor>,
+    wide: bool,
+) -> String {
+    let mut code = String::new();
+    let sc = if s.dtype == DType::F16 {
+        format!(
+            "let k = i + {}u; return unpack2x16float(ldw_wts(k >> 1u))[k & 1u];",
+            s.byte_offset() / 2
+        )
+    } else {
+        format!(
+            "return bitcast<f32>(ldw_wts(i + {}u));",
+            s.byte_offset() / 4
+        )
+    };
+    code.push_str(&format!(
+        "fn ldw_qw{j}(w: u32) -> u32 {{ return ldw_wts(w + {}u); }}
+fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
+",
+        q.byte_offset() / 4,
+    ));
+    if wide {
+        code.push_str(&format!(
+            "fn ldv_qw{j}(v: u32) -> vec4<u32> {{ return ldv_wts(v + {}u); }}\n",
+            q.byte_offset() / 16,
+        ));
+    }
+    if let Some(z) = z {
+        code.push_str(&format!(
+            "fn ldi_zp{j}(i: u32) -> i32 {{ let k = i + {}u; return i32((ldw_wts(k >> 2u) >> ((k & 3u) * 8u)) & 0xffu); }}\n",
+            z.byte_offset()
+        ));
+    }
+    code
 }
