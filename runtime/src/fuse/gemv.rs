@@ -4,7 +4,7 @@
 use super::fallback::Fallback;
 use super::gemv_wgsl::{
     REDUCE_SHUFFLE, REDUCE_TREE, float_dot, gemv_dot, norm_prologue, packed_loaders, packed_stores,
-    rd_code, residual_prologue, x_loaders,
+    rd_code, residual_prologue, scalar_value, x_loaders,
 };
 use super::{Limits, WG};
 use crate::error::Result;
@@ -290,6 +290,57 @@ impl FusedGemv {
         Ok(Some(preset))
     }
 
+    /// The `Gelu(y) * other` epilogue's operand (slot `other`) and the offset of the row it reads:
+    /// `other` shaped as the results, or (`gather`, the index's slot) the row
+    /// `Gather(data [1, 1, L, N], i, axis=2)`; `None` for any other shape.
+    fn other_operand(
+        &self,
+        cx: &mut Ctx<'_>,
+        inputs: &[Option<&Value>],
+        other: usize,
+        gather: Option<usize>,
+        act: DType,
+        row_shape: &[usize],
+    ) -> Result<Option<(GpuTensor, u32)>> {
+        let n = self.ns[0];
+        let Some(ot) = gpu_operand(cx, inputs, other, |v: &Value| v.dtype() == act)? else {
+            return Ok(None);
+        };
+        match gather {
+            Some(gi) => {
+                // Gather(data [1, 1, L, N], i, axis=2) for one row.
+                let Some(Value::Host(ih)) = inputs.get(gi).copied().flatten() else {
+                    return Ok(None);
+                };
+                let s = &ot.shape;
+                if s.len() != 4
+                    || s[0] * s[1] != 1
+                    || s[3] != n
+                    || ih.numel() != 1
+                    || row_shape.len() != 3
+                {
+                    return Ok(None);
+                }
+                let i = ih.to_i64()[0];
+                let i = if i < 0 { i + s[2] as i64 } else { i };
+                if i < 0 || i as usize >= s[2] {
+                    return Ok(None);
+                }
+                Ok(Some((ot, (i as usize * n) as u32)))
+            }
+            None => {
+                let mut want = row_shape.to_vec();
+                if let Some(l) = want.last_mut() {
+                    *l = n;
+                }
+                if ot.shape != want {
+                    return Ok(None);
+                }
+                Ok(Some((ot, 0)))
+            }
+        }
+    }
+
     /// The one-kernel path, or `None` when the shapes need the fallback.
     pub(super) fn fast(
         &self,
@@ -545,45 +596,12 @@ impl FusedGemv {
             dots.push_str(&gemv_dot(j, reps, wide));
         }
         let mut other_off = 0u32;
-        if let Epilogue::GeluOther {
-            other,
-            gather: gather_idx,
-        } = self.epi
-        {
-            let n = self.ns[0];
-            let ot = operand!(other, |v: &Value| v.dtype() == act);
-            match gather_idx {
-                Some(gi) => {
-                    // Gather(data [1, 1, L, N], i, axis=2) for one row.
-                    let Some(Value::Host(ih)) = inputs.get(gi).copied().flatten() else {
-                        return Ok(None);
-                    };
-                    let s = &ot.shape;
-                    if s.len() != 4
-                        || s[0] * s[1] != 1
-                        || s[3] != n
-                        || ih.numel() != 1
-                        || row_shape.len() != 3
-                    {
-                        return Ok(None);
-                    }
-                    let i = ih.to_i64()[0];
-                    let i = if i < 0 { i + s[2] as i64 } else { i };
-                    if i < 0 || i as usize >= s[2] {
-                        return Ok(None);
-                    }
-                    other_off = (i as usize * n) as u32;
-                }
-                None => {
-                    let mut want = row_shape.clone();
-                    if let Some(l) = want.last_mut() {
-                        *l = n;
-                    }
-                    if ot.shape != want {
-                        return Ok(None);
-                    }
-                }
-            }
+        if let Epilogue::GeluOther { other, gather } = self.epi {
+            let Some((ot, off)) = self.other_operand(cx, inputs, other, gather, act, &row_shape)?
+            else {
+                return Ok(None);
+            };
+            other_off = off;
             kern = kern.input("other", ot.storage());
             bind.push(ot);
         }
@@ -677,37 +695,10 @@ impl FusedGemv {
                     Epilogue::GeluOther { .. } => {
                         "rd(rd(gelu_tanh(rd(a0))) * ld_other(other_off + v))".to_string()
                     }
-                    _ => {
-                        // The scalars: host constants of the activation type, one element.
-                        let (d, m) = match e {
-                            Epilogue::Softcap { div, mul } => (div, mul),
-                            Epilogue::Scale { factor } => (factor, factor),
-                            _ => return Ok(None),
-                        };
-                        let scalar = |i: usize| match inputs.get(i).copied().flatten() {
-                            Some(Value::Host(h))
-                                if h.dtype == act
-                                    && h.numel() == 1
-                                    && h.shape.len() <= row_shape.len() =>
-                            {
-                                h.to_f32().first().copied()
-                            }
-                            _ => None,
-                        };
-                        let (Some(c), Some(c2)) = (scalar(d), scalar(m)) else {
-                            return Ok(None);
-                        };
-                        let c = crate::gpu::wgsl_f32(c);
-                        if matches!(e, Epilogue::Softcap { .. }) {
-                            if c != crate::gpu::wgsl_f32(c2) {
-                                return Ok(None);
-                            }
-                            // As the Div, Tanh (ew.wgsl's clamped tanh_) and Mul nodes.
-                            format!("rd(rd(tanh_(rd(rd(a0) / {c}))) * {c})")
-                        } else {
-                            format!("rd(rd(a0) * {c})")
-                        }
-                    }
+                    _ => match scalar_value(e, inputs, act, row_shape.len()) {
+                        Some(v) => v,
+                        None => return Ok(None),
+                    },
                 };
                 (
                     "p0 = dot0(v, lane);".to_string(),

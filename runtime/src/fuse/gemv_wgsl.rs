@@ -1,6 +1,7 @@
 //! WGSL fragments of the fused GEMV's code.
 
-use crate::exec::GpuTensor;
+use super::gemv::Epilogue;
+use crate::exec::{GpuTensor, Value};
 use crate::tensor::DType;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -285,4 +286,39 @@ fn ld_sc{j}(i: u32) -> f32 {{ {sc} }}
         ));
     }
     code
+}
+
+/// The VALUE of the fused GEMV's scalar epilogues (softcap, scale), `None` unless their scalars
+/// are host constants of the activation type `act`, one element of rank at most `rank` (and the
+/// softcap's two the same).
+pub(super) fn scalar_value(
+    e: Epilogue,
+    inputs: &[Option<&Value>],
+    act: DType,
+    rank: usize,
+) -> Option<String> {
+    let (d, m) = match e {
+        Epilogue::Softcap { div, mul } => (div, mul),
+        Epilogue::Scale { factor } => (factor, factor),
+        _ => return None,
+    };
+    let scalar = |i: usize| match inputs.get(i).copied().flatten() {
+        Some(Value::Host(h)) if h.dtype == act && h.numel() == 1 && h.shape.len() <= rank => {
+            h.to_f32().first().copied()
+        }
+        _ => None,
+    };
+    let (Some(c), Some(c2)) = (scalar(d), scalar(m)) else {
+        return None;
+    };
+    let c = crate::gpu::wgsl_f32(c);
+    if matches!(e, Epilogue::Softcap { .. }) {
+        if c != crate::gpu::wgsl_f32(c2) {
+            return None;
+        }
+        // As the Div, Tanh (ew.wgsl's clamped tanh_) and Mul nodes.
+        Some(format!("rd(rd(tanh_(rd(rd(a0) / {c}))) * {c})"))
+    } else {
+        Some(format!("rd(rd(a0) * {c})"))
+    }
 }
