@@ -1,4 +1,4 @@
-//! The fusion pass (src/fuse.rs): on hand-built Gemma-shaped subgraphs, a fused and an unfused
+//! The fusion pass (src/fuse/): on hand-built Gemma-shaped subgraphs, a fused and an unfused
 //! session give the same outputs within f32 tolerance, for one row (the fused kernel) and for
 //! several rows (the fused node's fallback), and the pass leaves a group alone when a guard fails.
 
