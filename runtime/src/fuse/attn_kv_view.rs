@@ -7,7 +7,7 @@
 //! present (its key and value are the whole cache), each Transpose and Reshape read only by the
 //! next node; shapes that do not reshape to [B, T, kv_heads * D] run the original nodes.
 
-use super::rewrite::{Find, Group, claim_all};
+use super::rewrite::Find;
 use super::{Fallback, Graphs, fallback_for};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
@@ -15,7 +15,6 @@ use crate::model::Node;
 use crate::ops::Op;
 use crate::ops::sdpa::{Attention, attention_op};
 use crate::tensor::DType;
-use std::collections::HashSet;
 
 /// One folded view: the Transpose, the Reshape and the reshape's target as written.
 struct View {
@@ -97,7 +96,8 @@ impl Graphs<'_> {
 }
 
 /// The Attention nodes on folded views, none of their nodes in `used`.
-pub(super) fn find(g: &Graphs<'_>, used: &HashSet<usize>) -> Vec<Pattern> {
+pub(super) fn find(cx: &mut Find<'_>) -> Vec<Pattern> {
+    let (g, used) = (cx.g, &cx.used);
     (0..g.graph.nodes.len())
         .filter(|i| !used.contains(i))
         .filter_map(|i| g.attention_on_views(i))
@@ -229,21 +229,4 @@ pub(super) fn build(
         outs,
     );
     Some((node, Box::new(fused), desc))
-}
-
-impl Group for Pattern {
-    fn find(cx: &mut Find<'_>) -> Vec<Self> {
-        let found = find(cx.g, &cx.used);
-        claim_all(cx, found)
-    }
-    fn nodes(&self) -> &[usize] {
-        &self.nodes
-    }
-    fn build(
-        self,
-        g: &Graphs<'_>,
-        ops: &mut [Option<Box<dyn Op>>],
-    ) -> Option<(Node, Box<dyn Op>, String)> {
-        build(g, self, ops)
-    }
 }

@@ -4,7 +4,7 @@
 //! same product of the same gathered value. A table split across buffers (above the binding
 //! limit) runs the two nodes.
 
-use super::rewrite::{Find, Group, claim_all};
+use super::rewrite::Find;
 use super::{Fallback, Graphs, fallback_for};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
@@ -12,7 +12,6 @@ use crate::gpu::Kernel;
 use crate::model::Node;
 use crate::ops::Op;
 use crate::tensor::DType;
-use std::collections::HashSet;
 
 const GATHER_SCALE: &str = include_str!("../kernels/gather_scale.wgsl");
 
@@ -68,7 +67,8 @@ impl Graphs<'_> {
 }
 
 /// The scaled lookups among the nodes not in `used`.
-pub(super) fn find(g: &Graphs<'_>, used: &HashSet<usize>) -> Vec<Pattern> {
+pub(super) fn find(cx: &mut Find<'_>) -> Vec<Pattern> {
+    let (g, used) = (cx.g, &cx.used);
     (0..g.graph.nodes.len())
         .filter(|i| !used.contains(i))
         .filter_map(|i| g.gather_scale(i))
@@ -138,7 +138,7 @@ pub(super) fn build(
     g: &Graphs<'_>,
     p: Pattern,
     ops: &mut [Option<Box<dyn Op>>],
-) -> (Node, Box<dyn Op>, String) {
+) -> Option<(Node, Box<dyn Op>, String)> {
     let ext = vec![p.table.clone(), p.ids.clone(), p.scale.clone()];
     let outs = vec![p.out.clone()];
     let op = GatherScale {
@@ -150,22 +150,5 @@ pub(super) fn build(
         ext,
         outs,
     );
-    (node, Box::new(op), desc)
-}
-
-impl Group for Pattern {
-    fn find(cx: &mut Find<'_>) -> Vec<Self> {
-        let found = find(cx.g, &cx.used);
-        claim_all(cx, found)
-    }
-    fn nodes(&self) -> &[usize] {
-        &self.nodes
-    }
-    fn build(
-        self,
-        g: &Graphs<'_>,
-        ops: &mut [Option<Box<dyn Op>>],
-    ) -> Option<(Node, Box<dyn Op>, String)> {
-        Some(build(g, self, ops))
-    }
+    Some((node, Box::new(op), desc))
 }

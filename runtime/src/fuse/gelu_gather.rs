@@ -4,7 +4,7 @@
 //! of `data` through a strided view, instead of three (Gelu, Gather, Mul). f32 only (an f16
 //! graph rounds the Gelu result before the Mul): other types run the three nodes.
 
-use super::rewrite::{Find, Group};
+use super::rewrite::{Find, claim_each};
 use super::{Fallback, Graphs};
 use super::{external_inputs, fallback_for, fused_node};
 use crate::error::Result;
@@ -176,43 +176,33 @@ impl Op for FusedGeluGather {
     }
 }
 
-impl Group for GeluGather {
-    fn find(cx: &mut Find<'_>) -> Vec<Self> {
-        let mut found = Vec::new();
-        for i in 0..cx.g.graph.nodes.len() {
-            if let Some(p) = cx.g.gelu_gather(i)
-                && cx.free(&p.nodes)
-            {
-                cx.used.extend(&p.nodes);
-                found.push(p);
-            }
-        }
-        found
-    }
-    fn nodes(&self) -> &[usize] {
-        &self.nodes
-    }
-    fn build(
-        self,
-        g: &Graphs<'_>,
-        ops: &mut [Option<Box<dyn Op>>],
-    ) -> Option<(Node, Box<dyn Op>, String)> {
-        let ext = external_inputs(g, &self.nodes);
-        let outs = vec![self.out.clone()];
-        let pos = |name: &str| ext.iter().position(|e| e == name).expect("external input");
-        let op = FusedGeluGather {
-            a: pos(&self.a),
-            data: pos(&self.data),
-            axis: self.axis,
-            index: self.index,
-            fallback: fallback_for(g, &self.nodes, &ext, &outs, ops),
-        };
-        let (node, desc) = fused_node(
-            &g.node(self.nodes[0]).name,
-            "Fused[Gelu+Gather+Mul]".into(),
-            ext,
-            outs,
-        );
-        Some((node, Box::new(op), desc))
-    }
+/// Every GeluGather group among the nodes not in `cx.used` (the first in graph order where they
+/// overlap).
+pub(super) fn find(cx: &mut Find<'_>) -> Vec<GeluGather> {
+    claim_each(cx, |g, i| g.gelu_gather(i), |p| &p.nodes)
+}
+
+/// The fused node, its op and its report line for `p`.
+pub(super) fn build(
+    g: &Graphs<'_>,
+    p: GeluGather,
+    ops: &mut [Option<Box<dyn Op>>],
+) -> Option<(Node, Box<dyn Op>, String)> {
+    let ext = external_inputs(g, &p.nodes);
+    let outs = vec![p.out.clone()];
+    let pos = |name: &str| ext.iter().position(|e| e == name).expect("external input");
+    let op = FusedGeluGather {
+        a: pos(&p.a),
+        data: pos(&p.data),
+        axis: p.axis,
+        index: p.index,
+        fallback: fallback_for(g, &p.nodes, &ext, &outs, ops),
+    };
+    let (node, desc) = fused_node(
+        &g.node(p.nodes[0]).name,
+        "Fused[Gelu+Gather+Mul]".into(),
+        ext,
+        outs,
+    );
+    Some((node, Box::new(op), desc))
 }

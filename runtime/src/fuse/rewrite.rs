@@ -19,15 +19,29 @@ use std::collections::{HashMap, HashSet};
 /// their results' sibling norms), the other norms, the spelled-out norms and `Gelu * Gather`.
 pub(super) fn rewrites() -> Vec<Box<dyn Rewrite>> {
     vec![
-        Box::new(Groups::<shared_attn::Pattern>::default()),
-        Box::new(Groups::<rotary_table::Pattern>::default()),
-        Box::new(Groups::<attn_kv_view::Pattern>::default()),
-        Box::new(Groups::<rotary_pair::Pattern>::default()),
-        Box::new(Groups::<gather_scale::Pattern>::default()),
+        Box::new(Groups::new(shared_attn::find, shared_attn::build, |p| {
+            &p.nodes
+        })),
+        Box::new(Groups::new(rotary_table::find, rotary_table::build, |p| {
+            &p.nodes
+        })),
+        Box::new(Groups::new(attn_kv_view::find, attn_kv_view::build, |p| {
+            &p.nodes
+        })),
+        Box::new(Groups::new(rotary_pair::find, rotary_pair::build, |p| {
+            &p.nodes
+        })),
+        Box::new(Groups::new(gather_scale::find, gather_scale::build, |p| {
+            &p.nodes
+        })),
         Box::new(spec::Gemvs::default()),
         Box::new(norms::Norms),
-        Box::new(Groups::<spelled_norm::SpelledRms>::default()),
-        Box::new(Groups::<gelu_gather::GeluGather>::default()),
+        Box::new(Groups::new(spelled_norm::find, spelled_norm::build, |p| {
+            &p.nodes
+        })),
+        Box::new(Groups::new(gelu_gather::find, gelu_gather::build, |p| {
+            &p.nodes
+        })),
     ]
 }
 
@@ -74,7 +88,8 @@ impl Build<'_> {
     }
 }
 
-/// One rewrite of the list: find (claiming nodes), then build.
+/// One rewrite of the list: find (claiming nodes), then build. Patterns built group by group are
+/// [`Groups`]; the fused GEMV and the norms have rewrites of their own.
 pub(super) trait Rewrite {
     /// Finds this rewrite's groups among the nodes not in `cx.used`, and claims their nodes.
     fn find(&mut self, cx: &mut Find<'_>);
@@ -82,48 +97,64 @@ pub(super) trait Rewrite {
     fn build(self: Box<Self>, cx: &mut Build<'_>);
 }
 
-/// A pattern whose groups each become one fused node through a function of the group alone.
-pub(super) trait Group: Sized {
-    /// The groups among the nodes not in `cx.used`, their nodes claimed in `cx.used`.
-    fn find(cx: &mut Find<'_>) -> Vec<Self>;
-    /// The group's nodes, in graph order (the fused node goes where the last one was).
-    fn nodes(&self) -> &[usize];
-    /// The fused node, its op and its report line (the members' ops are taken from `ops`);
-    /// `None` leaves the nodes as they are.
-    fn build(
-        self,
-        g: &Graphs<'_>,
-        ops: &mut [Option<Box<dyn Op>>],
-    ) -> Option<(Node, Box<dyn Op>, String)>;
+/// What a pattern that builds group by group provides: its groups among the nodes not in
+/// `cx.used` (a pattern whose candidates may overlap claims them as it goes), each group's nodes
+/// in graph order (the fused node goes where the last one was), and the fused node, its op and its
+/// report line for a group (the members' ops taken from `ops`; `None` leaves the nodes as they
+/// are).
+pub(super) struct Groups<P> {
+    find: fn(&mut Find<'_>) -> Vec<P>,
+    nodes: fn(&P) -> &[usize],
+    build: Build1<P>,
+    found: Vec<P>,
 }
 
-/// The rewrite of a [`Group`] pattern: the groups found.
-pub(super) struct Groups<P>(Vec<P>);
+type Build1<P> =
+    fn(&Graphs<'_>, P, &mut [Option<Box<dyn Op>>]) -> Option<(Node, Box<dyn Op>, String)>;
 
-impl<P> Default for Groups<P> {
-    fn default() -> Self {
-        Self(Vec::new())
+impl<P> Groups<P> {
+    fn new(find: fn(&mut Find<'_>) -> Vec<P>, build: Build1<P>, nodes: fn(&P) -> &[usize]) -> Self {
+        Self {
+            find,
+            nodes,
+            build,
+            found: Vec::new(),
+        }
     }
 }
 
-impl<P: Group> Rewrite for Groups<P> {
+impl<P> Rewrite for Groups<P> {
     fn find(&mut self, cx: &mut Find<'_>) {
-        self.0 = P::find(cx);
+        self.found = (self.find)(cx);
+        for p in &self.found {
+            cx.used.extend((self.nodes)(p));
+        }
     }
     fn build(self: Box<Self>, cx: &mut Build<'_>) {
-        for p in self.0 {
-            let last = *p.nodes().last().expect("non-empty group");
-            if let Some((node, op, desc)) = p.build(cx.g, &mut cx.ops) {
+        for p in self.found {
+            let last = *(self.nodes)(&p).last().expect("non-empty group");
+            if let Some((node, op, desc)) = (self.build)(cx.g, p, &mut cx.ops) {
                 cx.place(last, node, op, desc);
             }
         }
     }
 }
 
-/// Claims the nodes of every group of `found` (found together, against the same claims).
-pub(super) fn claim_all<P: Group>(cx: &mut Find<'_>, found: Vec<P>) -> Vec<P> {
-    for p in &found {
-        cx.used.extend(p.nodes());
+/// The groups `at(g, i)` anchored at each node `i` in turn, each claimed as it is found when
+/// none of its `nodes` is claimed yet (candidates may overlap: the first in graph order wins).
+pub(super) fn claim_each<P>(
+    cx: &mut Find<'_>,
+    at: impl Fn(&Graphs<'_>, usize) -> Option<P>,
+    nodes: fn(&P) -> &[usize],
+) -> Vec<P> {
+    let mut found = Vec::new();
+    for i in 0..cx.g.graph.nodes.len() {
+        if let Some(p) = at(cx.g, i)
+            && cx.free(nodes(&p))
+        {
+            cx.used.extend(nodes(&p));
+            found.push(p);
+        }
     }
     found
 }

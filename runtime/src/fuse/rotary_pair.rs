@@ -6,7 +6,7 @@
 //! node is paired with the next one after it that qualifies. Inputs that do not fit one kernel
 //! (other batch or sequence sizes, element types) run the two nodes.
 
-use super::rewrite::{Find, Group, claim_all};
+use super::rewrite::Find;
 use super::{Fallback, Graphs, fallback_for};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
@@ -54,7 +54,8 @@ impl Graphs<'_> {
 }
 
 /// The rotary pairs among the nodes not in `used`.
-pub(super) fn find(g: &Graphs<'_>, used: &HashSet<usize>) -> Vec<Pattern> {
+pub(super) fn find(cx: &mut Find<'_>) -> Vec<Pattern> {
+    let (g, used) = (cx.g, &cx.used);
     let rot: Vec<usize> = (0..g.graph.nodes.len())
         .filter(|i| !used.contains(i) && g.rotary_node(*i))
         .collect();
@@ -127,21 +128,4 @@ pub(super) fn build(
         outs,
     );
     Some((node, Box::new(fused), desc))
-}
-
-impl Group for Pattern {
-    fn find(cx: &mut Find<'_>) -> Vec<Self> {
-        let found = find(cx.g, &cx.used);
-        claim_all(cx, found)
-    }
-    fn nodes(&self) -> &[usize] {
-        &self.nodes
-    }
-    fn build(
-        self,
-        g: &Graphs<'_>,
-        ops: &mut [Option<Box<dyn Op>>],
-    ) -> Option<(Node, Box<dyn Op>, String)> {
-        build(g, self, ops)
-    }
 }

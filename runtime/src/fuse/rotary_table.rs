@@ -6,7 +6,7 @@
 //! two such Gathers of same-shaped caches at the same positions are one dispatch the same way
 //! (`out[..., j] = cache[pos, j]`). Out-of-range positions give 0, as Gather does.
 
-use super::rewrite::{Find, Group, claim_all};
+use super::rewrite::Find;
 use super::{Fallback, Graphs, fallback_for};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
@@ -103,7 +103,8 @@ impl Graphs<'_> {
 
 /// The rotary table groups not in `used`, cos/sin pairs sharing their positions together;
 /// plain Gathers only in pairs (one alone is the Gather it is).
-pub(super) fn find(g: &Graphs<'_>, used: &HashSet<usize>) -> Vec<Pattern> {
+pub(super) fn find(cx: &mut Find<'_>) -> Vec<Pattern> {
+    let (g, used) = (cx.g, &cx.used);
     let mut found: Vec<Pattern> = Vec::new();
     let mut in_concat: HashSet<usize> = HashSet::new();
     for i in 0..g.graph.nodes.len() {
@@ -265,7 +266,7 @@ pub(super) fn build(
     g: &Graphs<'_>,
     p: Pattern,
     ops: &mut [Option<Box<dyn Op>>],
-) -> (Node, Box<dyn Op>, String) {
+) -> Option<(Node, Box<dyn Op>, String)> {
     let mut ext = vec![p.pos.clone()];
     ext.extend(p.tables.iter().map(|t| t.cache.clone()));
     let outs: Vec<String> = p.tables.iter().map(|t| t.out.clone()).collect();
@@ -281,22 +282,5 @@ pub(super) fn build(
         fallback,
     };
     let (node, desc) = super::fused_node(first, kind, ext, outs);
-    (node, Box::new(op), desc)
-}
-
-impl Group for Pattern {
-    fn find(cx: &mut Find<'_>) -> Vec<Self> {
-        let found = find(cx.g, &cx.used);
-        claim_all(cx, found)
-    }
-    fn nodes(&self) -> &[usize] {
-        &self.nodes
-    }
-    fn build(
-        self,
-        g: &Graphs<'_>,
-        ops: &mut [Option<Box<dyn Op>>],
-    ) -> Option<(Node, Box<dyn Op>, String)> {
-        Some(build(g, self, ops))
-    }
+    Some((node, Box::new(op), desc))
 }

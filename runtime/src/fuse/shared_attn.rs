@@ -15,7 +15,7 @@
 //! constant is checked against the run-time shapes; whenever something does not fit (shapes,
 //! broadcasts, storage bindings) the original nodes run.
 
-use super::rewrite::{Find, Group, claim_all};
+use super::rewrite::Find;
 use super::{Fallback, Graphs, external_inputs, fallback_for};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
@@ -320,8 +320,10 @@ impl Graphs<'_> {
     }
 }
 
-/// Every KV-shared attention group of the graph whose nodes are not `used`.
-pub(super) fn find(g: &Graphs<'_>, used: &HashSet<usize>) -> Vec<Pattern> {
+/// Every KV-shared attention group of the graph whose nodes are not in `cx.used` and whose
+/// kernel fits the adapter's storage buffers.
+pub(super) fn find(cx: &mut Find<'_>) -> Vec<Pattern> {
+    let (g, used) = (cx.g, &cx.used);
     let mut found: Vec<Pattern> = Vec::new();
     let mut taken: HashSet<usize> = HashSet::new();
     for i in 0..g.graph.nodes.len() {
@@ -341,7 +343,11 @@ pub(super) fn find(g: &Graphs<'_>, used: &HashSet<usize>) -> Vec<Pattern> {
             found.push(p);
         }
     }
+    // Each only when its attention kernel fits the adapter's storage buffers.
     found
+        .into_iter()
+        .filter(|p| p.bindings() < cx.limits.storage_buffers)
+        .collect()
 }
 
 /// `shape` reshaped by `spec` (ONNX Reshape, allowzero 0), if valid.
@@ -548,7 +554,7 @@ pub(super) fn build(
     g: &Graphs<'_>,
     p: Pattern,
     ops: &mut [Option<Box<dyn Op>>],
-) -> (Node, Box<dyn Op>, String) {
+) -> Option<(Node, Box<dyn Op>, String)> {
     let members = &p.nodes;
     let ext = external_inputs(g, members);
     let pos = |name: &str| ext.iter().position(|e| e == name).unwrap_or(usize::MAX);
@@ -579,7 +585,7 @@ pub(super) fn build(
         fallback,
     };
     let (node, desc) = super::fused_node(first, kind.into(), ext, outs);
-    (node, Box::new(op), desc)
+    Some((node, Box::new(op), desc))
 }
 
 #[cfg(test)]
@@ -612,26 +618,5 @@ mod tests {
             broadcast_strides(&[1, 3, 1, 8], &[1, 3, 4, 8]),
             Some(vec![0, 8, 0, 1])
         );
-    }
-}
-
-impl Group for Pattern {
-    fn find(cx: &mut Find<'_>) -> Vec<Self> {
-        // Each only when its attention kernel fits the adapter's storage buffers.
-        let found = find(cx.g, &cx.used)
-            .into_iter()
-            .filter(|p| p.bindings() < cx.limits.storage_buffers)
-            .collect();
-        claim_all(cx, found)
-    }
-    fn nodes(&self) -> &[usize] {
-        &self.nodes
-    }
-    fn build(
-        self,
-        g: &Graphs<'_>,
-        ops: &mut [Option<Box<dyn Op>>],
-    ) -> Option<(Node, Box<dyn Op>, String)> {
-        Some(build(g, self, ops))
     }
 }

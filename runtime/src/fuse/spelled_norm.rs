@@ -9,7 +9,7 @@
 //! only by the next node and is not a graph output.
 
 use super::fused_node;
-use super::rewrite::{Find, Group};
+use super::rewrite::{Find, claim_each};
 use super::{Graphs, Unit};
 use crate::model::InitData;
 use crate::model::Node;
@@ -153,40 +153,27 @@ impl Graphs<'_> {
     }
 }
 
-impl Group for SpelledRms {
-    fn find(cx: &mut Find<'_>) -> Vec<Self> {
-        let mut found = Vec::new();
-        for i in 0..cx.g.graph.nodes.len() {
-            if cx.used.contains(&i) {
-                continue;
-            }
-            if let Some(p) = cx.g.spelled_rms(i)
-                && cx.free(&p.nodes)
-            {
-                cx.used.extend(&p.nodes);
-                found.push(p);
-            }
-        }
-        found
+/// Every SpelledRms group among the nodes not in `cx.used` (the first in graph order where they
+/// overlap).
+pub(super) fn find(cx: &mut Find<'_>) -> Vec<SpelledRms> {
+    claim_each(cx, |g, i| g.spelled_rms(i), |p| &p.nodes)
+}
+
+/// The fused node, its op and its report line for `p`.
+pub(super) fn build(
+    g: &Graphs<'_>,
+    p: SpelledRms,
+    ops: &mut [Option<Box<dyn Op>>],
+) -> Option<(Node, Box<dyn Op>, String)> {
+    // The norm kernel takes every shape: no fallback to keep.
+    for &n in &p.nodes {
+        ops[n] = None;
     }
-    fn nodes(&self) -> &[usize] {
-        &self.nodes
-    }
-    fn build(
-        self,
-        g: &Graphs<'_>,
-        ops: &mut [Option<Box<dyn Op>>],
-    ) -> Option<(Node, Box<dyn Op>, String)> {
-        // The norm kernel takes every shape: no fallback to keep.
-        for &n in &self.nodes {
-            ops[n] = None;
-        }
-        let (node, desc) = fused_node(
-            &g.node(self.nodes[0]).name,
-            "Fused[Mul+ReduceMean+Add+Sqrt+Div=RMSNorm]".into(),
-            vec![self.x.clone()],
-            vec![self.y.clone()],
-        );
-        Some((node, self.op(), desc))
-    }
+    let (node, desc) = fused_node(
+        &g.node(p.nodes[0]).name,
+        "Fused[Mul+ReduceMean+Add+Sqrt+Div=RMSNorm]".into(),
+        vec![p.x.clone()],
+        vec![p.y.clone()],
+    );
+    Some((node, p.op(), desc))
 }
