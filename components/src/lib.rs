@@ -9,6 +9,7 @@
 //!   [`ThemeRoot`] where the host page is already isolated (the extension's overlay iframe).
 
 pub mod app;
+pub mod arming;
 pub mod chat_overlay;
 pub mod code_block;
 pub mod composer;

@@ -226,6 +226,7 @@ fn tools() -> StyleSource {
         .gg-approval-reason { font-size: 12.5px; margin-bottom: 6px; }
         .gg-approval-code { margin: 0 0 6px; max-height: 240px; overflow: auto; padding: 6px 8px; border-radius: 6px; background: var(--gg-code-bg); font: 11.5px/1.4 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; white-space: pre-wrap; word-break: break-all; }
         .gg-approval-actions { display: flex; flex-wrap: wrap; gap: 6px; }
+        .gg-approval-hint { margin-top: 6px; font-size: 12px; color: var(--gg-danger); }
         "#
     )
 }

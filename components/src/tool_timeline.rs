@@ -3,6 +3,7 @@
 
 use yew::prelude::*;
 
+use crate::arming::{Arming, use_arming};
 use crate::format;
 use crate::types::{ApprovalDecision, ToolState, ToolStep};
 
@@ -42,11 +43,6 @@ struct ToolRowProps {
 #[function_component(ToolRow)]
 fn tool_row(props: &ToolRowProps) -> Html {
     let step = &props.step;
-    let decide = |decision: ApprovalDecision| {
-        let on_approve = props.on_approve.clone();
-        let id = step.id.clone();
-        Callback::from(move |_: MouseEvent| on_approve.emit((id.clone(), decision)))
-    };
     let args = format::args_preview(&step.args, ARGS_PREVIEW_CHARS);
     let args_full = (!args.is_empty()).then(|| step.args.to_string());
     let duration = step
@@ -55,35 +51,7 @@ fn tool_row(props: &ToolRowProps) -> Html {
         .unwrap_or_default();
 
     let approval = (step.state == ToolState::AwaitingApproval).then(|| {
-        let always = match &props.site {
-            Some(site) => format!("Always on {site}"),
-            None => "Always on this site".to_owned(),
-        };
-        html! {
-            <div class="gg-approval" role="group" aria-label={format!("Allow {}?", step.tool)}>
-                if let Some(reason) = &step.approval_reason {
-                    <p class="gg-approval-reason">{ reason.clone() }</p>
-                }
-                if let Some(code) = &step.approval_code {
-                    // The whole code, never cut: the user approves exactly what runs.
-                    <pre class="gg-approval-code" data-testid="gg-approval-code">{ code.clone() }</pre>
-                }
-                <div class="gg-approval-actions">
-                    <button type="button" class="gg-btn gg-btn-primary gg-btn-small" data-testid="gg-approve-once"
-                        onclick={decide(ApprovalDecision::AllowOnce)}>{ "Allow once" }</button>
-                    if step.approval_for_task {
-                        <button type="button" class="gg-btn gg-btn-small" data-testid="gg-approve-task"
-                            onclick={decide(ApprovalDecision::AllowForTask)}>{ "For this task" }</button>
-                    }
-                    if !step.approval_no_always {
-                        <button type="button" class="gg-btn gg-btn-small" data-testid="gg-approve-always"
-                            onclick={decide(ApprovalDecision::AlwaysOnSite)}>{ always }</button>
-                    }
-                    <button type="button" class="gg-btn gg-btn-small" data-testid="gg-deny"
-                        onclick={decide(ApprovalDecision::Deny)}>{ "Deny" }</button>
-                </div>
-            </div>
-        }
+        html! { <ApprovalCard step={step.clone()} on_approve={props.on_approve.clone()} site={props.site.clone()} /> }
     });
 
     let result = step.result_preview.as_ref().map(|preview| {
@@ -122,6 +90,62 @@ fn tool_row(props: &ToolRowProps) -> Html {
             { for result }
             { for screenshot }
         </li>
+    }
+}
+
+/// The approval request of one call: why, the code that would run, and the buttons. The
+/// buttons are enabled only once they have been fully visible and unobscured for a moment
+/// ([`crate::arming`]); a page that covers the overlay disables them again.
+#[function_component(ApprovalCard)]
+fn approval_card(props: &ToolRowProps) -> Html {
+    let step = &props.step;
+    let actions = use_node_ref();
+    let arming = use_arming(actions.clone());
+    let armed = arming.armed();
+    let decide = |decision: ApprovalDecision| {
+        let on_approve = props.on_approve.clone();
+        let id = step.id.clone();
+        // A disabled button gets no click; the check stands for any other way in.
+        Callback::from(move |_: MouseEvent| {
+            if armed {
+                on_approve.emit((id.clone(), decision))
+            }
+        })
+    };
+    let always = match &props.site {
+        Some(site) => format!("Always on {site}"),
+        None => "Always on this site".to_owned(),
+    };
+    html! {
+        <div class="gg-approval" role="group" aria-label={format!("Allow {}?", step.tool)}
+            data-testid="gg-approval" data-arming={arming.as_str()}>
+            if let Some(reason) = &step.approval_reason {
+                <p class="gg-approval-reason">{ reason.clone() }</p>
+            }
+            if let Some(code) = &step.approval_code {
+                // The whole code, never cut: the user approves exactly what runs.
+                <pre class="gg-approval-code" data-testid="gg-approval-code">{ code.clone() }</pre>
+            }
+            <div class="gg-approval-actions" ref={actions}>
+                <button type="button" class="gg-btn gg-btn-primary gg-btn-small" data-testid="gg-approve-once"
+                    disabled={!armed} onclick={decide(ApprovalDecision::AllowOnce)}>{ "Allow once" }</button>
+                if step.approval_for_task {
+                    <button type="button" class="gg-btn gg-btn-small" data-testid="gg-approve-task"
+                        disabled={!armed} onclick={decide(ApprovalDecision::AllowForTask)}>{ "For this task" }</button>
+                }
+                if !step.approval_no_always {
+                    <button type="button" class="gg-btn gg-btn-small" data-testid="gg-approve-always"
+                        disabled={!armed} onclick={decide(ApprovalDecision::AlwaysOnSite)}>{ always }</button>
+                }
+                <button type="button" class="gg-btn gg-btn-small" data-testid="gg-deny"
+                    disabled={!armed} onclick={decide(ApprovalDecision::Deny)}>{ "Deny" }</button>
+            </div>
+            if arming == Arming::Obscured {
+                <p class="gg-approval-hint" role="status">
+                    { "Something covers this panel. The buttons work again once it is fully visible." }
+                </p>
+            }
+        </div>
     }
 }
 

@@ -68,6 +68,28 @@ fn all(root: &Element, selector: &str) -> Vec<Element> {
         .collect()
 }
 
+/// Waits until the approval card's buttons are armed (fully visible for
+/// `arming::ARM_DELAY_MS`), as a user sees them enable; panics after 5 s.
+async fn until_armed(root: &Element) {
+    // Earlier tests' roots stay in the body: bring the card into the viewport as a user would.
+    get(root, "gg-approval").scroll_into_view();
+    for _ in 0..250 {
+        settle().await;
+        if get(root, "gg-approval")
+            .get_attribute("data-arming")
+            .as_deref()
+            == Some("armed")
+        {
+            return;
+        }
+        gloo_timers::future::TimeoutFuture::new(20).await;
+    }
+    panic!(
+        "the approval buttons never armed (data-arming={:?})",
+        get(root, "gg-approval").get_attribute("data-arming")
+    );
+}
+
 fn fire(target: &Element, kind: &str) {
     let init = web_sys::EventInit::new();
     init.set_bubbles(true);
@@ -243,6 +265,25 @@ async fn approval_buttons_emit_call_id_and_decision() {
             "awaiting_approval"
         ]
     );
+    // Before the buttons arm, they are disabled and a click (even a synthetic one) is nothing.
+    assert_eq!(
+        get(&root, "gg-approval")
+            .get_attribute("data-arming")
+            .as_deref(),
+        Some("waiting")
+    );
+    let once = get(&root, "gg-approve-once")
+        .dyn_into::<web_sys::HtmlButtonElement>()
+        .expect("button");
+    assert!(once.disabled(), "disabled until armed");
+    once.click();
+    settle().await;
+    assert!(
+        answers.borrow().is_empty(),
+        "no answer before the buttons armed"
+    );
+    until_armed(&root).await;
+    assert!(!once.disabled());
     get(&root, "gg-approve-once").click();
     get(&root, "gg-approve-always").click();
     get(&root, "gg-deny").click();
@@ -690,6 +731,7 @@ async fn gem_app_round_trip_with_host_events() {
             .as_deref(),
         Some("acting")
     );
+    until_armed(&root).await;
     get(&root, "gg-approve-always").click();
     settle().await;
     assert_eq!(

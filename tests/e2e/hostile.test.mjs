@@ -60,6 +60,10 @@ async function answerNext(frame, tool, reason, button) {
   const card = await frame.waitForSelector(`${pendingCard}[data-tool="${tool}"]`, { timeout: 30000 });
   const text = await card.innerText();
   assert.match(text, reason, `the card says why: ${text}`);
+  // The buttons arm once the card has been fully visible for a moment (components/src/arming.rs).
+  await until(async () => (await card.$eval('[data-testid="gg-approval"]', (e) => e.dataset.arming)) === 'armed',
+    { timeout: 20000, what: `the ${tool} card's buttons armed` })
+    .catch(async (e) => { throw new Error(`${e.message}: ${await card.$eval('[data-testid="gg-approval"]', (el) => `${el.dataset.arming} at ${JSON.stringify(el.getBoundingClientRect())} in ${innerWidth}x${innerHeight}`)}`); });
   await (await card.$(`[data-testid="${button}"]`)).click();
   await frame.waitForFunction((sel) => document.querySelector(sel) === null, pendingCard, { timeout: 30000 });
 }
@@ -366,5 +370,68 @@ test('a page that navigates the panel frame to a look-alike gets it replaced by 
   await frame.waitForSelector('[data-testid="gg-input"]', { timeout: 20000 });
   assert.ok(!page.frames().some((f) => f.url() === lookAlike), 'no look-alike in the page');
   console.log(`frames the page could navigate: ${reached}`);
+  await page.close();
+});
+
+/** The approval card's arming state (`waiting`, `obscured`, `armed`, see components/src/arming.rs). */
+const arming = (frame) => frame.$eval('[data-testid="gg-approval"]', (e) => e.dataset.arming).catch(() => null);
+
+test('a page that covers the overlay or makes it transparent cannot get an approval clicked (clickjacking)', async () => {
+  await useScript('hostile-frame', 'covered');
+  const { page, frame } = await openOverlay(ext, `${server.url}/basic.html`);
+  await sendMessage(frame, 'Count the runs');
+  await frame.waitForSelector(`${pendingCard}[data-tool="run_javascript"]`, { timeout: 30000 });
+  // Unobscured, the buttons arm after their delay.
+  await until(async () => (await arming(frame)) === 'armed', { timeout: 20000, what: 'armed buttons on the unobscured panel' });
+  const disabled = () => frame.$$eval('[data-testid="gg-approval"] button', (bs) => bs.map((b) => b.disabled));
+  assert.deepEqual(await disabled(), [false, false, false]);
+  // Each attack: the page covers or fades the panel; the buttons disable at once, a click
+  // (here the element's own click(), as a mouse would be blocked by playwright's hit test)
+  // does nothing, and once the attack ends they arm again only after the full delay.
+  const attacks = {
+    // a see-through sheet over everything that lets clicks through to the overlay
+    sheet: () => {
+      const d = document.createElement('div');
+      d.id = 'cover';
+      d.style.cssText = 'position:fixed;inset:0;z-index:2147483647;pointer-events:none;background:rgba(255,255,255,0.02)';
+      document.documentElement.append(d);
+      return 'cover';
+    },
+    // a decoy button over the panel's side of the page
+    decoy: () => {
+      const d = document.createElement('button');
+      d.id = 'cover';
+      d.textContent = 'Close';
+      d.style.cssText = 'position:fixed;right:0;bottom:0;width:480px;height:100%;z-index:2147483647;pointer-events:none';
+      document.documentElement.append(d);
+      return 'cover';
+    },
+    // the whole page (and so the host inside it) almost transparent over a decoy
+    opacity: () => { document.documentElement.style.opacity = '0.05'; return 'opacity'; },
+    // a filter on the page root
+    filter: () => { document.documentElement.style.filter = 'opacity(0.1)'; return 'filter'; },
+  };
+  for (const [name, attack] of Object.entries(attacks)) {
+    await page.evaluate(attack);
+    await until(async () => (await arming(frame)) === 'obscured', { timeout: 10000, what: `${name}: the buttons disabled` });
+    assert.deepEqual(await disabled(), [true, true, true], `${name}: every button disabled`);
+    assert.match(await frame.$eval('[data-testid="gg-approval"]', (e) => e.innerText), /Something covers this panel/);
+    await frame.$eval('[data-testid="gg-approve-once"]', (b) => b.click());
+    await new Promise((r) => setTimeout(r, 300));
+    assert.equal(await page.evaluate(() => document.body.dataset.runs ?? null), null, `${name}: nothing ran`);
+    assert.equal((await frame.$$(pendingCard)).length, 1, `${name}: still waiting for the user`);
+    const lifted = Date.now();
+    await page.evaluate(() => {
+      document.getElementById('cover')?.remove();
+      document.documentElement.style.opacity = '';
+      document.documentElement.style.filter = '';
+    });
+    await until(async () => (await arming(frame)) === 'armed', { timeout: 20000, what: `${name}: armed again` });
+    const waited = Date.now() - lifted;
+    assert.ok(waited >= 600, `${name}: armed again only after the delay (${waited} ms)`);
+  }
+  await answerNext(frame, 'run_javascript', /run JavaScript/, 'gg-approve-once');
+  await until(async () => (await answers(frame)).at(-1)?.includes('Done.'), { timeout: 30000, what: 'the end of the turn' });
+  assert.equal(await page.evaluate(() => document.body.dataset.runs), '1');
   await page.close();
 });

@@ -50,6 +50,33 @@ async function openPanel(page, pierce) {
 const expanded = async (pierce) => Pierce.attrs(await launcherOf(pierce))['aria-expanded'];
 const hostPresent = (page) => page.evaluate(() => document.querySelector('gemma-gem-host') !== null);
 
+test('the overlay page is styled by the component kit and fills its frame; the message log scrolls, not the page', async () => {
+  const { page, pierce } = await openPage();
+  const frame = await openPanel(page, pierce);
+  const facts = await frame.evaluate(() => {
+    const style = (sel) => { const e = document.querySelector(sel); return e && getComputedStyle(e); };
+    const panel = document.querySelector('[data-testid="gg-panel"]').getBoundingClientRect();
+    return {
+      sheets: document.styleSheets.length,
+      root: document.querySelector('.gg-root')?.dataset.theme ?? null,
+      panelDisplay: style('[data-testid="gg-panel"]').display,
+      logOverflow: style('.gg-log').overflowY,
+      bodyMargin: style('body').margin,
+      panel: [panel.width, panel.height],
+      viewport: [innerWidth, innerHeight],
+      pageScrolls: document.scrollingElement.scrollHeight > innerHeight,
+    };
+  });
+  assert.ok(facts.sheets >= 2, `the kit's style sheets are in the page: ${JSON.stringify(facts)}`);
+  assert.equal(facts.root, 'auto');
+  assert.equal(facts.panelDisplay, 'flex');
+  assert.equal(facts.logOverflow, 'auto');
+  assert.equal(facts.bodyMargin, '0px');
+  assert.deepEqual(facts.panel, facts.viewport, 'the panel fills the frame');
+  assert.equal(facts.pageScrolls, false);
+  await page.close();
+});
+
 test('Escape in the overlay closes the panel and gives the focus back to the page element that had it', async () => {
   const { page, pierce } = await openPage();
   await page.focus('#go');

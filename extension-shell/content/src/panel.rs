@@ -144,12 +144,18 @@ pub fn host_style(corner: Corner, open: bool, dragged_to: Option<(f64, f64)>) ->
 }
 
 /// Styles inside the shadow root; the page's style sheets cannot reach them.
+///
+/// Nothing may paint over the panel iframe, not even the launcher's shadow: the approval buttons
+/// inside it arm only while the frame is unobscured (Intersection Observer v2, see
+/// `gg_components::arming`), and Chromium counts any visual overlap of the frame's rectangle as
+/// occlusion. The launcher is 48 px at 4 px from the edge; its shadow reaches 3 + 10 px past it
+/// and its drag scale (1.1) another 2.4 px, so 72 px are kept free for it (8 px to spare).
 const SHADOW_CSS: &str = ":host { all: initial; }\n\
     .gg { all: initial; display: block; position: absolute; inset: 0; }\n\
     .launcher { all: initial; box-sizing: border-box; position: absolute; width: 48px; height: 48px; \
       border-radius: 50%; cursor: pointer; display: flex; align-items: center; justify-content: center; \
       background: linear-gradient(135deg, #6d5dfc 0%, #3ab0ff 100%); color: #fff; font: 600 20px/1 system-ui, sans-serif; \
-      box-shadow: 0 4px 14px rgba(0, 0, 0, .28); transition: transform .15s ease; touch-action: none; user-select: none; }\n\
+      box-shadow: 0 3px 10px rgba(0, 0, 0, .28); transition: transform .15s ease; touch-action: none; user-select: none; }\n\
     .gg[data-corner$=right] .launcher { right: 4px; }\n\
     .gg[data-corner$=left] .launcher { left: 4px; }\n\
     .gg[data-corner^=bottom] .launcher { bottom: 4px; }\n\
@@ -157,7 +163,7 @@ const SHADOW_CSS: &str = ":host { all: initial; }\n\
     .launcher:hover { transform: scale(1.06); }\n\
     .gg[data-dragging] .launcher { cursor: grabbing; transform: scale(1.1); }\n\
     .launcher:focus-visible { outline: 3px solid #ffbf47; outline-offset: 2px; }\n\
-    .panel { all: initial; display: block; position: absolute; left: 0; width: 100%; height: calc(100% - 60px); \
+    .panel { all: initial; display: block; position: absolute; left: 0; width: 100%; height: calc(100% - 72px); \
       border: 0; border-radius: 14px; box-shadow: 0 12px 40px rgba(0, 0, 0, .3); background: #fff; }\n\
     .gg[data-corner^=bottom] .panel { top: 0; }\n\
     .gg[data-corner^=top] .panel { bottom: 0; }\n\

@@ -8,7 +8,7 @@ mod settings;
 
 use gg_agent::ApprovalDecision as AgentDecision;
 use gg_chrome::log;
-use gg_components::{Action, ApprovalDecision, ChatDispatcher, GemApp, UiIntent};
+use gg_components::{Action, ApprovalDecision, ChatDispatcher, GemApp, ThemeRoot, UiIntent};
 use gg_messages::{Body, Context, Envelope, RequestId, SETTINGS_KEY, Settings};
 use settings::Stored;
 use std::cell::{Cell, RefCell};
@@ -383,10 +383,13 @@ fn overlay_app() -> Html {
             wasm_bindgen_futures::spawn_local(send_intent(intent));
         }
     });
-    // No VisibilitySource yet: IntersectionObserver v2 reported `isVisible: false` for
-    // everything in this iframe in headless Chromium 156 (the page's own elements: true), so
-    // the approval buttons get the delay only (docs/SECURITY.md, "Not done yet").
-    html! { <GemApp launcher={false} closable={true} {on_ready} {on_intent} /> }
+    // The page is not in a shadow root: `ThemeRoot` registers the kit's styles in this document
+    // (the colours follow the system's light or dark preference).
+    html! {
+        <ThemeRoot>
+            <GemApp launcher={false} closable={true} {on_ready} {on_intent} />
+        </ThemeRoot>
+    }
 }
 
 /// `chrome.runtime.onMessage` broadcasts (never answered here): the agent events of this tab,
