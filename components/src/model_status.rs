@@ -80,9 +80,9 @@ pub fn model_status_view(props: &ModelStatusViewProps) -> Html {
                 if !unverified.is_empty() {
                     <div class="gg-model-line gg-muted" data-testid="gg-model-unverified" title={unverified.join("\n")}>
                         { if unverified.len() == 1 {
-                            format!("{} has no published SHA-256: checked by size only", unverified[0])
+                            format!("{} has no published hash: checked by size only", unverified[0])
                         } else {
-                            format!("{} files have no published SHA-256: checked by size only", unverified.len())
+                            format!("{} files have no published hash: checked by size only", unverified.len())
                         } }
                     </div>
                 }

@@ -30,7 +30,11 @@ const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '
  * - `cutOnce: Set<path>` — the first full GET of each of these paths sends the headers of the
  *   whole file, then only its first half, then closes the connection; the log entry says `cut`;
  * - `corrupt: Set<path>` — these paths are served with one byte changed (same size), as a broken
- *   mirror or a tampering proxy would; the log entry says `corrupt`.
+ *   mirror or a tampering proxy would; the log entry says `corrupt`;
+ * - `listingPage: n` — the file listing comes in pages of `n` entries, each with the Hub's
+ *   `Link: <...&cursor=K>; rel="next"` header to the next (the log entry has the `cursor`);
+ * - `unlisted: Set<repository path>` — these files' listing entries carry no hash (no `oid`, no
+ *   `lfs`), as a listing that publishes none for them.
  *
  * Models are also served in the Hugging Face layout, as the Hub serves them:
  * `/ORG/NAME/resolve/main/PATH` is `tests/fixtures/models/NAME/PATH` (any ORG), and
@@ -41,7 +45,7 @@ const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '
  */
 export async function startServer(options = {}) {
   const log = [];
-  const opts = { throttle: null, cutOnce: new Set(), corrupt: new Set(), ...options };
+  const opts = { throttle: null, cutOnce: new Set(), corrupt: new Set(), listingPage: 0, unlisted: new Set(), ...options };
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://x');
     const entry = { method: req.method, path: url.pathname, range: req.headers.range ?? null, status: 0, cut: null };
@@ -53,9 +57,27 @@ export async function startServer(options = {}) {
     if (tree) {
       const dir = path.join(modelsDir, path.normalize(tree[1]));
       if (!dir.startsWith(modelsDir) || !fs.existsSync(dir)) { entry.status = 404; res.writeHead(404); res.end('{"error":"Repository not found"}'); return; }
+      let listing = hubListing(dir).map((e) => {
+        if (!opts.unlisted.has(e.path)) return e;
+        const { oid, lfs, ...rest } = e;
+        return rest;
+      });
+      const headers = { 'Content-Type': 'application/json' };
+      if (opts.listingPage > 0) {
+        const cursor = Number(url.searchParams.get('cursor') ?? 0);
+        entry.cursor = cursor;
+        const end = cursor + opts.listingPage;
+        if (end < listing.length) {
+          const next = new URL(url.pathname, 'http://x');
+          next.searchParams.set('recursive', 'true');
+          next.searchParams.set('cursor', String(end));
+          headers.Link = `<${next.pathname}${next.search}>; rel="next"`;
+        }
+        listing = listing.slice(cursor, end);
+      }
       entry.status = 200;
-      res.writeHead(200, { 'Content-Type': 'application/json' });
-      res.end(JSON.stringify(hubListing(dir)));
+      res.writeHead(200, headers);
+      res.end(JSON.stringify(listing));
       return;
     }
     const hub = /^\/[^/]+\/([^/]+)\/resolve\/main(\/.*)$/.exec(rel);

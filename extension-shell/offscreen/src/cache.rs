@@ -8,15 +8,17 @@
 //! complete and their size verified; serving reads one part at a time, so no multi-gigabyte file
 //! is ever held in memory.
 //!
-//! When the repository publishes a file's SHA-256 (the Hugging Face listing's LFS oid, see
-//! [`crate::download::tree_api_url`]), the file is hashed as it streams in (a resumed download
+//! When the repository publishes a file's hash (the Hugging Face listing, every page of it: the
+//! LFS oid, a SHA-256, of LFS files and the git blob SHA-1 of files kept in git, see
+//! [`crate::download::tree_api_url`] and [`crate::download::Expected`]), the file is hashed as
+//! it streams in (a resumed download
 //! first hashes its stored parts, one at a time) and checked when it completes: a mismatch
 //! deletes the file from the cache and fails with a clear message. Files without a published
 //! hash are checked by size only, and [`ModelCache::unverified`] names them.
 
 use crate::download::{
-    FileHasher, FileMeta, LoadError, PART_BYTES, hash_mismatch, human_bytes, parse_content_range,
-    parse_tree, tree_api_url,
+    Expected, FileHasher, FileMeta, LoadError, PART_BYTES, hash_mismatch, human_bytes, next_page,
+    parse_content_range, parse_tree, tree_api_url,
 };
 use futures::future::LocalBoxFuture;
 use gg_messages::ModelErrorKind;
@@ -127,9 +129,9 @@ pub async fn out_of_space(needed: u64, what: &str) -> LoadError {
 pub struct ModelCache {
     base: String,
     cache: Cache,
-    /// The repository's published SHA-256 of each file, once asked for (empty when it
-    /// publishes none).
-    hashes: RefCell<Option<Rc<HashMap<String, String>>>>,
+    /// The repository's published hash of each file, once asked for (empty when it publishes
+    /// none).
+    hashes: RefCell<Option<Rc<HashMap<String, Expected>>>>,
     /// Files served complete without a published hash (checked by size only).
     unverified: RefCell<BTreeSet<String>>,
 }
@@ -160,9 +162,9 @@ impl ModelCache {
         }))
     }
 
-    /// The SHA-256 the repository publishes for `path` (its listing is fetched once; a source
+    /// The hash the repository publishes for `path` (its listing is fetched once; a source
     /// without one, or a listing that cannot be had, gives none: the file is checked by size).
-    pub async fn expected_sha256(&self, path: &str) -> Option<String> {
+    pub async fn expected_hash(&self, path: &str) -> Option<Expected> {
         let known = self.hashes.borrow().clone();
         let hashes = match known {
             Some(h) => h,
@@ -175,35 +177,57 @@ impl ModelCache {
         hashes.get(path.trim_start_matches('/')).cloned()
     }
 
-    async fn fetch_hashes(&self) -> HashMap<String, String> {
-        let Some(url) = tree_api_url(&self.base) else {
+    /// The repository's listing, every page of it (the Hub pages long trees with `Link`).
+    async fn fetch_hashes(&self) -> HashMap<String, Expected> {
+        /// More pages than any model repository has (the Hub gives 1000 entries a page).
+        const MAX_PAGES: usize = 100;
+        let Some(first) = tree_api_url(&self.base) else {
             return HashMap::new();
         };
-        let result: Result<HashMap<String, String>, String> = async {
-            let resp: Response = wait(window().map_err(|e| e.message)?.fetch_with_str(&url))
-                .await
-                .map_err(|e| js_message(&e))?
-                .unchecked_into();
-            if !resp.ok() {
-                return Err(format!("HTTP {}", resp.status()));
+        let result: Result<HashMap<String, Expected>, String> = async {
+            let mut all = HashMap::new();
+            let mut url = first.clone();
+            for _ in 0..MAX_PAGES {
+                let resp: Response = wait(window().map_err(|e| e.message)?.fetch_with_str(&url))
+                    .await
+                    .map_err(|e| js_message(&e))?
+                    .unchecked_into();
+                if !resp.ok() {
+                    return Err(format!("{url}: HTTP {}", resp.status()));
+                }
+                let link = resp.headers().get("link").ok().flatten();
+                let text = wait(resp.text().map_err(|e| js_message(&e))?)
+                    .await
+                    .map_err(|e| js_message(&e))?
+                    .as_string()
+                    .unwrap_or_default();
+                let json: serde_json::Value =
+                    serde_json::from_str(&text).map_err(|e| format!("{url}: {e}"))?;
+                all.extend(parse_tree(&json).map_err(|e| format!("{url}: {e}"))?);
+                match link.and_then(|l| next_page(&l, &url)) {
+                    Some(next) if next != url => url = next,
+                    _ => return Ok(all),
+                }
             }
-            let text = wait(resp.text().map_err(|e| js_message(&e))?)
-                .await
-                .map_err(|e| js_message(&e))?
-                .as_string()
-                .unwrap_or_default();
-            let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-            parse_tree(&json)
+            Err(format!("more than {MAX_PAGES} pages"))
         }
         .await;
         match result {
             Ok(h) => {
-                gg_chrome::log::info(&format!("{url}: SHA-256 of {} files published", h.len()));
+                let lfs = h
+                    .values()
+                    .filter(|e| matches!(e, Expected::Sha256(_)))
+                    .count();
+                gg_chrome::log::info(&format!(
+                    "{first}: hashes of {} files published ({lfs} LFS SHA-256, {} git blob SHA-1)",
+                    h.len(),
+                    h.len() - lfs
+                ));
                 h
             }
             Err(e) => {
                 gg_chrome::log::warn(&format!(
-                    "could not read the file hashes of {} ({url}: {e}); files are checked by size only",
+                    "could not read the file hashes of {} ({e}); files are checked by size only",
                     self.base
                 ));
                 HashMap::new()
@@ -211,7 +235,7 @@ impl ModelCache {
         }
     }
 
-    /// Files served complete without a published SHA-256 (checked by size only), sorted.
+    /// Files served complete without a published hash (checked by size only), sorted.
     pub fn unverified(&self) -> Vec<String> {
         self.unverified.borrow().iter().cloned().collect()
     }
@@ -290,9 +314,14 @@ impl ModelCache {
         let _ = wait(self.cache.delete_with_str(&self.key(path, "meta"))).await;
     }
 
-    /// The SHA-256 of the stored parts of `path`, read one part at a time.
-    async fn hash_stored(&self, path: &str, meta: &FileMeta) -> Result<FileHasher, LoadError> {
-        let mut hasher = FileHasher::default();
+    /// The hashes of the stored parts of `path`, read one part at a time.
+    async fn hash_stored(
+        &self,
+        path: &str,
+        meta: &FileMeta,
+        expected: &Expected,
+    ) -> Result<FileHasher, LoadError> {
+        let mut hasher = FileHasher::new(expected);
         for (i, &len) in meta.parts.iter().enumerate() {
             let bytes = self.read_part(path, i, len).await.map_err(|e| {
                 LoadError::new(
@@ -305,23 +334,29 @@ impl ModelCache {
         Ok(hasher)
     }
 
-    /// A file is complete: checks its SHA-256 when the repository publishes one (a mismatch
-    /// deletes the file), then records it as complete.
+    /// A file is complete: checks its hash when the repository publishes one (a mismatch
+    /// deletes the file), then records it as complete with its SHA-256.
     async fn finish(
         &self,
         path: &str,
         meta: &mut FileMeta,
         hasher: Option<FileHasher>,
-        expected: Option<String>,
+        expected: Option<Expected>,
     ) -> Result<(), LoadError> {
         if let (Some(expected), Some(hasher)) = (expected, hasher) {
-            let actual = hasher.finish();
-            if actual != expected {
-                self.remove(path, meta).await;
-                return Err(hash_mismatch(&self.url(path), &expected, &actual));
-            }
-            gg_chrome::log::debug(&format!("{}: SHA-256 verified", self.url(path)));
-            meta.sha256 = Some(actual);
+            let sha256 = match hasher.verify(&expected) {
+                Ok(sha256) => sha256,
+                Err(actual) => {
+                    self.remove(path, meta).await;
+                    return Err(hash_mismatch(&self.url(path), &expected, &actual));
+                }
+            };
+            gg_chrome::log::debug(&format!(
+                "{}: {} verified",
+                self.url(path),
+                expected.algorithm()
+            ));
+            meta.sha256 = Some(sha256);
         } else {
             meta.sha256 = None;
         }
@@ -476,9 +511,9 @@ impl ModelCache {
             }
             416 if meta.size == Some(offset) => {
                 // Everything was stored; only the final bookkeeping was missing.
-                let expected = self.expected_sha256(path).await;
+                let expected = self.expected_hash(path).await;
                 let hasher = match &expected {
-                    Some(_) => Some(self.hash_stored(path, meta).await?),
+                    Some(e) => Some(self.hash_stored(path, meta, e).await?),
                     None => None,
                 };
                 self.finish(path, meta, hasher, expected).await?;
@@ -534,10 +569,10 @@ impl ModelCache {
         };
         // The file's hash, when the repository publishes one: a resumed download first hashes
         // what is stored (one part at a time), then every byte as it arrives.
-        let expected = self.expected_sha256(path).await;
+        let expected = self.expected_hash(path).await;
         let mut hasher = match &expected {
-            Some(_) if offset > 0 => Some(self.hash_stored(path, meta).await?),
-            Some(_) => Some(FileHasher::default()),
+            Some(e) if offset > 0 => Some(self.hash_stored(path, meta, e).await?),
+            Some(e) => Some(FileHasher::new(e)),
             None => None,
         };
         let reader: ReadableStreamDefaultReader = body.get_reader().unchecked_into();

@@ -1,11 +1,13 @@
 //! The platform-independent half of the model download: what the cache holds of each file
-//! ([`FileMeta`]), HTTP `Content-Range` parsing, each file's SHA-256 from the repository's own
-//! metadata ([`tree_api_url`], [`parse_tree`], [`FileHasher`]), and download progress with
+//! ([`FileMeta`]), HTTP `Content-Range` parsing, each file's hash from the repository's own
+//! metadata ([`tree_api_url`], [`parse_tree`], [`next_page`], [`Expected`], [`FileHasher`]):
+//! the SHA-256 of LFS files, the git blob SHA-1 of files kept in git; and download progress with
 //! throughput, ETA and throttling ([`Tracker`]). The browser half (fetch, Cache Storage) is
 //! [`crate::cache`].
 
 use gg_messages::{DownloadProgress, FileProgress, ModelErrorKind};
 use serde::{Deserialize, Serialize};
+use sha1::Sha1;
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 
@@ -51,8 +53,10 @@ pub struct FileMeta {
     /// The server answered 404 (optional files such as `generation_config.json`).
     #[serde(default)]
     pub missing: bool,
-    /// The SHA-256 (lowercase hex) the complete file was verified against; `None` when the
-    /// repository published none for it (then only its size was checked).
+    /// The SHA-256 (lowercase hex) of the complete file, recorded once it was verified against
+    /// the repository's hash of it ([`Expected`]: the LFS SHA-256, or the git blob SHA-1 of a
+    /// file kept in git); `None` when the repository published none (then only its size was
+    /// checked).
     #[serde(default)]
     pub sha256: Option<String>,
 }
@@ -99,7 +103,8 @@ pub fn parse_content_range(header: &str) -> Result<ContentRange, String> {
 /// The Hugging Face API listing of a repository's files, for a model source in the Hugging Face
 /// layout (`https://HOST/ORG/REPO/resolve/REVISION`, also on a mirror of the Hub):
 /// `https://HOST/api/models/ORG/REPO/tree/REVISION?recursive=true`. Each LFS file's entry
-/// carries `lfs.oid`, the SHA-256 of its content. `None` for other sources (no published hashes).
+/// carries `lfs.oid`, the SHA-256 of its content; a file kept in git has its git blob `oid`.
+/// Long listings come in pages ([`next_page`]). `None` for other sources (no published hashes).
 pub fn tree_api_url(base: &str) -> Option<String> {
     let base = base.trim().trim_end_matches('/');
     let (scheme, rest) = base.split_once("://")?;
@@ -125,56 +130,157 @@ pub fn tree_api_url(base: &str) -> Option<String> {
     ))
 }
 
-/// The SHA-256 of each file of a [`tree_api_url`] listing, by repository path. Entries without
-/// `lfs.oid` (small files kept in git, directories) have none; a malformed oid is ignored.
-pub fn parse_tree(listing: &serde_json::Value) -> Result<HashMap<String, String>, String> {
+/// The hash a repository publishes for one file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Expected {
+    /// `lfs.oid`: the SHA-256 (lowercase hex) of an LFS file's content.
+    Sha256(String),
+    /// `oid` of a file kept in git: the SHA-1 (lowercase hex) of `blob {size}\0` + its content.
+    GitBlob { sha1: String, size: u64 },
+}
+
+impl Expected {
+    /// The hash as the repository states it (lowercase hex).
+    pub fn hex(&self) -> &str {
+        match self {
+            Expected::Sha256(h) | Expected::GitBlob { sha1: h, .. } => h,
+        }
+    }
+
+    /// What the hash is, for messages.
+    pub fn algorithm(&self) -> &'static str {
+        match self {
+            Expected::Sha256(_) => "SHA-256",
+            Expected::GitBlob { .. } => "git blob SHA-1",
+        }
+    }
+}
+
+/// The hash of each file of a [`tree_api_url`] listing page, by repository path: `lfs.oid` for
+/// LFS files, the git blob `oid` (with its `size`) for files kept in git. Directories and
+/// malformed entries have none. For an LFS file the git `oid` is that of its pointer, never
+/// its content, so it is not used.
+pub fn parse_tree(listing: &serde_json::Value) -> Result<HashMap<String, Expected>, String> {
     let entries = listing
         .as_array()
         .ok_or("the repository's file listing is not a JSON array")?;
+    let hex = |v: Option<&serde_json::Value>, len: usize| {
+        let h = v?.as_str()?.trim().to_ascii_lowercase();
+        (h.len() == len && h.chars().all(|c| c.is_ascii_hexdigit())).then_some(h)
+    };
     let mut out = HashMap::new();
     for entry in entries {
-        let (Some(path), Some(oid)) = (
-            entry.get("path").and_then(|p| p.as_str()),
-            entry
-                .get("lfs")
-                .and_then(|l| l.get("oid"))
-                .and_then(|o| o.as_str()),
-        ) else {
+        let Some(path) = entry.get("path").and_then(|p| p.as_str()) else {
             continue;
         };
-        let oid = oid.trim().to_ascii_lowercase();
-        if oid.len() == 64 && oid.chars().all(|c| c.is_ascii_hexdigit()) {
-            out.insert(path.trim_start_matches('/').to_owned(), oid);
+        if entry.get("type").and_then(|t| t.as_str()) != Some("file") {
+            continue;
+        }
+        let expected = match entry.get("lfs") {
+            Some(lfs) => hex(lfs.get("oid"), 64).map(Expected::Sha256),
+            None => match (
+                hex(entry.get("oid"), 40),
+                entry.get("size").and_then(|s| s.as_u64()),
+            ) {
+                (Some(sha1), Some(size)) => Some(Expected::GitBlob { sha1, size }),
+                _ => None,
+            },
+        };
+        if let Some(expected) = expected {
+            out.insert(path.trim_start_matches('/').to_owned(), expected);
         }
     }
     Ok(out)
 }
 
-/// SHA-256 over a file's bytes as they stream in (never the whole file at once).
-#[derive(Clone, Default)]
-pub struct FileHasher(Sha256);
+/// The next page of a listing: the `rel="next"` target of the response's `Link` header (RFC
+/// 8288, as the Hub paginates long trees), resolved against `current`'s origin when relative.
+pub fn next_page(link_header: &str, current: &str) -> Option<String> {
+    for link in link_header.split(',') {
+        let (target, params) = link.trim().split_once(';')?;
+        let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
+        let next = params.split(';').any(|p| {
+            let p = p.trim();
+            p.split_once('=').is_some_and(|(k, v)| {
+                k.trim().eq_ignore_ascii_case("rel")
+                    && v.trim()
+                        .trim_matches('"')
+                        .split_ascii_whitespace()
+                        .any(|r| r.eq_ignore_ascii_case("next"))
+            })
+        });
+        if !next || target.is_empty() {
+            continue;
+        }
+        if target.starts_with("https://") || target.starts_with("http://") {
+            return Some(target.to_owned());
+        }
+        if target.starts_with('/') && !target.starts_with("//") {
+            let (scheme, rest) = current.split_once("://")?;
+            let host = rest.split('/').next()?;
+            return Some(format!("{scheme}://{host}{target}"));
+        }
+    }
+    None
+}
+
+/// A file's hashes over its bytes as they stream in (never the whole file at once): always its
+/// SHA-256, and the git blob SHA-1 when that is what the repository publishes.
+#[derive(Clone)]
+pub struct FileHasher {
+    sha256: Sha256,
+    git: Option<Sha1>,
+}
 
 impl FileHasher {
-    pub fn update(&mut self, bytes: &[u8]) {
-        self.0.update(bytes);
+    /// A hasher for a file the repository describes as `expected`.
+    pub fn new(expected: &Expected) -> Self {
+        let git = match expected {
+            Expected::GitBlob { size, .. } => {
+                let mut h = Sha1::new();
+                h.update(format!("blob {size}\0").as_bytes());
+                Some(h)
+            }
+            Expected::Sha256(_) => None,
+        };
+        Self {
+            sha256: Sha256::new(),
+            git,
+        }
     }
 
-    /// Lowercase hex.
-    pub fn finish(self) -> String {
-        self.0
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.sha256.update(bytes);
+        if let Some(git) = &mut self.git {
+            git.update(bytes);
+        }
+    }
+
+    /// Checks the bytes against `expected`: `Ok(SHA-256)` when they match, `Err(the hash
+    /// they have, in `expected`'s kind)` when not (all lowercase hex).
+    pub fn verify(self, expected: &Expected) -> Result<String, String> {
+        let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+        let sha256 = hex(&self.sha256.finalize());
+        let actual = match (expected, self.git) {
+            (Expected::GitBlob { .. }, Some(git)) => hex(&git.finalize()),
+            _ => sha256.clone(),
+        };
+        if actual == expected.hex() {
+            Ok(sha256)
+        } else {
+            Err(actual)
+        }
     }
 }
 
 /// The error for a file whose content does not hash to what the repository says.
-pub fn hash_mismatch(url: &str, expected: &str, actual: &str) -> LoadError {
+pub fn hash_mismatch(url: &str, expected: &Expected, actual: &str) -> LoadError {
     LoadError::new(
         ModelErrorKind::LoadFailed,
         format!(
-            "{url} is damaged or was changed on the way: its SHA-256 is {actual}, but the repository says {expected}. The file was deleted from the cache; send the message again to download it again (if this repeats, the server or mirror serves a wrong file)."
+            "{url} is damaged or was changed on the way: its {} is {actual}, but the repository says {}. The file was deleted from the cache; send the message again to download it again (if this repeats, the server or mirror serves a wrong file).",
+            expected.algorithm(),
+            expected.hex()
         ),
     )
 }
@@ -434,45 +540,111 @@ mod tests {
     }
 
     #[test]
-    fn listing_gives_the_lfs_sha256_of_each_file() {
+    fn listing_gives_the_lfs_sha256_or_git_blob_sha1_of_each_file() {
         let sha = "A".repeat(64);
         let listing = serde_json::json!([
-            {"type": "file", "path": "config.json", "size": 10, "oid": "0123456789abcdef0123456789abcdef01234567"},
-            {"type": "directory", "path": "onnx", "size": 0, "oid": "x"},
-            {"type": "file", "path": "onnx/model_q4.onnx_data", "size": 5, "oid": "y",
+            {"type": "file", "path": "config.json", "size": 10, "oid": "0123456789ABCDEF0123456789abcdef01234567"},
+            {"type": "directory", "path": "onnx", "size": 0, "oid": "0000000000000000000000000000000000000000"},
+            {"type": "file", "path": "onnx/model_q4.onnx_data", "size": 5, "oid": "1111111111111111111111111111111111111111",
              "lfs": {"oid": sha, "size": 5, "pointerSize": 134}},
-            {"type": "file", "path": "onnx/bad.onnx", "size": 5, "oid": "z", "lfs": {"oid": "not-hex"}},
+            {"type": "file", "path": "onnx/bad.onnx", "size": 5, "oid": "2222222222222222222222222222222222222222", "lfs": {"oid": "not-hex"}},
+            {"type": "file", "path": "short.txt", "size": 3, "oid": "abc"},
+            {"type": "file", "path": "nosize.txt", "oid": "3333333333333333333333333333333333333333"},
         ]);
         let hashes = parse_tree(&listing).unwrap();
-        assert_eq!(hashes.len(), 1);
-        assert_eq!(hashes["onnx/model_q4.onnx_data"], "a".repeat(64));
+        assert_eq!(hashes.len(), 2, "{hashes:?}");
+        assert_eq!(
+            hashes["onnx/model_q4.onnx_data"],
+            Expected::Sha256("a".repeat(64))
+        );
+        // An LFS file with a malformed lfs.oid does not fall back to its pointer's git oid.
+        assert!(!hashes.contains_key("onnx/bad.onnx"));
+        assert_eq!(
+            hashes["config.json"],
+            Expected::GitBlob {
+                sha1: "0123456789abcdef0123456789abcdef01234567".into(),
+                size: 10
+            }
+        );
         assert!(parse_tree(&serde_json::json!({"error": "Repository not found"})).is_err());
     }
 
     #[test]
-    fn hashing_in_chunks_is_sha256_of_the_whole() {
+    fn listing_pages_follow_the_link_header() {
+        let here = "https://hf.co/api/models/o/r/tree/main?recursive=true";
+        assert_eq!(
+            next_page(
+                r#"<https://hf.co/api/models/o/r/tree/main?recursive=true&cursor=abc>; rel="next""#,
+                here
+            )
+            .as_deref(),
+            Some("https://hf.co/api/models/o/r/tree/main?recursive=true&cursor=abc")
+        );
+        assert_eq!(
+            next_page(
+                r#"</api/x?cursor=1>; rel="prev", </api/x?cursor=2>; rel=next"#,
+                here
+            )
+            .as_deref(),
+            Some("https://hf.co/api/x?cursor=2")
+        );
+        assert_eq!(next_page(r#"</api/x?cursor=1>; rel="prev""#, here), None);
+        assert_eq!(next_page("", here), None);
+        assert_eq!(next_page("garbage", here), None);
+        assert_eq!(next_page(r#"<//evil.example/x>; rel="next""#, here), None);
+    }
+
+    #[test]
+    fn hashing_in_chunks_is_the_hash_of_the_whole() {
         let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
-        let mut whole = FileHasher::default();
-        whole.update(&data);
-        let mut chunked = FileHasher::default();
+        let sha = |d: &[u8]| {
+            let mut h = FileHasher::new(&Expected::Sha256(String::new()));
+            h.update(d);
+            h.verify(&Expected::Sha256(String::new())).unwrap_err()
+        };
+        let whole = sha(&data);
+        let mut chunked = FileHasher::new(&Expected::Sha256(whole.clone()));
         for chunk in data.chunks(4093) {
             chunked.update(chunk);
         }
-        assert_eq!(whole.finish(), chunked.finish());
-        // Known answer: SHA-256("abc").
-        let mut abc = FileHasher::default();
-        abc.update(b"abc");
+        assert_eq!(chunked.verify(&Expected::Sha256(whole.clone())), Ok(whole));
+        // Known answers: SHA-256("abc"), and git's blob id of "hello\n" (`git hash-object`).
         assert_eq!(
-            abc.finish(),
+            sha(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
-        let e = hash_mismatch("http://x/f", "aa", "bb");
+        let blob = Expected::GitBlob {
+            sha1: "ce013625030ba8dba906f756967f9e9ca394464a".into(),
+            size: 6,
+        };
+        let mut git = FileHasher::new(&blob);
+        git.update(b"hel");
+        git.update(b"lo\n");
+        assert_eq!(git.verify(&blob), Ok(sha(b"hello\n")));
+        let mut changed = FileHasher::new(&blob);
+        changed.update(b"hellO\n");
+        let actual = changed.verify(&blob).unwrap_err();
+        assert_eq!(actual.len(), 40);
+        let e = hash_mismatch("http://x/f", &blob, &actual);
         assert!(
             e.message.contains("deleted from the cache"),
             "{}",
             e.message
         );
-        assert!(e.message.contains("SHA-256 is bb"), "{}", e.message);
+        assert!(
+            e.message.contains(&format!(
+                "git blob SHA-1 is {actual}, but the repository says ce01"
+            )),
+            "{}",
+            e.message
+        );
+        let e = hash_mismatch("http://x/f", &Expected::Sha256("aa".into()), "bb");
+        assert!(
+            e.message
+                .contains("SHA-256 is bb, but the repository says aa"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -46,7 +46,7 @@ pub struct Loaded {
     repo: String,
     /// The adapter, as WebGPU describes it (`google swiftshader`).
     adapter: String,
-    /// Files without a published SHA-256 (checked by size only).
+    /// Files without a published hash (checked by size only).
     unverified: Vec<String>,
     backend: Rc<QueuedBackend>,
 }
@@ -341,7 +341,7 @@ async fn load_inner(repo: &str, model_size: &str) -> Result<Rc<Loaded>, LoadErro
     let unverified = cache.unverified();
     if !unverified.is_empty() {
         log::warn(&format!(
-            "{repo} publishes no SHA-256 for {}: checked by size only",
+            "{repo} publishes no hash for {}: checked by size only",
             unverified.join(", ")
         ));
     }
