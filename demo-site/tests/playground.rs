@@ -145,9 +145,19 @@ async fn live_widget_runs_a_whole_scripted_turn() {
         5_000,
     )
     .await;
-    wait_for(&root, "[data-testid=gg-approve-once]", 5_000)
+    // The approval buttons arm only once the card has been fully visible for a moment (as a
+    // user would see it): bring it into view, wait for it to arm, then approve.
+    wait_for(&root, "[data-testid=gg-approval]", 5_000)
         .await
-        .click();
+        .scroll_into_view();
+    wait_for(&root, "[data-testid=gg-approval][data-arming=armed]", 5_000).await;
+    wait_for(
+        &root,
+        "[data-testid=gg-approve-once]:not([disabled])",
+        1_000,
+    )
+    .await
+    .click();
     wait_for(
         &root,
         "[data-testid=gg-tool-step][data-tool=run_javascript][data-state=done]",
