@@ -48,6 +48,9 @@ pub enum Error {
         #[source]
         source: prost::DecodeError,
     },
+    /// A tuning variable (`GG_*`, [`crate::Tuning::from_env`]) has a value it cannot take.
+    #[error("bad tuning variable {0}")]
+    Tuning(String),
     /// The model is structurally invalid.
     #[error("invalid model: {0}")]
     Invalid(String),

@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::tensor::DType;
+use crate::tuning::Tuning;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -33,44 +34,6 @@ fn describe(a: &wgpu::Adapter) -> String {
         i.device_type,
         f.contains(wgpu::Features::SHADER_F16)
     )
-}
-
-/// A CPU adapter: the device type says so (natively; in the browser, `isFallbackAdapter`), or
-/// its name is one of the software rasterizers (browsers may not flag them as fallback).
-fn is_software(i: &wgpu::AdapterInfo) -> bool {
-    let name = i.name.to_lowercase();
-    i.device_type == wgpu::DeviceType::Cpu
-        || [
-            "swiftshader",
-            "llvmpipe",
-            "lavapipe",
-            "microsoft basic render",
-        ]
-        .iter()
-        .any(|s| name.contains(s))
-}
-
-/// See [`Gpu::wide_weight_loads`].
-fn wide_weight_loads(i: &wgpu::AdapterInfo) -> bool {
-    #[cfg(not(target_arch = "wasm32"))]
-    if let Ok(v) = std::env::var("GG_GEMV_WIDE") {
-        return v.trim() != "0";
-    }
-    // Software adapters: only Mesa's llvmpipe / lavapipe is known to gain. In the browser the
-    // adapter's name (its description) is often empty, so SwiftShader is recognised there as
-    // the fallback adapter, with any other CPU adapter.
-    !is_software(i) || is_mesa_cpu(i)
-}
-
-/// Mesa's CPU driver (llvmpipe, lavapipe under Vulkan).
-fn is_mesa_cpu(i: &wgpu::AdapterInfo) -> bool {
-    let name = i.name.to_lowercase();
-    name.contains("llvmpipe") || name.contains("lavapipe")
-}
-
-/// See [`Gpu::submits_overlap`].
-fn submits_overlap(i: &wgpu::AdapterInfo) -> bool {
-    !is_mesa_cpu(i)
 }
 
 /// Work counters (monotonic; take differences around a run).
@@ -143,7 +106,7 @@ pub struct Gpu {
     /// Whether the adapter offers `shader-f16` (not required: f16 is unpacked in f32).
     pub has_shader_f16: bool,
     /// Whether the device was opened with subgroup operations: the adapter offers them and
-    /// `GG_SUBGROUPS=0` did not turn them off. Workgroup reductions then add up within each
+    /// [`Tuning::subgroups`] did not turn them off. Workgroup reductions then add up within each
     /// subgroup in registers and pass one value per subgroup through workgroup memory
     /// ([`Kernel::wg_reduce`]). Native only: wgpu's WebGPU backend does not map the browser's
     /// `subgroups` feature yet, so in the browser this is always false. Setting it to false on
@@ -153,26 +116,12 @@ pub struct Gpu {
     /// `subgroups`): kernels that need a group of lanes inside one subgroup check it against
     /// the minimum, and that their workgroups are whole subgroups against the maximum.
     pub subgroup_sizes: (u32, u32),
-    /// Whether the adapter is a software rasterizer running kernels on the CPU (WebGPU's
-    /// fallback adapter, SwiftShader, llvmpipe/lavapipe, WARP): invocations run one after
-    /// another there, so kernels that split a dot product across invocations (and pay
-    /// workgroup barriers to add it up) give each invocation whole dot products instead.
-    pub software: bool,
-    /// Whether kernels read quantized weights 16 bytes per load (`array<vec4<u32>>` bindings,
-    /// [`Kernel::input_wide`]) where they can. True on GPUs and on llvmpipe / lavapipe, false on
-    /// other software adapters (SwiftShader, the browser's fallback adapter): SwiftShader runs a
-    /// vec4 load per invocation as four gathers and then spills, and its fused GEMVs take twice
-    /// as long (E2B-shaped q4f16 decode 0.6 -> 0.3 tok/s), while lavapipe gains (after 1024
-    /// tokens: 2.3 / 2.2 -> 2.6 / 2.6 tok/s) and GPUs read whole 16-byte blocks per lane.
-    /// Natively `GG_GEMV_WIDE=0` or `1` overrides it; setting it on an open device is safe
-    /// (tests do, to run both forms).
-    pub wide_weight_loads: bool,
-    /// Whether a submit returns while the GPU still runs the one before, so that the host can
-    /// record the next step meanwhile (the generator's run-ahead). False natively on
-    /// llvmpipe / lavapipe, whose submit waits for the submit before it: running a step ahead
-    /// cannot overlap there and measured 9% slower (E2B-shaped decode 3.4-3.7 vs 4.0-4.1
-    /// tok/s). True elsewhere: GPUs, SwiftShader (measured not to block), browsers.
-    pub submits_overlap: bool,
+    /// The knobs the device was opened with ([`Gpu::with_tuning`]): which kernels the ops and
+    /// the fusion pass choose (software forms, wide weight loads, the fused GEMV's shape), the
+    /// generator's run-ahead, and whether sessions fuse by default. Setting a field on an open
+    /// device is safe (tests do, to run every form on one adapter); `subgroups` and
+    /// `max_storage_buffers` only take effect when a device is opened.
+    pub tuning: Tuning,
     /// Weights larger than this many bytes are split by rows across buffers (defaults to the
     /// adapter's `max_storage_buffer_binding_size`; lower it to test or to save address space).
     pub max_weight_part: u64,
@@ -204,9 +153,23 @@ impl std::fmt::Debug for Gpu {
 }
 
 impl Gpu {
-    /// Opens a device on the first adapter whose description contains `adapter` (case-insensitive),
-    /// or the default adapter when `None`. Environment: `WGPU_BACKEND` etc. are honoured natively.
+    /// [`Gpu::with_tuning`] with the tuning of the platform: natively [`Tuning::from_env`] (the
+    /// `GG_*` variables over the adapter's defaults), in the browser [`Tuning::for_adapter`].
     pub async fn new(adapter: Option<&str>) -> Result<Self> {
+        #[cfg(not(target_arch = "wasm32"))]
+        return Self::with_tuning(adapter, Tuning::from_env).await;
+        #[cfg(target_arch = "wasm32")]
+        Self::with_tuning(adapter, |a| Ok(Tuning::for_adapter(a))).await
+    }
+
+    /// Opens a device on the first adapter whose description contains `adapter` (case-insensitive),
+    /// or the default adapter when `None`, with the knobs `tuning` chooses for that adapter (e.g.
+    /// [`Tuning::for_adapter`], or a test's variation of it). Environment: `WGPU_BACKEND` etc.
+    /// are honoured natively.
+    pub async fn with_tuning(
+        adapter: Option<&str>,
+        tuning: impl FnOnce(&wgpu::AdapterInfo) -> Result<Tuning>,
+    ) -> Result<Self> {
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let chosen = match adapter {
@@ -236,21 +199,17 @@ impl Gpu {
                 .await
                 .map_err(|e| Error::Gpu(format!("no GPU adapter: {e}")))?,
         };
-        Self::from_adapter(&chosen).await
+        let tuning = tuning(&chosen.get_info())?;
+        Self::from_adapter(&chosen, tuning).await
     }
 
-    /// Opens a device on a given adapter, requesting its real limits. Natively,
-    /// `GG_MAX_STORAGE_BUFFERS=N` makes the runtime plan for at most N storage buffers per
-    /// kernel (to reproduce a browser adapter's choices; WebGPU's default is 8, Chrome's
-    /// SwiftShader offers 10).
-    pub async fn from_adapter(adapter: &wgpu::Adapter) -> Result<Self> {
+    /// Opens a device on a given adapter with `tuning`, requesting its real limits (at most
+    /// [`Tuning::max_storage_buffers`] storage buffers per kernel where set: the runtime plans for
+    /// those).
+    pub async fn from_adapter(adapter: &wgpu::Adapter, tuning: Tuning) -> Result<Self> {
         let limits = adapter.limits();
         let has_shader_f16 = adapter.features().contains(wgpu::Features::SHADER_F16);
-        #[cfg(not(target_arch = "wasm32"))]
-        let want_subgroups = !matches!(std::env::var("GG_SUBGROUPS").as_deref(), Ok("0"));
-        #[cfg(target_arch = "wasm32")]
-        let want_subgroups = true;
-        let subgroups = want_subgroups && adapter.features().contains(wgpu::Features::SUBGROUP);
+        let subgroups = tuning.subgroups && adapter.features().contains(wgpu::Features::SUBGROUP);
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("gg-runtime"),
@@ -264,13 +223,9 @@ impl Gpu {
             })
             .await
             .map_err(|e| Error::Gpu(format!("request_device: {e}")))?;
-        #[cfg(not(target_arch = "wasm32"))]
         let limits = {
             let mut l = limits;
-            if let Some(n) = std::env::var("GG_MAX_STORAGE_BUFFERS")
-                .ok()
-                .and_then(|v| v.parse::<u32>().ok())
-            {
+            if let Some(n) = tuning.max_storage_buffers {
                 l.max_storage_buffers_per_shader_stage =
                     l.max_storage_buffers_per_shader_stage.min(n);
             }
@@ -292,9 +247,7 @@ impl Gpu {
             device,
             queue,
             adapter: describe(adapter),
-            software: is_software(&adapter.get_info()),
-            wide_weight_loads: wide_weight_loads(&adapter.get_info()),
-            submits_overlap: submits_overlap(&adapter.get_info()),
+            tuning,
             limits,
             has_shader_f16,
             subgroups,

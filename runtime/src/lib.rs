@@ -15,9 +15,11 @@ pub mod proto;
 pub mod session;
 pub mod source;
 pub mod tensor;
+pub mod tuning;
 
 pub use error::{Error, Result};
 pub use exec::{GpuTensor, Value};
 pub use gpu::Gpu;
 pub use session::{OpProfile, Session, SessionOptions};
 pub use tensor::{DType, HostTensor};
+pub use tuning::Tuning;

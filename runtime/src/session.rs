@@ -47,19 +47,24 @@ pub struct Session {
     profile: RefCell<Option<BTreeMap<String, OpProfile>>>,
 }
 
-/// Load-time options.
+/// Load-time options. The loaders that take none ([`Session::load`], [`Session::from_graph`],
+/// ...) use their GPU's: `SessionOptions::from(&gpu.tuning)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionOptions {
-    /// Run the graph fusion pass ([`crate::fuse`]). Default: on, unless the environment variable
-    /// `GG_NO_FUSE` is set (natively).
+    /// Run the graph fusion pass ([`crate::fuse`]). Default: on
+    /// ([`Tuning::fuse`](crate::Tuning::fuse): natively, off with `GG_NO_FUSE`).
     pub fuse: bool,
 }
 
 impl Default for SessionOptions {
     fn default() -> Self {
-        Self {
-            fuse: std::env::var_os("GG_NO_FUSE").is_none(),
-        }
+        Self { fuse: true }
+    }
+}
+
+impl From<&crate::Tuning> for SessionOptions {
+    fn from(t: &crate::Tuning) -> Self {
+        Self { fuse: t.fuse }
     }
 }
 
@@ -149,9 +154,10 @@ impl Session {
         Self::load(gpu, &src, name).await
     }
 
-    /// Builds ops, plans execution and streams the weights.
+    /// Builds ops, plans execution and streams the weights, with the options of `gpu`'s tuning.
     pub async fn from_graph(gpu: Rc<Gpu>, graph: Graph, source: &dyn DataSource) -> Result<Self> {
-        Self::from_graph_with(gpu, graph, source, SessionOptions::default()).await
+        let options = SessionOptions::from(&gpu.tuning);
+        Self::from_graph_with(gpu, graph, source, options).await
     }
 
     /// [`Session::from_graph`] with explicit options.

@@ -416,7 +416,7 @@ fn f16_prefill_gemm_on(gpu: &Rc<Gpu>) {
 fn prompt_attention_takes_long_prompts_in_row_chunks() {
     let gpu = |scratch: Option<u64>| {
         let mut g = pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)");
-        g.software = true;
+        g.tuning.software = true;
         if let Some(b) = scratch {
             g.attention_scratch = b;
         }

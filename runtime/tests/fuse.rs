@@ -9,7 +9,7 @@ use common::attr_i;
 use gg_runtime::model::{Graph, InitData, Initializer, Node, ValueInfo};
 use gg_runtime::proto;
 use gg_runtime::source::MemorySource;
-use gg_runtime::{DType, Gpu, HostTensor, Session, SessionOptions, Value};
+use gg_runtime::{DType, Gpu, HostTensor, Session, SessionOptions, Tuning, Value};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -778,10 +778,17 @@ fn wide_outputs_take_several_columns_per_invocation() {
 }
 
 fn wide_outputs_on(software: bool, wide: bool) {
-    let mut g = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
-    g.software = software;
-    g.wide_weight_loads = wide;
-    let gpu = Rc::new(g);
+    let tuned = || {
+        pollster::block_on(Gpu::with_tuning(None, |a| {
+            Ok(Tuning {
+                software,
+                wide_weight_loads: wide,
+                ..Tuning::from_env(a)?
+            })
+        }))
+        .expect("a GPU adapter")
+    };
+    let gpu = Rc::new(tuned());
     // (GPUs: 8 columns a workgroup, REPS exceeds 1 from 8192 columns. Software adapters: 64
     // columns a workgroup, REPS 2 from 512 columns, 4 from 1024, 8 from 1536.)
     let lms: &[usize] = if software {
@@ -806,9 +813,7 @@ fn wide_outputs_on(software: bool, wide: bool) {
     );
     assert_close(&run(&fused, 1), &run(&plain, 1));
     // 5000 rows of 48 bytes per part: the vocabulary in parts of 5000, 5000, 2300.
-    let mut small = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
-    small.software = software;
-    small.wide_weight_loads = wide;
+    let mut small = tuned();
     small.max_weight_part = 48 * 5000;
     let small = Rc::new(small);
     let fused = session(&small, heads_w(&[], 0.5, 12300), true);

@@ -114,7 +114,8 @@ pub async fn load(base_url: String, dtype: String) -> Result<BenchModel, JsValue
         "" => None,
         d => Some(d.parse::<Dtype>().map_err(js_err)?),
     };
-    let gpu = Rc::new(gg_runtime::Gpu::new(None).await.map_err(js_err)?);
+    let gpu = gg_runtime::Gpu::with_tuning(None, |a| Ok(gg_runtime::Tuning::for_adapter(a)));
+    let gpu = Rc::new(gpu.await.map_err(js_err)?);
     let base = if base_url.ends_with('/') {
         base_url
     } else {

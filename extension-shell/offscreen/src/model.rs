@@ -329,7 +329,7 @@ async fn load_inner(repo: &str, model_size: &str) -> Result<Rc<Loaded>, LoadErro
     // run). Software adapters compile slowly (SwiftShader: 14 s for the E2B-shaped model's 58
     // pipelines) and their answers take minutes anyway: there each kernel is compiled when
     // first used, and only those.
-    if !model.gpu.software {
+    if !model.gpu.tuning.software {
         stage("compiling the GPU kernels");
         model.warm_up().await.map_err(|e| {
             LoadError::new(
@@ -387,7 +387,9 @@ async fn open_gpu() -> Result<(gg_runtime::Gpu, String), LoadError> {
     if let Some(error) = probe.error {
         return Err(unavailable(error));
     }
-    let gpu = gg_runtime::Gpu::new(None).await.map_err(|e| {
+    let gpu = gg_runtime::Gpu::with_tuning(None, |a| Ok(gg_runtime::Tuning::for_adapter(a)))
+        .await
+        .map_err(|e| {
         unavailable(format!(
             "Could not open the GPU for the model ({e}). Check chrome://gpu: WebGPU must be hardware accelerated."
         ))

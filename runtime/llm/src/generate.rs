@@ -205,7 +205,7 @@ impl<'m> Generator<'m> {
             launched: 0,
             pending: prompt.to_vec(),
             in_flight: None,
-            run_ahead: model.gpu.submits_overlap,
+            run_ahead: model.gpu.tuning.submits_overlap,
             stats: GenerationStats {
                 prefill_tokens: prompt.len(),
                 ..GenerationStats::default()
@@ -215,7 +215,7 @@ impl<'m> Generator<'m> {
     }
 
     /// Whether [`Generator::next_token`] runs the next step ahead (by default where the GPU's
-    /// submits overlap, [`gg_runtime::Gpu::submits_overlap`]; off, every step is recorded after
+    /// submits overlap, [`gg_runtime::tuning::Tuning::submits_overlap`]; off, every step is recorded after
     /// the id before it is read back, as [`Generator::last_token`] does). The tokens are the same
     /// either way.
     pub fn run_ahead(mut self, on: bool) -> Self {

@@ -14,8 +14,8 @@ mod reference;
 
 use futures::future::LocalBoxFuture;
 use gg_llm::{Dtype, GemmaModel, Generator, LoadOptions, ModelRepo, Sampling};
-use gg_runtime::Gpu;
 use gg_runtime::source::ByteStream;
+use gg_runtime::{Gpu, Tuning};
 use reference::{Q4F16_LOGIT_TOL, argmax, ids, margins, max_abs_diff};
 use serde_json::Value;
 use std::rc::Rc;
@@ -280,18 +280,22 @@ async fn greedy_tokens_equal_onnx_runtime_in_the_browser() {
     );
     // The browser's software adapter (SwiftShader: the fallback adapter, its name often empty)
     // reads the weights a word per load, which is twice as fast there.
-    if gpu.software {
-        assert!(!gpu.wide_weight_loads, "{}", gpu.adapter);
+    if gpu.tuning.software {
+        assert!(!gpu.tuning.wide_weight_loads, "{}", gpu.adapter);
     }
     greedy_matches(&gpu, "gemma4-tiny", TINY, TINY_REFERENCE).await;
     greedy_matches(&gpu, "gemma4-tiny-e4b", TINY_E4B, TINY_E4B_REFERENCE).await;
     // The kernels a real GPU gets in the browser (8 threads per GEMV column, weights read 16
     // bytes per load), compiled by the browser's own WGSL compiler even on a software adapter.
-    let mut as_gpu = Gpu::new(None)
-        .await
-        .expect("a WebGPU adapter (see webdriver.json)");
-    as_gpu.software = false;
-    as_gpu.wide_weight_loads = true;
+    let as_gpu = Gpu::with_tuning(None, |a| {
+        Ok(Tuning {
+            software: false,
+            wide_weight_loads: true,
+            ..Tuning::for_adapter(a)
+        })
+    })
+    .await
+    .expect("a WebGPU adapter (see webdriver.json)");
     greedy_matches(&Rc::new(as_gpu), "gemma4-tiny", TINY, TINY_REFERENCE).await;
 }
 

@@ -208,7 +208,7 @@ fn stop_ids_max_tokens_and_cancellation() {
     // With and without run-ahead (the stream uses the generator's default for the adapter).
     for overlap in [false, true] {
         let mut gpu = pollster::block_on(Gpu::new(None)).expect("a GPU adapter");
-        gpu.submits_overlap = overlap;
+        gpu.tuning.submits_overlap = overlap;
         stop_rules(&Rc::new(gpu));
     }
 }
@@ -264,7 +264,7 @@ fn stop_rules(gpu: &Rc<Gpu>) {
     // Cancellation is answered before the next step: no decoder run is recorded after the
     // cancel. Where the generator runs ahead, the step after the third token was already running
     // when that token was returned.
-    let ahead = usize::from(gpu.submits_overlap);
+    let ahead = usize::from(gpu.tuning.submits_overlap);
     let token = CancellationToken::new();
     let (got, reason, steps) = run(
         TextOptions {
@@ -499,7 +499,7 @@ fn warm_up_compiles_what_generations_need() {
     // with their own row buckets), which is where the extension warms up.
     for hardware in [false, true] {
         let mut g = pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe in CI)");
-        g.software &= !hardware;
+        g.tuning.software &= !hardware;
         warm_up_covers(Rc::new(g));
     }
 }
@@ -544,7 +544,7 @@ fn warm_up_covers(gpu: Rc<Gpu>) {
             gpu.counters.snapshot().pipelines_compiled,
             warmed.pipelines_compiled,
             "a prompt of {n} tokens compiled kernels after the warm-up (software: {})",
-            gpu.software
+            gpu.tuning.software
         );
     }
     // What the warm-up recorded and dropped (its uploads still reach the GPU with the next

@@ -128,17 +128,14 @@ pub struct Limits {
     pub max_binding: u64,
     /// Storage offset alignment: where each packed weight starts.
     pub align: u64,
-    /// Threads per output column of the fused GEMV (a divisor of its 64 threads): 8 on GPUs
-    /// (the lanes read consecutive quant blocks, then add up), 1 on software adapters (an
-    /// invocation per column: no cross-lane sum, and 64 columns share each workgroup's
-    /// prologue).
+    /// Threads per output column of the fused GEMV (a divisor of its 64 threads; see
+    /// [`Tuning::gemv_tpc`](field@crate::tuning::Tuning::gemv_tpc)).
     pub gemv_tpc: u32,
     /// Workgroups the fused GEMV leaves at least when it gives each invocation several columns
-    /// (REPS, up to 8): 512 on GPUs, to keep them busy; 4 on software adapters, where a few
-    /// cores run the workgroups one after another and each extra column shares every load of
-    /// the row (E2B-shaped q4f16 decode on SwiftShader: 0.35 -> 0.55 tok/s).
+    /// (see [`Tuning::gemv_min_workgroups`](field@crate::tuning::Tuning::gemv_min_workgroups)).
     pub gemv_min_workgroups: u32,
-    /// The fused GEMV reads the weight bits 16 bytes per load ([`Gpu::wide_weight_loads`]).
+    /// The fused GEMV reads the weight bits 16 bytes per load
+    /// ([`Tuning::wide_weight_loads`](crate::tuning::Tuning::wide_weight_loads)).
     pub gemv_wide: bool,
 }
 
@@ -151,36 +148,15 @@ impl Limits {
             workgroup_bytes: gpu.limits.max_compute_workgroup_storage_size,
             max_binding: gpu.max_weight_part,
             align: u64::from(gpu.limits.min_storage_buffer_offset_alignment).max(4),
-            gemv_tpc: gemv_tpc(gpu),
-            gemv_min_workgroups: env_u32("GG_GEMV_MIN_WG")
-                .filter(|&w| w > 0)
-                .unwrap_or(if gpu.software { 4 } else { 512 }),
-            gemv_wide: gpu.wide_weight_loads,
+            gemv_tpc: gpu.tuning.gemv_tpc(),
+            gemv_min_workgroups: gpu.tuning.gemv_min_workgroups(),
+            gemv_wide: gpu.tuning.wide_weight_loads,
         }
     }
 }
 
-/// A natively set tuning variable (`GG_GEMV_TPC`, `GG_GEMV_MIN_WG`); never in the browser.
-fn env_u32(name: &str) -> Option<u32> {
-    #[cfg(not(target_arch = "wasm32"))]
-    return std::env::var(name).ok().and_then(|v| v.parse::<u32>().ok());
-    #[cfg(target_arch = "wasm32")]
-    {
-        let _ = name;
-        None
-    }
-}
-
 /// Threads per workgroup of the fused GEMV.
-pub(super) const WG: u32 = 64;
-
-/// Threads per column of the fused GEMV on `gpu` (see [`Limits::gemv_tpc`]); natively
-/// `GG_GEMV_TPC` (1, 2, 4, 8 .. 64) overrides it, for comparing both on one adapter.
-pub(super) fn gemv_tpc(gpu: &Gpu) -> u32 {
-    env_u32("GG_GEMV_TPC")
-        .filter(|t| t.is_power_of_two() && *t <= WG)
-        .unwrap_or(if gpu.software { 1 } else { 8 })
-}
+pub(super) const WG: u32 = crate::tuning::GEMV_WG;
 
 /// What the pass returns: the nodes to execute (fused groups replaced by one node each, placed
 /// where the group's last node was), their ops, a description of each fused group, and the

@@ -304,7 +304,7 @@ impl Op for MatMulNBits {
         // Software adapters: the register-block GEMM (R x C per invocation, no workgroup
         // memory) when the weights are 4-bit and words never straddle K or a block.
         let regs = (m > 1
-            && cx.gpu.software
+            && cx.gpu.tuning.software
             && self.bits == 4
             && k.is_multiple_of(8)
             && self.block.is_multiple_of(8))

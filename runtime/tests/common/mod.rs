@@ -25,7 +25,7 @@ pub fn attr_i(name: &str, v: i64) -> gg_runtime::proto::AttributeProto {
 /// lavapipe), so that both forms of the kernels that pick by adapter kind are tested on any
 /// machine.
 pub fn as_hardware(mut gpu: Gpu) -> Gpu {
-    gpu.software = false;
+    gpu.tuning.software = false;
     gpu
 }
 
@@ -42,7 +42,7 @@ pub fn without_subgroups(mut gpu: Gpu) -> Gpu {
 /// adapter), even where the adapter reads them 16 bytes per load (lavapipe, GPUs): both forms of
 /// the fused GEMV are then tested on any machine.
 pub fn without_wide_loads(mut gpu: Gpu) -> Gpu {
-    gpu.wide_weight_loads = false;
+    gpu.tuning.wide_weight_loads = false;
     gpu
 }
 

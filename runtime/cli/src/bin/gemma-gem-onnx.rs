@@ -193,7 +193,10 @@ fn run(
     if !model.exists() {
         anyhow::bail!("{}: no such file", model.display());
     }
-    let gpu = Rc::new(pollster::block_on(Gpu::new(adapter))?);
+    let gpu = Rc::new(pollster::block_on(Gpu::with_tuning(
+        adapter,
+        gg_runtime::Tuning::from_env,
+    ))?);
     eprintln!("adapter: {}", gpu.adapter);
     let session = pollster::block_on(Session::load_file(gpu.clone(), model))?;
     let before = gpu.counters.snapshot();

@@ -76,6 +76,11 @@ struct BenchArgs {
     /// (`GemmaModel::warm_up`), and report its time and pipelines (`warm_up`).
     #[arg(long)]
     warm_up: bool,
+    /// After the measurements, profile one decode step and a prompt (the first --prefill length)
+    /// node by node, waiting for the GPU after every node: dispatches and wall time per kind of
+    /// node, slowest first, and the fused groups, on stderr.
+    #[arg(long)]
+    dispatch_profile: bool,
 }
 
 #[derive(Args)]
@@ -148,7 +153,9 @@ fn main() -> ExitCode {
 
 async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     let repo = ModelRepo::open(&args.model)?;
-    let gpu = Rc::new(gg_runtime::Gpu::new(args.adapter.as_deref()).await?);
+    let gpu = Rc::new(
+        gg_runtime::Gpu::with_tuning(args.adapter.as_deref(), gg_runtime::Tuning::from_env).await?,
+    );
     let model = GemmaModel::load(gpu, &repo, &LoadOptions { dtype: args.dtype }).await?;
     let prompt = match (&args.token_ids, &args.prompt) {
         (Some(ids), _) => ids.clone(),
@@ -249,7 +256,9 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     use serde_json::{Value, json};
     anyhow::ensure!(args.runs > 0, "--runs must be at least 1");
     anyhow::ensure!(args.decode_tokens > 0, "--decode-tokens must be at least 1");
-    let gpu = Rc::new(gg_runtime::Gpu::new(args.adapter.as_deref()).await?);
+    let gpu = Rc::new(
+        gg_runtime::Gpu::with_tuning(args.adapter.as_deref(), gg_runtime::Tuning::from_env).await?,
+    );
     let repo = ModelRepo::open(&args.model)?;
     let t0 = std::time::Instant::now();
     let model = GemmaModel::load(gpu, &repo, &LoadOptions { dtype: args.dtype }).await?;
@@ -343,7 +352,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         }
         decode.push(json!({"context": c, "tokens": args.decode_tokens, "runs": runs}));
     }
-    if std::env::var_os("GG_DISPATCH_PROFILE").is_some() {
+    if args.dispatch_profile {
         let (rows, total) = bench::decode_profile(&model, 8).await?;
         print_profile("one decode step", &rows, total);
         let n = args.prefill.first().copied().unwrap_or(16);
@@ -365,7 +374,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "dtype": model.dtype.name(),
         "load_s": load_s,
         "warm_up": warm_up,
-        "run_ahead": args.run_ahead.choice().unwrap_or(model.gpu.submits_overlap),
+        "run_ahead": args.run_ahead.choice().unwrap_or(model.gpu.tuning.submits_overlap),
         "gpu_memory_after_load": memory(after_load),
         "gpu_memory_peak": memory(peak),
         "prefill": prefill,
@@ -379,7 +388,7 @@ fn round(x: f64) -> f64 {
     (x * 100.0).round() / 100.0
 }
 
-/// Prints a `GG_DISPATCH_PROFILE` table: dispatches and wall time per kind of node, slowest first.
+/// Prints a `--dispatch-profile` table: dispatches and wall time per kind of node, slowest first.
 fn print_profile(what: &str, rows: &[(String, gg_runtime::OpProfile)], total: u64) {
     let ms: u64 = rows.iter().map(|(_, p)| p.micros).sum();
     eprintln!(

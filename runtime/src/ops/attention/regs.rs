@@ -156,7 +156,7 @@ pub(super) fn prompt_attention(
 ) -> Result<bool> {
     let [b, s, h, kvh, d, t_len] = f.dims;
     if !(s > 1
-        && cx.gpu.software
+        && cx.gpu.tuning.software
         && matches!(q, Query::Gqa { rot: None, .. })
         && d.is_multiple_of(2)
         && kvh > 0
