@@ -34,7 +34,9 @@ const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '
  * - `listingPage: n` — the file listing comes in pages of `n` entries, each with the Hub's
  *   `Link: <...&cursor=K>; rel="next"` header to the next (the log entry has the `cursor`);
  * - `unlisted: Set<repository path>` — these files' listing entries carry no hash (no `oid`, no
- *   `lfs`), as a listing that publishes none for them.
+ *   `lfs`), as a listing that publishes none for them;
+ * - `models: { NAME: dir }` — more repositories, served from directories outside
+ *   `tests/fixtures/models` (a generated model under `bench/cache/`), under `NAME` like the others.
  *
  * Models are also served in the Hugging Face layout, as the Hub serves them:
  * `/ORG/NAME/resolve/main/PATH` is `tests/fixtures/models/NAME/PATH` (any ORG), and
@@ -45,7 +47,12 @@ const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '
  */
 export async function startServer(options = {}) {
   const log = [];
-  const opts = { throttle: null, cutOnce: new Set(), corrupt: new Set(), listingPage: 0, unlisted: new Set(), ...options };
+  const opts = { throttle: null, cutOnce: new Set(), corrupt: new Set(), listingPage: 0, unlisted: new Set(), models: {}, ...options };
+  /** The directory of repository `name` and the root it must stay inside. */
+  const repository = (name) => {
+    const extra = Object.hasOwn(opts.models, name) ? path.resolve(opts.models[name]) : null;
+    return extra ? { root: extra, dir: extra } : { root: modelsDir, dir: path.join(modelsDir, path.normalize(name)) };
+  };
   const server = http.createServer((req, res) => {
     const url = new URL(req.url, 'http://x');
     const entry = { method: req.method, path: url.pathname, range: req.headers.range ?? null, status: 0, cut: null };
@@ -55,8 +62,8 @@ export async function startServer(options = {}) {
     const headers = {};
     const tree = /^\/api\/models\/[^/]+\/([^/]+)\/tree\/main\/?$/.exec(rel);
     if (tree) {
-      const dir = path.join(modelsDir, path.normalize(tree[1]));
-      if (!dir.startsWith(modelsDir) || !fs.existsSync(dir)) { entry.status = 404; res.writeHead(404); res.end('{"error":"Repository not found"}'); return; }
+      const { root, dir } = repository(tree[1]);
+      if (!dir.startsWith(root) || !fs.existsSync(dir)) { entry.status = 404; res.writeHead(404); res.end('{"error":"Repository not found"}'); return; }
       let listing = hubListing(dir).map((e) => {
         if (!opts.unlisted.has(e.path)) return e;
         const { oid, lfs, ...rest } = e;
@@ -80,9 +87,14 @@ export async function startServer(options = {}) {
       res.end(JSON.stringify(listing));
       return;
     }
-    const hub = /^\/[^/]+\/([^/]+)\/resolve\/main(\/.*)$/.exec(rel);
-    if (hub) { base = modelsDir; rel = `/${hub[1]}${hub[2]}`; }
-    else if (rel.startsWith('/models/')) { base = modelsDir; rel = rel.slice('/models'.length); }
+    const hub = /^\/[^/]+\/([^/]+)\/resolve\/main(\/.*)$/.exec(rel) ?? /^\/models\/([^/]+)(\/.*)$/.exec(rel);
+    let isModel = false;
+    if (hub) {
+      const { root, dir } = repository(hub[1]);
+      isModel = true;
+      base = root;
+      rel = path.relative(root, dir) ? `/${path.relative(root, dir)}${hub[2]}` : hub[2];
+    }
     else if (rel.startsWith('/strict-csp/')) { rel = rel.slice('/strict-csp'.length); headers['Content-Security-Policy'] = STRICT_CSP; }
     const file = path.join(base, path.normalize(rel));
     if (!file.startsWith(base) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
@@ -109,7 +121,6 @@ export async function startServer(options = {}) {
     entry.status = status;
     res.writeHead(status, headers);
     if (req.method === 'HEAD') { res.end(); return; }
-    const isModel = base === modelsDir;
     const cut = req.method === 'GET' && status === 200 && opts.cutOnce.has(url.pathname);
     const corrupt = opts.corrupt.has(url.pathname);
     if (!cut && !corrupt && !(isModel && opts.throttle)) { fs.createReadStream(file, { start, end }).pipe(res); return; }
@@ -143,6 +154,53 @@ export async function startServer(options = {}) {
   return { url: `http://127.0.0.1:${port}`, log, options: opts, close: () => new Promise((r) => server.close(r)) };
 }
 
+/** Files at least this large are hashed in chunks, and their hashes are kept (see `fileHashes`). */
+const BIG_FILE = 64 << 20;
+const hashMemo = new Map();
+
+/**
+ * The git blob SHA-1 and the SHA-256 of the file at `full`. Large files (a generated full-size
+ * model: several GB, more than one Buffer holds) are read in chunks, and their hashes are kept in
+ * memory and in `HASHES` beside the repository directory (`DIR.hub-hashes.json`), keyed by path,
+ * size and modification time, so that a second listing or a later run does not read them again.
+ */
+function fileHashes(dir, rel) {
+  const full = path.join(dir, rel);
+  const stat = fs.statSync(full);
+  const key = `${rel}:${stat.size}:${Math.floor(stat.mtimeMs)}`;
+  if (stat.size < BIG_FILE) {
+    const data = fs.readFileSync(full);
+    return {
+      blob: crypto.createHash('sha1').update(`blob ${data.length}\0`).update(data).digest('hex'),
+      sha256: crypto.createHash('sha256').update(data).digest('hex'),
+    };
+  }
+  const store = `${dir.replace(/[\\/]+$/, '')}.hub-hashes.json`;
+  if (!hashMemo.has(store)) {
+    let saved = {};
+    try { saved = JSON.parse(fs.readFileSync(store, 'utf8')); } catch { /* none yet, or unreadable: hash again */ }
+    hashMemo.set(store, saved);
+  }
+  const memo = hashMemo.get(store);
+  if (memo[key]) return memo[key];
+  const sha1 = crypto.createHash('sha1').update(`blob ${stat.size}\0`);
+  const sha256 = crypto.createHash('sha256');
+  const buf = Buffer.allocUnsafe(16 << 20);
+  const fd = fs.openSync(full, 'r');
+  try {
+    for (let n; (n = fs.readSync(fd, buf, 0, buf.length, null)) > 0;) {
+      const chunk = buf.subarray(0, n);
+      sha1.update(chunk);
+      sha256.update(chunk);
+    }
+  } finally {
+    fs.closeSync(fd);
+  }
+  memo[key] = { blob: sha1.digest('hex'), sha256: sha256.digest('hex') };
+  fs.writeFileSync(store, JSON.stringify(memo, null, 1));
+  return memo[key];
+}
+
 /** The Hugging Face API's recursive tree listing of a model directory (see `startServer`). */
 export function hubListing(dir) {
   const out = [];
@@ -150,16 +208,16 @@ export function hubListing(dir) {
     for (const name of fs.readdirSync(path.join(dir, sub)).sort()) {
       const rel = sub ? `${sub}/${name}` : name;
       const full = path.join(dir, rel);
-      if (fs.statSync(full).isDirectory()) {
+      const stat = fs.statSync(full);
+      if (stat.isDirectory()) {
         out.push({ type: 'directory', oid: '0'.repeat(40), size: 0, path: rel });
         walk(rel);
         continue;
       }
-      const data = fs.readFileSync(full);
-      const blob = crypto.createHash('sha1').update(`blob ${data.length}\0`).update(data).digest('hex');
-      const entry = { type: 'file', oid: blob, size: data.length, path: rel };
-      if (/\.onnx(_data)?$/.test(name) || data.length >= 50 * 1024) {
-        entry.lfs = { oid: crypto.createHash('sha256').update(data).digest('hex'), size: data.length, pointerSize: 134 };
+      const { blob, sha256 } = fileHashes(dir, rel);
+      const entry = { type: 'file', oid: blob, size: stat.size, path: rel };
+      if (/\.onnx(_data)?$/.test(name) || stat.size >= 50 * 1024) {
+        entry.lfs = { oid: sha256, size: stat.size, pointerSize: 134 };
       }
       out.push(entry);
     }
@@ -205,7 +263,7 @@ export async function launchExtension(extDir) {
   const sw = context.serviceWorkers()[0] ?? (await context.waitForEvent('serviceworker', { timeout: 30000 }));
   const extensionId = new URL(sw.url()).host;
   const close = async () => { await context.close(); fs.rmSync(userDataDir, { recursive: true, force: true }); };
-  return { context, sw, extensionId, close };
+  return { context, sw, extensionId, userDataDir, close };
 }
 
 /** Polls `fn` until it returns a truthy value or `timeout` ms pass. */
