@@ -140,11 +140,9 @@ describe('pages of 100,000 elements and deep shadow/iframe trees', () => {
     const html = await withLongestTask(page, () => t.ok(tabId, 'read_page_content', { format: 'html', max_chars: 4000 }), t, tabId);
     const htmlMs = Date.now() - started;
     assert.ok(htmlMs < 15000, `read (html) took ${htmlMs} ms`);
-    // Known gap, issue 28: the first html read of this page (4-7 s of slices of 14-25 ms) now and
-    // then has one task of 57-72 ms, ~34 ms of it V8's incremental marking of the page's 100k DOM
-    // wrappers inside one of our slices. Printed, not asserted, until the walk churns fewer
-    // strings between wasm and JS; its last page (cached) is asserted below.
-    if (html.ours >= 50) console.log(`known gap (issue 28): read_page_content (html) had a ${html.ours} ms task`);
+    // The page's garbage collector may finish a major collection inside one of our slices
+    // (25-38 ms on this page): the slices are short enough that the task stays under 50 ms.
+    assert.ok(html.ours < 50, `read_page_content (html): a ${html.ours} ms task`);
     assert.equal(html.value.format, 'html');
     assert.match(html.value.content, /^<body> ?<main id="main"><h1>Stress page<\/h1><section id="hidden-texts"><h2>Hidden texts follow<\/h2>/);
     assert.match(html.value.content, /<p id="after-hidden">Visible after the hidden texts\.<\/p>/);

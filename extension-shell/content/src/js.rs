@@ -2,9 +2,80 @@
 //! methods that web-sys does not bind (or binds with `instanceof` checks, which fail for nodes
 //! of same-origin iframes: they belong to another realm).
 
+use alloc::boxed::Box;
 use alloc::string::String;
+use core::cell::OnceCell;
 use js_sys::{Array, Function, Object, Reflect};
+use wasm_bindgen::prelude::*;
 use wasm_bindgen::{JsCast, JsValue};
+use web_sys::{CssStyleDeclaration, Element};
+
+#[wasm_bindgen]
+extern "C" {
+    // Bindings that take and give JS values, so a walk over every element of a page passes no
+    // string through the heap: `getPropertyValue`/`getAttribute` with an interned name, and
+    // results compared in JS (`===`) with interned constants.
+    type Style;
+    #[wasm_bindgen(method, js_name = getPropertyValue)]
+    fn property_value(this: &Style, name: &JsValue) -> JsValue;
+    type Elem;
+    #[wasm_bindgen(method, js_name = getAttribute)]
+    fn attribute_value(this: &Elem, name: &JsValue) -> JsValue;
+    #[wasm_bindgen(method, getter, js_name = localName)]
+    fn local_name_value(this: &Elem) -> JsValue;
+}
+
+/// JS strings of the constant names the tools use, each made once. Without this every call
+/// with a name (`getPropertyValue("display")` on each of 100,000 elements) decodes the name
+/// from the wasm heap into a new JS string: most of a page walk's time and garbage. An
+/// open-addressing table keyed by the constant's address (each literal is one entry), never
+/// emptied, so its values live as long as the module.
+struct Interned([OnceCell<(usize, usize, JsValue)>; SLOTS]);
+const SLOTS: usize = 256;
+// SAFETY: the content script runs on the page's main thread only (wasm32v1-none has no
+// threads); the values never leave it.
+unsafe impl Sync for Interned {}
+static INTERNED: Interned = Interned([const { OnceCell::new() }; SLOTS]);
+
+/// The JS string of a constant, made on first use.
+pub fn intern(s: &'static str) -> &'static JsValue {
+    let key = (s.as_ptr() as usize, s.len());
+    let start = (key.0 as u32 ^ key.1 as u32).wrapping_mul(0x9E37_79B9) >> 24;
+    for i in 0..SLOTS {
+        let slot = &INTERNED.0[(start as usize + i) % SLOTS];
+        let (p, l, v) = slot.get_or_init(|| (key.0, key.1, JsValue::from_str(s)));
+        if (*p, *l) == key {
+            return v;
+        }
+    }
+    // More constants than slots (the tools have far fewer): one kept value per call.
+    Box::leak(Box::new(JsValue::from_str(s)))
+}
+
+/// A computed style's property (`getPropertyValue`), as a JS value.
+pub fn style_value(style: &CssStyleDeclaration, name: &'static str) -> JsValue {
+    style.unchecked_ref::<Style>().property_value(intern(name))
+}
+
+/// `style.getPropertyValue(name) === value`, compared in JS.
+pub fn style_is(style: &CssStyleDeclaration, name: &'static str, value: &'static str) -> bool {
+    style_value(style, name) == *intern(value)
+}
+
+/// `el.getAttribute(name)` with an interned or page-given name.
+pub fn attribute(el: &Element, name: &JsValue) -> Option<String> {
+    el.unchecked_ref::<Elem>().attribute_value(name).as_string()
+}
+
+/// `el.getAttribute(name) === value`, compared in JS.
+pub fn attribute_is(el: &Element, name: &'static str, value: &'static str) -> bool {
+    el.unchecked_ref::<Elem>().attribute_value(intern(name)) == *intern(value)
+}
+
+/// `el.localName` is `name`, compared in JS.
+pub fn local_name_is(el: &Element, name: &'static str) -> bool {
+    el.unchecked_ref::<Elem>().local_name_value() == *intern(name)
+}
 
 /// `target[key]`, `undefined` when it cannot be read.
 pub fn get(target: &JsValue, key: &str) -> JsValue {

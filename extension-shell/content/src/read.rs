@@ -82,7 +82,6 @@ const FIELDS: &[&str] = &["input", "select", "textarea"];
 /// An element being read: its flat-tree children still to visit.
 struct Frame {
     children: dom::Children,
-    next: usize,
     /// Pushed when the element is left (a gap of line breaks, or an end tag).
     close: Cow<'static, str>,
     /// Its text nodes are shown (`visibility: visible`).
@@ -329,13 +328,13 @@ impl Job {
                 self.cut = Some(Cut::Size);
                 break;
             }
-            let Some(child) = top.children.get(top.next) else {
+            let Some(child) = top.children.current() else {
                 if let Some(done) = self.stack.pop() {
                     self.raw.push_str(&done.close);
                 }
                 continue;
             };
-            top.next += 1;
+            top.children.advance();
             match child.node_type() {
                 dom::TEXT_NODE => {
                     let (visible, pre) = (top.visible, top.pre);
@@ -395,7 +394,7 @@ impl Job {
         let tag = dom::tag(el);
         if TEXT_SKIP.contains(&tag.as_str())
             || dom::is_own_host(el)
-            || dom::attr(el, "aria-hidden").as_deref() == Some("true")
+            || js::attribute_is(el, "aria-hidden", "true")
         {
             return false;
         }
@@ -454,13 +453,11 @@ impl Job {
             self.raw.push_str("] ");
         }
         self.watch_inside(el);
-        let ws = dom::style_prop(&style, "white-space");
         self.stack.push(Frame {
             children: dom::flat_children_of(el),
-            next: 0,
             close: Cow::Borrowed(gap),
-            visible: self.cloaked || dom::style_prop(&style, "visibility") == "visible",
-            pre: ws.starts_with("pre") || ws == "break-spaces",
+            visible: self.cloaked || js::style_is(&style, "visibility", "visible"),
+            pre: keeps_whitespace(&style),
             secret_text: false,
             secret_select: false,
         });
@@ -479,10 +476,10 @@ impl Job {
         // A cloak on the whole page (`opacity: 0` or `visibility: hidden` on <html> or <body>
         // until a script reveals it: anti-flicker snippets, fade-ins) does not hide its text.
         let page_level = tag == "body" || tag == "html";
-        if display == "none" || (!page_level && dom::style_prop(style, "opacity") == "0") {
+        if display == "none" || (!page_level && js::style_is(style, "opacity", "0")) {
             return false;
         }
-        if page_level && dom::style_prop(style, "visibility") != "visible" {
+        if page_level && !js::style_is(style, "visibility", "visible") {
             self.cloaked = true;
         }
         !hidden_box(el, style)
@@ -511,14 +508,18 @@ impl Job {
         let field = FIELDS.contains(&tag.as_str());
         let style = dom::computed_style(el);
         if !field {
-            if dom::attr(el, "aria-hidden").as_deref() == Some("true") {
+            if js::attribute_is(el, "aria-hidden", "true") {
                 return false;
             }
             let Some(style) = &style else {
                 return false;
             };
-            let display = dom::style_prop(style, "display");
-            if !self.shown(el, &tag, style, &display) {
+            let display = if js::style_is(style, "display", "none") {
+                "none"
+            } else {
+                ""
+            };
+            if !self.shown(el, &tag, style, display) {
                 return false;
             }
         }
@@ -527,13 +528,14 @@ impl Job {
         self.raw.push_str(&tag);
         let names = el.get_attribute_names();
         for i in 0..names.length() {
-            let Some(name) = names.get(i).as_string() else {
+            let name_value = names.get(i);
+            let Some(name) = name_value.as_string() else {
                 continue;
             };
             if (secret && name == "value") || (in_secret_select && name == "selected") {
                 continue;
             }
-            let value = el.get_attribute(&name).unwrap_or_default();
+            let value = js::attribute(el, &name_value).unwrap_or_default();
             self.raw.push(' ');
             self.raw.push_str(&name);
             self.raw.push_str("=\"");
@@ -546,15 +548,13 @@ impl Job {
         }
         self.watch_inside(el);
         let (visible, pre) = style.as_ref().map_or((true, false), |style| {
-            let ws = dom::style_prop(style, "white-space");
             (
-                self.cloaked || dom::style_prop(style, "visibility") == "visible",
-                ws.starts_with("pre") || ws == "break-spaces",
+                self.cloaked || js::style_is(style, "visibility", "visible"),
+                keeps_whitespace(style),
             )
         });
         self.stack.push(Frame {
             children: dom::flat_children_of(el),
-            next: 0,
             close: Cow::Owned(format!("</{tag}>")),
             visible,
             pre,
@@ -641,13 +641,22 @@ fn main_root(doc: &Document) -> Result<Element, ToolErr> {
     page_root(doc)
 }
 
+/// `white-space: pre*` or `break-spaces` (most elements are `normal`: compared in JS first).
+fn keeps_whitespace(style: &web_sys::CssStyleDeclaration) -> bool {
+    if js::style_is(style, "white-space", "normal") {
+        return false;
+    }
+    let ws = dom::style_prop(style, "white-space");
+    ws.starts_with("pre") || ws == "break-spaces"
+}
+
 /// A box that shows nothing: clipped to (nearly) nothing, or placed off the page (the
 /// "visually hidden" patterns).
 fn hidden_box(el: &Element, style: &web_sys::CssStyleDeclaration) -> bool {
-    let position = dom::style_prop(style, "position");
-    let positioned = position == "absolute" || position == "fixed";
-    let clips = dom::style_prop(style, "overflow-x") != "visible"
-        || dom::style_prop(style, "overflow-y") != "visible";
+    let positioned =
+        js::style_is(style, "position", "absolute") || js::style_is(style, "position", "fixed");
+    let clips = !js::style_is(style, "overflow-x", "visible")
+        || !js::style_is(style, "overflow-y", "visible");
     if !positioned && !clips {
         return false;
     }

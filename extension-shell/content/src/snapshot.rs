@@ -105,7 +105,6 @@ struct Line {
 /// An element whose flat-tree children are being walked.
 struct Frame {
     children: dom::Children,
-    next: usize,
     parent: Option<usize>,
     depth: usize,
     offset: (f64, f64),
@@ -177,7 +176,6 @@ impl Job {
             counted: [0; 5],
             stack: alloc::vec![Frame {
                 children: dom::flat_children_of(&root),
-                next: 0,
                 parent: None,
                 depth: 0,
                 offset: (0.0, 0.0),
@@ -198,7 +196,7 @@ impl Job {
     pub fn step(&mut self, refs: &mut Refs, until: f64) -> Option<Result<JsValue, ToolErr>> {
         let mut count = 0u32;
         while let Some(top) = self.stack.last_mut() {
-            let Some(child) = top.children.get(top.next) else {
+            let Some(child) = top.children.current() else {
                 self.stack.pop();
                 continue;
             };
@@ -217,7 +215,7 @@ impl Job {
             let Some(top) = self.stack.last_mut() else {
                 break;
             };
-            top.next += 1;
+            top.children.advance();
             let (parent, depth, offset) = (top.parent, top.depth, top.offset);
             self.visit(&child, parent, depth, offset);
         }
@@ -241,16 +239,16 @@ impl Job {
         if SKIP_TAGS.contains(&tag.as_str()) || dom::is_own_host(&el) {
             return;
         }
-        if dom::attr(&el, "aria-hidden").as_deref() == Some("true") {
+        if js::attribute_is(&el, "aria-hidden", "true") {
             return;
         }
         let Some(style) = dom::computed_style(&el) else {
             return;
         };
-        if dom::style_prop(&style, "display") == "none" {
+        if js::style_is(&style, "display", "none") {
             return;
         }
-        let visible = dom::style_prop(&style, "visibility") == "visible";
+        let visible = js::style_is(&style, "visibility", "visible");
         let mut child_parent = parent;
         let mut child_depth = depth;
         if visible && let Some(role) = dom::role_of(&el) {
@@ -301,7 +299,6 @@ impl Job {
         if !children.is_empty() {
             self.stack.push(Frame {
                 children,
-                next: 0,
                 parent: child_parent,
                 depth: child_depth,
                 offset: child_offset,
