@@ -4,7 +4,7 @@
 //! The cache tensors are never read back: the decoder's `present.*` outputs are GPU tensors
 //! handed over (moved, no clone kept) as the next step's inputs. Given away like that, a past
 //! whose buffer has room becomes the present in place: GroupQueryAttention writes only the new
-//! rows into it (gg-runtime `ops/attention.rs`, `Gqa::append`). When a cache outgrows its
+//! rows into it (gg-runtime `ops/attention/kv_append.rs`, `Gqa::append`). When a cache outgrows its
 //! buffer it is copied once into a new one with room for a quarter more (at least 16 rows), so
 //! capacity grows geometrically and a decode step neither copies nor allocates the cache.
 //!

@@ -16,7 +16,7 @@ pub mod movement;
 pub mod norm;
 pub mod quant;
 pub mod reduce;
-pub mod sdpa;
+pub use attention::sdpa;
 pub mod shape;
 
 /// Microsoft contrib domain.

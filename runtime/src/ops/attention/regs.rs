@@ -11,7 +11,7 @@
 //! multiply-adds. The price is the scratch, B · kvH · S · G · T floats: long prompts take their
 //! query rows in chunks whose scores fit [`Gpu::attention_scratch`](crate::Gpu::attention_scratch).
 
-use super::{Flash, Query, query_inputs};
+use super::flash::{Flash, Query, query_inputs};
 use crate::error::Result;
 use crate::exec::{Ctx, GpuTensor};
 use crate::gpu::{Kernel, Storage};

@@ -5,38 +5,38 @@
 //! unidirectional). One kernel (`kernels/sdpa.wgsl`, online softmax) computes the output;
 //! `kernels/sdpa_kv.wgsl` builds present K/V, `kernels/sdpa_qk.wgsl` the optional scores.
 
-use super::elementwise::cast_gpu;
-use super::{Attrs, MS, Op, Registry, req};
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage, wgsl_f32};
+use crate::ops::elementwise::cast_gpu;
+use crate::ops::{Attrs, MS, Op, Registry, req};
 use crate::tensor::DType;
 
-const SDPA: &str = include_str!("../kernels/sdpa.wgsl");
-const SDPA_QK: &str = include_str!("../kernels/sdpa_qk.wgsl");
-const SDPA_KV: &str = include_str!("../kernels/sdpa_kv.wgsl");
-const SDPA_KV_PAIR: &str = include_str!("../kernels/sdpa_kv_pair.wgsl");
+pub(super) const SDPA: &str = include_str!("../../kernels/sdpa.wgsl");
+pub(super) const SDPA_QK: &str = include_str!("../../kernels/sdpa_qk.wgsl");
+pub(super) const SDPA_KV: &str = include_str!("../../kernels/sdpa_kv.wgsl");
+pub(super) const SDPA_KV_PAIR: &str = include_str!("../../kernels/sdpa_kv_pair.wgsl");
 
 /// Workgroup size of the attention kernels (keys per online-softmax chunk).
-const WG: usize = 64;
+pub(super) const WG: usize = 64;
 /// Largest head size the kernels hold in workgroup memory.
-const MAX_HEAD: usize = 2048;
+pub(super) const MAX_HEAD: usize = 2048;
 
 /// Logical (b, h, t) strides of a [B, H, T, D] view (d is contiguous).
 type Strides = [usize; 3];
 
 /// Strides of a head-major [B, H, T, D] tensor.
-fn bnsh(h: usize, t: usize, d: usize) -> Strides {
+pub(super) fn bnsh(h: usize, t: usize, d: usize) -> Strides {
     [h * t * d, t * d, d]
 }
 
 /// Strides of a token-major [B, T, H * D] tensor viewed as [B, H, T, D].
-fn bsnh(h: usize, t: usize, d: usize) -> Strides {
+pub(super) fn bsnh(h: usize, t: usize, d: usize) -> Strides {
     [t * h * d, d, h * d]
 }
 
 /// The attention mask of a row: which keys are allowed and what is added to their scores.
-enum Mask<'a> {
+pub(super) enum Mask<'a> {
     None,
     /// ai.onnx `attn_mask`, boolean (false = masked) or float (added; -inf = masked).
     /// Strides (b, h, s, t) and the mask's key length (keys beyond it are masked).
@@ -46,38 +46,38 @@ enum Mask<'a> {
 }
 
 /// Everything the attention kernels need besides the tensors.
-struct Plan<'a> {
-    b: usize,
-    s: usize,
-    hq: usize,
-    hkv: usize,
-    dk: usize,
-    dv: usize,
-    t: usize,
-    q: (&'a GpuTensor, Strides),
-    k: (&'a GpuTensor, Strides),
-    v: (&'a GpuTensor, Strides),
-    mask: Mask<'a>,
+pub(super) struct Plan<'a> {
+    pub(super) b: usize,
+    pub(super) s: usize,
+    pub(super) hq: usize,
+    pub(super) hkv: usize,
+    pub(super) dk: usize,
+    pub(super) dv: usize,
+    pub(super) t: usize,
+    pub(super) q: (&'a GpuTensor, Strides),
+    pub(super) k: (&'a GpuTensor, Strides),
+    pub(super) v: (&'a GpuTensor, Strides),
+    pub(super) mask: Mask<'a>,
     /// ai.onnx: keys after `s + offset` are masked.
-    causal: bool,
+    pub(super) causal: bool,
     /// Causal/window offset: the past length, or per batch `nonpad_kv_seqlen[b] - S`.
-    offset: usize,
-    nonpad: Option<&'a GpuTensor>,
+    pub(super) offset: usize,
+    pub(super) nonpad: Option<&'a GpuTensor>,
     /// ai.onnx sliding window (left, right; -1 = unbounded).
-    window: (i64, i64),
+    pub(super) window: (i64, i64),
     /// com.microsoft: `mask_filter_value` added for padded keys and (unidirectional) keys after
     /// `s + offset`.
-    filter: f32,
-    unidirectional: bool,
+    pub(super) filter: f32,
+    pub(super) unidirectional: bool,
     /// com.microsoft attention_bias, strides (b, h, s, t).
-    attn_bias: Option<(&'a GpuTensor, [usize; 4])>,
-    scale: f32,
-    softcap: f32,
+    pub(super) attn_bias: Option<(&'a GpuTensor, [usize; 4])>,
+    pub(super) scale: f32,
+    pub(super) softcap: f32,
 }
 
 impl Plan<'_> {
     /// `fn key_bias(b, h, s, t) -> vec3<f32>`: (added to the score, allowed (0/1), added after).
-    fn key_bias_fn(&self) -> Result<String> {
+    pub(super) fn key_bias_fn(&self) -> Result<String> {
         let mut f = String::from(
             "fn key_bias(b: u32, h: u32, s: u32, t: u32) -> vec3<f32> {\n    var ok = true;\n    var bias = 0.0;\n    var late = 0.0;\n",
         );
@@ -143,7 +143,7 @@ impl Plan<'_> {
         Ok(f)
     }
 
-    fn meta(&self, y: Strides) -> Vec<u32> {
+    pub(super) fn meta(&self, y: Strides) -> Vec<u32> {
         let (ms, mt) = match &self.mask {
             Mask::None => ([0; 4], 0),
             Mask::Onnx(_, st, tm) => (*st, *tm),
@@ -168,7 +168,7 @@ impl Plan<'_> {
     }
 
     /// The kernel with its bindings: q, k, v, then the present masks, then the output.
-    fn kernel<'t>(
+    pub(super) fn kernel<'t>(
         &'t self,
         name: &'static str,
         body: &'static str,
@@ -214,7 +214,7 @@ impl Plan<'_> {
     }
 
     /// The attention output as f32, element (b, h, s, d) at the `y` strides of `shape`.
-    fn run(&self, cx: &mut Ctx<'_>, shape: Vec<usize>, y: Strides) -> Result<GpuTensor> {
+    pub(super) fn run(&self, cx: &mut Ctx<'_>, shape: Vec<usize>, y: Strides) -> Result<GpuTensor> {
         let out = cx.alloc(DType::F32, shape)?;
         let (k, bind) = self.kernel("sdpa", SDPA, &out, "y")?;
         let k = k.wg_reduce(cx.gpu.subgroups);
@@ -224,7 +224,7 @@ impl Plan<'_> {
     }
 
     /// The qk_matmul_output ([B, HQ, S, T], f32) for `mode` 0..=3.
-    fn scores(&self, cx: &mut Ctx<'_>, mode: u32) -> Result<GpuTensor> {
+    pub(super) fn scores(&self, cx: &mut Ctx<'_>, mode: u32) -> Result<GpuTensor> {
         let out = cx.alloc(DType::F32, vec![self.b, self.hq, self.s, self.t])?;
         let (k, bind) = self.kernel("sdpa_qk", SDPA_QK, &out, "out")?;
         let k = k.wg_reduce(cx.gpu.subgroups);
@@ -238,7 +238,7 @@ impl Plan<'_> {
 /// A head-major [B, H, P + L, D] copy of `x` (viewed through `st` from element `off`) after
 /// `past` ([B, H, P, D]), plus `bias[boff + h * D + d]` on the new part; stored as `dtype`.
 #[allow(clippy::too_many_arguments)] // reason: view + cache + bias + target shape
-fn head_major(
+pub(super) fn head_major(
     cx: &mut Ctx<'_>,
     x: &GpuTensor,
     st: Strides,
@@ -294,7 +294,7 @@ fn head_major(
 /// [`head_major`] of a key and a value of the same shape and element type at once (no bias, no
 /// offset): present K and V in one dispatch. `kv` are the new tokens with their strides, `past`
 /// the caches ([B, H, P, D] each) when there are any.
-fn head_major_pair(
+pub(super) fn head_major_pair(
     cx: &mut Ctx<'_>,
     kv: [(&GpuTensor, Strides); 2],
     past: Option<[&GpuTensor; 2]>,
@@ -337,7 +337,11 @@ fn head_major_pair(
 }
 
 /// An optional GPU input (absent or empty-named inputs are `None`).
-fn opt_gpu(cx: &mut Ctx<'_>, inputs: &[Option<&Value>], i: usize) -> Result<Option<GpuTensor>> {
+pub(super) fn opt_gpu(
+    cx: &mut Ctx<'_>,
+    inputs: &[Option<&Value>],
+    i: usize,
+) -> Result<Option<GpuTensor>> {
     match inputs.get(i).copied().flatten() {
         Some(v) => Ok(Some(cx.to_gpu(v)?)),
         None => Ok(None),
@@ -346,7 +350,7 @@ fn opt_gpu(cx: &mut Ctx<'_>, inputs: &[Option<&Value>], i: usize) -> Result<Opti
 
 /// Strides (b, h, s, t) of a mask broadcast right-aligned to [B, H, S, Tm], where Tm is the
 /// mask's own last dimension; `None` when a dimension does not broadcast.
-fn mask_strides(shape: &[usize], target: [usize; 3]) -> Option<[usize; 4]> {
+pub(super) fn mask_strides(shape: &[usize], target: [usize; 3]) -> Option<[usize; 4]> {
     let r = shape.len();
     if r == 0 || r > 4 {
         return None;
@@ -366,7 +370,7 @@ fn mask_strides(shape: &[usize], target: [usize; 3]) -> Option<[usize; 4]> {
     Some(st)
 }
 
-fn f32_out(cx: &mut Ctx<'_>, y: GpuTensor, dtype: DType) -> Result<GpuTensor> {
+pub(super) fn f32_out(cx: &mut Ctx<'_>, y: GpuTensor, dtype: DType) -> Result<GpuTensor> {
     if dtype == DType::F32 {
         Ok(y)
     } else {
@@ -612,11 +616,11 @@ impl Attention {
 }
 
 /// Which of the node's outputs are named.
-fn wanted<const N: usize>(a: &Attrs<'_>) -> [bool; N] {
+pub(super) fn wanted<const N: usize>(a: &Attrs<'_>) -> [bool; N] {
     std::array::from_fn(|i| a.node.outputs.get(i).is_some_and(|o| !o.is_empty()))
 }
 
-fn attention(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
+pub(super) fn attention(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
     Ok(Box::new(attention_op(a)?))
 }
 
@@ -656,224 +660,10 @@ pub(crate) fn attention_op(a: &Attrs<'_>) -> Result<Attention> {
     })
 }
 
-/// com.microsoft MultiHeadAttention (separate Q, K, V in [B, S, hidden]).
-struct Mha {
-    heads: usize,
-    scale: Option<f32>,
-    filter: f32,
-    unidirectional: bool,
-    wants: [bool; 3],
-}
-
-impl Op for Mha {
-    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
-        let q = cx.to_gpu(req(inputs, 0)?)?;
-        let k = cx.to_gpu(req(inputs, 1)?)?;
-        let v = cx.to_gpu(req(inputs, 2)?)?;
-        let bias = opt_gpu(cx, inputs, 3)?;
-        let kpm = opt_gpu(cx, inputs, 4)?;
-        let ab = opt_gpu(cx, inputs, 5)?;
-        let past_k = opt_gpu(cx, inputs, 6)?;
-        let past_v = opt_gpu(cx, inputs, 7)?;
-        let n = self.heads;
-        if q.shape.len() != 3 {
-            return Err(op_err(format!(
-                "query {:?}: only [B, S, hidden] is supported (not packed QKV)",
-                q.shape
-            )));
-        }
-        if k.shape.len() != 3 || v.shape.len() != 3 {
-            return Err(op_err(format!(
-                "key {:?} / value {:?}: only [B, L, hidden] is supported (not packed KV or \
-                 head-major cross-attention keys)",
-                k.shape, v.shape
-            )));
-        }
-        let (b, s, l) = (q.shape[0], q.shape[1], k.shape[1]);
-        if q.shape[2] % n != 0 || v.shape[2] % n != 0 || k.shape[2] != q.shape[2] {
-            return Err(op_err(format!(
-                "hidden sizes {} / {} / {} do not split into {n} heads",
-                q.shape[2], k.shape[2], v.shape[2]
-            )));
-        }
-        let (h, hv) = (q.shape[2] / n, v.shape[2] / n);
-        if k.shape[0] != b || v.shape[0] != b || v.shape[1] != l {
-            return Err(op_err(format!(
-                "key {:?} / value {:?} do not fit query {:?}",
-                k.shape, v.shape, q.shape
-            )));
-        }
-        if past_k.is_some() != past_v.is_some() {
-            return Err(op_err("past_key and past_value must be given together"));
-        }
-        let p = past_k
-            .as_ref()
-            .map_or(0, |t| t.shape.get(2).copied().unwrap_or(0));
-        if let (Some(pk), Some(pv)) = (&past_k, &past_v)
-            && (pk.shape != [b, n, p, h] || pv.shape != [b, n, p, hv])
-        {
-            return Err(op_err(format!(
-                "past_key {:?} / past_value {:?} are not [{b}, {n}, P, {h}] / [.., {hv}]",
-                pk.shape, pv.shape
-            )));
-        }
-        if let Some(bt) = &bias
-            && bt.shape != [2 * n * h + n * hv]
-        {
-            return Err(op_err(format!(
-                "bias {:?} is not [{}]",
-                bt.shape,
-                2 * n * h + n * hv
-            )));
-        }
-        let t = p + l;
-        let bias_at = |o: usize| bias.as_ref().map(|bt| (bt, o));
-        let (qv, qs) = match bias_at(0) {
-            Some(bo) => (
-                head_major(
-                    cx,
-                    &q,
-                    bsnh(n, s, h),
-                    0,
-                    None,
-                    Some(bo),
-                    [b, n, s, h],
-                    q.dtype,
-                )?,
-                bnsh(n, s, h),
-            ),
-            None => (q.clone(), bsnh(n, s, h)),
-        };
-        let kp = head_major(
-            cx,
-            &k,
-            bsnh(n, l, h),
-            0,
-            past_k.as_ref(),
-            bias_at(n * h),
-            [b, n, l, h],
-            k.dtype,
-        )?;
-        let vp = head_major(
-            cx,
-            &v,
-            bsnh(n, l, hv),
-            0,
-            past_v.as_ref(),
-            bias_at(2 * n * h),
-            [b, n, l, hv],
-            v.dtype,
-        )?;
-        let mask = match &kpm {
-            None => Mask::None,
-            Some(m) => {
-                if !matches!(m.dtype, DType::I32 | DType::I64) {
-                    return Err(op_err(format!(
-                        "key_padding_mask of type {} (expected int32)",
-                        m.dtype.name()
-                    )));
-                }
-                let st = match m.shape.as_slice() {
-                    [mb, mt] if *mb == b && *mt == t => [t, 0, 0, 1],
-                    [mb, ms, mt] if *mb == b && *ms == s && *mt == t => [s * t, 0, t, 1],
-                    other => {
-                        return Err(op_err(format!(
-                            "key_padding_mask {other:?}: only [{b}, {t}] and [{b}, {s}, {t}] \
-                             are supported"
-                        )));
-                    }
-                };
-                Mask::KeyPadding(m, st)
-            }
-        };
-        let attn_bias = match &ab {
-            None => None,
-            Some(a) => match a.shape.as_slice() {
-                [ab_b, ab_n, ab_s, ab_t]
-                    if (*ab_b == 1 || *ab_b == b)
-                        && (*ab_n == 1 || *ab_n == n)
-                        && *ab_s == s
-                        && *ab_t == t =>
-                {
-                    let st = [
-                        if *ab_b == 1 { 0 } else { ab_n * s * t },
-                        if *ab_n == 1 { 0 } else { s * t },
-                        t,
-                        1,
-                    ];
-                    Some((a, st))
-                }
-                other => {
-                    return Err(op_err(format!(
-                        "attention_bias {other:?} is not [1|{b}, 1|{n}, {s}, {t}]"
-                    )));
-                }
-            },
-        };
-        let plan = Plan {
-            b,
-            s,
-            hq: n,
-            hkv: n,
-            dk: h,
-            dv: hv,
-            t,
-            q: (&qv, qs),
-            k: (&kp, bnsh(n, t, h)),
-            v: (&vp, bnsh(n, t, hv)),
-            mask,
-            causal: false,
-            offset: p,
-            nonpad: None,
-            window: (-1, -1),
-            filter: self.filter,
-            unidirectional: self.unidirectional,
-            attn_bias,
-            scale: self.scale.unwrap_or(1.0 / (h as f32).sqrt()),
-            softcap: 0.0,
-        };
-        let y = plan.run(cx, vec![b, s, n * hv], bsnh(n, s, hv))?;
-        let y = f32_out(cx, y, q.dtype)?;
-        let mut outs = vec![Value::Gpu(y)];
-        if self.wants[1] || self.wants[2] {
-            outs.push(Value::Gpu(kp));
-            outs.push(Value::Gpu(vp));
-        }
-        Ok(outs)
-    }
-}
-
-fn mha(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
-    let heads = a.i("num_heads").ok_or_else(|| a.err("missing num_heads"))?;
-    if heads <= 0 {
-        return Err(a.err(format!("num_heads must be positive, got {heads}")));
-    }
-    let input = |i: usize| a.node.inputs.get(i).is_some_and(|s| !s.is_empty());
-    if !input(1) || !input(2) {
-        return Err(a.err("packed QKV (no separate key and value inputs) is not supported"));
-    }
-    for (i, what) in [(8usize, "past_sequence_length"), (9, "cache_indirection")] {
-        if input(i) {
-            return Err(a.err(format!("the {what} input is not supported")));
-        }
-    }
-    if a.node.outputs.get(3).is_some_and(|s| !s.is_empty()) {
-        return Err(a.err("the qk output is not supported"));
-    }
-    let scale = a.f_or("scale", 0.0);
-    Ok(Box::new(Mha {
-        heads: heads as usize,
-        scale: (scale != 0.0).then_some(scale),
-        filter: a.f_or("mask_filter_value", -10000.0),
-        unidirectional: a.i_or("unidirectional", 0) != 0,
-        wants: wanted(a),
-    }))
-}
-
 /// Registers the family.
 pub fn register(r: &mut Registry) {
     r.register("", "Attention", attention);
-    r.register(MS, "MultiHeadAttention", mha);
+    r.register(MS, "MultiHeadAttention", super::mha::mha);
 }
 
 #[cfg(test)]
