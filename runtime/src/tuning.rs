@@ -28,16 +28,15 @@ pub struct Tuning {
     /// Read quantized weights 16 bytes per load (`array<vec4<u32>>` bindings) where kernels can.
     /// Default: true on GPUs and on llvmpipe / lavapipe, false on other software adapters
     /// (SwiftShader, the browser's fallback adapter): SwiftShader runs a vec4 load per
-    /// invocation as four gathers and then spills, and its fused GEMVs take twice as long
-    /// (E2B-shaped q4f16 decode 0.6 -> 0.3 tok/s), while lavapipe gains (after 1024 tokens:
-    /// 2.3 / 2.2 -> 2.6 / 2.6 tok/s) and GPUs read whole 16-byte blocks per lane.
-    /// `GG_GEMV_WIDE=0|1` overrides it.
+    /// invocation as four gathers and then spills, and its fused GEMVs take twice as long,
+    /// while lavapipe gains and GPUs read whole 16-byte blocks per lane (measurements in
+    /// bench/README.md, "Tuning defaults"). `GG_GEMV_WIDE=0|1` overrides it.
     pub wide_weight_loads: bool,
     /// A submit returns while the GPU still runs the one before, so that the host can record the
     /// next step meanwhile (the generator's run-ahead). Default: false on llvmpipe / lavapipe,
     /// whose submit waits for the submit before it (running a step ahead cannot overlap there
-    /// and measured 9% slower: E2B-shaped decode 3.4-3.7 vs 4.0-4.1 tok/s); true elsewhere (GPUs,
-    /// SwiftShader, measured not to block; browsers).
+    /// and measured slower); true elsewhere (GPUs, SwiftShader, measured not to block;
+    /// browsers). Measurements in bench/README.md, "Tuning defaults".
     pub submits_overlap: bool,
     /// Plan for at most this many storage buffers per kernel, below the adapter's own limit (to
     /// reproduce a browser adapter's choices: WebGPU's default is 8, Chrome's SwiftShader offers
@@ -50,9 +49,9 @@ pub struct Tuning {
     pub gemv_tpc: Option<u32>,
     /// Workgroups the fused GEMV leaves at least when it gives each invocation several columns
     /// (REPS, up to 8); `None`: 4 when [`Tuning::software`] (a few cores run the workgroups one
-    /// after another and each extra column shares every load of the row: E2B-shaped q4f16 decode
-    /// on SwiftShader 0.35 -> 0.55 tok/s), else 512 (to keep a GPU busy). `GG_GEMV_MIN_WG=N`
-    /// sets it. Read through [`Tuning::gemv_min_workgroups`].
+    /// after another and each extra column shares every load of the row; bench/README.md,
+    /// "Tuning defaults"), else 512 (to keep a GPU busy). `GG_GEMV_MIN_WG=N` sets it. Read
+    /// through [`Tuning::gemv_min_workgroups`].
     pub gemv_min_workgroups: Option<u32>,
     /// Run the graph fusion pass ([`crate::fuse`]) on sessions loaded without explicit
     /// [`crate::SessionOptions`]. Default: true. `GG_NO_FUSE` (set to anything) turns it off.
