@@ -99,6 +99,7 @@ impl Session {
         let order = plan::topo_order(nodes.len(), &node_in, &node_out)?;
         // Buffer lifetimes: free each value after its last consumer (graph outputs never).
         let frees = plan::frees(&graph, &ids, &order, &node_in, &node_out);
+        let steps = plan::steps(nodes, ops, node_in, node_out, &order, frees);
         let meta_buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("meta arena"),
             size: 1 << 20,
@@ -107,15 +108,10 @@ impl Session {
         });
         let mut s = Self {
             gpu,
-            nodes,
+            steps,
             fused,
             packed: HashMap::new(),
             profile: RefCell::new(None),
-            ops,
-            order,
-            frees,
-            node_in,
-            node_out,
             consts: vec![None; ids.len()],
             const_copies: RefCell::new(vec![None; ids.len()]),
             ids,

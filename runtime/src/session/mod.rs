@@ -20,15 +20,11 @@ pub struct Session {
     pub gpu: Rc<Gpu>,
     /// The graph.
     pub graph: Graph,
-    /// The nodes actually executed: the graph's nodes with fused groups replaced by one node each.
-    nodes: Vec<Node>,
-    ops: Vec<Box<dyn Op>>,
-    order: Vec<usize>,
-    /// Value ids to drop after each step of `order`.
-    frees: Vec<Vec<usize>>,
+    /// The plan: the nodes actually executed (the graph's nodes with fused groups replaced by
+    /// one node each), in execution order.
+    steps: Vec<Step>,
+    /// Value ids by name (graph inputs, initializers, node outputs).
     ids: HashMap<String, usize>,
-    node_in: Vec<Vec<Option<usize>>>,
-    node_out: Vec<Vec<usize>>,
     consts: Vec<Option<Value>>,
     /// GPU copies of host constants, made the first time an op uploads one (see
     /// [`crate::exec::HostCopy`]).
@@ -41,6 +37,19 @@ pub struct Session {
     /// Weights packed into shared buffers for fused kernels: (buffer, first byte, slot bytes).
     packed: HashMap<String, (Rc<crate::exec::PooledBuffer>, u64, u64)>,
     profile: RefCell<Option<BTreeMap<String, OpProfile>>>,
+}
+
+/// One step of a session's plan.
+struct Step {
+    /// The node (a fused group is one node).
+    node: Node,
+    op: Box<dyn Op>,
+    /// Value ids of its inputs (`None`: an omitted optional input).
+    inputs: Vec<Option<usize>>,
+    /// Value ids of its outputs.
+    outputs: Vec<usize>,
+    /// Value ids whose last reader this step is: dropped after it.
+    frees: Vec<usize>,
 }
 
 /// Load-time options. The loaders that take none ([`Session::load`], [`Session::from_graph`],

@@ -1,10 +1,11 @@
 //! Planning at load: the execution order, buffer lifetimes (which values to drop after each
 //! step) and the layout of weight packs.
 
-use super::Session;
+use super::{Session, Step};
 use crate::error::{Error, Result};
 use crate::gpu::Storage;
-use crate::model::{Graph, Initializer};
+use crate::model::{Graph, Initializer, Node};
+use crate::ops::Op;
 use std::collections::HashMap;
 
 impl Session {
@@ -82,6 +83,39 @@ pub(super) fn frees(
         }
     }
     frees
+}
+
+/// The plan: each node with its op, value ids and frees, in `order` (a permutation of the
+/// nodes, from [`topo_order`]; `frees[k]` belongs to the `k`-th step).
+pub(super) fn steps(
+    nodes: Vec<Node>,
+    ops: Vec<Box<dyn Op>>,
+    node_in: Vec<Vec<Option<usize>>>,
+    node_out: Vec<Vec<usize>>,
+    order: &[usize],
+    frees: Vec<Vec<usize>>,
+) -> Vec<Step> {
+    let mut parts: Vec<Option<_>> = nodes
+        .into_iter()
+        .zip(ops)
+        .zip(node_in)
+        .zip(node_out)
+        .map(Some)
+        .collect();
+    order
+        .iter()
+        .zip(frees)
+        .filter_map(|(&n, frees)| {
+            let (((node, op), inputs), outputs) = parts[n].take()?;
+            Some(Step {
+                node,
+                op,
+                inputs,
+                outputs,
+                frees,
+            })
+        })
+        .collect()
 }
 
 pub(super) fn topo_order(
