@@ -11,44 +11,68 @@ use gg_chrome::log;
 use gg_components::{Action, ApprovalDecision, ChatDispatcher, GemApp, ThemeRoot, UiIntent};
 use gg_messages::{Body, Context, Envelope, RequestId, SETTINGS_KEY, Settings};
 use settings::Stored;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 use yew::prelude::*;
 
-thread_local! {
-    static DISPATCHER: RefCell<Option<ChatDispatcher>> = const { RefCell::new(None) };
-    static TAB: Cell<Option<i64>> = const { Cell::new(None) };
-    static LAST_SEQ: Cell<u64> = const { Cell::new(0) };
+/// What this overlay knows of its conversation: the UI's dispatcher, its tab, the broadcasts
+/// seen, its token and whether the service worker accepted it, the pending approvals. One value
+/// for the page (the overlay is one page per tab); read and changed through [`session`].
+struct OverlaySession {
+    dispatcher: Option<ChatDispatcher>,
+    /// The tab this overlay is in (from the service worker's `Conversation` answer).
+    tab: Option<i64>,
+    /// Sequence number of the last agent event shown.
+    last_seq: u64,
     /// `(epoch, seq)` of the last model report shown.
-    static LAST_MODEL: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
-    static NEXT_ID: Cell<u64> = const { Cell::new(1) };
+    last_model: (u64, u64),
+    next_id: u64,
     /// The user sent a message from this overlay (a stored conversation that arrives later must
     /// not replace what is on screen).
-    static SENT: Cell<bool> = const { Cell::new(false) };
+    sent: bool,
     /// The one-time token of this overlay (its URL's fragment, removed from the URL at start).
-    static TOKEN: RefCell<String> = const { RefCell::new(String::new()) };
+    token: String,
     /// The service worker accepted the token: this overlay speaks for its tab.
-    static ACTIVE: Cell<bool> = const { Cell::new(false) };
+    active: bool,
     /// The nonce of each pending approval, by call id (an answer carries it).
-    static NONCES: RefCell<std::collections::HashMap<String, String>> =
-        RefCell::new(std::collections::HashMap::new());
+    nonces: HashMap<String, String>,
+}
+
+thread_local! {
+    static SESSION: RefCell<OverlaySession> = RefCell::new(OverlaySession {
+        dispatcher: None,
+        tab: None,
+        last_seq: 0,
+        last_model: (0, 0),
+        next_id: 1,
+        sent: false,
+        token: String::new(),
+        active: false,
+        nonces: HashMap::new(),
+    });
+}
+
+/// Reads or changes the overlay's session. `f` must not call back into the UI (a dispatch can
+/// run components that read the session again): take what it needs out first.
+fn session<R>(f: impl FnOnce(&mut OverlaySession) -> R) -> R {
+    SESSION.with(|s| f(&mut s.borrow_mut()))
 }
 
 fn next_id() -> RequestId {
-    RequestId(NEXT_ID.with(|n| {
-        let id = n.get();
-        n.set(id + 1);
+    RequestId(session(|s| {
+        let id = s.next_id;
+        s.next_id += 1;
         id
     }))
 }
 
 fn dispatch(action: Action) {
-    DISPATCHER.with(|d| {
-        if let Some(d) = d.borrow().as_ref() {
-            d.dispatch(action);
-        }
-    });
+    // Cloned out of the session: dispatching re-renders components, which may read it.
+    if let Some(d) = session(|s| s.dispatcher.clone()) {
+        d.dispatch(action);
+    }
 }
 
 fn show_error(detail: String) {
@@ -88,8 +112,8 @@ async fn load_conversation() {
         notice,
     }) = request(Body::GetConversation).await
     {
-        TAB.with(|t| t.set(Some(tab_id)));
-        if SENT.with(Cell::get) {
+        session(|s| s.tab = Some(tab_id));
+        if session(|s| s.sent) {
             // The answer was on its way before the user's message: showing it would hide that
             // message (the agent has the whole conversation either way).
             log::debug("a message was sent before the stored conversation arrived; kept on screen");
@@ -113,11 +137,11 @@ async fn load_conversation() {
 
 /// Shows a model report unless a newer one was shown already.
 fn show_model(report: gg_messages::ModelReport) {
-    let fresh = LAST_MODEL.with(|last| {
-        let (epoch, seq) = last.get();
+    let fresh = session(|s| {
+        let (epoch, seq) = s.last_model;
         let fresh = report.epoch != epoch || report.seq > seq;
         if fresh {
-            last.set((report.epoch, report.seq));
+            s.last_model = (report.epoch, report.seq);
         }
         fresh
     });
@@ -132,7 +156,7 @@ fn show_model(report: gg_messages::ModelReport) {
     {
         wasm_bindgen_futures::spawn_local(refresh_stored_models());
     }
-    for action in convert::model_actions(report, TAB.with(Cell::get)) {
+    for action in convert::model_actions(report, session(|s| s.tab)) {
         dispatch(action);
     }
 }
@@ -329,7 +353,7 @@ fn decision(d: ApprovalDecision) -> AgentDecision {
 async fn send_intent(intent: UiIntent) {
     let body = match intent {
         UiIntent::Send { text } => {
-            SENT.with(|s| s.set(true));
+            session(|s| s.sent = true);
             Body::ChatSend { text }
         }
         UiIntent::Stop => Body::ChatStop,
@@ -337,10 +361,7 @@ async fn send_intent(intent: UiIntent) {
         UiIntent::Approve {
             call_id,
             decision: d,
-        } => match (
-            call_id.parse(),
-            NONCES.with(|n| n.borrow_mut().remove(&call_id)),
-        ) {
+        } => match (call_id.parse(), session(|s| s.nonces.remove(&call_id))) {
             (Ok(call_id), Some(nonce)) => Body::ChatApproval {
                 call_id,
                 nonce,
@@ -367,7 +388,7 @@ async fn send_intent(intent: UiIntent) {
 #[function_component(OverlayApp)]
 fn overlay_app() -> Html {
     let on_ready = Callback::from(|d: ChatDispatcher| {
-        DISPATCHER.with(|slot| *slot.borrow_mut() = Some(d));
+        session(|s| s.dispatcher = Some(d));
         // First opening: the iframe got the focus before this page had loaded.
         focus_input();
         wasm_bindgen_futures::spawn_local(async {
@@ -379,7 +400,7 @@ fn overlay_app() -> Html {
         });
     });
     let on_intent = Callback::from(|intent: UiIntent| {
-        if ACTIVE.with(Cell::get) {
+        if session(|s| s.active) {
             wasm_bindgen_futures::spawn_local(send_intent(intent));
         }
     });
@@ -402,7 +423,7 @@ pub fn on_broadcast(message: JsValue) {
     let Ok(env) = Envelope::from_json(json) else {
         return;
     };
-    if env.from != Context::Offscreen || !ACTIVE.with(Cell::get) {
+    if env.from != Context::Offscreen || !session(|s| s.active) {
         return;
     }
     let (tab_id, seq, event) = match env.body {
@@ -410,14 +431,14 @@ pub fn on_broadcast(message: JsValue) {
         Body::ModelStatus(report) => return show_model(report),
         _ => return,
     };
-    if TAB.with(Cell::get) != Some(tab_id) {
+    if session(|s| s.tab) != Some(tab_id) {
         return;
     }
     // Sequence numbers: drop anything seen already.
-    if LAST_SEQ.with(|s| {
-        let stale = seq <= s.get();
+    if session(|s| {
+        let stale = seq <= s.last_seq;
         if !stale {
-            s.set(seq);
+            s.last_seq = seq;
         }
         stale
     }) {
@@ -425,8 +446,8 @@ pub fn on_broadcast(message: JsValue) {
     }
     if let gg_agent::AgentEvent::AwaitingApproval { request } = &event {
         // The answer names this request by its nonce, never by a guessable number.
-        NONCES.with(|n| {
-            n.borrow_mut()
+        session(|s| {
+            s.nonces
                 .insert(request.call_id.to_string(), request.nonce.clone())
         });
     }
@@ -442,7 +463,8 @@ pub fn on_broadcast(message: JsValue) {
 #[wasm_bindgen]
 pub fn start() {
     log::info("overlay started");
-    TOKEN.with(|t| *t.borrow_mut() = take_token());
+    let token = take_token();
+    session(|s| s.token = token);
     yew::Renderer::<OverlayApp>::new().render();
     focus_input_when_shown();
 }
@@ -475,12 +497,12 @@ fn take_token() -> String {
 /// Presents this overlay's token to the service worker; `true` once accepted. A refusal is
 /// shown (a panel a page framed itself gets nothing else).
 async fn activate() -> bool {
-    let token = TOKEN.with(|t| core::mem::take(&mut *t.borrow_mut()));
+    let token = session(|s| core::mem::take(&mut s.token));
     let accepted = matches!(
         request(Body::ActivateOverlay { token }).await,
         Some(Body::Ack)
     );
-    ACTIVE.with(|a| a.set(accepted));
+    session(|s| s.active = accepted);
     accepted
 }
 
