@@ -168,16 +168,8 @@ impl ToolStep {
     }
 }
 
-/// The user's answer to an approval request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ApprovalDecision {
-    AllowOnce,
-    AlwaysOnSite,
-    /// Allowed until the running task ends.
-    AllowForTask,
-    Deny,
-}
+/// The user's answer to an approval request: the agent's own type (the UI sends it on as it is).
+pub use gg_agent::ApprovalDecision;
 
 /// The two Gemma 4 models the UI offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

@@ -6,9 +6,8 @@
 mod convert;
 mod settings;
 
-use gg_agent::ApprovalDecision as AgentDecision;
 use gg_chrome::log;
-use gg_components::{Action, ApprovalDecision, ChatDispatcher, GemApp, ThemeRoot, UiIntent};
+use gg_components::{Action, ChatDispatcher, GemApp, ThemeRoot, UiIntent};
 use gg_messages::{Body, Context, Envelope, RequestId, SETTINGS_KEY, Settings};
 use settings::Stored;
 use std::cell::RefCell;
@@ -341,15 +340,6 @@ pub fn on_settings_changed() {
     });
 }
 
-fn decision(d: ApprovalDecision) -> AgentDecision {
-    match d {
-        ApprovalDecision::AllowOnce => AgentDecision::AllowOnce,
-        ApprovalDecision::AlwaysOnSite => AgentDecision::AlwaysOnSite,
-        ApprovalDecision::AllowForTask => AgentDecision::AllowForTask,
-        ApprovalDecision::Deny => AgentDecision::Deny,
-    }
-}
-
 async fn send_intent(intent: UiIntent) {
     let body = match intent {
         UiIntent::Send { text } => {
@@ -365,7 +355,7 @@ async fn send_intent(intent: UiIntent) {
             (Ok(call_id), Some(nonce)) => Body::ChatApproval {
                 call_id,
                 nonce,
-                decision: decision(d),
+                decision: d,
             },
             _ => return show_error(format!("no approval is pending for tool call {call_id}")),
         },
