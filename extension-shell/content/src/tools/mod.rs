@@ -17,7 +17,7 @@ use crate::server::Work;
 use crate::snapshot::{self, Refs};
 use crate::text::clip;
 
-#[path = "gate_facts.rs"]
+#[path = "../gate_facts.rs"]
 mod gate_facts;
 
 /// A tool failure: `kind` is a `gg_agent::ToolErrorKind` in its snake_case wire form.
