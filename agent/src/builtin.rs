@@ -29,26 +29,8 @@ use serde_json::{Map, Value, json};
 use crate::message::ToolCall;
 use crate::tool::{ElementTarget, ToolDefinition, ToolError};
 
-/// The built-in tools.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BuiltinTool {
-    /// `read_page_content {selector?, format: text|html, mode?: all|main, offset?, max_chars?}`.
-    ReadPageContent,
-    /// `snapshot_page {max_tokens?}`.
-    SnapshotPage,
-    /// `click_element {ref|selector}`.
-    ClickElement,
-    /// `type_text {ref|selector, text, submit?, clear?}`.
-    TypeText,
-    /// `scroll_page {direction, amount?}` or `{ref}`.
-    ScrollPage,
-    /// `get_page_title {}`.
-    GetPageTitle,
-    /// `take_screenshot {}`.
-    TakeScreenshot,
-    /// `run_javascript {code}`.
-    RunJavascript,
-}
+/// The built-in tools (their names are shared with the content script: [`gg_vocab::Tool`]).
+pub use gg_vocab::Tool as BuiltinTool;
 
 /// The default number of characters `read_page_content` returns per page of text.
 pub const DEFAULT_MAX_CHARS: u64 = 4000;
@@ -58,153 +40,117 @@ const REF_DESCRIPTION: &str =
 const SELECTOR_DESCRIPTION: &str =
     "A CSS selector for the element, used when there is no ref. Give ref or selector, not both.";
 
-impl BuiltinTool {
-    /// All built-in tools, in declaration order.
-    pub const ALL: [Self; 8] = [
-        Self::ReadPageContent,
-        Self::SnapshotPage,
-        Self::ClickElement,
-        Self::TypeText,
-        Self::ScrollPage,
-        Self::GetPageTitle,
-        Self::TakeScreenshot,
-        Self::RunJavascript,
-    ];
-
-    /// The name the model calls it by.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::ReadPageContent => "read_page_content",
-            Self::SnapshotPage => "snapshot_page",
-            Self::ClickElement => "click_element",
-            Self::TypeText => "type_text",
-            Self::ScrollPage => "scroll_page",
-            Self::GetPageTitle => "get_page_title",
-            Self::TakeScreenshot => "take_screenshot",
-            Self::RunJavascript => "run_javascript",
-        }
+/// The names of a built-in tool's parameters, as declared in [`definition`].
+pub fn parameter_names(tool: BuiltinTool) -> &'static [&'static str] {
+    match tool {
+        BuiltinTool::ReadPageContent => &["selector", "format", "mode", "offset", "max_chars"],
+        BuiltinTool::SnapshotPage => &["max_tokens"],
+        BuiltinTool::ClickElement => &["ref", "selector"],
+        BuiltinTool::TypeText => &["ref", "selector", "text", "submit", "clear"],
+        BuiltinTool::ScrollPage => &["direction", "amount", "ref"],
+        BuiltinTool::GetPageTitle | BuiltinTool::TakeScreenshot => &[],
+        BuiltinTool::RunJavascript => &["code"],
     }
+}
 
-    /// The tool with this name, if it is built in.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|tool| tool.name() == name)
-    }
-
-    /// The names of its parameters, as declared in [`BuiltinTool::definition`].
-    pub fn parameter_names(self) -> &'static [&'static str] {
-        match self {
-            Self::ReadPageContent => &["selector", "format", "mode", "offset", "max_chars"],
-            Self::SnapshotPage => &["max_tokens"],
-            Self::ClickElement => &["ref", "selector"],
-            Self::TypeText => &["ref", "selector", "text", "submit", "clear"],
-            Self::ScrollPage => &["direction", "amount", "ref"],
-            Self::GetPageTitle | Self::TakeScreenshot => &[],
-            Self::RunJavascript => &["code"],
-        }
-    }
-
-    /// The declaration shown to the model.
-    pub fn definition(self) -> ToolDefinition {
-        let (description, parameters) = match self {
-            Self::ReadPageContent => (
-                "Read the text (or HTML) of the page or of one element, a page at a time. The \
+/// The declaration of a built-in tool shown to the model.
+pub fn definition(tool: BuiltinTool) -> ToolDefinition {
+    let (description, parameters) = match tool {
+        BuiltinTool::ReadPageContent => (
+            "Read the text (or HTML) of the page or of one element, a page at a time. The \
                  result says how many characters are left; call again with a larger offset to \
                  read on. Hidden text is left out. mode main reads only the main content (the \
                  article), without navigation, headers and footers.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "selector": {"type": "string", "description": "CSS selector of the element to read; the whole page if omitted."},
-                        "format": {"type": "string", "enum": ["text", "html"], "description": "text for readable text, html for markup."},
-                        "mode": {"type": "string", "enum": ["all", "main"], "description": "all for the whole page (default), main for its main content only (<main>, or the largest <article>). Ignored with a selector."},
-                        "offset": {"type": "integer", "minimum": 0, "description": "Character offset to start at (default 0)."},
-                        "max_chars": {"type": "integer", "minimum": 1, "description": "Most characters to return (default 4000)."}
-                    },
-                    "required": ["format"]
-                }),
-            ),
-            Self::SnapshotPage => (
-                "List the page's landmarks, headings and interactive elements (links, buttons, \
+            json!({
+                "type": "object",
+                "properties": {
+                    "selector": {"type": "string", "description": "CSS selector of the element to read; the whole page if omitted."},
+                    "format": {"type": "string", "enum": ["text", "html"], "description": "text for readable text, html for markup."},
+                    "mode": {"type": "string", "enum": ["all", "main"], "description": "all for the whole page (default), main for its main content only (<main>, or the largest <article>). Ignored with a selector."},
+                    "offset": {"type": "integer", "minimum": 0, "description": "Character offset to start at (default 0)."},
+                    "max_chars": {"type": "integer", "minimum": 1, "description": "Most characters to return (default 4000)."}
+                },
+                "required": ["format"]
+            }),
+        ),
+        BuiltinTool::SnapshotPage => (
+            "List the page's landmarks, headings and interactive elements (links, buttons, \
                  fields), each with a ref like e12, its role, name, state and value. Use the refs \
                  with click_element, type_text and scroll_page.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "max_tokens": {"type": "integer", "minimum": 1, "description": "Size budget of the outline in tokens."}
-                    },
-                    "required": []
-                }),
-            ),
-            Self::ClickElement => (
-                "Click an element (scrolls it into view first).",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "ref": {"type": "string", "description": REF_DESCRIPTION},
-                        "selector": {"type": "string", "description": SELECTOR_DESCRIPTION}
-                    },
-                    "required": []
-                }),
-            ),
-            Self::TypeText => (
-                "Type text into a field, text area or editable element.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "ref": {"type": "string", "description": REF_DESCRIPTION},
-                        "selector": {"type": "string", "description": SELECTOR_DESCRIPTION},
-                        "text": {"type": "string", "description": "The text to type."},
-                        "submit": {"type": "boolean", "description": "Submit the form (press Enter) after typing (default false)."},
-                        "clear": {"type": "boolean", "description": "Replace the current content instead of adding to it (default true)."}
-                    },
-                    "required": ["text"]
-                }),
-            ),
-            Self::ScrollPage => (
-                "Scroll the page in a direction, or scroll an element into view by its ref.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "direction": {"type": "string", "enum": ["up", "down", "left", "right"], "description": "Where to scroll."},
-                        "amount": {"type": "integer", "minimum": 1, "description": "Pixels to scroll (default: about one screen)."},
-                        "ref": {"type": "string", "description": "Instead of a direction: the ref of an element to scroll into view."}
-                    },
-                    "required": []
-                }),
-            ),
-            Self::GetPageTitle => (
-                "Get the page's title and address.",
-                json!({"type": "object", "properties": {}, "required": []}),
-            ),
-            Self::TakeScreenshot => (
-                "Take a screenshot of the visible part of the page.",
-                json!({"type": "object", "properties": {}, "required": []}),
-            ),
-            Self::RunJavascript => (
-                "Run JavaScript in the page and get its result as JSON. The user is asked first.",
-                json!({
-                    "type": "object",
-                    "properties": {
-                        "code": {"type": "string", "description": "JavaScript to run; the value of the last expression (or a returned promise's value) is the result."}
-                    },
-                    "required": ["code"]
-                }),
-            ),
-        };
-        ToolDefinition {
-            name: self.name().to_owned(),
-            description: description.to_owned(),
-            parameters,
-        }
+            json!({
+                "type": "object",
+                "properties": {
+                    "max_tokens": {"type": "integer", "minimum": 1, "description": "Size budget of the outline in tokens."}
+                },
+                "required": []
+            }),
+        ),
+        BuiltinTool::ClickElement => (
+            "Click an element (scrolls it into view first).",
+            json!({
+                "type": "object",
+                "properties": {
+                    "ref": {"type": "string", "description": REF_DESCRIPTION},
+                    "selector": {"type": "string", "description": SELECTOR_DESCRIPTION}
+                },
+                "required": []
+            }),
+        ),
+        BuiltinTool::TypeText => (
+            "Type text into a field, text area or editable element.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "ref": {"type": "string", "description": REF_DESCRIPTION},
+                    "selector": {"type": "string", "description": SELECTOR_DESCRIPTION},
+                    "text": {"type": "string", "description": "The text to type."},
+                    "submit": {"type": "boolean", "description": "Submit the form (press Enter) after typing (default false)."},
+                    "clear": {"type": "boolean", "description": "Replace the current content instead of adding to it (default true)."}
+                },
+                "required": ["text"]
+            }),
+        ),
+        BuiltinTool::ScrollPage => (
+            "Scroll the page in a direction, or scroll an element into view by its ref.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "direction": {"type": "string", "enum": ["up", "down", "left", "right"], "description": "Where to scroll."},
+                    "amount": {"type": "integer", "minimum": 1, "description": "Pixels to scroll (default: about one screen)."},
+                    "ref": {"type": "string", "description": "Instead of a direction: the ref of an element to scroll into view."}
+                },
+                "required": []
+            }),
+        ),
+        BuiltinTool::GetPageTitle => (
+            "Get the page's title and address.",
+            json!({"type": "object", "properties": {}, "required": []}),
+        ),
+        BuiltinTool::TakeScreenshot => (
+            "Take a screenshot of the visible part of the page.",
+            json!({"type": "object", "properties": {}, "required": []}),
+        ),
+        BuiltinTool::RunJavascript => (
+            "Run JavaScript in the page and get its result as JSON. The user is asked first.",
+            json!({
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "description": "JavaScript to run; the value of the last expression (or a returned promise's value) is the result."}
+                },
+                "required": ["code"]
+            }),
+        ),
+    };
+    ToolDefinition {
+        name: tool.name().to_owned(),
+        description: description.to_owned(),
+        parameters,
     }
 }
 
 /// The declarations of all built-in tools, in [`BuiltinTool::ALL`] order.
 pub fn builtin_tools() -> Vec<ToolDefinition> {
-    BuiltinTool::ALL
-        .into_iter()
-        .map(BuiltinTool::definition)
-        .collect()
+    BuiltinTool::ALL.into_iter().map(definition).collect()
 }
 
 /// Text or HTML, for `read_page_content`.
@@ -479,7 +425,7 @@ impl BuiltinCall {
 
     fn parse_tool(tool: BuiltinTool, map: &Map<String, Value>) -> Result<Self, ToolError> {
         let args = Args::new(tool, map);
-        args.reject_unknown(tool.parameter_names())?;
+        args.reject_unknown(parameter_names(tool))?;
         let call = match tool {
             BuiltinTool::ReadPageContent => {
                 let selector = args.non_empty_string("selector")?;
@@ -690,7 +636,7 @@ mod tests {
                 );
             }
             let mut declared: Vec<&str> = properties.keys().map(String::as_str).collect();
-            let mut names = tool.parameter_names().to_vec();
+            let mut names = super::parameter_names(tool).to_vec();
             declared.sort_unstable();
             names.sort_unstable();
             assert_eq!(declared, names, "{}", definition.name);

@@ -82,35 +82,9 @@ impl ToolOutput {
     }
 }
 
-/// What kind of failure a [`ToolError`] is; lets the UI and the loop tell them apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolErrorKind {
-    /// The model called a tool that is not declared.
-    UnknownTool,
-    /// The model's call could not be parsed at all.
-    MalformedCall,
-    /// The arguments do not match the tool's parameters.
-    InvalidArguments,
-    /// The CSS selector is not valid.
-    InvalidSelector,
-    /// The ref is no longer in the page (it changed after the snapshot).
-    StaleRef,
-    /// Nothing matches the ref or selector.
-    NotFound,
-    /// The element is hidden, disabled, covered or detached.
-    NotInteractable,
-    /// The page does not allow it (e.g. its Content-Security-Policy forbids evaluation).
-    Blocked,
-    /// The user denied the call, or tools are turned off on this site.
-    Denied,
-    /// The tool cannot run here (no tab, unsupported page, not implemented by this executor).
-    Unavailable,
-    /// The tool did not finish in time.
-    Timeout,
-    /// Anything else.
-    Failed,
-}
+/// What kind of failure a [`ToolError`] is; lets the UI and the loop tell them apart (shared
+/// with the content script: [`gg_vocab::ToolErrorKind`]).
+pub use gg_vocab::ToolErrorKind;
 
 /// A tool failure the model can read and recover from.
 ///

@@ -208,7 +208,8 @@ fn pump(server: &Shared) {
         if let (Err(e), Answer::Tool(call_id)) = (&result, &job.answer) {
             log_debug(&format!(
                 "tool call {call_id} failed: {}: {}",
-                e.kind, e.message
+                e.kind.name(),
+                e.message
             ));
         }
         let answer = envelope(&job.id, job.answer.body(result));
@@ -336,7 +337,8 @@ fn handle(server: &Shared, message: &JsValue, sender: &JsValue, respond: &JsValu
                 Err(e) => {
                     log_debug(&format!(
                         "tool call {call_id} failed: {}: {}",
-                        e.kind, e.message
+                        e.kind.name(),
+                        e.message
                     ));
                     reply(respond, envelope(&id, tool_outcome(&call_id, Err(e))));
                     false

@@ -10,6 +10,7 @@
 
 use alloc::format;
 use alloc::string::String;
+use gg_vocab::ToolErrorKind;
 use wasm_bindgen::JsValue;
 use web_sys::{Document, Element};
 
@@ -32,36 +33,37 @@ mod type_text;
 
 pub use act::{ActJob, Then};
 
-/// A tool failure: `kind` is a `gg_agent::ToolErrorKind` in its snake_case wire form.
+/// A tool failure, of one of the kinds the agent knows ([`ToolErrorKind`], written in its
+/// snake_case wire form).
 #[derive(Debug)]
 pub struct ToolErr {
-    pub kind: &'static str,
+    pub kind: ToolErrorKind,
     pub message: String,
 }
 
 macro_rules! kinds {
-    ($($name:ident),*) => {
+    ($($name:ident => $kind:ident),*) => {
         $(pub fn $name(message: impl Into<String>) -> Self {
-            Self { kind: stringify!($name), message: message.into() }
+            Self { kind: ToolErrorKind::$kind, message: message.into() }
         })*
     };
 }
 
 impl ToolErr {
     kinds!(
-        stale_ref,
-        not_found,
-        invalid_selector,
-        invalid_arguments,
-        not_interactable,
-        unavailable,
-        timeout,
-        failed
+        stale_ref => StaleRef,
+        not_found => NotFound,
+        invalid_selector => InvalidSelector,
+        invalid_arguments => InvalidArguments,
+        not_interactable => NotInteractable,
+        unavailable => Unavailable,
+        timeout => Timeout,
+        failed => Failed
     );
 
     pub fn to_js(&self) -> JsValue {
         Obj::new()
-            .s("kind", self.kind)
+            .s("kind", self.kind.name())
             .s("message", &self.message)
             .js()
     }
@@ -149,49 +151,9 @@ fn bool_arg(args: &JsValue, key: &str, default: bool) -> bool {
 }
 
 /// The tools a call can name: the page tools, and the two that the extension's service worker
-/// runs (answered here with an `unavailable` error that says so).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tool {
-    ReadPageContent,
-    SnapshotPage,
-    ClickElement,
-    TypeText,
-    ScrollPage,
-    GetPageTitle,
-    TakeScreenshot,
-    RunJavascript,
-}
-
-impl Tool {
-    /// The tool of a call's `name`; `None` for a name that is no tool.
-    pub fn from_name(name: &str) -> Option<Self> {
-        Some(match name {
-            "read_page_content" => Self::ReadPageContent,
-            "snapshot_page" => Self::SnapshotPage,
-            "click_element" => Self::ClickElement,
-            "type_text" => Self::TypeText,
-            "scroll_page" => Self::ScrollPage,
-            "get_page_title" => Self::GetPageTitle,
-            "take_screenshot" => Self::TakeScreenshot,
-            "run_javascript" => Self::RunJavascript,
-            _ => return None,
-        })
-    }
-
-    /// The tool's name, as calls give it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::ReadPageContent => "read_page_content",
-            Self::SnapshotPage => "snapshot_page",
-            Self::ClickElement => "click_element",
-            Self::TypeText => "type_text",
-            Self::ScrollPage => "scroll_page",
-            Self::GetPageTitle => "get_page_title",
-            Self::TakeScreenshot => "take_screenshot",
-            Self::RunJavascript => "run_javascript",
-        }
-    }
-}
+/// runs (answered here with an `unavailable` error that says so). The agent declares the same
+/// names ([`gg_vocab::Tool`]).
+pub use gg_vocab::Tool;
 
 impl State {
     pub fn new() -> Self {
@@ -275,30 +237,5 @@ pub fn lookup_error(selector: &str, miss: LookupMiss) -> ToolErr {
              search all of its shadow roots and frames. Call snapshot_page and use a ref",
             (dom::LOOKUP_BUDGET_MS / 1000.0) as u32
         )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Tool;
-
-    #[test]
-    fn tool_names_round_trip() {
-        let all = [
-            Tool::ReadPageContent,
-            Tool::SnapshotPage,
-            Tool::ClickElement,
-            Tool::TypeText,
-            Tool::ScrollPage,
-            Tool::GetPageTitle,
-            Tool::TakeScreenshot,
-            Tool::RunJavascript,
-        ];
-        for tool in all {
-            assert_eq!(Tool::from_name(tool.name()), Some(tool));
-        }
-        assert_eq!(Tool::from_name("get_element_facts"), None);
-        assert_eq!(Tool::from_name("Click_Element"), None);
-        assert_eq!(Tool::from_name(""), None);
     }
 }
