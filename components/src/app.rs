@@ -243,7 +243,7 @@ pub fn gem_app(props: &GemAppProps) -> Html {
             }
         };
         html! {
-            <div class="gg-app-panel" data-corner={state.corner.as_str()} data-fill={fill.to_string()} role="dialog"
+            <div class="gg-app-panel" data-corner={state.corner.snake_name()} data-fill={fill.to_string()} role="dialog"
                 aria-label="Gemma Gem" {onkeydown} {onkeyup}>
                 { body }
             </div>

@@ -193,7 +193,7 @@ pub fn launcher(props: &LauncherProps) -> Html {
                 _ => return,
             };
             e.prevent_default();
-            let next = corner.step(dx, dy);
+            let next = corner.moved(dx, dy);
             if next != corner {
                 on_corner_change.emit(next);
             }
@@ -230,7 +230,7 @@ pub fn launcher(props: &LauncherProps) -> Html {
         ),
     };
     html! {
-        <div class="gg-launcher-wrap" data-corner={props.corner.as_str()} data-fixed={props.fixed.to_string()}>
+        <div class="gg-launcher-wrap" data-corner={props.corner.snake_name()} data-fixed={props.fixed.to_string()}>
             { for ring }
             <button
                 type="button"

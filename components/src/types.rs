@@ -500,65 +500,9 @@ impl UiError {
     }
 }
 
-/// A screen corner, where the launcher sits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Corner {
-    TopLeft,
-    TopRight,
-    BottomLeft,
-    #[default]
-    BottomRight,
-}
-
-impl Corner {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::TopLeft => "top_left",
-            Self::TopRight => "top_right",
-            Self::BottomLeft => "bottom_left",
-            Self::BottomRight => "bottom_right",
-        }
-    }
-
-    /// The corner nearest to point `(x, y)` in a `width` x `height` viewport.
-    pub fn nearest(x: f64, y: f64, width: f64, height: f64) -> Self {
-        let left = x < width / 2.0;
-        let top = y < height / 2.0;
-        match (top, left) {
-            (true, true) => Self::TopLeft,
-            (true, false) => Self::TopRight,
-            (false, true) => Self::BottomLeft,
-            (false, false) => Self::BottomRight,
-        }
-    }
-
-    /// The corner reached by moving one step in a direction (arrow keys).
-    pub fn step(self, dx: i8, dy: i8) -> Self {
-        let (mut top, mut left) = match self {
-            Self::TopLeft => (true, true),
-            Self::TopRight => (true, false),
-            Self::BottomLeft => (false, true),
-            Self::BottomRight => (false, false),
-        };
-        if dx < 0 {
-            left = true;
-        } else if dx > 0 {
-            left = false;
-        }
-        if dy < 0 {
-            top = true;
-        } else if dy > 0 {
-            top = false;
-        }
-        match (top, left) {
-            (true, true) => Self::TopLeft,
-            (true, false) => Self::TopRight,
-            (false, true) => Self::BottomLeft,
-            (false, false) => Self::BottomRight,
-        }
-    }
-}
+/// A screen corner, where the launcher sits (shared with the content script's launcher; its
+/// serde form and `data-corner` are [`Corner::snake_name`]).
+pub use gg_vocab::Corner;
 
 /// Colour theme. `Auto` follows `prefers-color-scheme`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]

@@ -1,8 +1,10 @@
-//! The vocabulary the agent and the in-page tools share: which built-in tools exist and what
-//! they are called ([`Tool`]), and how a tool call fails ([`ToolErrorKind`]). The agent declares
-//! the tools to the model and parses its calls with these names; the content script dispatches
-//! the same names and answers failures with these kinds. `no_std`, no dependencies (`serde`
-//! behind the `serde` feature: the agent's wire form), so the content script links it too.
+//! The vocabulary the extension's sides share: which built-in tools exist and what they are
+//! called ([`Tool`]), how a tool call fails ([`ToolErrorKind`]), and the corner the launcher
+//! sits in ([`Corner`]). The agent declares the tools to the model and parses its calls with
+//! these names; the content script dispatches the same names and answers failures with these
+//! kinds; the content script's launcher and the UI kit's launcher move between the same corners
+//! the same way. `no_std`, no dependencies (`serde` behind the `serde` feature: the agent's and
+//! the UI kit's wire form), so the content script links it too.
 //!
 //! ```
 //! use gg_vocab::{Tool, ToolErrorKind};
@@ -12,6 +14,11 @@
 //! assert_eq!(Tool::from_name("no_such_tool"), None);
 //! assert_eq!(ToolErrorKind::from_name("stale_ref"), Some(ToolErrorKind::StaleRef));
 //! assert_eq!(ToolErrorKind::NotInteractable.name(), "not_interactable");
+//!
+//! use gg_vocab::Corner;
+//! assert_eq!(Corner::nearest(10.0, 10.0, 1000.0, 800.0), Corner::TopLeft);
+//! assert_eq!(Corner::BottomRight.moved(0, -1), Corner::TopRight);
+//! assert_eq!(Corner::from_name("top-left"), Some(Corner::TopLeft));
 //! ```
 
 #![no_std]
@@ -143,9 +150,120 @@ impl ToolErrorKind {
     }
 }
 
+/// A corner of the viewport, where a launcher sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
+pub enum Corner {
+    TopLeft,
+    TopRight,
+    BottomLeft,
+    #[default]
+    BottomRight,
+}
+
+impl Corner {
+    /// Every corner.
+    pub const ALL: [Self; 4] = [
+        Self::TopLeft,
+        Self::TopRight,
+        Self::BottomLeft,
+        Self::BottomRight,
+    ];
+
+    /// Its name as the content script stores it (`chrome.storage.local`) and marks its host
+    /// (`data-corner`): `top-left`, ..., `bottom-right`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::TopLeft => "top-left",
+            Self::TopRight => "top-right",
+            Self::BottomLeft => "bottom-left",
+            Self::BottomRight => "bottom-right",
+        }
+    }
+
+    /// The corner of a stored [`Corner::name`].
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.name() == name)
+    }
+
+    /// Its name in the UI kit's data (the `serde` form, and the kit's `data-corner`):
+    /// `top_left`, ..., `bottom_right`.
+    pub fn snake_name(self) -> &'static str {
+        match self {
+            Self::TopLeft => "top_left",
+            Self::TopRight => "top_right",
+            Self::BottomLeft => "bottom_left",
+            Self::BottomRight => "bottom_right",
+        }
+    }
+
+    /// On the top edge.
+    pub fn top(self) -> bool {
+        matches!(self, Self::TopLeft | Self::TopRight)
+    }
+
+    /// On the left edge.
+    pub fn left(self) -> bool {
+        matches!(self, Self::TopLeft | Self::BottomLeft)
+    }
+
+    /// The corner on these edges.
+    pub fn from_sides(top: bool, left: bool) -> Self {
+        match (top, left) {
+            (true, true) => Self::TopLeft,
+            (true, false) => Self::TopRight,
+            (false, true) => Self::BottomLeft,
+            (false, false) => Self::BottomRight,
+        }
+    }
+
+    /// The corner nearest to the point `(x, y)` of a `width` x `height` viewport (where a
+    /// dragged launcher lands).
+    pub fn nearest(x: f64, y: f64, width: f64, height: f64) -> Self {
+        Self::from_sides(y < height / 2.0, x < width / 2.0)
+    }
+
+    /// The corner reached by one step in a direction (arrow keys): `dx` < 0 left, > 0 right,
+    /// `dy` < 0 up, > 0 down; 0 keeps that side.
+    pub fn moved(self, dx: i8, dy: i8) -> Self {
+        let left = if dx == 0 { self.left() } else { dx < 0 };
+        let top = if dy == 0 { self.top() } else { dy < 0 };
+        Self::from_sides(top, left)
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::{Tool, ToolErrorKind};
+    use super::{Corner, Tool, ToolErrorKind};
+
+    #[test]
+    fn corners_move_and_are_named() {
+        for c in Corner::ALL {
+            assert_eq!(Corner::from_name(c.name()), Some(c));
+            assert_eq!(Corner::from_sides(c.top(), c.left()), c);
+            assert_eq!(c.moved(0, 0), c);
+        }
+        assert_eq!(Corner::from_name("middle"), None);
+        assert_eq!(Corner::from_name("top_left"), None);
+        assert_eq!(Corner::TopLeft.snake_name(), "top_left");
+        assert_eq!(
+            Corner::nearest(990.0, 10.0, 1000.0, 800.0),
+            Corner::TopRight
+        );
+        assert_eq!(
+            Corner::nearest(10.0, 790.0, 1000.0, 800.0),
+            Corner::BottomLeft
+        );
+        assert_eq!(
+            Corner::nearest(600.0, 500.0, 1000.0, 800.0),
+            Corner::BottomRight
+        );
+        assert_eq!(Corner::TopRight.moved(-1, 0), Corner::TopLeft);
+        assert_eq!(Corner::TopLeft.moved(0, 1), Corner::BottomLeft);
+        assert_eq!(Corner::BottomLeft.moved(1, -1), Corner::TopRight);
+        assert_eq!(Corner::default(), Corner::BottomRight);
+    }
 
     #[test]
     fn names_round_trip_and_are_distinct() {

@@ -51,70 +51,18 @@ extern "C" {
     fn runtime_get_url(path: &str) -> String;
 }
 
-/// A corner of the viewport.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Corner {
-    TopLeft,
-    TopRight,
-    BottomLeft,
-    #[default]
-    BottomRight,
-}
+/// A corner of the viewport (the one type the UI kit's launcher uses too).
+pub use gg_vocab::Corner;
 
-impl Corner {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::TopLeft => "top-left",
-            Self::TopRight => "top-right",
-            Self::BottomLeft => "bottom-left",
-            Self::BottomRight => "bottom-right",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Self> {
-        [
-            Self::TopLeft,
-            Self::TopRight,
-            Self::BottomLeft,
-            Self::BottomRight,
-        ]
-        .into_iter()
-        .find(|c| c.as_str() == s)
-    }
-
-    fn top(self) -> bool {
-        matches!(self, Self::TopLeft | Self::TopRight)
-    }
-
-    fn left(self) -> bool {
-        matches!(self, Self::TopLeft | Self::BottomLeft)
-    }
-
-    fn from_sides(top: bool, left: bool) -> Self {
-        match (top, left) {
-            (true, true) => Self::TopLeft,
-            (true, false) => Self::TopRight,
-            (false, true) => Self::BottomLeft,
-            (false, false) => Self::BottomRight,
-        }
-    }
-
-    /// The corner nearest to the point `(x, y)` of a `width` × `height` viewport.
-    pub fn nearest(x: f64, y: f64, width: f64, height: f64) -> Self {
-        Self::from_sides(y < height / 2.0, x < width / 2.0)
-    }
-
-    /// The corner an Alt+arrow key moves to (`None` for other keys).
-    pub fn step(self, key: &str) -> Option<Self> {
-        let (top, left) = (self.top(), self.left());
-        Some(match key {
-            "ArrowUp" => Self::from_sides(true, left),
-            "ArrowDown" => Self::from_sides(false, left),
-            "ArrowLeft" => Self::from_sides(top, true),
-            "ArrowRight" => Self::from_sides(top, false),
-            _ => return None,
-        })
-    }
+/// The corner an Alt+arrow key moves to from `corner` (`None` for other keys).
+fn corner_after_key(corner: Corner, key: &str) -> Option<Corner> {
+    Some(match key {
+        "ArrowUp" => corner.moved(0, -1),
+        "ArrowDown" => corner.moved(0, 1),
+        "ArrowLeft" => corner.moved(-1, 0),
+        "ArrowRight" => corner.moved(1, 0),
+        _ => return None,
+    })
 }
 
 /// The host's inline style. Inline `!important` declarations win over any `!important` rule of
@@ -313,7 +261,7 @@ pub fn start() -> Result<Shared, JsValue> {
         storage_get("local", CORNER_KEY, move |corner| {
             let corner = corner
                 .as_string()
-                .and_then(|c| Corner::parse(&c))
+                .and_then(|c| Corner::from_name(&c))
                 .unwrap_or_default();
             let panel2 = panel.clone();
             storage_get("local", &disabled_key(&hostname), move |value| {
@@ -355,7 +303,9 @@ fn watch_storage(panel: &Shared) -> Result<(), JsValue> {
                 }
             }
             let change = js::get(&changes, CORNER_KEY);
-            if let Some(corner) = js::get_str(&change, "newValue").and_then(|c| Corner::parse(&c)) {
+            if let Some(corner) =
+                js::get_str(&change, "newValue").and_then(|c| Corner::from_name(&c))
+            {
                 set_corner(&panel, corner, false);
             }
         });
@@ -401,7 +351,7 @@ fn try_mount(panel: &Shared) -> Result<(), JsValue> {
     root.append_child(&style)?;
     let wrap = create(&document, "div")?;
     wrap.set_class_name("gg");
-    wrap.set_attribute("data-corner", p.corner.as_str())?;
+    wrap.set_attribute("data-corner", p.corner.name())?;
     root.append_child(&wrap)?;
 
     let button: HtmlElement = create(&document, "button")?.dyn_into()?;
@@ -409,7 +359,7 @@ fn try_mount(panel: &Shared) -> Result<(), JsValue> {
     button.set_attribute("type", "button")?;
     button.set_attribute("data-testid", "gg-launcher")?;
     button.set_attribute("data-status", "idle")?;
-    button.set_attribute("data-corner", p.corner.as_str())?;
+    button.set_attribute("data-corner", p.corner.name())?;
     button.set_attribute("aria-label", "Open Gemma Gem")?;
     button.set_attribute("aria-expanded", "false")?;
     button.set_attribute(
@@ -521,7 +471,7 @@ fn on_key(panel: &Shared, e: web_sys::Event) {
     }
     if e.alt_key() && !e.ctrl_key() && !e.meta_key() {
         let corner = panel.borrow().corner;
-        if let Some(next) = corner.step(&key) {
+        if let Some(next) = corner_after_key(corner, &key) {
             e.prevent_default();
             if next != corner {
                 set_corner(panel, next, true);
@@ -637,14 +587,14 @@ fn set_corner(panel: &Shared, corner: Corner, save: bool) {
     let mut p = panel.borrow_mut();
     p.corner = corner;
     if let Some(m) = p.mounted.as_ref() {
-        let _ = m.wrap.set_attribute("data-corner", corner.as_str());
-        let _ = m.button.set_attribute("data-corner", corner.as_str());
+        let _ = m.wrap.set_attribute("data-corner", corner.name());
+        let _ = m.button.set_attribute("data-corner", corner.name());
         m.guard
             .set_style(&m.host, &host_style(corner, m.open, None));
     }
     drop(p);
     if save {
-        storage_set("local", CORNER_KEY, JsValue::from_str(corner.as_str()));
+        storage_set("local", CORNER_KEY, JsValue::from_str(corner.name()));
     }
 }
 
@@ -847,37 +797,24 @@ mod tests {
     }
 
     #[test]
-    fn corners() {
-        for c in [
-            Corner::TopLeft,
-            Corner::TopRight,
-            Corner::BottomLeft,
-            Corner::BottomRight,
-        ] {
-            assert_eq!(Corner::parse(c.as_str()), Some(c));
-        }
-        assert_eq!(Corner::parse("middle"), None);
-        assert_eq!(Corner::nearest(10.0, 10.0, 1000.0, 800.0), Corner::TopLeft);
+    fn alt_arrow_keys_move_the_corner() {
         assert_eq!(
-            Corner::nearest(990.0, 10.0, 1000.0, 800.0),
-            Corner::TopRight
+            corner_after_key(Corner::BottomRight, "ArrowUp"),
+            Some(Corner::TopRight)
         );
         assert_eq!(
-            Corner::nearest(10.0, 790.0, 1000.0, 800.0),
-            Corner::BottomLeft
+            corner_after_key(Corner::TopRight, "ArrowLeft"),
+            Some(Corner::TopLeft)
         );
         assert_eq!(
-            Corner::nearest(600.0, 500.0, 1000.0, 800.0),
-            Corner::BottomRight
+            corner_after_key(Corner::TopLeft, "ArrowDown"),
+            Some(Corner::BottomLeft)
         );
-        assert_eq!(Corner::BottomRight.step("ArrowUp"), Some(Corner::TopRight));
-        assert_eq!(Corner::TopRight.step("ArrowLeft"), Some(Corner::TopLeft));
-        assert_eq!(Corner::TopLeft.step("ArrowDown"), Some(Corner::BottomLeft));
         assert_eq!(
-            Corner::BottomLeft.step("ArrowRight"),
+            corner_after_key(Corner::BottomLeft, "ArrowRight"),
             Some(Corner::BottomRight)
         );
-        assert_eq!(Corner::BottomLeft.step("Enter"), None);
+        assert_eq!(corner_after_key(Corner::BottomLeft, "Enter"), None);
     }
 
     #[test]
