@@ -23,6 +23,45 @@ thread_local! {
 /// Hex digits of a token (128 bits).
 const TOKEN_HEX: usize = 32;
 
+/// Why the gate refused a message (its text is what the overlay shows).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GateError {
+    /// An activation without the token issued for this tab and document.
+    #[error("this panel was not opened by Gemma Gem here ({0})")]
+    NotIssued(Refusal),
+    /// A message from an overlay that is not the tab's activated one.
+    #[error(
+        "this panel was not opened by Gemma Gem on this page; it gets nothing (close it and use \
+         the Gemma Gem button)"
+    )]
+    NotTheTabsOverlay,
+    #[error("Chrome did not name the sender's document")]
+    NoDocument,
+    #[error("cannot tell which page this tab shows: {0}")]
+    NoTopFrame(String),
+    #[error("crypto.getRandomValues is missing; the panel cannot be opened")]
+    NoRandom,
+    /// The message came from no tab ([`crate::sender_tab`]).
+    #[error("{0}")]
+    Sender(String),
+    /// `chrome.storage.session` failed.
+    #[error("{0}")]
+    Storage(String),
+}
+
+/// Why a presented token does not activate an overlay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("no token is waiting for this tab")]
+    NothingIssued,
+    #[error("no valid token")]
+    Malformed,
+    #[error("wrong token")]
+    Wrong,
+    #[error("the page changed since the token was issued")]
+    PageChanged,
+}
+
 /// An issued, unused token.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Issued {
@@ -46,17 +85,17 @@ impl Issued {
 
 /// Whether `presented` activates an overlay: it must be the unused token issued for this tab,
 /// and the tab must still show the document it was issued for (`top_document`).
-pub fn accept(issued: Option<&Issued>, presented: &str, top_document: &str) -> Result<(), String> {
-    let refused = |why: &str| {
-        Err(format!(
-            "this panel was not opened by Gemma Gem here ({why})"
-        ))
-    };
+pub fn accept(
+    issued: Option<&Issued>,
+    presented: &str,
+    top_document: &str,
+) -> Result<(), GateError> {
+    let refused = |why: Refusal| Err(GateError::NotIssued(why));
     let Some(issued) = issued else {
-        return refused("no token is waiting for this tab");
+        return refused(Refusal::NothingIssued);
     };
     if presented.len() != TOKEN_HEX || !presented.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return refused("no valid token");
+        return refused(Refusal::Malformed);
     }
     // Not a secret comparison that leaks by timing: each token is tried once per message and
     // a wrong one does not use up the right one, but compare without an early exit anyway.
@@ -68,24 +107,20 @@ pub fn accept(issued: Option<&Issued>, presented: &str, top_document: &str) -> R
             .fold(0u8, |acc, (a, b)| acc | (a ^ b))
             == 0;
     if !same {
-        return refused("wrong token");
+        return refused(Refusal::Wrong);
     }
     if issued.document_id.is_empty() || issued.document_id != top_document {
-        return refused("the page changed since the token was issued");
+        return refused(Refusal::PageChanged);
     }
     Ok(())
 }
 
 /// Whether an overlay message comes from the tab's activated overlay (`activated`: its
 /// `documentId`).
-pub fn allowed(activated: Option<&str>, sender_document: Option<&str>) -> Result<(), String> {
+pub fn allowed(activated: Option<&str>, sender_document: Option<&str>) -> Result<(), GateError> {
     match (activated, sender_document) {
         (Some(a), Some(s)) if !a.is_empty() && a == s => Ok(()),
-        _ => Err(
-            "this panel was not opened by Gemma Gem on this page; it gets nothing (close it and \
-             use the Gemma Gem button)"
-                .into(),
-        ),
+        _ => Err(GateError::NotTheTabsOverlay),
     }
 }
 
@@ -101,22 +136,28 @@ pub async fn gate(from: gg_messages::Context, body: &Body, sender: &SenderInfo) 
         },
         _ => return None,
     };
-    Some(result.unwrap_or_else(|message| {
+    Some(result.unwrap_or_else(|e| {
+        let message = e.to_string();
         log::warn(&message);
         Body::Error { message }
     }))
 }
 
-fn document_of(sender: &SenderInfo) -> Result<String, String> {
+fn document_of(sender: &SenderInfo) -> Result<String, GateError> {
     sender
         .document_id
         .clone()
         .filter(|d| !d.is_empty())
-        .ok_or_else(|| "Chrome did not name the sender's document".to_owned())
+        .ok_or(GateError::NoDocument)
 }
 
-async fn issue(sender: &SenderInfo) -> Result<Body, String> {
-    let tab_id = crate::sender_tab(sender)?;
+/// The tab of a gated message.
+fn tab_of(sender: &SenderInfo) -> Result<i64, GateError> {
+    crate::sender_tab(sender).map_err(GateError::Sender)
+}
+
+async fn issue(sender: &SenderInfo) -> Result<Body, GateError> {
+    let tab_id = tab_of(sender)?;
     let issued = Issued {
         token: random_token()?,
         document_id: document_of(sender)?,
@@ -125,45 +166,45 @@ async fn issue(sender: &SenderInfo) -> Result<Body, String> {
     let _held = lock.lock().await;
     gg_chrome::session_set(&overlay_token_key(tab_id), &issued.to_json())
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| GateError::Storage(e.to_string()))?;
     Ok(Body::OverlayToken {
         token: issued.token,
     })
 }
 
-async fn activate(sender: &SenderInfo, token: &str) -> Result<Body, String> {
-    let tab_id = crate::sender_tab(sender)?;
+async fn activate(sender: &SenderInfo, token: &str) -> Result<Body, GateError> {
+    let tab_id = tab_of(sender)?;
     let overlay = document_of(sender)?;
     let lock = LOCK.with(Rc::clone);
     let _held = lock.lock().await;
     let issued = gg_chrome::session_get(&overlay_token_key(tab_id))
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(|e| GateError::Storage(e.to_string()))?
         .as_ref()
         .and_then(Issued::from_json);
     let top = gg_chrome::top_frame(tab_id)
         .await
-        .map_err(|e| format!("cannot tell which page this tab shows: {e}"))?;
+        .map_err(|e| GateError::NoTopFrame(e.to_string()))?;
     accept(issued.as_ref(), token, &top.document_id)?;
     // Used: no second overlay gets in with it.
     gg_chrome::session_remove(&overlay_token_key(tab_id))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| GateError::Storage(e.to_string()))?;
     gg_chrome::session_set(
         &overlay_key(tab_id),
         &serde_json::json!({ "documentId": overlay }),
     )
     .await
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| GateError::Storage(e.to_string()))?;
     log::debug(&format!("overlay of tab {tab_id} activated"));
     Ok(Body::Ack)
 }
 
-async fn check(sender: &SenderInfo) -> Result<(), String> {
-    let tab_id = crate::sender_tab(sender)?;
+async fn check(sender: &SenderInfo) -> Result<(), GateError> {
+    let tab_id = tab_of(sender)?;
     let activated = gg_chrome::session_get(&overlay_key(tab_id))
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| GateError::Storage(e.to_string()))?;
     let activated = activated
         .as_ref()
         .and_then(|v| v.get("documentId"))
@@ -181,7 +222,7 @@ pub async fn forget(tab_id: i64) {
 }
 
 /// 16 bytes of `crypto.getRandomValues` as hex; an error (never a weak token) without it.
-fn random_token() -> Result<String, String> {
+fn random_token() -> Result<String, GateError> {
     use wasm_bindgen::JsCast;
     let bytes = js_sys::Uint8Array::new_with_length(16);
     let crypto = js_sys::Reflect::get(&js_sys::global(), &"crypto".into())
@@ -191,7 +232,7 @@ fn random_token() -> Result<String, String> {
         .and_then(|f| f.dyn_into::<js_sys::Function>().ok())
         .is_some_and(|f| f.call1(&crypto, &bytes).is_ok());
     if !filled {
-        return Err("crypto.getRandomValues is missing; the panel cannot be opened".into());
+        return Err(GateError::NoRandom);
     }
     Ok(bytes.to_vec().iter().map(|b| format!("{b:02x}")).collect())
 }
@@ -213,11 +254,21 @@ mod tests {
     fn only_the_issued_token_for_the_document_activates() {
         assert_eq!(accept(Some(&issued()), T, "DOC-A"), Ok(()));
         // Nothing issued (used already: a replay), a guess, a near miss, junk.
-        assert!(accept(None, T, "DOC-A").unwrap_err().contains("no token"));
+        assert_eq!(
+            accept(None, T, "DOC-A"),
+            Err(GateError::NotIssued(Refusal::NothingIssued))
+        );
+        assert!(
+            accept(None, T, "DOC-A")
+                .unwrap_err()
+                .to_string()
+                .contains("no token")
+        );
         let guess = "ffffffffffffffffffffffffffffffff";
         assert!(
             accept(Some(&issued()), guess, "DOC-A")
                 .unwrap_err()
+                .to_string()
                 .contains("wrong token")
         );
         let near = "0123456789abcdef0123456789abcdee";
@@ -234,6 +285,7 @@ mod tests {
         assert!(
             accept(Some(&issued()), T, "DOC-B")
                 .unwrap_err()
+                .to_string()
                 .contains("page changed")
         );
         let empty = Issued {
