@@ -36,6 +36,7 @@ mod cancel;
 mod consequential;
 pub mod context;
 mod emit;
+mod facts;
 pub mod gate;
 pub mod message;
 pub mod permissions;

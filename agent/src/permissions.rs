@@ -28,7 +28,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::gate::SensitiveField;
+use crate::consequential::ActionKind;
+use crate::facts::SensitiveField;
 use crate::site::site_key;
 
 /// A kind of sensitive call the user can allow on a site for good.
@@ -45,7 +46,7 @@ pub enum Permission {
     /// Submitting forms (any).
     SubmitForm,
     /// Clicking elements that read as this kind of consequential action.
-    Consequential(crate::gate::ActionKind),
+    Consequential(ActionKind),
     /// Navigating from this site to that one.
     LeaveSiteTo {
         /// The destination origin (or URL).

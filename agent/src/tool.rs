@@ -42,7 +42,7 @@ use futures::future::LocalBoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::gate::ElementFacts;
+use crate::facts::ElementFacts;
 use crate::message::{ImagePart, ToolCall};
 
 /// A tool as declared to the model.

@@ -10,21 +10,7 @@ use crate::error::{LlmError, Result};
 use crate::generate::{Generator, now_s};
 use crate::model::GemmaModel;
 use crate::sampler::Sampling;
-
-/// `n` prompt ids: `<bos>` (2), then `3 + (i * 7919) mod (vocab - 3)` — the same formula as the
-/// browser bench's onnxruntime-web side.
-pub fn prompt_ids(n: usize, vocab: usize) -> Vec<u32> {
-    let span = vocab.saturating_sub(3).max(1) as u64;
-    (0..n)
-        .map(|i| {
-            if i == 0 {
-                2
-            } else {
-                (3 + (i as u64 * 7919) % span) as u32
-            }
-        })
-        .collect()
-}
+pub use crate::synthetic::{prompt_ids, vocab_of};
 
 /// One prefill measurement.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -81,14 +67,6 @@ impl DecodeRun {
             0.0
         }
     }
-}
-
-/// The vocabulary size the synthetic prompts are drawn from.
-pub fn vocab_of(model: &GemmaModel) -> usize {
-    model
-        .config
-        .vocab_size
-        .unwrap_or_else(|| model.tokenizer.vocab_size())
 }
 
 /// Checks that `tokens` fit the model's context.

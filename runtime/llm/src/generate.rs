@@ -499,18 +499,16 @@ impl GemmaModel {
     /// every pipeline the steps use, and pipelines are kept per GPU, so the first real prompts
     /// and their decode steps compile nothing (seconds of the first answer on a GPU in the
     /// browser). Costs no GPU time: only the host's recording, the compiling, and pool buffers
-    /// a prompt of that length needs anyway. E2B-shaped, natively on lavapipe: 60 pipelines in
-    /// 1.05 s with the GPU's kernels (57 in 0.77 s before the short prompts' buckets were
-    /// added), 59 in 1.2 s with a software adapter's; SwiftShader compiles ~58 in 14 s, so on
-    /// software adapters compiling each kernel when first used (only those) is cheaper.
-    /// `gemma-gem bench --warm-up` measures it.
+    /// a prompt of that length needs anyway. On software adapters, whose compiler is slow,
+    /// compiling each kernel when first used (only those) is cheaper (measured: bench/README.md,
+    /// "Runtime history"). `gemma-gem bench --warm-up` measures it.
     pub async fn warm_up(&self) -> Result<()> {
-        let vocab = crate::bench::vocab_of(self);
+        let vocab = crate::synthetic::vocab_of(self);
         for n in WARM_UP_PROMPTS {
             if self.context_limit().is_some_and(|l| n + 3 > l) {
                 continue;
             }
-            let prompt = crate::bench::prompt_ids(n, vocab);
+            let prompt = crate::synthetic::prompt_ids(n, vocab);
             Generator::new(self, &prompt, Sampling::Greedy)?
                 .rehearse(2)
                 .await?;

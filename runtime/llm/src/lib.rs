@@ -34,6 +34,7 @@ pub mod model;
 pub mod sampler;
 pub mod source;
 pub mod stream;
+mod synthetic;
 
 pub use backend::GemmaBackend;
 pub use config::{Dtype, ModelConfig};
