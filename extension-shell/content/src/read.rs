@@ -406,7 +406,7 @@ impl Job {
             return false;
         };
         let display = dom::style_prop(&style, "display");
-        if !self.shown(el, &tag, &style, &display) {
+        if !self.shown(el, &tag, &style, display == "none") {
             return false;
         }
         let inline = display.starts_with("inline")
@@ -464,19 +464,19 @@ impl Job {
         true
     }
 
-    /// The element is shown (its computed `display` is `display`): not `display: none`, not
-    /// transparent, not a hidden box. Notes a cloak on the whole page.
+    /// The element is shown (`display_none`: its computed `display` is `none`): not
+    /// `display: none`, not transparent, not a hidden box. Notes a cloak on the whole page.
     fn shown(
         &mut self,
         el: &Element,
         tag: &str,
         style: &web_sys::CssStyleDeclaration,
-        display: &str,
+        display_none: bool,
     ) -> bool {
         // A cloak on the whole page (`opacity: 0` or `visibility: hidden` on <html> or <body>
         // until a script reveals it: anti-flicker snippets, fade-ins) does not hide its text.
         let page_level = tag == "body" || tag == "html";
-        if display == "none" || (!page_level && js::style_is(style, "opacity", "0")) {
+        if display_none || (!page_level && js::style_is(style, "opacity", "0")) {
             return false;
         }
         if page_level && !js::style_is(style, "visibility", "visible") {
@@ -514,12 +514,8 @@ impl Job {
             let Some(style) = &style else {
                 return false;
             };
-            let display = if js::style_is(style, "display", "none") {
-                "none"
-            } else {
-                ""
-            };
-            if !self.shown(el, &tag, style, display) {
+            let display_none = js::style_is(style, "display", "none");
+            if !self.shown(el, &tag, style, display_none) {
                 return false;
             }
         }

@@ -348,17 +348,16 @@ async fn send_intent(intent: UiIntent) {
         }
         UiIntent::Stop => Body::ChatStop,
         UiIntent::NewChat => Body::ChatNew,
-        UiIntent::Approve {
-            call_id,
-            decision: d,
-        } => match (call_id.parse(), session(|s| s.nonces.remove(&call_id))) {
-            (Ok(call_id), Some(nonce)) => Body::ChatApproval {
-                call_id,
-                nonce,
-                decision: d,
-            },
-            _ => return show_error(format!("no approval is pending for tool call {call_id}")),
-        },
+        UiIntent::Approve { call_id, decision } => {
+            match (call_id.parse(), session(|s| s.nonces.remove(&call_id))) {
+                (Ok(call_id), Some(nonce)) => Body::ChatApproval {
+                    call_id,
+                    nonce,
+                    decision,
+                },
+                _ => return show_error(format!("no approval is pending for tool call {call_id}")),
+            }
+        }
         UiIntent::SettingsChanged { settings } => return settings_changed(settings).await,
         // The settings change that goes with it removes the host from the page (content script).
         UiIntent::DisableSite { site } => {
