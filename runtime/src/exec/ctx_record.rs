@@ -4,7 +4,7 @@
 use super::bind_cache::BindGroupKey;
 use super::{Ctx, GpuTensor};
 use crate::error::{Error, Result};
-use crate::gpu::Kernel;
+use crate::gpu::{Bound, Kernel, Params};
 use std::rc::Rc;
 
 pub(super) enum Cmd {
@@ -61,27 +61,48 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Records a dispatch of `kernel` over `invocations` invocations (2-D grid when needed).
-    /// `tensors` are bound in kernel declaration order; `meta` becomes the `meta` binding.
-    pub fn dispatch(
+    /// Records a dispatch of the bound kernel over `invocations` invocations (a 2-D grid when
+    /// needed), with parameters `params` (the kernel's declared [`Params`] type).
+    pub fn launch<P: Params>(
         &mut self,
-        kernel: &Kernel,
-        tensors: &[&GpuTensor],
-        meta: &[u32],
+        bound: Bound<'_, '_>,
+        params: &P,
         invocations: u64,
     ) -> Result<()> {
-        if tensors.len() != kernel.n_bindings() {
-            return Err(Error::Gpu(format!(
-                "kernel {}: {} tensors for {} bindings",
-                kernel.name(),
-                tensors.len(),
-                kernel.n_bindings()
-            )));
+        let k = bound.k;
+        let wg = self.grid(k.name(), u64::from(k.workgroup_size()), invocations)?;
+        self.launch_groups(bound, params, wg)
+    }
+
+    /// Records a dispatch of the bound kernel with an explicit workgroup grid.
+    pub fn launch_groups<P: Params>(
+        &mut self,
+        bound: Bound<'_, '_>,
+        params: &P,
+        wg: (u32, u32),
+    ) -> Result<()> {
+        let k = bound.k;
+        match &k.kernel.block {
+            Some((t, _)) if *t == std::any::TypeId::of::<P>() => {}
+            _ => {
+                return Err(Error::Gpu(format!(
+                    "kernel {}: its parameters are not a {}",
+                    k.name(),
+                    std::any::type_name::<P>()
+                )));
+            }
         }
-        let wg_size = u64::from(kernel_wg(kernel));
+        let tensors = bound.tensors()?;
+        let words: &[u32] = bytemuck::cast_slice(std::slice::from_ref(params));
+        self.record(&k.pipeline, k.name(), &tensors, words, wg)
+    }
+
+    /// The workgroup grid for `invocations` invocations of workgroups of `wg_size`: one row,
+    /// or a 2-D grid past the adapter's per-dimension limit (`(0, 0)`: nothing to run).
+    pub fn grid(&self, name: &str, wg_size: u64, invocations: u64) -> Result<(u32, u32)> {
         let groups = invocations.div_ceil(wg_size);
         if groups == 0 {
-            return Ok(());
+            return Ok((0, 0));
         }
         let maxd = u64::from(self.gpu.limits.max_compute_workgroups_per_dimension);
         let (x, y) = if groups <= maxd {
@@ -91,11 +112,23 @@ impl Ctx<'_> {
         };
         if y > maxd {
             return Err(Error::Gpu(format!(
-                "kernel {}: {invocations} invocations exceed the grid limits",
-                kernel.name()
+                "kernel {name}: {invocations} invocations exceed the grid limits"
             )));
         }
-        self.dispatch_groups(kernel, tensors, meta, (x as u32, y as u32))
+        Ok((x as u32, y as u32))
+    }
+
+    /// Records a dispatch of `kernel` over `invocations` invocations (2-D grid when needed).
+    /// `tensors` are bound in kernel declaration order; `meta` becomes the `meta` binding.
+    pub fn dispatch(
+        &mut self,
+        kernel: &Kernel,
+        tensors: &[&GpuTensor],
+        meta: &[u32],
+        invocations: u64,
+    ) -> Result<()> {
+        let wg = self.grid(kernel.name(), u64::from(kernel_wg(kernel)), invocations)?;
+        self.dispatch_groups(kernel, tensors, meta, wg)
     }
 
     /// Records a dispatch with an explicit workgroup grid.
@@ -106,18 +139,41 @@ impl Ctx<'_> {
         meta: &[u32],
         wg: (u32, u32),
     ) -> Result<()> {
+        if tensors.len() != kernel.n_bindings() {
+            return Err(Error::Gpu(format!(
+                "kernel {}: {} tensors for {} bindings",
+                kernel.name(),
+                tensors.len(),
+                kernel.n_bindings()
+            )));
+        }
+        if wg.0 == 0 || wg.1 == 0 {
+            return Ok(());
+        }
+        let pipeline = self.gpu.pipeline(kernel)?;
+        self.record(&pipeline, kernel.name(), tensors, meta, wg)
+    }
+
+    /// Records one dispatch: its parameter words into the arena, its bind group (cached).
+    fn record(
+        &mut self,
+        pipeline: &Rc<crate::gpu::Pipeline>,
+        name: &'static str,
+        tensors: &[&GpuTensor],
+        meta: &[u32],
+        wg: (u32, u32),
+    ) -> Result<()> {
         if wg.0 == 0 || wg.1 == 0 {
             return Ok(());
         }
         if meta.len() > crate::gpu::PARAM_WORDS {
             return Err(Error::Gpu(format!(
-                "kernel {}: {} parameter words exceed {}",
-                kernel.name(),
+                "kernel {name}: {} parameter words exceed {}",
                 meta.len(),
                 crate::gpu::PARAM_WORDS
             )));
         }
-        let pipeline = self.gpu.pipeline(kernel)?;
+        let pipeline = pipeline.clone();
         let meta_words = meta.len().max(1).next_multiple_of(META_ALIGN_WORDS);
         let cap_words = (self.meta_buf.borrow().size() / 4) as usize;
         if self.meta.len() + meta_words > cap_words {
@@ -177,7 +233,7 @@ impl Ctx<'_> {
                     .gpu
                     .device
                     .create_bind_group(&wgpu::BindGroupDescriptor {
-                        label: Some(kernel.name()),
+                        label: Some(name),
                         layout: &pipeline.layout,
                         entries: &entries,
                     });

@@ -48,6 +48,8 @@ pub struct Gpu {
     /// Counters.
     pub counters: Counters,
     pipelines: RefCell<HashMap<u128, Rc<Pipeline>>>,
+    /// Compiled kernels by spec key ([`Gpu::kernel`]).
+    pub(super) kernels: RefCell<HashMap<u128, Rc<super::Compiled>>>,
     errors: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
@@ -173,6 +175,7 @@ impl Gpu {
             },
             counters: Counters::default(),
             pipelines: RefCell::new(HashMap::new()),
+            kernels: RefCell::new(HashMap::new()),
         })
     }
 

@@ -5,9 +5,9 @@ use super::Gpu;
 use super::Storage;
 
 #[derive(Debug, Clone)]
-pub(super) struct Binding {
-    pub(super) name: String,
-    pub(super) storage: Storage,
+pub(crate) struct Binding {
+    pub(crate) name: String,
+    pub(crate) storage: Storage,
     pub(super) write: bool,
     /// Declared as `array<vec4<u32>>` (see [`Kernel::input_wide`]).
     pub(super) wide: bool,
@@ -29,7 +29,7 @@ pub(super) struct Binding {
 pub struct Kernel {
     pub(super) name: &'static str,
     pub(super) body: &'static str,
-    pub(super) bindings: Vec<Binding>,
+    pub(crate) bindings: Vec<Binding>,
     pub(super) params: Vec<(String, String)>,
     pub(super) workgroup: u32,
     /// Outputs of the element-mapped `main` (none: the body has its own).
@@ -43,12 +43,18 @@ pub struct Kernel {
     key: std::cell::OnceCell<u128>,
     /// A builder that records nothing ([`Kernel::discard`]).
     discard: bool,
+    /// The typed parameter block ([`Kernel::params`]): its type and WGSL declaration (`None`:
+    /// the untyped `prm[i]` words).
+    pub(crate) block: Option<(std::any::TypeId, String)>,
 }
 
 /// The workgroup reductions `wg_sum` / `wg_max` through workgroup memory ...
 const WG_REDUCE: &str = include_str!("../kernels/wg_reduce.wgsl");
 /// ... and with subgroup operations.
 const WG_REDUCE_SG: &str = include_str!("../kernels/wg_reduce_sg.wgsl");
+
+/// Hash of the WGSL snippets the builder itself adds (part of every kernel spec's key).
+pub(super) const SNIPPETS_HASH: u128 = super::spec::wgsl_hash(&[WG_REDUCE, WG_REDUCE_SG]);
 
 /// The attention-score softcap `v = c * tanh(v / c)` as a WGSL statement on variable `v` (the
 /// clamp keeps `tanh` finite on every backend); empty when `c <= 0` (no softcap).
@@ -128,6 +134,7 @@ impl Kernel {
             tail: "",
             key: std::cell::OnceCell::new(),
             discard: false,
+            block: None,
         }
     }
 
@@ -273,6 +280,16 @@ impl Kernel {
         })
     }
 
+    /// Declares the kernel's per-dispatch parameters as `P` (see [`gpu_params!`](crate::gpu_params)):
+    /// the body reads them as `prm.field` (array fields also as `prm_field(i)`), and every
+    /// dispatch passes a `P`. An element-mapped kernel's `P` starts with `n: u32` (the element
+    /// count).
+    pub fn params<P: super::Params>(self) -> Self {
+        self.edit(|k| {
+            k.block = Some((std::any::TypeId::of::<P>(), P::wgsl()));
+        })
+    }
+
     /// Sets the workgroup size (`{{WG}}` in the body).
     pub fn workgroup(self, wg: u32) -> Self {
         self.edit(|k| {
@@ -317,6 +334,7 @@ impl Kernel {
         }
         self.extra.hash(&mut h);
         self.tail.len().hash(&mut h);
+        self.block.as_ref().map(|p| &p.1).hash(&mut h);
         h.digest128()
     }
 }

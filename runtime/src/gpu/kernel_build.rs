@@ -88,13 +88,23 @@ impl Kernel {
                 }
             }
         }
-        s.push_str(&format!(
-            "@group(0) @binding({}) var<uniform> prm_u: array<vec4<u32>, {}>;\n\
-             fn prm_at(i: u32) -> u32 {{ return prm_u[i >> 2u][i & 3u]; }}\nconst WG: u32 = {}u;\n",
-            self.bindings.len(),
-            PARAM_WORDS / 4,
-            self.workgroup
-        ));
+        match &self.block {
+            Some((_, decl)) => {
+                s.push_str(decl);
+                s.push_str(&format!(
+                    "@group(0) @binding({}) var<uniform> prm: Params;\nconst WG: u32 = {}u;\n",
+                    self.bindings.len(),
+                    self.workgroup
+                ));
+            }
+            None => s.push_str(&format!(
+                "@group(0) @binding({}) var<uniform> prm_u: array<vec4<u32>, {}>;\n\
+                 fn prm_at(i: u32) -> u32 {{ return prm_u[i >> 2u][i & 3u]; }}\nconst WG: u32 = {}u;\n",
+                self.bindings.len(),
+                PARAM_WORDS / 4,
+                self.workgroup
+            )),
+        }
         s.push_str(&self.extra);
         let mut body = format!("{}\n{}", self.body, self.tail);
         for (k, v) in &self.params {
@@ -127,7 +137,7 @@ impl Kernel {
 @compute @workgroup_size({wg})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
     let w = gid.x + gid.y * nwg.x * {wg}u;
-    let n = prm[0];
+    let n = {count};
     let i0 = w * EPW_{out};
     if (i0 >= n) {{ return; }}
     let v0 = {compute}(i0);
@@ -136,10 +146,19 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
     {stores}
 }}
 ",
-                wg = self.workgroup
+                wg = self.workgroup,
+                count = if self.block.is_some() {
+                    "prm.n"
+                } else {
+                    "prm[0]"
+                },
             ));
         }
-        Ok(param_reads(&s))
+        Ok(if self.block.is_some() {
+            s
+        } else {
+            param_reads(&s)
+        })
     }
 }
 

@@ -5,11 +5,13 @@ mod counters;
 mod device;
 mod kernel;
 mod kernel_build;
+mod spec;
 mod storage;
 
 pub use counters::{CounterSnapshot, Counters};
 pub use device::{Gpu, Pipeline};
 pub use kernel::{Kernel, MAP_WG, PARAM_WORDS, softcap_wgsl, wgsl_f32};
+pub use spec::{Bound, Compiled, Features, KernelSpec, Params, WgslField, wgsl_hash};
 pub use storage::Storage;
 
 /// Human-readable descriptions of every adapter wgpu can see (native only).

@@ -1,18 +1,17 @@
-// Elementwise map with broadcasting / strided views.
-// prm: [n, rank, base_a, base_b, base_c, shape[rank], strides_a[rank], strides_b[rank], strides_c[rank]]
+// Elementwise map with broadcasting / strided views (parameters: `EwParams`, ops/elementwise.rs).
 // Strides and bases are i32 (negative steps for Slice). With BCAST == false every input is read at i.
 
 fn off(i: u32, k: u32) -> u32 {
     if ({{BCAST}}) {
-        let r = prm[1];
+        let r = prm.rank;
         var rem = i;
-        var o = bitcast<i32>(prm[2u + k]);
+        var o = prm_base(k);
         for (var d = r; d > 0u; d = d - 1u) {
             let dd = d - 1u;
-            let s = prm[5u + dd];
+            let s = prm_shape(dd);
             let c = rem % s;
             rem = rem / s;
-            o = o + i32(c) * bitcast<i32>(prm[5u + r * (k + 1u) + dd]);
+            o = o + i32(c) * prm_strides(k * {{MAX_RANK}} + dd);
         }
         return u32(o);
     }

@@ -7,7 +7,6 @@ use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::tensor::{DType, numel};
-use std::rc::Rc;
 
 const EW: &str = include_str!("../kernels/ew.wgsl");
 
@@ -53,43 +52,89 @@ pub fn ew_gpu(
     };
     let bcast = !views.iter().all(contiguous);
     let out_storage = Storage::of(out_dtype).ok_or_else(|| op_err("f64 on GPU"))?;
-    let k = ew_kernel(expr, bcast, views, out_storage);
-    let mut meta = vec![n as u32, rank as u32, 0, 0, 0];
-    for (i, v) in views.iter().enumerate() {
-        meta[2 + i] = v.base as i32 as u32;
+    if rank > EW_RANK {
+        return Err(op_err(format!(
+            "elementwise kernels take up to {EW_RANK} dimensions, not {rank}"
+        )));
     }
-    meta.extend(out_shape.iter().map(|&d| d as u32));
-    for i in 0..3 {
-        match views.get(i) {
-            Some(v) => meta.extend(v.strides.iter().map(|&s| s as i32 as u32)),
-            None => meta.extend(std::iter::repeat_n(0u32, rank)),
+    let storages: [Option<Storage>; 3] =
+        std::array::from_fn(|i| views.get(i).map(|v| v.t.storage()));
+    let k = cx.gpu.kernel(&EwSpec {
+        expr,
+        bcast,
+        inputs: storages,
+        out: out_storage,
+    })?;
+    let mut p = EwParams {
+        n: n as u32,
+        rank: rank as u32,
+        ..EwParams::default()
+    };
+    for (i, v) in views.iter().enumerate() {
+        p.base[i] = v.base as i32;
+        for (d, &s) in v.strides.iter().enumerate() {
+            p.strides[i * EW_RANK + d] = s as i32;
         }
     }
-    let mut tensors: Vec<&GpuTensor> = views.iter().map(|v| v.t).collect();
-    tensors.push(&out);
+    for (d, &s) in out_shape.iter().enumerate() {
+        p.shape[d] = s as u32;
+    }
+    let mut bound = k.bind("y", &out);
+    for (v, name) in views.iter().zip(EW_INPUTS) {
+        bound = bound.bind(name, v.t);
+    }
     let words = n.div_ceil(out.storage().per_word() as usize);
-    cx.dispatch(&k, &tensors, &meta, words as u64)?;
+    cx.launch(bound, &p, words as u64)?;
     Ok(out)
 }
 
-/// The kernel of [`ew_gpu`]: made once per expression, broadcast form and storages (a decode
-/// step runs the same few dozen every time).
-fn ew_kernel(expr: &str, bcast: bool, views: &[View<'_>], out: Storage) -> Rc<Kernel> {
-    let storages: [Option<Storage>; 3] =
-        std::array::from_fn(|i| views.get(i).map(|v| v.t.storage()));
-    let recipe = crate::exec::hash128((expr, bcast, out, storages));
-    crate::exec::recipe_made("ew", recipe, || {
-        let names = ["a", "b", "c"];
+/// The largest rank of [`ew_gpu`]'s views.
+const EW_RANK: usize = 12;
+/// Binding names of [`ew_gpu`]'s inputs.
+const EW_INPUTS: [&str; 3] = ["a", "b", "c"];
+
+crate::gpu_params! {
+    /// [`ew_gpu`]'s parameters: element count, rank, and per input its base offset and strides
+    /// (elements, signed) over the output's shape.
+    struct EwParams {
+        n: u32,
+        rank: u32,
+        pad0: u32,
+        pad1: u32,
+        base: [i32; 4],
+        shape: [u32; EW_RANK],
+        strides: [i32; 3 * EW_RANK],
+    }
+}
+
+/// The kernel of [`ew_gpu`]: an expression over up to three inputs, read in place or through
+/// broadcast views.
+#[derive(Hash)]
+struct EwSpec<'a> {
+    expr: &'a str,
+    bcast: bool,
+    inputs: [Option<Storage>; 3],
+    out: Storage,
+}
+
+impl crate::gpu::KernelSpec for EwSpec<'_> {
+    const NAME: &'static str = "ew";
+    const WGSL: &'static [&'static str] = &[EW];
+    fn build(&self, _: &crate::gpu::Features) -> Kernel {
         let mut k = Kernel::new("ew", EW)
-            .bool("BCAST", bcast)
-            .code("EXPR", expr);
+            .params::<EwParams>()
+            .bool("BCAST", self.bcast)
+            .u32("MAX_RANK", EW_RANK as u32)
+            .code("EXPR", self.expr);
         let mut loads = String::new();
-        for (i, v) in views.iter().enumerate() {
-            k = k.input(names[i], v.t.storage());
-            loads.push_str(&format!("let {0} = ld_{0}(off(i, {i}u)); ", names[i]));
+        for (i, (s, name)) in self.inputs.iter().zip(EW_INPUTS).enumerate() {
+            if let Some(s) = s {
+                k = k.input(name, *s);
+                loads.push_str(&format!("let {name} = ld_{name}(off(i, {i}u)); "));
+            }
         }
-        k.code("LOADS", &loads).output("y", out).mapped("y")
-    })
+        k.code("LOADS", &loads).output("y", self.out).mapped("y")
+    }
 }
 
 /// Copies a strided view into a new contiguous tensor.
