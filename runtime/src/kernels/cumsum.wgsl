@@ -1,7 +1,8 @@
-// Cumulative sum along an axis: x viewed as [outer, L, inner]. prm: [n, L, inner]
+// Cumulative sum along an axis: x viewed as [outer, L, inner]. Parameters: `CumSumParams`
+// (ops/reduce.rs).
 fn compute(i: u32) -> f32 {
-    let L = prm[1];
-    let inner = prm[2];
+    let L = prm.len;
+    let inner = prm.inner;
     let j = i % inner;
     let l = (i / inner) % L;
     let o = i / (inner * L);

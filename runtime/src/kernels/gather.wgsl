@@ -1,9 +1,9 @@
 // Gather along an axis. data viewed as [outer, dim, inner], indices flat [nidx] (i32, may be negative).
-// y: [outer, nidx, inner]. prm: [n, inner, nidx, dim]
+// y: [outer, nidx, inner]. Parameters: `GatherParams` (ops/movement.rs).
 fn compute(i: u32) -> f32 {
-    let inner = prm[1];
-    let nidx = prm[2];
-    let dim = prm[3];
+    let inner = prm.inner;
+    let nidx = prm.nidx;
+    let dim = prm.dim;
     let blk = nidx * inner;
     let o = i / blk;
     let r = i % blk;

@@ -1,5 +1,5 @@
 // Layer / RMS normalisation over rows of length L, optionally with a residual (skip) and bias added
-// first. One workgroup per row. prm: [rows, L, gamma_len, beta_len].
+// first. One workgroup per row. Parameters: `NormParams` (ops/norm.rs).
 // SCALE: `* ld_gamma(l % gl)` (the scale cyclic over the row), `* ld_gamma(base + l)` (one per
 // element) or nothing (a norm without scale).
 
@@ -11,10 +11,10 @@ fn xin(i: u32, l: u32) -> f32 {
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>{{SG}}) {
     {{SG_INIT}}
     let row = wid.x + wid.y * nwg.x;
-    if (row >= prm[0]) { return; }
-    let L = prm[1];
-    let gl = prm[2];
-    let bl = prm[3];
+    if (row >= prm.rows) { return; }
+    let L = prm.len;
+    let gl = prm.gamma_len;
+    let bl = prm.beta_len;
     let base = row * L;
     let t = lid.x;
     var mean = 0.0;

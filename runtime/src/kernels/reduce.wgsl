@@ -1,14 +1,13 @@
-// Reduction over arbitrary axes.
-// prm: [n, rank, count, out_shape[rank] (reduced dims = 1), in_strides[rank], red_shape[rank] (kept dims = 1)]
+// Reduction over arbitrary axes. Parameters: `ReduceParams` (ops/reduce.rs).
 fn compute(i: u32) -> f32 {
-    let r = prm[1];
-    let count = prm[2];
+    let r = prm.rank;
+    let count = prm.count;
     var rem = i;
     var base = 0u;
     for (var d = r; d > 0u; d = d - 1u) {
         let dd = d - 1u;
-        let s = prm[3u + dd];
-        base = base + (rem % s) * prm[3u + r + dd];
+        let s = prm_out_shape(dd);
+        base = base + (rem % s) * prm_in_strides(dd);
         rem = rem / s;
     }
     var acc = {{INIT}};
@@ -17,8 +16,8 @@ fn compute(i: u32) -> f32 {
         var off = base;
         for (var d = r; d > 0u; d = d - 1u) {
             let dd = d - 1u;
-            let s = prm[3u + 2u * r + dd];
-            off = off + (rk % s) * prm[3u + r + dd];
+            let s = prm_red_shape(dd);
+            off = off + (rk % s) * prm_in_strides(dd);
             rk = rk / s;
         }
         let v = ld_x(off);

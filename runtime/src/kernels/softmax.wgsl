@@ -1,13 +1,13 @@
 // Softmax (or log-softmax) over rows of length L: element (o, l, j) at (o * L + l) * inner + j.
-// One workgroup per row (o, j). prm: [rows, L, inner]
+// One workgroup per row (o, j). Parameters: `SoftmaxParams` (ops/reduce.rs).
 var<workgroup> red: array<f32, {{WG}}>;
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let row = wid.x + wid.y * nwg.x;
-    if (row >= prm[0]) { return; }
-    let L = prm[1];
-    let inner = prm[2];
+    if (row >= prm.rows) { return; }
+    let L = prm.len;
+    let inner = prm.inner;
     let o = row / inner;
     let j = row % inner;
     let base = o * L * inner + j;

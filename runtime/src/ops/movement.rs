@@ -5,7 +5,7 @@ use super::elementwise::{View, copy_view};
 use super::{Attrs, Op, Registry, all_host, axis, host_in, opt_host, req};
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
-use crate::gpu::Kernel;
+use crate::gpu::{Features, Kernel, KernelSpec, Storage};
 use crate::ops::host;
 use crate::tensor::{HostTensor, numel, strides};
 
@@ -174,31 +174,105 @@ pub fn concat_gpu(cx: &mut Ctx<'_>, ts: &[GpuTensor], ax: usize) -> Result<GpuTe
         return Ok(out);
     }
     let inner = numel(&out_shape[ax + 1..]);
-    let mut meta = vec![n as u32, inner as u32, out_shape[ax] as u32];
-    let mut k = Kernel::new("concat", CONCAT);
-    let mut sel = String::new();
+    let mut p = ConcatParams {
+        n: n as u32,
+        inner: inner as u32,
+        total: out_shape[ax] as u32,
+        ..ConcatParams::default()
+    };
+    let mut inputs = [None; CONCAT_PARTS];
     let mut off = 0usize;
     for (i, t) in parts.iter().enumerate() {
-        k = k.input(&format!("x{i}"), t.storage());
-        meta.push(off as u32);
-        meta.push(t.shape[ax] as u32);
-        let (mo, mc) = (3 + 2 * i, 4 + 2 * i);
-        sel.push_str(&format!("if (c < prm[{mo}] + prm[{mc}]) {{ return ld_x{i}((o * prm[{mc}] + c - prm[{mo}]) * inner + j); }}\n    "));
+        inputs[i] = Some(t.storage());
+        p.offsets[i] = off as u32;
+        p.counts[i] = t.shape[ax] as u32;
         off += t.shape[ax];
     }
-    let k = k
-        .code("SELECT", &sel)
-        .output("y", out.storage())
-        .mapped("y");
-    let mut bind: Vec<&GpuTensor> = parts.clone();
-    bind.push(&out);
-    cx.dispatch(
-        &k,
-        &bind,
-        &meta,
-        n.div_ceil(out.storage().per_word() as usize) as u64,
-    )?;
+    let k = cx.gpu.kernel(&ConcatSpec {
+        inputs,
+        y: out.storage(),
+    })?;
+    let mut bound = k.bind("y", &out);
+    for (t, name) in parts.iter().zip(CONCAT_INPUTS) {
+        bound = bound.bind(name, t);
+    }
+    let words = n.div_ceil(out.storage().per_word() as usize) as u64;
+    cx.launch(bound, &p, words)?;
     Ok(out)
+}
+
+/// Inputs of one concat dispatch.
+const CONCAT_PARTS: usize = 6;
+/// Their binding names.
+const CONCAT_INPUTS: [&str; CONCAT_PARTS] = ["x0", "x1", "x2", "x3", "x4", "x5"];
+
+crate::gpu_params! {
+    /// Concat: the output viewed as `[outer, total, inner]`; input `k` covers
+    /// `[offsets[k], offsets[k] + counts[k])` of the concatenated axis.
+    struct ConcatParams {
+        n: u32,
+        inner: u32,
+        total: u32,
+        pad0: u32,
+        offsets: [u32; 8],
+        counts: [u32; 8],
+    }
+}
+
+/// The concat kernel (`concat.wgsl`): its inputs' storages (up to six) and the output's.
+#[derive(Hash)]
+struct ConcatSpec {
+    inputs: [Option<Storage>; CONCAT_PARTS],
+    y: Storage,
+}
+
+impl KernelSpec for ConcatSpec {
+    const NAME: &'static str = "concat";
+    const WGSL: &'static [&'static str] = &[CONCAT];
+    fn build(&self, _: &Features) -> Kernel {
+        let mut k = Kernel::new("concat", CONCAT).params::<ConcatParams>();
+        let mut sel = String::new();
+        for (i, s) in self.inputs.iter().enumerate() {
+            let Some(s) = s else { break };
+            k = k.input(CONCAT_INPUTS[i], *s);
+            sel.push_str(&format!(
+                "if (c < prm_offsets({i}u) + prm_counts({i}u)) {{ return ld_x{i}((o * prm_counts({i}u) + c - prm_offsets({i}u)) * inner + j); }}\n    "
+            ));
+        }
+        k.code("SELECT", &sel).output("y", self.y).mapped("y")
+    }
+}
+
+crate::gpu_params! {
+    /// Gather: data viewed as `[outer, dim, inner]`, `nidx` indices, output
+    /// `[outer, nidx, inner]`.
+    struct GatherParams {
+        n: u32,
+        inner: u32,
+        nidx: u32,
+        dim: u32,
+    }
+}
+
+/// The gather kernel (`gather.wgsl`): the storages.
+#[derive(Hash)]
+struct GatherSpec {
+    data: Storage,
+    idx: Storage,
+    y: Storage,
+}
+
+impl KernelSpec for GatherSpec {
+    const NAME: &'static str = "gather";
+    const WGSL: &'static [&'static str] = &[GATHER];
+    fn build(&self, _: &Features) -> Kernel {
+        Kernel::new("gather", GATHER)
+            .params::<GatherParams>()
+            .input("data", self.data)
+            .input("idx", self.idx)
+            .output("y", self.y)
+            .mapped("y")
+    }
 }
 
 impl Op for Concat {
@@ -327,17 +401,22 @@ impl Op for Gather {
         let i = cx.to_gpu(idx)?;
         let out = cx.alloc(d.dtype, shape)?;
         let n = out.numel();
-        let k = Kernel::new("gather", GATHER)
-            .input("data", d.storage())
-            .input("idx", i.storage())
-            .output("y", out.storage())
-            .mapped("y");
-        let meta = [n as u32, inner as u32, i.numel() as u32, dim as u32];
-        cx.dispatch(
-            &k,
-            &[&d, &i, &out],
-            &meta,
-            n.div_ceil(out.storage().per_word() as usize) as u64,
+        let k = cx.gpu.kernel(&GatherSpec {
+            data: d.storage(),
+            idx: i.storage(),
+            y: out.storage(),
+        })?;
+        let p = GatherParams {
+            n: n as u32,
+            inner: inner as u32,
+            nidx: i.numel() as u32,
+            dim: dim as u32,
+        };
+        let words = n.div_ceil(out.storage().per_word() as usize) as u64;
+        cx.launch(
+            k.bind("data", &d).bind("idx", &i).bind("y", &out),
+            &p,
+            words,
         )?;
         Ok(vec![Value::Gpu(out)])
     }

@@ -96,11 +96,7 @@ impl Op for Norm {
             ),
             None => None,
         };
-        let mut scale = if gamma.is_some() {
-            "* ld_gamma(l % gl)"
-        } else {
-            ""
-        };
+        let mut scale_whole = false;
         if self.bcast_scale
             && let Some(g) = &mut gamma
         {
@@ -112,7 +108,7 @@ impl Op for Norm {
                 }
                 ScaleRead::Whole => {
                     *g = copy_view(cx, View::bcast(g, &shape), &shape)?;
-                    scale = "* ld_gamma(base + l)";
+                    scale_whole = true;
                 }
             }
         }
@@ -140,81 +136,38 @@ impl Op for Norm {
             .map(|_| cx.alloc(DType::F32, shape.clone()))
             .transpose()?;
 
-        let mut k = Kernel::new("norm", NORM)
-            .workgroup(64)
-            .wg_reduce(cx.gpu.subgroups)
-            .bool("SIMPLE", self.simple)
-            .f32("EPS", self.eps);
-        let mut bind: Vec<&GpuTensor> = vec![&x];
-        k = k.input("x", x.storage());
-        let mut load = "ld_x(i)".to_string();
-        if let Some(s) = &skip {
-            k = k.input("skip", s.storage());
-            bind.push(s);
-            load.push_str(if s.numel() == l {
-                " + ld_skip(l)"
-            } else {
-                " + ld_skip(i)"
-            });
-        }
-        if let Some(b) = &bias {
-            k = k.input("bias", b.storage());
-            bind.push(b);
-            load.push_str(" + ld_bias(l)");
-        }
-        if let Some(g) = &gamma {
-            k = k.input("gamma", g.storage());
-            bind.push(g);
-        }
-        if let Some(b) = &beta {
-            k = k.input("beta", b.storage());
-            bind.push(b);
-        }
-        k = k.output("y", Storage::F32);
-        bind.push(&y);
-        let mut stats = String::new();
-        if let Some(m) = &mean {
-            k = k.output("mean", Storage::F32);
-            bind.push(m);
-            stats.push_str("stf_mean(row, mean); ");
-        }
-        if let Some(m) = &inv {
-            k = k.output("inv", Storage::F32);
-            bind.push(m);
-            stats.push_str("stf_inv(row, inv); ");
-        }
-        if let Some(m) = &sum {
-            k = k.output("sum", Storage::F32);
-            bind.push(m);
-        }
-        let k = k
-            .code("LOAD_X", &load)
-            .code("SCALE", scale)
-            .code(
-                "BETA",
-                if beta.is_some() {
-                    "+ ld_beta(l % bl)"
-                } else {
-                    ""
-                },
-            )
-            .code(
-                "STORE_SUM",
-                if sum.is_some() {
-                    "stf_sum(base + l, v);"
-                } else {
-                    ""
-                },
-            )
-            .code("STORE_STATS", &stats);
-        let meta = [
-            rows as u32,
-            l as u32,
-            gamma.as_ref().map_or(1, |g| g.numel().max(1)) as u32,
-            beta.as_ref().map_or(1, |b| b.numel().max(1)) as u32,
-        ];
+        let spec = NormSpec {
+            simple: self.simple,
+            eps: self.eps.to_bits(),
+            x: x.storage(),
+            skip: skip.as_ref().map(|s| (s.storage(), s.numel() == l)),
+            bias: bias.as_ref().map(GpuTensor::storage),
+            gamma: gamma.as_ref().map(GpuTensor::storage),
+            scale_whole,
+            beta: beta.as_ref().map(GpuTensor::storage),
+            mean: mean.is_some(),
+            inv: inv.is_some(),
+            sum: sum.is_some(),
+        };
+        let p = NormParams {
+            rows: rows as u32,
+            len: l as u32,
+            gamma_len: gamma.as_ref().map_or(1, |g| g.numel().max(1)) as u32,
+            beta_len: beta.as_ref().map_or(1, |b| b.numel().max(1)) as u32,
+        };
         if rows > 0 && l > 0 {
-            cx.dispatch(&k, &bind, &meta, rows as u64 * 64)?;
+            let k = cx.gpu.kernel(&spec)?;
+            let bound = k
+                .bind("x", &x)
+                .bind_opt("skip", skip.as_ref())
+                .bind_opt("bias", bias.as_ref())
+                .bind_opt("gamma", gamma.as_ref())
+                .bind_opt("beta", beta.as_ref())
+                .bind("y", &y)
+                .bind_opt("mean", mean.as_ref())
+                .bind_opt("inv", inv.as_ref())
+                .bind_opt("sum", sum.as_ref());
+            cx.launch(bound, &p, rows as u64 * 64)?;
         }
         // RMSNormalization's Y has the scale's type (V); the other norms' Y the input's.
         let out_dtype = match &gamma {
@@ -249,6 +202,113 @@ impl Op for Norm {
                 o.unwrap_or_else(|| Value::Host(crate::tensor::HostTensor::from_f32(vec![0], &[])))
             })
             .collect())
+    }
+}
+
+crate::gpu_params! {
+    /// The norm kernel's parameters.
+    struct NormParams {
+        /// Rows (one workgroup each).
+        rows: u32,
+        /// Row length.
+        len: u32,
+        /// Elements of the scale (read cyclically over the row).
+        gamma_len: u32,
+        /// Elements of the bias `beta` (read cyclically over the row).
+        beta_len: u32,
+    }
+}
+
+/// The norm kernel (`norm.wgsl`): which inputs and statistics it has, and its constants.
+#[derive(Hash)]
+struct NormSpec {
+    /// No mean (RMS norm).
+    simple: bool,
+    /// Epsilon's bits.
+    eps: u32,
+    x: Storage,
+    /// The residual, and whether it is one row (added at `l`) rather than the whole input.
+    skip: Option<(Storage, bool)>,
+    bias: Option<Storage>,
+    gamma: Option<Storage>,
+    /// The scale is expanded to the whole input (read at `base + l`, not `l % gamma_len`).
+    scale_whole: bool,
+    beta: Option<Storage>,
+    mean: bool,
+    inv: bool,
+    sum: bool,
+}
+
+impl crate::gpu::KernelSpec for NormSpec {
+    const NAME: &'static str = "norm";
+    const WGSL: &'static [&'static str] = &[NORM];
+    fn build(&self, f: &crate::gpu::Features) -> Kernel {
+        let mut k = Kernel::new("norm", NORM)
+            .params::<NormParams>()
+            .workgroup(64)
+            .wg_reduce(f.subgroups)
+            .bool("SIMPLE", self.simple)
+            .f32("EPS", f32::from_bits(self.eps))
+            .input("x", self.x);
+        let mut load = "ld_x(i)".to_string();
+        if let Some((s, row)) = self.skip {
+            k = k.input("skip", s);
+            load.push_str(if row {
+                " + ld_skip(l)"
+            } else {
+                " + ld_skip(i)"
+            });
+        }
+        if let Some(b) = self.bias {
+            k = k.input("bias", b);
+            load.push_str(" + ld_bias(l)");
+        }
+        let scale = match self.gamma {
+            Some(g) => {
+                k = k.input("gamma", g);
+                if self.scale_whole {
+                    "* ld_gamma(base + l)"
+                } else {
+                    "* ld_gamma(l % gl)"
+                }
+            }
+            None => "",
+        };
+        if let Some(b) = self.beta {
+            k = k.input("beta", b);
+        }
+        k = k.output("y", Storage::F32);
+        let mut stats = String::new();
+        if self.mean {
+            k = k.output("mean", Storage::F32);
+            stats.push_str("stf_mean(row, mean); ");
+        }
+        if self.inv {
+            k = k.output("inv", Storage::F32);
+            stats.push_str("stf_inv(row, inv); ");
+        }
+        if self.sum {
+            k = k.output("sum", Storage::F32);
+        }
+        k.code("LOAD_X", &load)
+            .code("SCALE", scale)
+            .code(
+                "BETA",
+                if self.beta.is_some() {
+                    "+ ld_beta(l % bl)"
+                } else {
+                    ""
+                },
+            )
+            .code(
+                "STORE_SUM",
+                if self.sum {
+                    "stf_sum(base + l, v);"
+                } else {
+                    ""
+                },
+            )
+            .code("STORE_STATS", &stats)
     }
 }
 

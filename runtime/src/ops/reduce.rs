@@ -5,7 +5,7 @@ use super::elementwise::cast_gpu;
 use super::{Op, Registry, axis, host_dtype, opt_host, req};
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, Value};
-use crate::gpu::{Kernel, Storage};
+use crate::gpu::{Features, Kernel, KernelSpec, Storage};
 use crate::tensor::{DType, HostTensor, numel, strides};
 
 const REDUCE: &str = include_str!("../kernels/reduce.wgsl");
@@ -173,24 +173,29 @@ impl Op for Reduce {
         let t = cx.to_gpu(x)?;
         let out = cx.alloc(t.dtype, out_shape)?;
         let n = out.numel();
-        let (init, acc, fin) = self.kind.wgsl();
-        let k = Kernel::new("reduce", REDUCE)
-            .code("INIT", init)
-            .code("ACC", acc)
-            .code("FIN", fin)
-            .input("x", t.storage())
-            .output("y", out.storage())
-            .mapped("y");
-        let mut meta = vec![n as u32, r as u32, count as u32];
-        meta.extend(kept.iter().map(|&d| d as u32));
-        meta.extend(st.iter().map(|&d| d as u32));
-        meta.extend(red_shape.iter().map(|&d| d as u32));
-        cx.dispatch(
-            &k,
-            &[&t, &out],
-            &meta,
-            n.div_ceil(out.storage().per_word() as usize) as u64,
-        )?;
+        if r > REDUCE_RANK {
+            return Err(op_err(format!(
+                "reductions take up to {REDUCE_RANK} dimensions, not {r}"
+            )));
+        }
+        let k = cx.gpu.kernel(&ReduceSpec {
+            code: self.kind.wgsl(),
+            x: t.storage(),
+            y: out.storage(),
+        })?;
+        let mut p = ReduceParams {
+            n: n as u32,
+            rank: r as u32,
+            count: count as u32,
+            ..ReduceParams::default()
+        };
+        for d in 0..r {
+            p.out_shape[d] = kept[d] as u32;
+            p.in_strides[d] = st[d] as u32;
+            p.red_shape[d] = red_shape[d] as u32;
+        }
+        let words = n.div_ceil(out.storage().per_word() as usize) as u64;
+        cx.launch(k.bind("x", &t).bind("y", &out), &p, words)?;
         Ok(vec![Value::Gpu(out)])
     }
 }
@@ -213,23 +218,17 @@ impl Op for Softmax {
         };
         let out = cx.alloc(DType::F32, shape.clone())?;
         let rows = outer * inner;
-        let out_expr = if self.log {
-            "v - log(sum)"
-        } else {
-            "exp(v) / sum"
-        };
-        let k = Kernel::new("softmax", SOFTMAX)
-            .workgroup(64)
-            .code("OUT", out_expr)
-            .input("x", x.storage())
-            .output("y", Storage::F32);
         if numel(&shape) > 0 {
-            cx.dispatch(
-                &k,
-                &[&x, &out],
-                &[rows as u32, l as u32, inner as u32],
-                rows as u64 * 64,
-            )?;
+            let k = cx.gpu.kernel(&SoftmaxSpec {
+                log: self.log,
+                x: x.storage(),
+            })?;
+            let p = SoftmaxParams {
+                rows: rows as u32,
+                len: l as u32,
+                inner: inner as u32,
+            };
+            cx.launch(k.bind("x", &x).bind("y", &out), &p, rows as u64 * 64)?;
         }
         let out = if x.dtype == DType::F32 {
             out
@@ -282,19 +281,132 @@ impl Op for CumSum {
         let t = cx.to_gpu(x)?;
         let out = cx.alloc(t.dtype, shape)?;
         let n = out.numel();
-        let k = Kernel::new("cumsum", CUMSUM)
+        let k = cx.gpu.kernel(&CumSumSpec {
+            reverse: self.reverse,
+            exclusive: self.exclusive,
+            x: t.storage(),
+            y: out.storage(),
+        })?;
+        let p = CumSumParams {
+            n: n as u32,
+            len: l as u32,
+            inner: inner as u32,
+        };
+        let words = n.div_ceil(out.storage().per_word() as usize) as u64;
+        cx.launch(k.bind("x", &t).bind("y", &out), &p, words)?;
+        Ok(vec![Value::Gpu(out)])
+    }
+}
+
+/// The largest rank of a reduction on the GPU.
+const REDUCE_RANK: usize = 16;
+
+crate::gpu_params! {
+    /// The reduction's parameters: per dimension (of the input's rank) the output's shape
+    /// (reduced dimensions 1), the input's strides and the reduced shape (kept dimensions 1).
+    struct ReduceParams {
+        n: u32,
+        rank: u32,
+        /// Elements reduced into each output.
+        count: u32,
+        pad0: u32,
+        out_shape: [u32; REDUCE_RANK],
+        in_strides: [u32; REDUCE_RANK],
+        red_shape: [u32; REDUCE_RANK],
+    }
+}
+
+/// The reduction kernel (`reduce.wgsl`): its initial value, accumulation and final
+/// expressions, and the storages.
+#[derive(Hash)]
+struct ReduceSpec {
+    code: (&'static str, &'static str, &'static str),
+    x: Storage,
+    y: Storage,
+}
+
+impl KernelSpec for ReduceSpec {
+    const NAME: &'static str = "reduce";
+    const WGSL: &'static [&'static str] = &[REDUCE];
+    fn build(&self, _: &Features) -> Kernel {
+        let (init, acc, fin) = self.code;
+        Kernel::new("reduce", REDUCE)
+            .params::<ReduceParams>()
+            .code("INIT", init)
+            .code("ACC", acc)
+            .code("FIN", fin)
+            .input("x", self.x)
+            .output("y", self.y)
+            .mapped("y")
+    }
+}
+
+crate::gpu_params! {
+    /// Softmax over rows of `len` elements `inner` apart.
+    struct SoftmaxParams {
+        rows: u32,
+        len: u32,
+        inner: u32,
+    }
+}
+
+/// The softmax kernel (`softmax.wgsl`), or log-softmax.
+#[derive(Hash)]
+struct SoftmaxSpec {
+    log: bool,
+    x: Storage,
+}
+
+impl KernelSpec for SoftmaxSpec {
+    const NAME: &'static str = "softmax";
+    const WGSL: &'static [&'static str] = &[SOFTMAX];
+    fn build(&self, _: &Features) -> Kernel {
+        Kernel::new("softmax", SOFTMAX)
+            .params::<SoftmaxParams>()
+            .workgroup(64)
+            .code(
+                "OUT",
+                if self.log {
+                    "v - log(sum)"
+                } else {
+                    "exp(v) / sum"
+                },
+            )
+            .input("x", self.x)
+            .output("y", Storage::F32)
+    }
+}
+
+crate::gpu_params! {
+    /// CumSum over the middle axis of `x` viewed as `[outer, len, inner]`.
+    struct CumSumParams {
+        n: u32,
+        len: u32,
+        inner: u32,
+    }
+}
+
+/// The CumSum kernel (`cumsum.wgsl`): its direction, whether it excludes the element itself,
+/// and the storages.
+#[derive(Hash)]
+struct CumSumSpec {
+    reverse: bool,
+    exclusive: bool,
+    x: Storage,
+    y: Storage,
+}
+
+impl KernelSpec for CumSumSpec {
+    const NAME: &'static str = "cumsum";
+    const WGSL: &'static [&'static str] = &[CUMSUM];
+    fn build(&self, _: &Features) -> Kernel {
+        Kernel::new("cumsum", CUMSUM)
+            .params::<CumSumParams>()
             .bool("REVERSE", self.reverse)
             .bool("EXCLUSIVE", self.exclusive)
-            .input("x", t.storage())
-            .output("y", out.storage())
-            .mapped("y");
-        cx.dispatch(
-            &k,
-            &[&t, &out],
-            &[n as u32, l as u32, inner as u32],
-            n.div_ceil(out.storage().per_word() as usize) as u64,
-        )?;
-        Ok(vec![Value::Gpu(out)])
+            .input("x", self.x)
+            .output("y", self.y)
+            .mapped("y")
     }
 }
 
