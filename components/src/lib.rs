@@ -13,6 +13,7 @@ pub mod arming;
 pub mod chat_overlay;
 pub mod code_block;
 pub mod composer;
+pub mod drag_corner;
 pub mod error_banner;
 pub mod format;
 pub mod launcher;

@@ -231,11 +231,145 @@ impl Corner {
         let top = if dy == 0 { self.top() } else { dy < 0 };
         Self::from_sides(top, left)
     }
+
+    /// The corner an arrow key (`KeyboardEvent.key`: `ArrowUp`, ...) moves a launcher to, with
+    /// Alt held; `None` for any other key.
+    pub fn after_key(self, key: &str) -> Option<Self> {
+        Some(match key {
+            "ArrowUp" => self.moved(0, -1),
+            "ArrowDown" => self.moved(0, 1),
+            "ArrowLeft" => self.moved(-1, 0),
+            "ArrowRight" => self.moved(1, 0),
+            _ => return None,
+        })
+    }
+}
+
+/// Pointer travel (CSS px) after which a press on a launcher is a drag rather than a click.
+pub const DRAG_THRESHOLD: f64 = 5.0;
+
+/// A press on a launcher that may become a drag to another corner: the logic the UI kit's
+/// launcher (`use_drag_corner`) and the content script's launcher share. Positions are the
+/// pointer's viewport coordinates (`clientX`, `clientY`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CornerDrag {
+    pointer: i32,
+    start: (f64, f64),
+    offset: (f64, f64),
+    dragging: bool,
+}
+
+/// How a [`CornerDrag`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DragEnd {
+    /// The pointer never travelled [`DRAG_THRESHOLD`]: a click.
+    Click,
+    /// Dragged and released over this corner's quarter of the viewport (the corner the
+    /// launcher had when the viewport's size is unknown). The click event that follows a drag
+    /// is not a click of the launcher.
+    Dropped(Corner),
+}
+
+impl CornerDrag {
+    /// A press of pointer `pointer` at `(x, y)`.
+    pub fn press(pointer: i32, x: f64, y: f64) -> Self {
+        Self {
+            pointer,
+            start: (x, y),
+            offset: (0.0, 0.0),
+            dragging: false,
+        }
+    }
+
+    /// The pressed pointer's id (moves and releases of other pointers are ignored).
+    pub fn pointer(&self) -> i32 {
+        self.pointer
+    }
+
+    /// A move of `pointer` to `(x, y)`: whether it is this press's pointer (other pointers
+    /// change nothing). Past [`DRAG_THRESHOLD`] the press becomes a drag and stays one.
+    pub fn move_to(&mut self, pointer: i32, x: f64, y: f64) -> bool {
+        if pointer != self.pointer {
+            return false;
+        }
+        self.offset = (x - self.start.0, y - self.start.1);
+        let (dx, dy) = self.offset;
+        self.dragging |= dx * dx + dy * dy > DRAG_THRESHOLD * DRAG_THRESHOLD;
+        true
+    }
+
+    /// Whether the press has become a drag.
+    pub fn dragging(&self) -> bool {
+        self.dragging
+    }
+
+    /// How far the pointer is from where it was pressed.
+    pub fn offset(&self) -> (f64, f64) {
+        self.offset
+    }
+
+    /// The press ends with the pointer at `(x, y)` of a `width` x `height` viewport; `corner`
+    /// is where the launcher sits now.
+    pub fn release(&self, x: f64, y: f64, width: f64, height: f64, corner: Corner) -> DragEnd {
+        if !self.dragging {
+            DragEnd::Click
+        } else if width > 0.0 && height > 0.0 {
+            DragEnd::Dropped(Corner::nearest(x, y, width, height))
+        } else {
+            DragEnd::Dropped(corner)
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{Corner, Tool, ToolErrorKind};
+    use super::{Corner, CornerDrag, DragEnd, Tool, ToolErrorKind};
+
+    #[test]
+    fn a_press_becomes_a_drag_past_the_threshold_and_lands_on_the_nearest_corner() {
+        let mut d = CornerDrag::press(7, 100.0, 100.0);
+        assert!(!d.move_to(8, 500.0, 500.0), "another pointer");
+        assert!(!d.dragging());
+        assert!(d.move_to(7, 103.0, 103.0));
+        assert!(!d.dragging(), "4.2 px is not a drag");
+        let c = Corner::BottomRight;
+        assert_eq!(d.release(103.0, 103.0, 1000.0, 800.0, c), DragEnd::Click);
+        assert!(d.move_to(7, 104.0, 104.0));
+        assert!(d.dragging(), "5.7 px is");
+        assert_eq!(d.offset(), (4.0, 4.0));
+        // Back within the threshold: still a drag.
+        d.move_to(7, 100.0, 100.0);
+        assert!(d.dragging());
+        assert_eq!(
+            d.release(10.0, 10.0, 1000.0, 800.0, c),
+            DragEnd::Dropped(Corner::TopLeft)
+        );
+        // An unknown viewport keeps the corner.
+        assert_eq!(d.release(10.0, 10.0, 0.0, 0.0, c), DragEnd::Dropped(c));
+        assert_eq!(d.pointer(), 7);
+    }
+
+    #[test]
+    fn arrow_keys_move_corners() {
+        assert_eq!(
+            Corner::BottomRight.after_key("ArrowUp"),
+            Some(Corner::TopRight)
+        );
+        assert_eq!(
+            Corner::TopRight.after_key("ArrowLeft"),
+            Some(Corner::TopLeft)
+        );
+        assert_eq!(
+            Corner::TopLeft.after_key("ArrowDown"),
+            Some(Corner::BottomLeft)
+        );
+        assert_eq!(
+            Corner::BottomLeft.after_key("ArrowRight"),
+            Some(Corner::BottomRight)
+        );
+        assert_eq!(Corner::TopLeft.after_key("ArrowUp"), Some(Corner::TopLeft));
+        assert_eq!(Corner::TopLeft.after_key("Enter"), None);
+    }
 
     #[test]
     fn corners_move_and_are_named() {

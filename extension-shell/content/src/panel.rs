@@ -38,8 +38,6 @@ pub const CORNER_KEY: &str = "launcherCorner";
 /// Prefix of the `chrome.storage.local` key that turns Gemma Gem off on a host
 /// (`gg_messages::storage::DISABLED_PREFIX`).
 const DISABLED_PREFIX: &str = "disabled:";
-/// Pointer travel (CSS px) before a press on the launcher becomes a drag.
-const DRAG_THRESHOLD: f64 = 5.0;
 /// Distance of the host from the viewport's edges (CSS px).
 const MARGIN: f64 = 16.0;
 /// Size of the collapsed host (CSS px).
@@ -53,17 +51,7 @@ extern "C" {
 
 /// A corner of the viewport (the one type the UI kit's launcher uses too).
 pub use gg_vocab::Corner;
-
-/// The corner an Alt+arrow key moves to from `corner` (`None` for other keys).
-fn corner_after_key(corner: Corner, key: &str) -> Option<Corner> {
-    Some(match key {
-        "ArrowUp" => corner.moved(0, -1),
-        "ArrowDown" => corner.moved(0, 1),
-        "ArrowLeft" => corner.moved(-1, 0),
-        "ArrowRight" => corner.moved(1, 0),
-        _ => return None,
-    })
-}
+use gg_vocab::{CornerDrag, DragEnd};
 
 /// The host's inline style. Inline `!important` declarations win over any `!important` rule of
 /// the page's own style sheets, so hostile page CSS cannot hide, move or restyle the host.
@@ -135,13 +123,6 @@ impl Command {
     }
 }
 
-struct Press {
-    pointer: i32,
-    x: f64,
-    y: f64,
-    dragging: bool,
-}
-
 struct Mounted {
     host: HtmlElement,
     wrap: Element,
@@ -150,7 +131,7 @@ struct Mounted {
     open: bool,
     /// The page element that had the focus when the panel opened.
     return_focus: Option<HtmlElement>,
-    press: Option<Press>,
+    press: Option<CornerDrag>,
     /// A drag just ended: the click that follows it is not a toggle.
     swallow_click: bool,
     /// Restores the host's style and attributes when the page changes them.
@@ -471,7 +452,7 @@ fn on_key(panel: &Shared, e: web_sys::Event) {
     }
     if e.alt_key() && !e.ctrl_key() && !e.meta_key() {
         let corner = panel.borrow().corner;
-        if let Some(next) = corner_after_key(corner, &key) {
+        if let Some(next) = corner.after_key(&key) {
             e.prevent_default();
             if next != corner {
                 set_corner(panel, next, true);
@@ -501,12 +482,11 @@ fn on_pointer_down(panel: &Shared, e: web_sys::Event) {
         m.return_focus = Some(el);
     }
     let _ = m.button.set_pointer_capture(e.pointer_id());
-    m.press = Some(Press {
-        pointer: e.pointer_id(),
-        x: f64::from(e.client_x()),
-        y: f64::from(e.client_y()),
-        dragging: false,
-    });
+    m.press = Some(CornerDrag::press(
+        e.pointer_id(),
+        f64::from(e.client_x()),
+        f64::from(e.client_y()),
+    ));
 }
 
 fn on_pointer_move(panel: &Shared, e: web_sys::Event) {
@@ -514,19 +494,13 @@ fn on_pointer_move(panel: &Shared, e: web_sys::Event) {
     let mut p = panel.borrow_mut();
     let corner = p.corner;
     let Some(m) = p.mounted.as_mut() else { return };
-    let Some(press) = m
-        .press
-        .as_mut()
-        .filter(|press| press.pointer == e.pointer_id())
-    else {
+    let Some(press) = m.press.as_mut() else {
         return;
     };
     let (x, y) = (f64::from(e.client_x()), f64::from(e.client_y()));
-    let (dx, dy) = (x - press.x, y - press.y);
-    if !press.dragging && dx * dx + dy * dy < DRAG_THRESHOLD * DRAG_THRESHOLD {
+    if !press.move_to(e.pointer_id(), x, y) || !press.dragging() {
         return;
     }
-    press.dragging = true;
     let _ = m.wrap.set_attribute("data-dragging", "");
     let (w, h) = viewport();
     let half = COLLAPSED / 2.0;
@@ -545,21 +519,21 @@ fn on_pointer_end(panel: &Shared, e: web_sys::Event, commit: bool) {
         let Some(press) = m
             .press
             .take()
-            .filter(|press| press.pointer == e.pointer_id())
+            .filter(|press| press.pointer() == e.pointer_id())
         else {
             return;
         };
         let _ = m.button.release_pointer_capture(e.pointer_id());
-        if !press.dragging {
+        if !press.dragging() {
             return;
         }
         let _ = m.wrap.remove_attribute("data-dragging");
         m.swallow_click = commit;
         let (w, h) = viewport();
-        let next = if commit {
-            Corner::nearest(f64::from(e.client_x()), f64::from(e.client_y()), w, h)
-        } else {
-            corner
+        let (x, y) = (f64::from(e.client_x()), f64::from(e.client_y()));
+        let next = match press.release(x, y, w, h, corner) {
+            DragEnd::Dropped(c) if commit => c,
+            _ => corner,
         };
         m.guard.set_style(&m.host, &host_style(next, false, None));
         next
@@ -794,27 +768,6 @@ mod tests {
         assert_eq!(disabled_key("Example.COM."), "disabled:example.com");
         assert_eq!(disabled_key("127.0.0.1"), "disabled:127.0.0.1");
         assert_eq!(disabled_key("[::1]"), "disabled:[::1]");
-    }
-
-    #[test]
-    fn alt_arrow_keys_move_the_corner() {
-        assert_eq!(
-            corner_after_key(Corner::BottomRight, "ArrowUp"),
-            Some(Corner::TopRight)
-        );
-        assert_eq!(
-            corner_after_key(Corner::TopRight, "ArrowLeft"),
-            Some(Corner::TopLeft)
-        );
-        assert_eq!(
-            corner_after_key(Corner::TopLeft, "ArrowDown"),
-            Some(Corner::BottomLeft)
-        );
-        assert_eq!(
-            corner_after_key(Corner::BottomLeft, "ArrowRight"),
-            Some(Corner::BottomRight)
-        );
-        assert_eq!(corner_after_key(Corner::BottomLeft, "Enter"), None);
     }
 
     #[test]
