@@ -18,6 +18,7 @@ use crate::types::{ErrorAction, ErrorKind, UiError, UiIntent};
 /// Sends [`Action`]s into a running [`GemApp`] from outside its component tree.
 pub type ChatDispatcher = UseReducerDispatcher<ChatState>;
 
+/// Properties of [`GemApp`].
 #[derive(Clone, Properties, PartialEq)]
 pub struct GemAppProps {
     /// The starting state (settings, models, site, restored conversation...).

@@ -16,14 +16,18 @@ use crate::types::{
 /// Distance from the bottom (px) within which the log keeps following new text.
 const STICK_TO_BOTTOM_PX: i32 = 48;
 
+/// Properties of [`ChatOverlay`].
 #[derive(Clone, Properties, PartialEq)]
 pub struct ChatOverlayProps {
+    /// The conversation, oldest first.
     pub messages: Vec<Rc<ChatMessage>>,
     /// An answer is being generated (Stop is shown).
     #[prop_or_default]
     pub generating: bool,
+    /// Where the model stands (download, loading, ready, failed), shown above the log.
     #[prop_or_default]
     pub model: ModelStatus,
+    /// Errors to show as banners, each with its actions.
     #[prop_or_default]
     pub errors: Vec<UiError>,
     /// The site the chat runs on, shown on "always allow" buttons.
@@ -35,15 +39,21 @@ pub struct ChatOverlayProps {
     /// Focus the input when the panel mounts (it was just opened).
     #[prop_or_default]
     pub autofocus: bool,
+    /// The user sent a message (its text, trimmed and non-empty).
     pub on_send: Callback<String>,
+    /// The user stopped the answer being generated.
     #[prop_or_default]
     pub on_stop: Callback<()>,
+    /// The user asked for a new conversation.
     #[prop_or_default]
     pub on_new_chat: Callback<()>,
+    /// `(call id, decision)` when the user answers an approval request.
     #[prop_or_default]
     pub on_approve: Callback<(String, ApprovalDecision)>,
+    /// `(kind, action)` when the user presses an error banner's button.
     #[prop_or_default]
     pub on_error_action: Callback<(ErrorKind, ErrorAction)>,
+    /// The user opened the settings.
     #[prop_or_default]
     pub on_open_settings: Callback<()>,
     /// Shows a close button when set.

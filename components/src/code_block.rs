@@ -2,9 +2,12 @@
 
 use yew::prelude::*;
 
+/// Properties of [`CodeBlock`].
 #[derive(Clone, Properties, PartialEq)]
 pub struct CodeBlockProps {
+    /// The code, shown as text (never as HTML).
     pub code: AttrValue,
+    /// The fence's language tag (shown, and as `data-lang`).
     #[prop_or_default]
     pub lang: Option<AttrValue>,
 }

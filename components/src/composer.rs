@@ -3,6 +3,7 @@
 use wasm_bindgen::JsCast;
 use yew::prelude::*;
 
+/// Properties of [`Composer`].
 #[derive(Clone, Properties, PartialEq)]
 pub struct ComposerProps {
     /// The model is loading (or the UI cannot send): the input is disabled.
@@ -11,12 +12,15 @@ pub struct ComposerProps {
     /// An answer is being generated: Stop replaces Send.
     #[prop_or_default]
     pub generating: bool,
+    /// The input's placeholder (a default is shown when unset).
     #[prop_or_default]
     pub placeholder: Option<AttrValue>,
     /// Focus the input when it mounts (the panel was just opened by the user).
     #[prop_or_default]
     pub autofocus: bool,
+    /// Send: the input's text, trimmed and non-empty.
     pub on_send: Callback<String>,
+    /// Stop the answer being generated.
     #[prop_or_default]
     pub on_stop: Callback<()>,
 }

@@ -4,8 +4,10 @@ use yew::prelude::*;
 
 use crate::types::{ErrorAction, ErrorKind, UiError};
 
+/// Properties of [`ErrorBanner`].
 #[derive(Clone, Properties, PartialEq)]
 pub struct ErrorBannerProps {
+    /// The error shown: its message and actions.
     pub error: UiError,
     /// `(kind, action)` for every button, Dismiss included.
     #[prop_or_default]

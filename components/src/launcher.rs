@@ -51,8 +51,10 @@ impl LauncherStatus {
     }
 }
 
+/// Properties of [`Launcher`].
 #[derive(Clone, Properties, PartialEq)]
 pub struct LauncherProps {
+    /// What the status dot shows.
     #[prop_or_default]
     pub status: LauncherStatus,
     /// Download progress 0..=1; shows the ring when set.
@@ -61,12 +63,14 @@ pub struct LauncherProps {
     /// Whether the panel it controls is open (`aria-expanded`).
     #[prop_or_default]
     pub open: bool,
+    /// The corner of the viewport it sits in.
     #[prop_or_default]
     pub corner: Corner,
     /// Position itself `fixed` at `corner` (the widget); `false` lays it out inline (playground, or
     /// a host that positions it).
     #[prop_or(true)]
     pub fixed: bool,
+    /// Pressed (a click that does not end a drag), or Enter/Space.
     #[prop_or_default]
     pub on_click: Callback<()>,
     /// Dragged (or Alt+arrow moved) to another corner.

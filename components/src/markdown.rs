@@ -290,8 +290,10 @@ pub fn render(source: &str) -> Html {
     root.into_iter().collect()
 }
 
+/// Properties of [`Markdown`].
 #[derive(Clone, Properties, PartialEq)]
 pub struct MarkdownProps {
+    /// Model text in Markdown; raw HTML in it is shown as text.
     pub source: Rc<str>,
 }
 

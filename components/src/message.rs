@@ -8,11 +8,15 @@ use crate::markdown::Markdown;
 use crate::tool_timeline::ToolTimeline;
 use crate::types::{ApprovalDecision, ChatMessage, MessageId, Role};
 
+/// Properties of [`MessageView`].
 #[derive(Clone, Properties)]
 pub struct MessageViewProps {
+    /// The message shown.
     pub message: Rc<ChatMessage>,
+    /// `(call id, decision)` when the user answers one of its approval requests.
     #[prop_or_default]
     pub on_approve: Callback<(String, ApprovalDecision)>,
+    /// The site the chat runs on, shown on "always allow" buttons.
     #[prop_or_default]
     pub site: Option<AttrValue>,
     /// Diagnostics: called every time this message renders (tests use it to prove that streaming

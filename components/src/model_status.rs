@@ -5,8 +5,10 @@ use yew::prelude::*;
 use crate::format;
 use crate::types::ModelStatus;
 
+/// Properties of [`ModelStatusView`].
 #[derive(Clone, Properties, PartialEq)]
 pub struct ModelStatusViewProps {
+    /// Where the model stands.
     pub status: ModelStatus,
 }
 

@@ -54,6 +54,7 @@ pub struct ShadowParts {
     /// Keep it: a closed root cannot be looked up again from the host.
     pub root: ShadowRoot,
     pub mount_point: Element,
+    /// The style manager whose styles go into this shadow root.
     pub styles: StyleManager,
 }
 
@@ -90,12 +91,16 @@ pub fn attach_closed_shadow(host: &Element) -> Result<ShadowParts, JsValue> {
     })
 }
 
+/// Properties of [`ShadowHost`].
 #[derive(Clone, Properties, PartialEq)]
 pub struct ShadowHostProps {
+    /// Light, dark, or follow the system.
     #[prop_or_default]
     pub theme: Theme,
+    /// How the host is layered over the page.
     #[prop_or_default]
     pub layer: HostLayer,
+    /// What is mounted inside the shadow root.
     #[prop_or_default]
     pub children: Html,
 }
@@ -143,13 +148,17 @@ mod imperative {
     use yew::AppHandle;
     use yew::html::BaseComponent;
 
+    /// Properties of [`ShadowApp`].
     #[derive(Properties)]
     pub struct ShadowAppProps<C: BaseComponent>
     where
         C::Properties: Clone + PartialEq,
     {
+        /// The style manager whose styles go into this shadow root.
         pub styles: StyleManager,
+        /// Light, dark, or follow the system.
         pub theme: Theme,
+        /// The properties of the component mounted inside.
         pub inner: C::Properties,
     }
 

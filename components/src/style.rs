@@ -290,11 +290,13 @@ pub fn gg_styles() -> Html {
     }
 }
 
+/// Properties of [`ThemeRoot`].
 #[derive(Clone, Properties, PartialEq)]
 pub struct ThemeRootProps {
     /// Light, dark, or follow the system.
     #[prop_or_default]
     pub theme: Theme,
+    /// What the theme applies to.
     #[prop_or_default]
     pub children: Html,
 }

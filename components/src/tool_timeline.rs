@@ -12,8 +12,10 @@ const ARGS_PREVIEW_CHARS: usize = 160;
 /// Characters of the result preview shown.
 const RESULT_PREVIEW_CHARS: usize = 600;
 
+/// Properties of [`ToolTimeline`].
 #[derive(Clone, Properties, PartialEq)]
 pub struct ToolTimelineProps {
+    /// The tool calls of a turn, in order.
     pub steps: Vec<ToolStep>,
     /// `(call id, decision)` when the user answers an approval request.
     #[prop_or_default]
