@@ -3,7 +3,7 @@
 
 use crate::error::{LlmError, Result};
 use gg_runtime::exec::{Ctx, GpuTensor};
-use gg_runtime::gpu::{Kernel, Storage};
+use gg_runtime::gpu::{Features, Kernel, KernelSpec, Storage};
 use gg_runtime::{DType, HostTensor, Session};
 
 /// Workgroup size of the sampling kernel (WebGPU guarantees 256 invocations per workgroup).
@@ -93,31 +93,71 @@ pub fn record(
             )));
         }
     };
-    let kernel = Kernel::new("sample", include_str!("kernels/sample.wgsl"))
-        .input("logits", storage)
-        .output("out", Storage::I32)
-        .workgroup(WG);
+    let kernel = cx.gpu.kernel(&SampleSpec { logits: storage })?;
     let out = cx.alloc(DType::I64, vec![1, 1])?;
     let n = u32::try_from(v).map_err(|_| LlmError::Model(format!("vocabulary of {v}")))?;
-    let meta = match *sampling {
-        Sampling::Greedy => [n, 0, 0, 0, 0, 0, row],
+    let p = match *sampling {
+        Sampling::Greedy => SampleParams {
+            n,
+            row,
+            ..SampleParams::default()
+        },
         Sampling::Sample {
             temperature,
             top_k,
             top_p,
             seed,
-        } => [
+        } => SampleParams {
             n,
-            1,
-            (1.0 / temperature).to_bits(),
+            sample: 1,
+            inv_temperature: 1.0 / temperature,
             top_k,
-            top_p.to_bits(),
-            random_word(seed, step),
+            top_p,
+            random: random_word(seed, step),
             row,
-        ],
+        },
     };
-    cx.dispatch_groups(&kernel, &[logits, &out], &meta, (1, 1))?;
+    cx.launch_groups(kernel.bind("logits", logits).bind("out", &out), &p, (1, 1))?;
     Ok(out)
+}
+
+const SAMPLE: &str = include_str!("kernels/sample.wgsl");
+
+gg_runtime::gpu_params! {
+    /// The sampling kernel's parameters (`kernels/sample.wgsl`).
+    struct SampleParams {
+        /// Vocabulary size.
+        n: u32,
+        /// 0: greedy (argmax), 1: sample.
+        sample: u32,
+        inv_temperature: f32,
+        /// 0: off.
+        top_k: u32,
+        /// >= 1: off.
+        top_p: f32,
+        /// A uniform random word (from the seed and the step).
+        random: u32,
+        /// First element of the row sampled (the last row of `[rows, n]` logits).
+        row: u32,
+    }
+}
+
+/// The sampling kernel: the logits' storage.
+#[derive(Hash)]
+struct SampleSpec {
+    logits: Storage,
+}
+
+impl KernelSpec for SampleSpec {
+    const NAME: &'static str = "sample";
+    const WGSL: &'static [&'static str] = &[SAMPLE];
+    fn build(&self, _: &Features) -> Kernel {
+        Kernel::new("sample", SAMPLE)
+            .params::<SampleParams>()
+            .input("logits", self.logits)
+            .output("out", Storage::I32)
+            .workgroup(WG)
+    }
 }
 
 /// Samples one token from `logits` with `session`'s context and reads back only its id.

@@ -1,10 +1,9 @@
 // Picks the next token from one row of logits, in a single workgroup; only `out[0]` (the id) is
 // ever read back.
 //
-// prm[0] n (vocabulary size)          prm[1] mode: 0 greedy (argmax), 1 sample
-// prm[2] 1/temperature (f32 bits)     prm[3] top_k (0: off)
-// prm[4] top_p (f32 bits, >= 1: off)  prm[5] uniform random u32 (from the seed and the step)
-// prm[6] first element of the row (the last row of [rows, n] logits)
+// Parameters: `SampleParams` (sampler.rs): n (vocabulary size), sample (0 greedy, 1 sample),
+// inv_temperature, top_k (0: off), top_p (>= 1: off), random (a uniform u32 from the seed and
+// the step), row (first element of the row: the last row of [rows, n] logits).
 //
 // Greedy is numpy's argmax: the lowest index among equal maxima. Sampling follows Hugging Face's
 // processor order: temperature, then top-k, then top-p on the renormalised top-k distribution.
@@ -18,7 +17,7 @@ var<workgroup> bf: f32;
 var<workgroup> bu: u32;
 
 fn lg(i: u32) -> f32 {
-    return ld_logits(prm[6] + i);
+    return ld_logits(prm.row + i);
 }
 
 fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
@@ -73,7 +72,7 @@ fn mass(t: u32, n: u32, tau: f32, maxv: f32, inv_t: f32) -> f32 {
 @compute @workgroup_size(WG)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
     let t = lid.x;
-    let n = prm[0];
+    let n = prm.n;
     var bv = -3.4e38;
     var bi = 0xffffffffu;
     var mn = 3.4e38;
@@ -95,13 +94,13 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
     if (t == 0u) { bu = ri[0]; bf = rv[0]; }
     let best = workgroupUniformLoad(&bu);
     let maxv = workgroupUniformLoad(&bf);
-    if (prm[1] == 0u) {
+    if (prm.sample == 0u) {
         if (t == 0u) { stw_out(0u, best); }
         return;
     }
     let minv = min_f(t, mn);
-    let inv_t = bitcast<f32>(prm[2]);
-    let k = prm[3];
+    let inv_t = prm.inv_temperature;
+    let k = prm.top_k;
     var tau = minv;
     if (k > 0u && k < n) {
         // Largest threshold keeping at least k tokens.
@@ -118,7 +117,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
         }
         tau = lo;
     }
-    let top_p = bitcast<f32>(prm[4]);
+    let top_p = prm.top_p;
     if (top_p < 1.0) {
         // Largest threshold whose kept mass is at least top_p of the top-k mass.
         let goal = top_p * mass(t, n, tau, maxv, inv_t);
@@ -148,7 +147,7 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
         bf = acc;
     }
     let total = workgroupUniformLoad(&bf);
-    let u = f32(prm[5] >> 8u) * (1.0 / 16777216.0) * total;
+    let u = f32(prm.random >> 8u) * (1.0 / 16777216.0) * total;
     // Default when rounding puts the draw past the last slice: the most likely token.
     if (t == 0u) { bu = best; }
     workgroupBarrier();
