@@ -7,23 +7,23 @@
 // read as 0 through `select`, whatever the scratch holds there) and C / 2 words of V, then does
 // R x C multiply-adds. The block is unrolled (DECL, STEP, STORE, generated). The keys walked are
 // those of the block's rows together; a row with no visible key gets 0.
-// y: f32, or f16 written a word (two dimensions) at a time. CAUSAL, PAST_B, prm: as pass 1.
+// y: f32, or f16 written a word (two dimensions) at a time. CAUSAL, PAST_B, parameters: as pass 1.
 const R: u32 = {{R}};
 const C: u32 = {{C}};
 const CAUSAL: bool = {{CAUSAL}};
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let B = prm[0];
-    let S = prm[1];
-    let H = prm[2];
-    let KVH = prm[3];
-    let D = prm[4];
-    let T = prm[5];
-    let window = bitcast<i32>(prm[6]);
+    let B = prm.b;
+    let S = prm.s;
+    let H = prm.h;
+    let KVH = prm.kv_heads;
+    let D = prm.d;
+    let T = prm.t;
+    let window = prm.window;
     let G = H / KVH;
-    let R0 = prm[10];
-    let NR = prm[11];
+    let R0 = prm.row0;
+    let NR = prm.rows;
     let RE = R0 + NR;
     let idx = (wid.x + wid.y * nwg.x) * WG + lid.x;
     let nrb = (NR + R - 1u) / R;

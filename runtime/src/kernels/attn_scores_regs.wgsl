@@ -1,7 +1,7 @@
 // Prompt attention on software adapters, pass 1 of 3 (ops/attention/regs.rs): the scores
 // P[bk, r - R0, t] = SCALE * dot(Q[row r], K[t]) (then softcap, then the additive bias) for the
 // rows r = s * G + g in [R0, R0 + NR) of kv head bk = b * kvH + kvh, into an f32 scratch
-// [B * kvH, NR, T] (long prompts take their rows in chunks: R0 = prm[10], NR = prm[11]).
+// [B * kvH, NR, T] (long prompts take their rows in chunks: R0 = prm.row0, NR = prm.rows).
 // Each invocation computes an R x C block (rows r0 + i, keys t0 + j) straight from storage,
 // without workgroup memory: CPU adapters (SwiftShader, lavapipe) run an invocation's loads as
 // per-lane gathers, so this loads each query element once for C keys and each key word (two
@@ -11,8 +11,7 @@
 // Queries: the plain [B, S, H, D] view of `x` (Q_FN: q_base); k: [B, kvH, T, D], D even.
 // CAUSAL: keys visible to query s: t in [first, last], last = past_b + s (PAST_B, from
 // seqlens_k), first = max(0, last - window + 1) when window > 0, else 0. Not CAUSAL: all T.
-// prm: as gqa.wgsl [B, S, H, kvH, D, T, window(i32), bias_sb, bias_sg, bias_ss, R0, NR,
-//       q_off, q_sb, q_ss, q_sh, -, -, bias_skv, bias_off]
+// Parameters: as gqa.wgsl's (`AttnParams`, ops/attention/flash.rs).
 const R: u32 = {{R}};
 const C: u32 = {{C}};
 const CAUSAL: bool = {{CAUSAL}};
@@ -21,7 +20,7 @@ const CAUSAL: bool = {{CAUSAL}};
 
 // The scaled, softcapped and biased score of row (s, head kvh * G + g) against key tt.
 fn finish(qk: f32, b: u32, kvh: u32, g: u32, s: u32, tt: u32) -> f32 {
-    let G = prm[2] / prm[3];
+    let G = prm.h / prm.kv_heads;
     let h = kvh * G + g;
     var sc = qk * {{SCALE}};
     {{SOFTCAP}}
@@ -32,16 +31,16 @@ fn finish(qk: f32, b: u32, kvh: u32, g: u32, s: u32, tt: u32) -> f32 {
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let NEG = bitcast<f32>(0xff7fffffu); // -f32::MAX
-    let B = prm[0];
-    let S = prm[1];
-    let H = prm[2];
-    let KVH = prm[3];
-    let D = prm[4];
-    let T = prm[5];
-    let window = bitcast<i32>(prm[6]);
+    let B = prm.b;
+    let S = prm.s;
+    let H = prm.h;
+    let KVH = prm.kv_heads;
+    let D = prm.d;
+    let T = prm.t;
+    let window = prm.window;
     let G = H / KVH;
-    let R0 = prm[10];
-    let NR = prm[11];
+    let R0 = prm.row0;
+    let NR = prm.rows;
     let RE = R0 + NR; // one past the chunk's last row
     let idx = (wid.x + wid.y * nwg.x) * WG + lid.x;
     // Row blocks vary fastest: neighbouring invocations share their keys.

@@ -3,21 +3,21 @@
 // in place (the
 // other keys of the row are left as they are: the P·V pass does not read them). One invocation
 // per row. Scores at NEG (or -inf, from a bias) weigh 0; a row whose keys all weigh 0 is left at 0.
-// CAUSAL, PAST_B and prm: as attn_scores_regs.wgsl.
+// CAUSAL, PAST_B and the parameters (`AttnParams`): as attn_scores_regs.wgsl.
 const CAUSAL: bool = {{CAUSAL}};
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let NEG = bitcast<f32>(0xff7fffffu);
-    let B = prm[0];
-    let S = prm[1];
-    let H = prm[2];
-    let KVH = prm[3];
-    let T = prm[5];
-    let window = bitcast<i32>(prm[6]);
+    let B = prm.b;
+    let S = prm.s;
+    let H = prm.h;
+    let KVH = prm.kv_heads;
+    let T = prm.t;
+    let window = prm.window;
     let G = H / KVH;
-    let R0 = prm[10];
-    let NR = prm[11];
+    let R0 = prm.row0;
+    let NR = prm.rows;
     let row = (wid.x + wid.y * nwg.x) * WG + lid.x;
     if (row >= B * KVH * NR) {
         return;

@@ -16,9 +16,7 @@
 // Split-K (flash-decoding, chunks > 1): each workgroup takes one chunk of the
 // tile's key range and writes (max, sum, unnormalised acc[D]) per row to `part`; gqa_combine.wgsl
 // merges the chunks. CHUNKS == 1 writes y directly.
-// prm: [B, S, H, kvH, D, T, window(i32), bias_sb, bias_sg, bias_ss, chunks, chunk_len,
-//       q_off, q_sb, q_ss, q_sh, rot_dim, half, bias_skv, bias_off, eps(f32 bits), cos_off,
-//       cos_sb, cos_ss]
+// Parameters: `AttnParams` (ops/attention/flash.rs).
 const BQ: u32 = {{BQ}};
 const BKV: u32 = {{BKV}};
 const DPT: u32 = {{DPT}};
@@ -44,15 +42,15 @@ fn acc_dim(tid: u32, i: u32) -> u32 {
 @compute @workgroup_size(128)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
     let NEG = bitcast<f32>(0xff7fffffu); // -f32::MAX
-    let B = prm[0];
-    let S = prm[1];
-    let H = prm[2];
-    let KVH = prm[3];
-    let D = prm[4];
-    let T = prm[5];
-    let window = bitcast<i32>(prm[6]);
-    let chunks = prm[10];
-    let chunk_len = prm[11];
+    let B = prm.b;
+    let S = prm.s;
+    let H = prm.h;
+    let KVH = prm.kv_heads;
+    let D = prm.d;
+    let T = prm.t;
+    let window = prm.window;
+    let chunks = prm.chunks;
+    let chunk_len = prm.chunk_len;
     let G = H / KVH;
     let SG = S * G;
     let tid = lid.x;

@@ -1,15 +1,15 @@
 // Flash-decoding combine for gqa.wgsl with chunks > 1: one workgroup per row (b, kvh, r), r =
 // s * G + g; part[(row * chunks + c) * (D + 2) + {0: max, 1: sum, 2 + d: unnormalised acc}].
 // y[b, s, h, d] = sum_c acc_c[d] * exp(m_c - m) / sum_c l_c * exp(m_c - m), m = max_c m_c.
-// prm: [B, S, H, kvH, D, chunks]
+// Parameters: `CombineParams` (ops/attention/flash.rs).
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let B = prm[0];
-    let S = prm[1];
-    let H = prm[2];
-    let KVH = prm[3];
-    let D = prm[4];
-    let CH = prm[5];
+    let B = prm.b;
+    let S = prm.s;
+    let H = prm.h;
+    let KVH = prm.kv_heads;
+    let D = prm.d;
+    let CH = prm.chunks;
     let flat = wid.x + wid.y * nwg.x;
     if (flat >= B * H * S) { return; }
     let G = H / KVH;

@@ -5,22 +5,21 @@
 // past buffer) or 0 after that. PAIR: the values too, in the same pass (`xv` through its view
 // (vsb, vss, vsh, voff), `pastv` -> `yv`), so one dispatch appends both.
 // past_b = seqlens_k[b] + 1 - S.
-// prm: [n, kvH, T, D, S, P, sb, ss, sh, off, rot_dim, half, vsb, vss, vsh, voff, first element
-// (kv_append_in_place.wgsl)]
+// Parameters: `KvAppendParams` (ops/attention/kv_append.rs).
 fn new_key(b: u32, s: u32, h: u32, d: u32, pos: u32) -> f32 {
-    let base = prm[9] + b * prm[6] + s * prm[7] + h * prm[8];
-    let rot = prm[10];
+    let base = prm.off + b * prm.sb + s * prm.ss + h * prm.sh;
+    let rot = prm.rot_dim;
     if (!{{ROTARY}} || d >= rot) { return ld_x(base + d); }
-    return rotate(base, d, rot, pos * prm[11]);
+    return rotate(base, d, rot, pos * prm.half);
 }
 
 // (key, value) of element i of present.
 fn elem(i: u32) -> vec2<f32> {
-    let H = prm[1];
-    let T = prm[2];
-    let D = prm[3];
-    let S = prm[4];
-    let P = prm[5];
+    let H = prm.kv_heads;
+    let T = prm.t;
+    let D = prm.d;
+    let S = prm.s;
+    let P = prm.past;
     let d = i % D;
     let t = (i / D) % T;
     let h = (i / (D * T)) % H;
@@ -29,7 +28,7 @@ fn elem(i: u32) -> vec2<f32> {
     let ti = i32(t);
     if (ti >= pb && ti < pb + i32(S)) {
         let s = u32(ti - pb);
-        let vbase = prm[15] + b * prm[12] + s * prm[13] + h * prm[14];
+        let vbase = prm.voff + b * prm.vsb + s * prm.vss + h * prm.vsh;
         return vec2<f32>(new_key(b, s, h, d, t), {{NEW_V}});
     }
     if (t < P) {

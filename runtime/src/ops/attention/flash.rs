@@ -3,10 +3,12 @@
 //! rotary), bias views and bindings; prompts on software adapters go to `regs.rs`.
 
 use super::regs;
-use super::rotary::{CosSinPack, Layout, cos_sin_bindings, cos_sin_inputs, cos_sin_pack};
+use super::rotary::{
+    CosSinPack, Layout, ROTATE_WGSL, Tables, bind_tables, cos_sin_bindings, cos_sin_pack,
+};
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor};
-use crate::gpu::{Kernel, Storage};
+use crate::gpu::{Bound, Features, Kernel, KernelSpec, Storage};
 use crate::ops::elementwise::cast_gpu;
 use crate::tensor::DType;
 
@@ -23,9 +25,8 @@ const GQA_ROT: &str = concat!(
 );
 const GQA_COMBINE: &str = include_str!("../../kernels/gqa_combine.wgsl");
 /// The additive bias of a score (`sc`) of row (b, kvh, head h % G, query s) against key `tt`
-/// (prm 7..10, 18, 19: the bias view; see [`Bias`]).
-const BIAS_WGSL: &str =
-    "sc = sc + ld_bias(prm[19] + b * prm[7] + kvh * prm[18] + (h % G) * prm[8] + s * prm[9] + tt);";
+/// (`AttnParams::bias_*`: the bias view; see [`Bias`]).
+const BIAS_WGSL: &str = "sc = sc + ld_bias(prm.bias_off + b * prm.bias_sb + kvh * prm.bias_skv + (h % G) * prm.bias_sg + s * prm.bias_ss + tt);";
 
 /// gqa.wgsl epilogue, one pass: the normalised rows to y [B, S, H, D] (dimension pairs, so an
 /// f16 y is written a whole word at a time).
@@ -72,10 +73,10 @@ pub(super) const STORE_PART: &str = "
         stf_part(o + 1u, row_l[tid]);
     }";
 
-/// Where the query row (b, s, h) starts in `x` (prm 12..16: offset, strides).
+/// Where the query row (b, s, h) starts in `x` (`AttnParams::q_*`: offset, strides).
 pub(super) const Q_BASE: &str = "
 fn q_base(b: u32, s: u32, h: u32) -> u32 {
-    return prm[12] + b * prm[13] + s * prm[14] + h * prm[15];
+    return prm.q_off + b * prm.q_sb + s * prm.q_ss + h * prm.q_sh;
 }";
 
 /// gqa.wgsl query reader without rotary: `x` through its view.
@@ -89,10 +90,10 @@ pub(super) const Q_GQA: &str = "
 fn q_scale(b: u32, s: u32, h: u32) -> f32 { return 1.0; }
 fn load_q(b: u32, s: u32, h: u32, d: u32, inv: f32) -> f32 {
     let base = q_base(b, s, h);
-    let rot = prm[16];
+    let rot = prm.rot_dim;
     if (d >= rot) { return ld_x(base + d); }
-    let pos = u32(ldi_seqlens(b) + 1 - i32(prm[1]) + i32(s));
-    return rotate(base, d, rot, pos * prm[17]);
+    let pos = u32(ldi_seqlens(b) + 1 - i32(prm.s) + i32(s));
+    return rotate(base, d, rot, pos * prm.half);
 }";
 
 /// gqa.wgsl query reader of the KV-shared layers: RMS norm over the head (statistics in f32,
@@ -102,13 +103,13 @@ pub(super) const Q_SHARED: &str = "
 fn q_scale(b: u32, s: u32, h: u32) -> f32 {
     if (!{{NORM}}) { return 1.0; }
     let base = q_base(b, s, h);
-    let D = prm[4];
+    let D = prm.d;
     var ss = 0.0;
     for (var d = 0u; d < D; d = d + 1u) {
         let v = ld_x(base + d);
         ss = ss + v * v;
     }
-    return inverseSqrt(ss / f32(D) + bitcast<f32>(prm[20]));
+    return inverseSqrt(ss / f32(D) + prm.eps);
 }
 fn qn(base: u32, d: u32, inv: f32) -> f32 {
     var v = ld_x(base + d);
@@ -117,94 +118,70 @@ fn qn(base: u32, d: u32, inv: f32) -> f32 {
 }
 fn load_q(b: u32, s: u32, h: u32, d: u32, inv: f32) -> f32 {
     let base = q_base(b, s, h);
-    let hr = prm[4] / 2u;
-    let c = prm[21] + b * prm[22] + s * prm[23] + d;
+    let hr = prm.d / 2u;
+    let c = prm.cos_off + b * prm.cos_sb + s * prm.cos_ss + d;
     var r = 0.0;
     if (d < hr) { r = -qn(base, d + hr, inv); } else { r = qn(base, d - hr, inv); }
     return qn(base, d, inv) * ld_cos(c) + r * ld_sin(c);
 }";
 
-/// The query reader's storage and parameters, as set up by `query_inputs`.
+/// The query reader's parameters (see [`Query::params`]).
 pub(super) struct QueryParams {
-    /// Words 12..18 of the parameters: the view (offset, strides) and (rotary dim, half).
+    /// The view (offset, batch / sequence / head strides) and (rotary dim, table row width).
     pub(super) view: [u32; 6],
     pub(super) eps: f32,
-    /// Words 21..24: cos/sin offset and batch / sequence strides.
+    /// The cos/sin offset and batch / sequence strides.
     pub(super) cs: [u32; 3],
 }
 
-/// Adds the query reader (`Q_FN`) of `q` and its bindings to `k` (gqa.wgsl or q_prep.wgsl).
-pub(super) fn query_inputs<'a>(
-    q: &Query<'a>,
-    mut k: Kernel,
-    bind: &mut Vec<&'a GpuTensor>,
-    pack: Option<&'a CosSinPack>,
-) -> (Kernel, QueryParams) {
-    let view = |l: &Layout, rot: [u32; 2]| {
-        [
-            l.off as u32,
-            l.strides[0] as u32,
-            l.strides[1] as u32,
-            l.strides[2] as u32,
-            rot[0],
-            rot[1],
-        ]
-    };
-    match q {
-        Query::Gqa {
-            x,
-            l,
-            rot,
-            interleaved,
-        } => {
-            let code = if rot.is_some() { Q_GQA } else { Q_PLAIN };
-            k = k
-                .code("Q_FN", &format!("{Q_BASE}{code}"))
-                .bool("INTERLEAVED", *interleaved)
-                .input("x", x.storage());
-            bind.push(x);
-            let mut r = [0, 1];
-            if let Some((c, sn, rot_dim)) = rot {
-                k = cos_sin_inputs(k, bind, (c, sn), pack);
-                r = [*rot_dim as u32, c.shape.last().copied().unwrap_or(1) as u32];
+/// The query reader as the kernel's code depends on it ([`Query::form`]): the variant, its
+/// storages and flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum QueryForm {
+    /// [`Query::Gqa`]: rotated with `rot` when given.
+    Gqa {
+        x: Storage,
+        rot: Option<Tables>,
+        interleaved: bool,
+    },
+    /// [`Query::Shared`]: normed when `norm` (the scale's storage) is given.
+    Shared {
+        x: Storage,
+        norm: Option<Storage>,
+        tables: Tables,
+    },
+}
+
+impl QueryForm {
+    /// Adds the query reader (`Q_FN`) and its inputs to `k` (gqa.wgsl, q_prep.wgsl or
+    /// attn_scores_regs.wgsl); [`Query::bind`] binds them.
+    pub(super) fn declare(&self, k: Kernel) -> Kernel {
+        match *self {
+            QueryForm::Gqa {
+                x,
+                rot,
+                interleaved,
+            } => {
+                let code = if rot.is_some() { Q_GQA } else { Q_PLAIN };
+                let k = k
+                    .code("Q_FN", &format!("{Q_BASE}{code}"))
+                    .bool("INTERLEAVED", interleaved)
+                    .input("x", x);
+                match rot {
+                    Some(t) => t.declare(k),
+                    None => k,
+                }
             }
-            (
-                k,
-                QueryParams {
-                    view: view(l, r),
-                    eps: 0.0,
-                    cs: [0; 3],
-                },
-            )
-        }
-        Query::Shared {
-            x,
-            l,
-            norm,
-            cos,
-            sin,
-            cs,
-        } => {
-            k = k
-                .code("Q_FN", &format!("{Q_BASE}{Q_SHARED}"))
-                .bool("NORM", norm.is_some())
-                .input("x", x.storage());
-            bind.push(x);
-            let mut eps = 0.0;
-            if let Some((gm, e)) = norm {
-                k = k.input("gamma", gm.storage());
-                bind.push(gm);
-                eps = *e;
+            QueryForm::Shared { x, norm, tables } => {
+                let mut k = k
+                    .code("Q_FN", &format!("{Q_BASE}{Q_SHARED}"))
+                    .bool("NORM", norm.is_some())
+                    .input("x", x);
+                if let Some(g) = norm {
+                    k = k.input("gamma", g);
+                }
+                tables.declare(k)
             }
-            k = cos_sin_inputs(k, bind, (cos, sin), pack);
-            (
-                k,
-                QueryParams {
-                    view: view(l, [0, 1]),
-                    eps,
-                    cs: [cs[0] as u32, cs[1] as u32, cs[2] as u32],
-                },
-            )
         }
     }
 }
@@ -232,12 +209,96 @@ pub(crate) enum Query<'a> {
     },
 }
 
-impl Query<'_> {
+impl<'a> Query<'a> {
     /// The one binding of its rotary tables when they are packed (see [`cos_sin_pack`]).
     pub(super) fn cos_sin_pack(&self) -> Option<CosSinPack> {
         match self {
             Query::Gqa { rot, .. } => rot.and_then(|(c, s, _)| cos_sin_pack(c, s)),
             Query::Shared { cos, sin, .. } => cos_sin_pack(cos, sin),
+        }
+    }
+
+    /// The reader's form, its tables read through `pack` when given (see
+    /// [`Query::cos_sin_pack`]).
+    pub(super) fn form(&self, pack: Option<&CosSinPack>) -> QueryForm {
+        match self {
+            Query::Gqa {
+                x,
+                rot,
+                interleaved,
+                ..
+            } => QueryForm::Gqa {
+                x: x.storage(),
+                rot: rot.map(|(c, sn, _)| Tables::of(c, sn, pack)),
+                interleaved: *interleaved,
+            },
+            Query::Shared {
+                x, norm, cos, sin, ..
+            } => QueryForm::Shared {
+                x: x.storage(),
+                norm: norm.map(|(g, _)| g.storage()),
+                tables: Tables::of(cos, sin, pack),
+            },
+        }
+    }
+
+    /// Binds the inputs [`QueryForm::declare`] declared for [`Query::form`]`(pack)`.
+    pub(super) fn bind<'k, 't>(
+        &self,
+        bound: Bound<'k, 't>,
+        pack: Option<&'t CosSinPack>,
+    ) -> Bound<'k, 't>
+    where
+        'a: 't,
+    {
+        match self {
+            Query::Gqa { x, rot, .. } => {
+                let bound = bound.bind("x", x);
+                match rot {
+                    Some((c, sn, _)) => bind_tables(bound, (c, sn), pack),
+                    None => bound,
+                }
+            }
+            Query::Shared {
+                x, norm, cos, sin, ..
+            } => {
+                let bound = bound.bind("x", x).bind_opt("gamma", norm.map(|(g, _)| g));
+                bind_tables(bound, (cos, sin), pack)
+            }
+        }
+    }
+
+    /// The reader's parameters: its view, rotary sizes, norm epsilon and table strides.
+    pub(super) fn params(&self) -> QueryParams {
+        let view = |l: &Layout, rot: [u32; 2]| {
+            [
+                l.off as u32,
+                l.strides[0] as u32,
+                l.strides[1] as u32,
+                l.strides[2] as u32,
+                rot[0],
+                rot[1],
+            ]
+        };
+        match self {
+            Query::Gqa { l, rot, .. } => {
+                let r = match rot {
+                    Some((c, _, rot_dim)) => {
+                        [*rot_dim as u32, c.shape.last().copied().unwrap_or(1) as u32]
+                    }
+                    None => [0, 1],
+                };
+                QueryParams {
+                    view: view(l, r),
+                    eps: 0.0,
+                    cs: [0; 3],
+                }
+            }
+            Query::Shared { l, norm, cs, .. } => QueryParams {
+                view: view(l, [0, 1]),
+                eps: norm.map_or(0.0, |(_, e)| e),
+                cs: [cs[0] as u32, cs[1] as u32, cs[2] as u32],
+            },
         }
     }
 }
@@ -282,10 +343,65 @@ impl Flash<'_> {
     }
 }
 
-impl<'a> Flash<'a> {
+crate::gpu_params! {
+    /// The attention kernels' parameters: gqa.wgsl's, and those of the kernels that read the
+    /// query as it does (q_prep.wgsl, the passes of regs.rs). Set by [`Flash::params`] but for
+    /// the kernels' own fields (`chunks`, `chunk_len`; `row0`, `rows`).
+    pub(super) struct AttnParams {
+        b: u32,
+        s: u32,
+        h: u32,
+        kv_heads: u32,
+        d: u32,
+        /// Keys.
+        t: u32,
+        /// The causal sliding window (-1: none).
+        window: i32,
+        /// gqa.wgsl's split of the key range: the chunks (1: one pass) ...
+        chunks: u32,
+        /// ... and keys per chunk.
+        chunk_len: u32,
+        /// The passes of regs.rs: the first query row (r = s * G + g) of the chunk ...
+        row0: u32,
+        /// ... and its rows.
+        rows: u32,
+        /// The query view: element offset, batch, sequence and head strides.
+        q_off: u32,
+        q_sb: u32,
+        q_ss: u32,
+        q_sh: u32,
+        /// GroupQueryAttention's query rotary: rotary dim and the tables' row width.
+        rot_dim: u32,
+        half: u32,
+        /// The bias view (see [`Bias`]): offset, strides of batch, kv head, head of the group
+        /// and query.
+        bias_off: u32,
+        bias_sb: u32,
+        bias_skv: u32,
+        bias_sg: u32,
+        bias_ss: u32,
+        /// The KV-shared query's norm epsilon.
+        eps: f32,
+        /// The KV-shared query's cos/sin: offset, batch and sequence strides.
+        cos_off: u32,
+        cos_sb: u32,
+        cos_ss: u32,
+    }
+}
+
+/// The masking the attention kernels' code depends on: `seqlens_k`'s storage when causal, the
+/// bias's when there is one ([`Flash::masking`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct Masking {
+    pub(super) seqlens: Option<Storage>,
+    pub(super) bias: Option<Storage>,
+}
+
+impl Masking {
     /// `CAUSAL` and `PAST_B` (where query 0 sits in the keys: from `seqlens_k`) of the
-    /// attention kernels (gqa.wgsl, attention/regs.rs), and their `seqlens_k` input when causal.
-    pub(super) fn causal(&self, k: Kernel, bind: &mut Vec<&'a GpuTensor>) -> Kernel {
+    /// attention kernels (gqa.wgsl, attention/regs.rs), and their `seqlens` input when causal
+    /// (bound by [`Flash::bind_causal`]).
+    pub(super) fn causal(&self, k: Kernel) -> Kernel {
         let k = k.bool("CAUSAL", self.seqlens.is_some()).code(
             "PAST_B",
             if self.seqlens.is_some() {
@@ -295,28 +411,49 @@ impl<'a> Flash<'a> {
             },
         );
         match self.seqlens {
-            Some(sl) => {
-                bind.push(sl);
-                k.input("seqlens", sl.storage())
-            }
+            Some(st) => k.input("seqlens", st),
             None => k,
         }
     }
 
-    /// The bias input and its `BIAS` statement (empty without one).
-    pub(super) fn bias_input(&self, k: Kernel, bind: &mut Vec<&'a GpuTensor>) -> Kernel {
-        match &self.bias {
-            Some(bs) => {
-                bind.push(bs.t);
-                k.input("bias", bs.t.storage()).code("BIAS", BIAS_WGSL)
-            }
+    /// The `bias` input and its `BIAS` statement (empty without one; bound by
+    /// [`Flash::bind_bias`]).
+    pub(super) fn bias(&self, k: Kernel) -> Kernel {
+        match self.bias {
+            Some(st) => k.input("bias", st).code("BIAS", BIAS_WGSL),
             None => k.code("BIAS", ""),
         }
     }
+}
 
-    /// The attention kernels' parameter block (layout in gqa.wgsl); words 10 and 11 are the
-    /// kernel's own (`w10_11`: the split's chunks and chunk length, or regs.rs' row range).
-    pub(super) fn params(&self, qp: &QueryParams, w10_11: [u32; 2]) -> [u32; 24] {
+impl<'a> Flash<'a> {
+    /// The masking its kernels declare.
+    pub(super) fn masking(&self) -> Masking {
+        Masking {
+            seqlens: self.seqlens.map(GpuTensor::storage),
+            bias: self.bias.as_ref().map(|bs| bs.t.storage()),
+        }
+    }
+
+    /// Binds `seqlens_k` when causal (see [`Masking::causal`]).
+    pub(super) fn bind_causal<'k, 't>(&self, bound: Bound<'k, 't>) -> Bound<'k, 't>
+    where
+        'a: 't,
+    {
+        bound.bind_opt("seqlens", self.seqlens)
+    }
+
+    /// Binds the bias when there is one (see [`Masking::bias`]).
+    pub(super) fn bind_bias<'k, 't>(&self, bound: Bound<'k, 't>) -> Bound<'k, 't>
+    where
+        'a: 't,
+    {
+        bound.bind_opt("bias", self.bias.as_ref().map(|bs| bs.t))
+    }
+
+    /// The attention kernels' parameters (layout in [`AttnParams`]) with the query reader's
+    /// `qp`; the kernels' own fields are left 0.
+    pub(super) fn params(&self, qp: &QueryParams) -> AttnParams {
         let [b, s, h, kvh, d, t_len] = self.dims;
         let window = if self.seqlens.is_some() && self.window > 0 {
             self.window as i32
@@ -327,32 +464,31 @@ impl<'a> Flash<'a> {
             [bs.sb, bs.sg, bs.ss, bs.skv, bs.off].map(|v| v as u32)
         });
         let (v, cs) = (qp.view, qp.cs);
-        [
-            b as u32,
-            s as u32,
-            h as u32,
-            kvh as u32,
-            d as u32,
-            t_len as u32,
-            window as u32,
-            bstr[0],
-            bstr[1],
-            bstr[2],
-            w10_11[0],
-            w10_11[1],
-            v[0],
-            v[1],
-            v[2],
-            v[3],
-            v[4],
-            v[5],
-            bstr[3],
-            bstr[4],
-            qp.eps.to_bits(),
-            cs[0],
-            cs[1],
-            cs[2],
-        ]
+        AttnParams {
+            b: b as u32,
+            s: s as u32,
+            h: h as u32,
+            kv_heads: kvh as u32,
+            d: d as u32,
+            t: t_len as u32,
+            window,
+            q_off: v[0],
+            q_sb: v[1],
+            q_ss: v[2],
+            q_sh: v[3],
+            rot_dim: v[4],
+            half: v[5],
+            bias_sb: bstr[0],
+            bias_sg: bstr[1],
+            bias_ss: bstr[2],
+            bias_skv: bstr[3],
+            bias_off: bstr[4],
+            eps: qp.eps,
+            cos_off: cs[0],
+            cos_sb: cs[1],
+            cos_ss: cs[2],
+            ..AttnParams::default()
+        }
     }
 }
 
@@ -379,7 +515,6 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
             cx.gpu.max_bindings()
         )));
     }
-    let softcap = crate::gpu::softcap_wgsl("sc", f.softcap);
     // Rows of one kv head: (query, head of the group); BQ rows per workgroup, BQ * BKV = 128.
     let g = h / kvh;
     let rows = s * g;
@@ -419,36 +554,18 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
     let prepped = if s > 1 && !matches!(f.q, Query::Gqa { rot: None, .. }) {
         let y = cx.alloc(DType::F32, vec![b, s, h, d])?;
         let pack = f.q.cos_sin_pack();
-        let mut bind: Vec<&GpuTensor> = Vec::new();
-        let (name, body) = match &f.q {
-            Query::Gqa { .. } => ("q_prep_rot", Q_PREP_ROT),
-            Query::Shared { .. } => ("q_prep", Q_PREP),
+        let seqlens = match f.q {
+            Query::Gqa { .. } => f.seqlens,
+            Query::Shared { .. } => None,
         };
-        let (mut k, qp) = query_inputs(
-            &f.q,
-            Kernel::new(name, body).workgroup(64),
-            &mut bind,
-            pack.as_ref(),
-        );
-        if let (Query::Gqa { .. }, Some(sl)) = (&f.q, f.seqlens) {
-            k = k.input("seqlens", sl.storage());
-            bind.push(sl);
-        }
-        let k = k.output("y", Storage::F32);
-        bind.push(&y);
-        let mut meta = [0u32; 24];
-        meta[..6].copy_from_slice(&[
-            b as u32,
-            s as u32,
-            h as u32,
-            kvh as u32,
-            d as u32,
-            t_len as u32,
-        ]);
-        meta[12..18].copy_from_slice(&qp.view);
-        meta[20] = qp.eps.to_bits();
-        meta[21..24].copy_from_slice(&qp.cs);
-        cx.dispatch(&k, &bind, &meta, (b * s * h * 64) as u64)?;
+        let k = cx.gpu.kernel(&QPrepSpec {
+            q: f.q.form(pack.as_ref()),
+            seqlens: seqlens.map(GpuTensor::storage),
+        })?;
+        let bound = f.q.bind(k.bind("y", &y), pack.as_ref());
+        let bound = bound.bind_opt("seqlens", seqlens);
+        let p = f.params(&f.q.params());
+        cx.launch(bound, &p, (b * s * h * 64) as u64)?;
         Some(y)
     } else {
         None
@@ -481,11 +598,6 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
             cast_gpu(cx, &y, f.out_dtype)
         };
     }
-    let (name, body) = match q {
-        Query::Gqa { rot: Some(_), .. } => ("gqa_rot", GQA_ROT),
-        Query::Gqa { rot: None, .. } => ("gqa", GQA),
-        Query::Shared { .. } => ("gqa_shared", GQA),
-    };
     let part = if chunks > 1 {
         Some(cx.alloc(DType::F32, vec![b * h * s * chunks * (d + 2)])?)
     } else {
@@ -494,97 +606,156 @@ pub(crate) fn flash_attention(cx: &mut Ctx<'_>, f: &Flash<'_>) -> Result<GpuTens
     let q_pack = q.cos_sin_pack();
     // The code depends on these only (sizes and offsets are parameters): a kernel made for
     // them is run again without writing it (every layer of a kind, every decode step).
-    // The query reader's form: which variant, its storages and flags.
-    let q_form = match q {
-        Query::Gqa {
-            x,
-            rot,
-            interleaved,
-            ..
-        } => (
-            0u8,
-            x.storage(),
-            *interleaved,
-            rot.map(|(c, sn, _)| (c.storage(), sn.storage())),
-            None,
-        ),
-        Query::Shared {
-            x, norm, cos, sin, ..
-        } => (
-            1u8,
-            x.storage(),
-            false,
-            Some((cos.storage(), sin.storage())),
-            norm.map(|(g, _)| g.storage()),
-        ),
+    let kern = cx.gpu.kernel(&FlashSpec {
+        q: q.form(q_pack.as_ref()),
+        k: f.k.storage(),
+        v: f.v.storage(),
+        masking: f.masking(),
+        bq: bq as u32,
+        bkv: bkv as u32,
+        dpt: dpt as u32,
+        scale: f.scale.to_bits(),
+        softcap: f.softcap.to_bits(),
+        y: part.is_none().then(|| y.storage()),
+    })?;
+    let bound = q.bind(kern.bind("k", f.k).bind("v", f.v), q_pack.as_ref());
+    let bound = f.bind_bias(f.bind_causal(bound));
+    let bound = match &part {
+        Some(pt) => bound.bind("part", pt),
+        None => bound.bind("y", &y),
     };
-    let recipe = crate::exec::hash128((
-        (name, bq, bkv, dpt, f.scale.to_bits(), f.softcap.to_bits()),
-        q_form,
-        q_pack.as_ref().map(|p| (p.cos, p.sin)),
-        (f.k.storage(), f.v.storage()),
-        f.seqlens.map(GpuTensor::storage),
-        f.bias.as_ref().map(|bs| bs.t.storage()),
-        part.is_some(),
-        y.storage(),
-    ));
-    let hit = crate::exec::recipe_kernel("flash_attention", recipe);
-    let kern = crate::exec::recipe_builder(&hit, name, body)
-        .workgroup(128)
-        .u32("BQ", bq as u32)
-        .u32("BKV", bkv as u32)
-        .u32("DPT", dpt as u32)
-        .u32("QS_LEN", (bq * 65) as u32)
-        .u32("KS_LEN", (bkv * 65) as u32)
-        .u32("ACC_LEN", (bq * dpt) as u32)
-        .f32("SCALE", f.scale)
-        .code("SOFTCAP", &softcap);
-    let mut bind: Vec<&GpuTensor> = Vec::new();
-    let (k2, qp) = query_inputs(q, kern, &mut bind, q_pack.as_ref());
-    let mut kern = k2.input("k", f.k.storage()).input("v", f.v.storage());
-    bind.push(f.k);
-    bind.push(f.v);
-    kern = f.causal(kern, &mut bind);
-    kern = f.bias_input(kern, &mut bind);
-    let kern = match &part {
-        Some(pt) => {
-            bind.push(pt);
-            kern.code("STORE", STORE_PART).output("part", Storage::F32)
-        }
-        None => {
-            bind.push(&y);
-            kern.code("STORE", STORE_Y).output("y", y.storage())
-        }
+    let p = AttnParams {
+        chunks: chunks as u32,
+        chunk_len: chunk_len as u32,
+        ..f.params(&q.params())
     };
-    let kern = crate::exec::recipe_keep("flash_attention", recipe, hit, kern);
-    let meta = f.params(&qp, [chunks as u32, chunk_len as u32]);
-    cx.dispatch_groups(
-        &kern,
-        &bind,
-        &meta,
-        (row_tiles as u32, (b * kvh * chunks) as u32),
-    )?;
+    cx.launch_groups(bound, &p, (row_tiles as u32, (b * kvh * chunks) as u32))?;
     if let Some(pt) = &part {
-        let comb =
-            crate::exec::recipe_made("gqa_combine", crate::exec::hash128(y.storage()), || {
-                Kernel::new("gqa_combine", GQA_COMBINE)
-                    .workgroup(64)
-                    .input("part", Storage::F32)
-                    .output("y", y.storage())
-            });
-        let meta = [
-            b as u32,
-            s as u32,
-            h as u32,
-            kvh as u32,
-            d as u32,
-            chunks as u32,
-        ];
-        cx.dispatch(&comb, &[pt, &y], &meta, (b * h * s) as u64 * 64)?;
+        let comb = cx.gpu.kernel(&CombineSpec { y: y.storage() })?;
+        let p = CombineParams {
+            b: b as u32,
+            s: s as u32,
+            h: h as u32,
+            kv_heads: kvh as u32,
+            d: d as u32,
+            chunks: chunks as u32,
+        };
+        cx.launch(
+            comb.bind("part", pt).bind("y", &y),
+            &p,
+            (b * h * s) as u64 * 64,
+        )?;
     }
     if y.dtype == f.out_dtype {
         Ok(y)
     } else {
         cast_gpu(cx, &y, f.out_dtype)
+    }
+}
+
+/// The attention kernel (gqa.wgsl) of [`flash_attention`]: its query reader, storages,
+/// masking, tiling and the constants baked into its code.
+#[derive(Hash)]
+struct FlashSpec {
+    q: QueryForm,
+    k: Storage,
+    v: Storage,
+    masking: Masking,
+    /// Rows per workgroup, keys per tile, accumulator slots per invocation.
+    bq: u32,
+    bkv: u32,
+    dpt: u32,
+    /// The score scale and softcap (f32 bits).
+    scale: u32,
+    softcap: u32,
+    /// y's storage when the kernel writes y (one pass); `None`: the split's partial results.
+    y: Option<Storage>,
+}
+
+impl KernelSpec for FlashSpec {
+    const NAME: &'static str = "gqa";
+    const WGSL: &'static [&'static str] = &[GQA, ROTATE_WGSL];
+    fn build(&self, _: &Features) -> Kernel {
+        let (name, body) = match self.q {
+            QueryForm::Gqa { rot: Some(_), .. } => ("gqa_rot", GQA_ROT),
+            QueryForm::Gqa { rot: None, .. } => ("gqa", GQA),
+            QueryForm::Shared { .. } => ("gqa_shared", GQA),
+        };
+        let (bq, bkv, dpt) = (self.bq, self.bkv, self.dpt);
+        let softcap = crate::gpu::softcap_wgsl("sc", f32::from_bits(self.softcap));
+        let k = Kernel::new(name, body)
+            .params::<AttnParams>()
+            .workgroup(128)
+            .u32("BQ", bq)
+            .u32("BKV", bkv)
+            .u32("DPT", dpt)
+            .u32("QS_LEN", bq * 65)
+            .u32("KS_LEN", bkv * 65)
+            .u32("ACC_LEN", bq * dpt)
+            .f32("SCALE", f32::from_bits(self.scale))
+            .code("SOFTCAP", &softcap);
+        let k = self.q.declare(k).input("k", self.k).input("v", self.v);
+        let k = self.masking.bias(self.masking.causal(k));
+        match self.y {
+            Some(y) => k.code("STORE", STORE_Y).output("y", y),
+            None => k.code("STORE", STORE_PART).output("part", Storage::F32),
+        }
+    }
+}
+
+/// A prompt's query preparation (q_prep.wgsl, see [`flash_attention`]): its reader, and
+/// `seqlens_k`'s storage when GroupQueryAttention's rotary reads it.
+#[derive(Hash)]
+struct QPrepSpec {
+    q: QueryForm,
+    seqlens: Option<Storage>,
+}
+
+impl KernelSpec for QPrepSpec {
+    const NAME: &'static str = "q_prep";
+    const WGSL: &'static [&'static str] = &[Q_PREP, ROTATE_WGSL];
+    fn build(&self, _: &Features) -> Kernel {
+        let (name, body) = match self.q {
+            QueryForm::Gqa { .. } => ("q_prep_rot", Q_PREP_ROT),
+            QueryForm::Shared { .. } => ("q_prep", Q_PREP),
+        };
+        let k = self
+            .q
+            .declare(Kernel::new(name, body).params::<AttnParams>().workgroup(64));
+        let k = match self.seqlens {
+            Some(st) => k.input("seqlens", st),
+            None => k,
+        };
+        k.output("y", Storage::F32)
+    }
+}
+
+crate::gpu_params! {
+    /// gqa_combine.wgsl's parameters: the attention's sizes and the key range's chunks.
+    struct CombineParams {
+        b: u32,
+        s: u32,
+        h: u32,
+        kv_heads: u32,
+        d: u32,
+        chunks: u32,
+    }
+}
+
+/// The combine pass of a split attention (gqa_combine.wgsl): y's storage.
+#[derive(Hash)]
+struct CombineSpec {
+    y: Storage,
+}
+
+impl KernelSpec for CombineSpec {
+    const NAME: &'static str = "gqa_combine";
+    const WGSL: &'static [&'static str] = &[GQA_COMBINE];
+    fn build(&self, _: &Features) -> Kernel {
+        Kernel::new("gqa_combine", GQA_COMBINE)
+            .params::<CombineParams>()
+            .workgroup(64)
+            .input("part", Storage::F32)
+            .output("y", self.y)
     }
 }

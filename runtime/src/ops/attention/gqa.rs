@@ -3,6 +3,7 @@
 //! and encodes it (KV append in `kv_append.rs`, the attention itself in `flash.rs`).
 
 use super::flash::{Bias, Flash, Query, flash_attention};
+use super::kv_append::{KvAppend, KvDims};
 use super::rotary::{Layout, Pos, rope};
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
@@ -233,16 +234,28 @@ impl Op for Gqa {
                 }
                 (pk.clone(), pv.clone())
             }
-            _ => self.append(
-                cx,
-                [(k_src, &kl), (v_src, &vl)],
-                rot.map(|(c, sn)| (c, sn, rot_dim)),
-                [past_k.as_ref(), past_v.as_ref()],
-                &seqlens,
-                [b, kvh, t_len, d, s, p],
-                kv_dtype,
-                donated.then(|| new_from.map_or(0, |v| v + 1 - s as i64)),
-            )?,
+            _ => {
+                let job = KvAppend {
+                    src: [(k_src, &kl), (v_src, &vl)],
+                    rot: rot.map(|(c, sn)| (c, sn, rot_dim)),
+                    seqlens: &seqlens,
+                    dims: KvDims {
+                        b,
+                        kv_heads: kvh,
+                        t: t_len,
+                        d,
+                        s,
+                        past: p,
+                    },
+                };
+                self.append(
+                    cx,
+                    &job,
+                    [past_k.as_ref(), past_v.as_ref()],
+                    kv_dtype,
+                    donated.then(|| new_from.map_or(0, |v| v + 1 - s as i64)),
+                )?
+            }
         };
         let bias = match &bias {
             Some(bt) => {

@@ -11,10 +11,10 @@
 //! multiply-adds. The price is the scratch, B · kvH · S · G · T floats: long prompts take their
 //! query rows in chunks whose scores fit [`Gpu::attention_scratch`](crate::Gpu::attention_scratch).
 
-use super::flash::{Flash, Query, query_inputs};
+use super::flash::{AttnParams, Flash, Masking, Query, QueryForm};
 use crate::error::Result;
 use crate::exec::{Ctx, GpuTensor};
-use crate::gpu::{Kernel, Storage};
+use crate::gpu::{Features, Kernel, KernelSpec, Storage};
 use crate::tensor::DType;
 
 const SCORES: &str = include_str!("../../kernels/attn_scores_regs.wgsl");
@@ -180,58 +180,136 @@ pub(super) fn prompt_attention(
         return Ok(false);
     }
     let p = cx.alloc(DType::F32, vec![b * kvh, chunk, t_len])?;
-
-    // Pass 1: the scores.
-    let (decl, step, store) = scores_code(r, C, f.k.storage() == Storage::F16);
-    let softcap = crate::gpu::softcap_wgsl("sc", f.softcap);
-    let kern = Kernel::new("attn_scores_regs", SCORES)
-        .workgroup(64)
-        .u32("R", r)
-        .u32("C", C)
-        .f32("SCALE", f.scale)
-        .code("SOFTCAP", &softcap)
-        .code("DECL", &decl)
-        .code("STEP", &step)
-        .code("STORE", &store);
-    let mut bind_qk: Vec<&GpuTensor> = Vec::new();
-    let (kern, qp) = query_inputs(q, kern, &mut bind_qk, None);
-    bind_qk.push(f.k);
-    let kern = f.causal(kern.input("k", f.k.storage()), &mut bind_qk);
-    let scores = f.bias_input(kern, &mut bind_qk).output("p", Storage::F32);
-    bind_qk.push(&p);
-
-    // Pass 2: each row's softmax, in place.
-    let mut bind_sm: Vec<&GpuTensor> = Vec::new();
-    let kern = Kernel::new("attn_softmax_rows", SOFTMAX).workgroup(64);
-    let softmax = f.causal(kern, &mut bind_sm).output("p", Storage::F32);
-    bind_sm.push(&p);
-
-    // Pass 3: y = P·V.
-    let (decl, step, store) = pv_code(r, C, f.v.storage() == Storage::F16, y.dtype == DType::F16);
-    let kern = Kernel::new("attn_pv_regs", PV)
-        .workgroup(64)
-        .u32("R", r)
-        .u32("C", C)
-        .code("DECL", &decl)
-        .code("STEP", &step)
-        .code("STORE", &store)
-        .input("p", Storage::F32)
-        .input("v", f.v.storage());
-    let mut bind_pv: Vec<&GpuTensor> = vec![&p, f.v];
-    let pv = f.causal(kern, &mut bind_pv).output("y", y.storage());
-    bind_pv.push(y);
-
+    let masking = f.masking();
+    let scores = cx.gpu.kernel(&ScoresSpec {
+        q: q.form(None),
+        k: f.k.storage(),
+        masking,
+        r,
+        scale: f.scale.to_bits(),
+        softcap: f.softcap.to_bits(),
+    })?;
+    let softmax = cx.gpu.kernel(&SoftmaxSpec {
+        seqlens: masking.seqlens,
+    })?;
+    let pv = cx.gpu.kernel(&PvSpec {
+        v: f.v.storage(),
+        seqlens: masking.seqlens,
+        y: y.storage(),
+        r,
+    })?;
+    let qp = q.params();
     for r_base in (0..rows).step_by(chunk) {
         let nr = chunk.min(rows - r_base);
-        let meta = f.params(&qp, [r_base as u32, nr as u32]);
+        let prm = AttnParams {
+            row0: r_base as u32,
+            rows: nr as u32,
+            ..f.params(&qp)
+        };
         let blocks = (b * kvh * nr.div_ceil(r as usize)) as u64;
         let key_blocks = t_len.div_ceil(C as usize) as u64;
-        cx.dispatch(&scores, &bind_qk, &meta, blocks * key_blocks)?;
-        cx.dispatch(&softmax, &bind_sm, &meta, (b * kvh * nr) as u64)?;
+        // Pass 1: the scores.
+        let bound = f.bind_bias(f.bind_causal(q.bind(scores.bind("k", f.k), None)));
+        cx.launch(bound.bind("p", &p), &prm, blocks * key_blocks)?;
+        // Pass 2: each row's softmax, in place.
+        let bound = f.bind_causal(softmax.bind("p", &p));
+        cx.launch(bound, &prm, (b * kvh * nr) as u64)?;
+        // Pass 3: y = P·V.
         let dim_blocks = d.div_ceil(C as usize) as u64;
-        cx.dispatch(&pv, &bind_pv, &meta, blocks * dim_blocks)?;
+        let bound = f.bind_causal(pv.bind("p", &p).bind("v", f.v).bind("y", y));
+        cx.launch(bound, &prm, blocks * dim_blocks)?;
     }
     Ok(true)
+}
+
+/// Pass 1 (attn_scores_regs.wgsl): the query reader, K's storage, the masking, the block's
+/// rows and the score's scale and softcap (f32 bits).
+#[derive(Hash)]
+struct ScoresSpec {
+    q: QueryForm,
+    k: Storage,
+    masking: Masking,
+    r: u32,
+    scale: u32,
+    softcap: u32,
+}
+
+impl KernelSpec for ScoresSpec {
+    const NAME: &'static str = "attn_scores_regs";
+    const WGSL: &'static [&'static str] = &[SCORES];
+    fn build(&self, _: &Features) -> Kernel {
+        let (decl, step, store) = scores_code(self.r, C, self.k == Storage::F16);
+        let softcap = crate::gpu::softcap_wgsl("sc", f32::from_bits(self.softcap));
+        let kern = Kernel::new("attn_scores_regs", SCORES)
+            .params::<AttnParams>()
+            .workgroup(64)
+            .u32("R", self.r)
+            .u32("C", C)
+            .f32("SCALE", f32::from_bits(self.scale))
+            .code("SOFTCAP", &softcap)
+            .code("DECL", &decl)
+            .code("STEP", &step)
+            .code("STORE", &store);
+        let kern = self.q.declare(kern).input("k", self.k);
+        self.masking
+            .bias(self.masking.causal(kern))
+            .output("p", Storage::F32)
+    }
+}
+
+/// Pass 2 (attn_softmax_rows.wgsl): `seqlens_k`'s storage when causal.
+#[derive(Hash)]
+struct SoftmaxSpec {
+    seqlens: Option<Storage>,
+}
+
+impl KernelSpec for SoftmaxSpec {
+    const NAME: &'static str = "attn_softmax_rows";
+    const WGSL: &'static [&'static str] = &[SOFTMAX];
+    fn build(&self, _: &Features) -> Kernel {
+        let kern = Kernel::new("attn_softmax_rows", SOFTMAX)
+            .params::<AttnParams>()
+            .workgroup(64);
+        let masking = Masking {
+            seqlens: self.seqlens,
+            bias: None,
+        };
+        masking.causal(kern).output("p", Storage::F32)
+    }
+}
+
+/// Pass 3 (attn_pv_regs.wgsl): V's and y's storages, `seqlens_k`'s when causal, the block's
+/// rows.
+#[derive(Hash)]
+struct PvSpec {
+    v: Storage,
+    seqlens: Option<Storage>,
+    y: Storage,
+    r: u32,
+}
+
+impl KernelSpec for PvSpec {
+    const NAME: &'static str = "attn_pv_regs";
+    const WGSL: &'static [&'static str] = &[PV];
+    fn build(&self, _: &Features) -> Kernel {
+        let (decl, step, store) =
+            pv_code(self.r, C, self.v == Storage::F16, self.y == Storage::F16);
+        let kern = Kernel::new("attn_pv_regs", PV)
+            .params::<AttnParams>()
+            .workgroup(64)
+            .u32("R", self.r)
+            .u32("C", C)
+            .code("DECL", &decl)
+            .code("STEP", &step)
+            .code("STORE", &store)
+            .input("p", Storage::F32)
+            .input("v", self.v);
+        let masking = Masking {
+            seqlens: self.seqlens,
+            bias: None,
+        };
+        masking.causal(kern).output("y", self.y)
+    }
 }
 
 #[cfg(test)]

@@ -4,10 +4,14 @@
 
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
-use crate::gpu::Kernel;
+use crate::gpu::{Bound, Features, Kernel, KernelSpec, Params, Storage};
 use crate::ops::{Attrs, Op, req};
 use crate::tensor::DType;
 
+const ROPE_WGSL: &str = include_str!("../../kernels/rope.wgsl");
+const ROPE_PAIR_WGSL: &str = include_str!("../../kernels/rope_pair.wgsl");
+/// The shared rotation, appended to the bodies that rotate.
+pub(super) const ROTATE_WGSL: &str = include_str!("../../kernels/rotate.wgsl");
 // Both end with the shared rotation (`rotate.wgsl`).
 const ROPE: &str = concat!(
     include_str!("../../kernels/rope.wgsl"),
@@ -72,10 +76,20 @@ pub(crate) fn cos_sin_pack(c: &GpuTensor, s: &GpuTensor) -> Option<CosSinPack> {
         && s.split.is_none()
         && c.shares_buffer(s);
     packed.then(|| CosSinPack {
-        buf: c.whole(),
+        buf: whole_typed(c),
         cos: c.byte_offset() / e,
         sin: s.byte_offset() / e,
     })
+}
+
+/// The whole buffer under `t`'s view (`GpuTensor::whole`) as elements of `t`'s type, so that
+/// it binds where a kernel declares `t`'s storage (a binding checks its tensor's storage).
+pub(super) fn whole_typed(t: &GpuTensor) -> GpuTensor {
+    let mut w = t.whole();
+    let e = t.storage().bytes(2) / 2;
+    w.shape = vec![(w.numel() as u64 / e) as usize];
+    w.dtype = t.dtype;
+    w
 }
 
 /// Storage buffers the rotary tables take: one when packed, else two.
@@ -83,26 +97,149 @@ pub(super) fn cos_sin_bindings(c: &GpuTensor, s: &GpuTensor) -> u32 {
     if cos_sin_pack(c, s).is_some() { 1 } else { 2 }
 }
 
-/// Declares the rotary tables as `ld_cos` / `ld_sin` of `k`: from `pack` (one binding `cs`,
-/// each table at its offset) when given, else one binding each.
-pub(super) fn cos_sin_inputs<'a>(
-    k: Kernel,
-    bind: &mut Vec<&'a GpuTensor>,
-    (c, s): (&'a GpuTensor, &'a GpuTensor),
-    pack: Option<&'a CosSinPack>,
-) -> Kernel {
+/// The rotary tables as a kernel declares them: their storages, and where each sits in their
+/// one binding when they are packed (see [`CosSinPack`]). Part of the specs of the kernels
+/// that read them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) struct Tables {
+    cos: Storage,
+    sin: Storage,
+    /// Element offsets of the cos and the sin table in the packed binding `cs`.
+    packed: Option<(u64, u64)>,
+}
+
+impl Tables {
+    /// The tables `c` and `s`, read through `pack` when given (see [`cos_sin_pack`]).
+    pub(super) fn of(c: &GpuTensor, s: &GpuTensor, pack: Option<&CosSinPack>) -> Self {
+        Self {
+            cos: c.storage(),
+            sin: s.storage(),
+            packed: pack.map(|p| (p.cos, p.sin)),
+        }
+    }
+
+    /// Declares the tables as `ld_cos` / `ld_sin` of `k`: one binding `cs` with each table at
+    /// its offset when packed, else the bindings `cos` and `sin` (bound by [`bind_tables`]).
+    pub(super) fn declare(&self, k: Kernel) -> Kernel {
+        match self.packed {
+            Some((cos, sin)) => k
+                .input("cs", self.cos)
+                .alias("cos", "cs", cos)
+                .alias("sin", "cs", sin),
+            None => k.input("cos", self.cos).input("sin", self.sin),
+        }
+    }
+}
+
+/// Binds the rotary tables `c` and `s` as [`Tables::declare`] declared them: `pack`'s buffer
+/// when given, else each table.
+pub(super) fn bind_tables<'k, 't>(
+    bound: Bound<'k, 't>,
+    (c, s): (&'t GpuTensor, &'t GpuTensor),
+    pack: Option<&'t CosSinPack>,
+) -> Bound<'k, 't> {
     match pack {
-        Some(p) => {
-            bind.push(&p.buf);
-            k.input("cs", c.storage())
-                .alias("cos", "cs", p.cos)
-                .alias("sin", "cs", p.sin)
+        Some(p) => bound.bind("cs", &p.buf),
+        None => bound.bind("cos", c).bind("sin", s),
+    }
+}
+
+/// Records an element-mapped dispatch of `bound` over the `n` elements of `y` (its output):
+/// one invocation per word of `y`.
+pub(super) fn launch_mapped<P: Params>(
+    cx: &mut Ctx<'_>,
+    bound: Bound<'_, '_>,
+    params: &P,
+    n: usize,
+    y: &GpuTensor,
+) -> Result<()> {
+    cx.launch(
+        bound,
+        params,
+        n.div_ceil(y.storage().per_word() as usize) as u64,
+    )
+}
+
+/// Which position source a rotary kernel reads (see [`Pos`]): the code's form of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum PosKind {
+    Seqlens,
+    Ids,
+    Offset,
+    PerToken,
+}
+
+impl Pos<'_> {
+    /// The source's kind and its tensor (none for per-token tables).
+    fn kind(&self) -> (PosKind, Option<&GpuTensor>) {
+        match *self {
+            Pos::Seqlens(t) => (PosKind::Seqlens, Some(t)),
+            Pos::Ids(t) => (PosKind::Ids, Some(t)),
+            Pos::Offset(t) => (PosKind::Offset, Some(t)),
+            Pos::PerToken => (PosKind::PerToken, None),
         }
-        None => {
-            bind.push(c);
-            bind.push(s);
-            k.input("cos", c.storage()).input("sin", s.storage())
-        }
+    }
+}
+
+crate::gpu_params! {
+    /// rope.wgsl's parameters: the element count, the input's logical [B, S, H, D] view
+    /// (strides `sb`, `ss`, `sh` and element offset `off`), the rotary dim and the tables'
+    /// row width (`half`).
+    struct RopeParams {
+        n: u32,
+        b: u32,
+        s: u32,
+        h: u32,
+        d: u32,
+        sb: u32,
+        ss: u32,
+        sh: u32,
+        off: u32,
+        rot_dim: u32,
+        half: u32,
+    }
+}
+
+/// The kernel of [`rope`]: storages, tables, position source and flags.
+#[derive(Hash)]
+struct RopeSpec {
+    x: Storage,
+    /// The rotary tables (none: no rotary, a strided copy).
+    tables: Option<Tables>,
+    pos: PosKind,
+    /// The positions' storage (`x`'s when there are none: bound to `x`, unread).
+    pos_storage: Storage,
+    interleaved: bool,
+    hs_swap: bool,
+    y: Storage,
+}
+
+impl KernelSpec for RopeSpec {
+    const NAME: &'static str = "rope";
+    const WGSL: &'static [&'static str] = &[ROPE_WGSL, ROTATE_WGSL];
+    fn build(&self, _: &Features) -> Kernel {
+        let cos_row = match (self.tables, self.pos) {
+            (None, _) => "0u",
+            (Some(_), PosKind::Seqlens) => "u32(ldi_pos(b) + 1 - i32(S) + i32(s))",
+            (Some(_), PosKind::Ids) => "u32(ldi_pos(b * S + s))",
+            (Some(_), PosKind::Offset) => "u32(ldi_pos(0u)) + s",
+            (Some(_), PosKind::PerToken) => "b * S + s",
+        };
+        let k = Kernel::new("rope", ROPE)
+            .params::<RopeParams>()
+            .bool("ROTARY", self.tables.is_some())
+            .bool("INTERLEAVED", self.interleaved)
+            .bool("HS_SWAP", self.hs_swap)
+            .code("COS_ROW", cos_row)
+            .input("x", self.x);
+        let k = match &self.tables {
+            Some(t) => t.declare(k),
+            // No rotary: the (unread) tables alias the input, without bindings.
+            None => k.alias("cos", "x", 0).alias("sin", "x", 0),
+        };
+        k.input("pos", self.pos_storage)
+            .output("y", self.y)
+            .mapped("y")
     }
 }
 
@@ -125,63 +262,37 @@ pub(super) fn rope(
     };
     let out = cx.alloc(out_dtype, shape)?;
     let n = out.numel();
-    let (cos_row, pos_t) = match pos {
-        Pos::Seqlens(t) => ("u32(ldi_pos(b) + 1 - i32(S) + i32(s))", Some(t)),
-        Pos::Ids(t) => ("u32(ldi_pos(b * S + s))", Some(t)),
-        Pos::Offset(t) => ("u32(ldi_pos(0u)) + s", Some(t)),
-        Pos::PerToken => ("b * S + s", None),
-    };
-    let cos_row = if cs.is_some() { cos_row } else { "0u" };
-    let mut k = Kernel::new("rope", ROPE)
-        .bool("ROTARY", cs.is_some())
-        .bool("INTERLEAVED", interleaved)
-        .bool("HS_SWAP", hs_swap)
-        .code("COS_ROW", cos_row)
-        .input("x", x.storage());
+    let (kind, pos_t) = pos.kind();
     let pack = cs.and_then(|(c, s)| cos_sin_pack(c, s));
-    let mut bind = vec![x];
-    let half = match cs {
-        Some((c, s)) => {
-            k = cos_sin_inputs(k, &mut bind, (c, s), pack.as_ref());
-            c.shape.last().copied().unwrap_or(1)
-        }
-        None => {
-            // No rotary: the (unread) tables alias the input, without bindings.
-            k = k.alias("cos", "x", 0).alias("sin", "x", 0);
-            1
-        }
-    };
-    match pos_t {
-        Some(p) => {
-            k = k.input("pos", p.storage());
-            bind.push(p);
-        }
-        None => {
-            k = k.input("pos", x.storage());
-            bind.push(x);
-        }
+    // Without positions the (unread) `pos` binding is the input.
+    let pos_t = pos_t.unwrap_or(x);
+    let k = cx.gpu.kernel(&RopeSpec {
+        x: x.storage(),
+        tables: cs.map(|(c, s)| Tables::of(c, s, pack.as_ref())),
+        pos: kind,
+        pos_storage: pos_t.storage(),
+        interleaved,
+        hs_swap,
+        y: out.storage(),
+    })?;
+    let mut bound = k.bind("x", x).bind("pos", pos_t).bind("y", &out);
+    if let Some(cs) = cs {
+        bound = bind_tables(bound, cs, pack.as_ref());
     }
-    let k = k.output("y", out.storage()).mapped("y");
-    bind.push(&out);
-    let meta = [
-        n as u32,
-        l.b as u32,
-        l.s as u32,
-        l.h as u32,
-        l.d as u32,
-        l.strides[0] as u32,
-        l.strides[1] as u32,
-        l.strides[2] as u32,
-        l.off as u32,
-        rot_dim as u32,
-        half as u32,
-    ];
-    cx.dispatch(
-        &k,
-        &bind,
-        &meta,
-        n.div_ceil(out.storage().per_word() as usize) as u64,
-    )?;
+    let p = RopeParams {
+        n: n as u32,
+        b: l.b as u32,
+        s: l.s as u32,
+        h: l.h as u32,
+        d: l.d as u32,
+        sb: l.strides[0] as u32,
+        ss: l.strides[1] as u32,
+        sh: l.strides[2] as u32,
+        off: l.off as u32,
+        rot_dim: rot_dim as u32,
+        half: cs.map_or(1, |(c, _)| c.shape.last().copied().unwrap_or(1)) as u32,
+    };
+    launch_mapped(cx, bound, &p, n, &out)?;
     Ok(out)
 }
 
@@ -370,6 +481,70 @@ impl RotaryPair {
     }
 }
 
+crate::gpu_params! {
+    /// rope_pair.wgsl's parameters: the element count of `y` (both results and the padding
+    /// between them), the shared sequence length and table row width, where the two meet, and
+    /// per rotation `r` (element `r` of each array) its input's view and flags.
+    struct RopePairParams {
+        n: u32,
+        s: u32,
+        half: u32,
+        /// Where `xb` starts in the inputs' joint address space (`xa`'s element count).
+        xa: u32,
+        /// Where the second result starts in `y`.
+        second: u32,
+        /// Where the first result ends in `y`.
+        first_end: u32,
+        pad0: u32,
+        pad1: u32,
+        heads: [u32; 4],
+        d: [u32; 4],
+        sb: [u32; 4],
+        ss: [u32; 4],
+        sh: [u32; 4],
+        off: [u32; 4],
+        rot_dim: [u32; 4],
+        /// 1: the result is [B, H, S, D], else [B, S, H, D].
+        hs_swap: [u32; 4],
+    }
+}
+
+/// The kernel of [`rope_pair`]: storages, tables, position source and interleaving.
+#[derive(Hash)]
+struct RopePairSpec {
+    xa: Storage,
+    xb: Storage,
+    tables: Tables,
+    pos: PosKind,
+    /// The positions' storage (`xa`'s when there are none: bound to `xa`, unread).
+    pos_storage: Storage,
+    interleaved: bool,
+    y: Storage,
+}
+
+impl KernelSpec for RopePairSpec {
+    const NAME: &'static str = "rope_pair";
+    const WGSL: &'static [&'static str] = &[ROPE_PAIR_WGSL, ROTATE_WGSL];
+    fn build(&self, _: &Features) -> Kernel {
+        let cos_row = match self.pos {
+            PosKind::Ids => "u32(ldi_pos(b * S + s))",
+            PosKind::Offset => "u32(ldi_pos(0u)) + s",
+            PosKind::PerToken | PosKind::Seqlens => "b * S + s",
+        };
+        let k = Kernel::new("rope_pair", ROPE_PAIR)
+            .params::<RopePairParams>()
+            .bool("INTERLEAVED", self.interleaved)
+            .code("COS_ROW", cos_row)
+            .input("xa", self.xa)
+            .input("xb", self.xb);
+        self.tables
+            .declare(k)
+            .input("pos", self.pos_storage)
+            .output("y", self.y)
+            .mapped("y")
+    }
+}
+
 /// [`rope`] of two jobs sharing their tables and positions (and batch and sequence) in one
 /// dispatch: `rope_pair.wgsl`, the same rotation (`rotate.wgsl`) of each element.
 pub(super) fn rope_pair(
@@ -391,51 +566,45 @@ pub(super) fn rope_pair(
     let e = ys[0].storage().bytes(2) / 2;
     let start_b = (ys[1].byte_offset() / e) as usize;
     let n = start_b + ys[1].numel();
-    let cos_row = match a.pos() {
-        Pos::Ids(_) => "u32(ldi_pos(b * S + s))",
-        Pos::Offset(_) => "u32(ldi_pos(0u)) + s",
-        Pos::PerToken | Pos::Seqlens(_) => "b * S + s",
-    };
-    let mut k = Kernel::new("rope_pair", ROPE_PAIR)
-        .bool("INTERLEAVED", interleaved)
-        .code("COS_ROW", cos_row)
-        .input("xa", a.x.storage())
-        .input("xb", b.x.storage());
-    let mut bind = vec![&a.x, &b.x];
     let pack = cos_sin_pack(&a.cos, &a.sin);
-    k = cos_sin_inputs(k, &mut bind, (&a.cos, &a.sin), pack.as_ref());
     let pos = a.pos.as_ref().unwrap_or(&a.x);
-    k = k.input("pos", pos.storage());
-    bind.push(pos);
-    let whole = ys[0].whole();
-    let k = k.output("y", ys[0].storage()).mapped("y");
-    bind.push(&whole);
-    let half = a.cos.shape.last().copied().unwrap_or(1);
-    let mut meta = vec![n as u32, a.l.s as u32];
-    for j in [a, b] {
+    let whole = whole_typed(&ys[0]);
+    let k = cx.gpu.kernel(&RopePairSpec {
+        xa: a.x.storage(),
+        xb: b.x.storage(),
+        tables: Tables::of(&a.cos, &a.sin, pack.as_ref()),
+        pos: a.pos().kind().0,
+        pos_storage: pos.storage(),
+        interleaved,
+        y: whole.storage(),
+    })?;
+    let bound = k
+        .bind("xa", &a.x)
+        .bind("xb", &b.x)
+        .bind("pos", pos)
+        .bind("y", &whole);
+    let bound = bind_tables(bound, (&a.cos, &a.sin), pack.as_ref());
+    let mut p = RopePairParams {
+        n: n as u32,
+        s: a.l.s as u32,
+        half: a.cos.shape.last().copied().unwrap_or(1) as u32,
+        xa: a.x.numel() as u32,
+        second: start_b as u32,
+        first_end: ys[0].numel() as u32,
+        ..RopePairParams::default()
+    };
+    for (r, j) in [a, b].into_iter().enumerate() {
         let l = &j.l;
-        meta.extend(
-            [
-                l.b,
-                l.h,
-                l.d,
-                l.strides[0],
-                l.strides[1],
-                l.strides[2],
-                l.off,
-                j.rot_dim,
-                usize::from(j.hs_swap),
-            ]
-            .map(|v| v as u32),
-        );
+        p.heads[r] = l.h as u32;
+        p.d[r] = l.d as u32;
+        p.sb[r] = l.strides[0] as u32;
+        p.ss[r] = l.strides[1] as u32;
+        p.sh[r] = l.strides[2] as u32;
+        p.off[r] = l.off as u32;
+        p.rot_dim[r] = j.rot_dim as u32;
+        p.hs_swap[r] = u32::from(j.hs_swap);
     }
-    meta.extend([half, a.x.numel(), start_b, ys[0].numel()].map(|v| v as u32));
-    cx.dispatch(
-        &k,
-        &bind,
-        &meta,
-        n.div_ceil(ys[0].storage().per_word() as usize) as u64,
-    )?;
+    launch_mapped(cx, bound, &p, n, &whole)?;
     Ok(ys
         .into_iter()
         .zip([a, b])
