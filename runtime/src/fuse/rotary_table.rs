@@ -9,14 +9,63 @@
 use super::rewrite::Find;
 use super::{Fallback, Graphs, fallback_for};
 use crate::error::Result;
-use crate::exec::{Ctx, Value};
-use crate::gpu::Kernel;
+use crate::exec::{Ctx, GpuTensor, Value};
+use crate::gpu::{Features, Kernel, KernelSpec, Storage};
 use crate::model::Node;
 use crate::ops::Op;
 use crate::tensor::DType;
 use std::collections::HashSet;
 
 const ROTARY_TABLE: &str = include_str!("../kernels/rotary_table.wgsl");
+
+crate::gpu_params! {
+    /// The `rotary_table` kernel's parameters: `y_k[i] = c_k[pos[i / width], (i % width) %
+    /// cache_width]`.
+    struct RotaryTableParams {
+        /// Output elements (per table).
+        n: u32,
+        /// The cache's row width (H).
+        cache_width: u32,
+        /// The cache's rows (P): positions outside [-P, P) give 0.
+        cache_rows: u32,
+        /// The output's row width (W: 2H after a Concat, H for a plain Gather).
+        width: u32,
+    }
+}
+
+/// The `rotary_table` kernel: the positions' and caches' storages (a second cache `c1`: two
+/// tables in one dispatch, `y0` and `y1`) and the outputs' storage.
+#[derive(Hash)]
+struct RotaryTableSpec {
+    pos: Storage,
+    c0: Storage,
+    c1: Option<Storage>,
+    y: Storage,
+}
+
+impl KernelSpec for RotaryTableSpec {
+    const NAME: &'static str = "rotary_table";
+    const WGSL: &'static [&'static str] = &[ROTARY_TABLE];
+    fn build(&self, _: &Features) -> Kernel {
+        let k = Kernel::new("rotary_table", ROTARY_TABLE)
+            .params::<RotaryTableParams>()
+            .input("pos", self.pos)
+            .input("c0", self.c0);
+        match self.c1 {
+            Some(c1) => k
+                .input("c1", c1)
+                .code(
+                    "V1",
+                    "fn v1(i: u32) -> f32 { let j = idx(i); if (j < 0) { return 0.0; } return ld_c1(u32(j)); }
+fn compute2(i: u32) -> vec2<f32> { return vec2<f32>(v0(i), v1(i)); }",
+                )
+                .output("y0", self.y)
+                .output("y1", self.y)
+                .mapped_pair("y0", "y1"),
+            None => k.code("V1", "").output("y0", self.y).mapped("y0"),
+        }
+    }
+}
 
 /// One table: the Gather and Concat nodes (no Concat: a plain Gather), the cache initializer
 /// and the output.
@@ -217,37 +266,26 @@ impl RotaryTables {
             .iter()
             .map(|_| cx.alloc(dtype, shape.clone()))
             .collect::<Result<_>>()?;
-        let mut k = Kernel::new("rotary_table", ROTARY_TABLE)
-            .input("pos", pos.storage())
-            .input("c0", gc[0].storage());
-        let mut bind = vec![&pos, &gc[0]];
-        if gc.len() == 2 {
-            k = k
-                .input("c1", gc[1].storage())
-                .code(
-                    "V1",
-                    "fn v1(i: u32) -> f32 { let j = idx(i); if (j < 0) { return 0.0; } return ld_c1(u32(j)); }
-fn compute2(i: u32) -> vec2<f32> { return vec2<f32>(v0(i), v1(i)); }",
-                );
-            bind.push(&gc[1]);
-        } else {
-            k = k.code("V1", "");
-        }
-        k = k.output("y0", outs[0].storage());
-        bind.push(&outs[0]);
-        if outs.len() == 2 {
-            k = k.output("y1", outs[1].storage()).mapped_pair("y0", "y1");
-            bind.push(&outs[1]);
-        } else {
-            k = k.mapped("y0");
-        }
+        let k = cx.gpu.kernel(&RotaryTableSpec {
+            pos: pos.storage(),
+            c0: gc[0].storage(),
+            c1: gc.get(1).map(GpuTensor::storage),
+            y: outs[0].storage(),
+        })?;
+        let bound = k
+            .bind("pos", &pos)
+            .bind("c0", &gc[0])
+            .bind_opt("c1", gc.get(1))
+            .bind("y0", &outs[0])
+            .bind_opt("y1", outs.get(1));
         let words = n.div_ceil(outs[0].storage().per_word() as usize);
-        cx.dispatch(
-            &k,
-            &bind,
-            &[n as u32, h as u32, p as u32, w as u32],
-            words as u64,
-        )?;
+        let params = RotaryTableParams {
+            n: n as u32,
+            cache_width: h as u32,
+            cache_rows: p as u32,
+            width: w as u32,
+        };
+        cx.launch(bound, &params, words as u64)?;
         Ok(Some(outs.into_iter().map(Value::Gpu).collect()))
     }
 }

@@ -1,11 +1,11 @@
 // Batched GEMM, one output element per invocation (general strides: transposes, broadcast batch).
 // y[b, m, n] = ALPHA * sum_k A[a_off(b) + m*ars + k*acs] * B[b_off(b) + k*brs + n*bcs] + BETA * C[m*crs + n*ccs]
-// prm: [n, M, N, K, brank, ars, acs, brs, bcs, crs, ccs, bshape[brank], a_bstr[brank], b_bstr[brank]]
+// Parameters: `GemmParams` (ops/matmul.rs).
 fn compute(i: u32) -> f32 {
-    let M = prm[1];
-    let N = prm[2];
-    let K = prm[3];
-    let br = prm[4];
+    let M = prm.rows;
+    let N = prm.cols;
+    let K = prm.k;
+    let br = prm.brank;
     let col = i % N;
     let row = (i / N) % M;
     var bidx = i / (M * N);
@@ -13,16 +13,16 @@ fn compute(i: u32) -> f32 {
     var bo = 0u;
     for (var d = br; d > 0u; d = d - 1u) {
         let dd = d - 1u;
-        let s = prm[11u + dd];
+        let s = prm_bshape(dd);
         let c = bidx % s;
         bidx = bidx / s;
-        ao = ao + c * prm[11u + br + dd];
-        bo = bo + c * prm[11u + 2u * br + dd];
+        ao = ao + c * prm_a_bstrides(dd);
+        bo = bo + c * prm_b_bstrides(dd);
     }
-    ao = ao + row * prm[5];
-    bo = bo + col * prm[8];
-    let acs = prm[6];
-    let brs = prm[7];
+    ao = ao + row * prm.ars;
+    bo = bo + col * prm.bcs;
+    let acs = prm.acs;
+    let brs = prm.brs;
     var acc = 0.0;
     for (var k = 0u; k < K; k = k + 1u) {
         acc = acc + ld_a(ao + k * acs) * ld_b(bo + k * brs);

@@ -4,7 +4,7 @@
 // TN = 64 columns of one batch entry; A [TM, TK] and B [TK, TN] tiles staged in workgroup memory
 // (k-major), each invocation accumulating an RM x 4 register block (rows tm + 8i, columns tn + 16j).
 // Grid: x = column tile, y = batch * row_tiles + row tile.
-// prm: [n, M, N, K, brank, ars, acs, brs, bcs, crs, ccs, row_tiles, bshape[brank], a_bstr[brank], b_bstr[brank]]
+// Parameters: `GemmParams` (ops/matmul.rs).
 const RM: u32 = {{RM}};
 const TK: u32 = 32u;
 const TM: u32 = 8u * RM;
@@ -15,15 +15,15 @@ var<workgroup> Bs: array<f32, 2048>;       // [TK][TN]
 
 @compute @workgroup_size(128)
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let M = prm[1];
-    let N = prm[2];
-    let K = prm[3];
-    let br = prm[4];
-    let ars = prm[5];
-    let acs = prm[6];
-    let brs = prm[7];
-    let bcs = prm[8];
-    let row_tiles = prm[11];
+    let M = prm.rows;
+    let N = prm.cols;
+    let K = prm.k;
+    let br = prm.brank;
+    let ars = prm.ars;
+    let acs = prm.acs;
+    let brs = prm.brs;
+    let bcs = prm.bcs;
+    let row_tiles = prm.row_tiles;
     let bi = wid.y / row_tiles;
     let m0 = (wid.y % row_tiles) * TM;
     let n0 = wid.x * TN;
@@ -32,11 +32,11 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     var bo = 0u;
     for (var d = br; d > 0u; d = d - 1u) {
         let dd = d - 1u;
-        let s = prm[12u + dd];
+        let s = prm_bshape(dd);
         let c = bidx % s;
         bidx = bidx / s;
-        ao = ao + c * prm[12u + br + dd];
-        bo = bo + c * prm[12u + 2u * br + dd];
+        ao = ao + c * prm_a_bstrides(dd);
+        bo = bo + c * prm_b_bstrides(dd);
     }
     let tid = lid.x;
     let tn = tid % 16u;

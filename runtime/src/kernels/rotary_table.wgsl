@@ -2,11 +2,11 @@
 // half-width cache row twice (Gather + Concat(x, x)) — or W = H (a plain Gather of the row), for
 // one or two caches c_k [P, H] read at the same positions; 0 for positions outside [-P, P), as
 // Gather gives.
-// prm: [n, H, P, W]
+// Parameters: `RotaryTableParams` (fuse/rotary_table.rs).
 fn idx(i: u32) -> i32 {
-    let H = prm[1];
-    let P = prm[2];
-    let W = prm[3];
+    let H = prm.cache_width;
+    let P = prm.cache_rows;
+    let W = prm.width;
     var p = ldi_pos(i / W);
     if (p < 0) { p = p + i32(P); }
     if (p < 0 || u32(p) >= P) { return -1; }

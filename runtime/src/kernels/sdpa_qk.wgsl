@@ -1,7 +1,7 @@
 // The optional qk_matmul_output of ai.onnx Attention, one query row (b, h, s) per workgroup,
 // written as f32 [B, HQ, S, T] at row `flat * T`. MODE 0/1: scaled (softcapped) Q·K; 2: plus
 // the mask/bias (-inf where masked); 3: the softmax (zero rows where every key is masked).
-// prm: as sdpa.wgsl.
+// Parameters: `SdpaParams`, as sdpa.wgsl.
 const NEG_BIG: f32 = -3.0e38;
 var<workgroup> qs: array<f32, {{QCAP}}>;
 
@@ -10,28 +10,28 @@ var<workgroup> qs: array<f32, {{QCAP}}>;
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>{{SG}}) {
     {{SG_INIT}}
-    let S = prm[1];
-    let HQ = prm[2];
-    let HKV = prm[3];
-    let DK = prm[4];
-    let T = prm[6];
+    let S = prm.s;
+    let HQ = prm.hq;
+    let HKV = prm.hkv;
+    let DK = prm.dk;
+    let T = prm.t;
     let flat = wid.x + wid.y * nwg.x;
-    if (flat >= prm[0] * HQ * S) { return; }
+    if (flat >= prm.batch * HQ * S) { return; }
     let s = flat % S;
     let h = (flat / S) % HQ;
     let b = flat / (S * HQ);
     let kvh = h / (HQ / HKV);
     let tid = lid.x;
-    let qb = b * prm[7] + h * prm[8] + s * prm[9];
+    let qb = b * prm.q_b + h * prm.q_h + s * prm.q_s;
     for (var d = tid; d < DK; d = d + WG) { qs[d] = ld_q(qb + d); }
     workgroupBarrier();
-    let kb = b * prm[10] + kvh * prm[11];
+    let kb = b * prm.k_b + kvh * prm.k_h;
     let row = flat * T;
     var m = NEG_BIG;
     for (var t = tid; t < T; t = t + WG) {
         let kbias = key_bias(b, h, s, t);
         var dot = 0.0;
-        let kr = kb + t * prm[12];
+        let kr = kb + t * prm.k_t;
         for (var d = 0u; d < DK; d = d + 1u) { dot = dot + qs[d] * ld_k(kr + d); }
         var sc = dot * {{SCALE}};
         {{SOFTCAP}}

@@ -5,7 +5,7 @@ use super::host;
 use super::{Attrs, Op, Registry, req};
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
-use crate::gpu::Kernel;
+use crate::gpu::{Features, Kernel, KernelSpec, Storage};
 use crate::tensor::DType;
 
 const GEMM: &str = include_str!("../kernels/gemm.wgsl");
@@ -17,6 +17,101 @@ struct Operand<'a> {
     rs: usize,
     cs: usize,
     bstrides: Vec<usize>,
+}
+
+/// The most batch dimensions of a GEMM ([`GemmParams`]'s arrays).
+const GEMM_RANK: usize = 16;
+
+crate::gpu_params! {
+    /// The GEMM kernels' parameters (`gemm.wgsl`, `gemm_tiled.wgsl`): `y[b, m, n] = ALPHA *
+    /// sum_k A[a_off(b) + m*ars + k*acs] * B[b_off(b) + k*brs + n*bcs] + BETA * C[m*crs + n*ccs]`.
+    struct GemmParams {
+        /// Output elements.
+        n: u32,
+        /// M.
+        rows: u32,
+        /// N.
+        cols: u32,
+        /// K.
+        k: u32,
+        /// Batch dimensions (`bshape`, `a_bstrides`, `b_bstrides` entries used).
+        brank: u32,
+        ars: u32,
+        acs: u32,
+        brs: u32,
+        bcs: u32,
+        crs: u32,
+        ccs: u32,
+        /// Row tiles per batch entry (the tiled kernel's grid y is `batch * row_tiles`).
+        row_tiles: u32,
+        /// The batch shape.
+        bshape: [u32; GEMM_RANK],
+        /// A's and B's offsets per batch index (elements).
+        a_bstrides: [u32; GEMM_RANK],
+        b_bstrides: [u32; GEMM_RANK],
+    }
+}
+
+/// The one-output-per-invocation GEMM (`gemm.wgsl`): operand storages, `alpha` and (with C)
+/// `beta` (bits) baked in.
+#[derive(Hash, Clone, Copy)]
+struct GemmSpec {
+    a: Storage,
+    b: Storage,
+    c: Option<Storage>,
+    alpha: u32,
+    beta: u32,
+    y: Storage,
+}
+
+impl GemmSpec {
+    /// The code both GEMM kernels share: `ALPHA`, the operands, `ADD_C` and the output.
+    fn operands(&self, kern: Kernel) -> Kernel {
+        let kern = kern
+            .params::<GemmParams>()
+            .f32("ALPHA", f32::from_bits(self.alpha))
+            .input("a", self.a)
+            .input("b", self.b);
+        let kern = match self.c {
+            Some(c) => kern.input("c", c).code(
+                "ADD_C",
+                &format!(
+                    "r = r + bitcast<f32>({}u) * ld_c(row * prm.crs + col * prm.ccs);",
+                    self.beta
+                ),
+            ),
+            None => kern.code("ADD_C", ""),
+        };
+        kern.output("y", self.y)
+    }
+}
+
+impl KernelSpec for GemmSpec {
+    const NAME: &'static str = "gemm";
+    const WGSL: &'static [&'static str] = &[GEMM];
+    fn build(&self, _: &Features) -> Kernel {
+        self.operands(Kernel::new("gemm", GEMM)).mapped("y")
+    }
+}
+
+/// The tiled GEMM (`gemm_tiled.wgsl`, M > 1, f32 output): [`GemmSpec`]'s values and the rows
+/// per invocation `rm`.
+#[derive(Hash)]
+struct GemmTiledSpec {
+    gemm: GemmSpec,
+    rm: u32,
+}
+
+impl KernelSpec for GemmTiledSpec {
+    const NAME: &'static str = "gemm_tiled";
+    const WGSL: &'static [&'static str] = &[GEMM_TILED];
+    fn build(&self, _: &Features) -> Kernel {
+        let kern = Kernel::new("gemm_tiled", GEMM_TILED)
+            .workgroup(128)
+            .u32("RM", self.rm)
+            .u32("A_LEN", 32 * 8 * self.rm);
+        self.gemm.operands(kern)
+    }
 }
 
 #[allow(clippy::too_many_arguments)] // reason: a GEMM is described by this many independent parameters
@@ -56,74 +151,69 @@ fn gemm(
             Ok(out)
         };
     }
-    let mut kern = if tiled {
-        Kernel::new("gemm_tiled", GEMM_TILED)
-            .workgroup(128)
-            .u32("RM", rm)
-            .u32("A_LEN", 32 * 8 * rm)
-    } else {
-        Kernel::new("gemm", GEMM)
-    };
-    kern = kern
-        .f32("ALPHA", alpha)
-        .input("a", a.t.storage())
-        .input("b", b.t.storage());
-    let mut bind = vec![a.t, b.t];
-    let (crs, ccs) = match c {
-        Some((ct, crs, ccs)) => {
-            kern = kern.input("c", ct.storage()).code(
-                "ADD_C",
-                &format!(
-                    "r = r + bitcast<f32>({}u) * ld_c(row * prm[9] + col * prm[10]);",
-                    beta.to_bits()
-                ),
-            );
-            bind.push(ct);
-            (crs, ccs)
-        }
-        None => {
-            kern = kern.code("ADD_C", "");
-            (0, 0)
-        }
-    };
-    let kern = if tiled {
-        kern.output("y", out.storage())
-    } else {
-        kern.output("y", out.storage()).mapped("y")
-    };
-    bind.push(&out);
-    let mut meta = vec![
-        total as u32,
-        m as u32,
-        n as u32,
-        k as u32,
-        batch.len() as u32,
-        a.rs as u32,
-        a.cs as u32,
-        b.rs as u32,
-        b.cs as u32,
-        crs as u32,
-        ccs as u32,
-    ];
-    if tiled {
-        meta.push(row_tiles as u32);
+    if batch.len() > GEMM_RANK {
+        return Err(op_err(format!(
+            "GEMM takes up to {GEMM_RANK} batch dimensions, not {}",
+            batch.len()
+        )));
     }
-    meta.extend(batch.iter().map(|&d| d as u32));
-    meta.extend(a.bstrides.iter().map(|&d| d as u32));
-    meta.extend(b.bstrides.iter().map(|&d| d as u32));
+    let (crs, ccs) = c.map_or((0, 0), |(_, crs, ccs)| (crs, ccs));
+    let mut p = GemmParams {
+        n: total as u32,
+        rows: m as u32,
+        cols: n as u32,
+        k: k as u32,
+        brank: batch.len() as u32,
+        ars: a.rs as u32,
+        acs: a.cs as u32,
+        brs: b.rs as u32,
+        bcs: b.cs as u32,
+        crs: crs as u32,
+        ccs: ccs as u32,
+        row_tiles: if tiled { row_tiles as u32 } else { 0 },
+        ..GemmParams::default()
+    };
+    for (d, &s) in batch.iter().enumerate() {
+        p.bshape[d] = s as u32;
+    }
+    for (d, &s) in a.bstrides.iter().enumerate() {
+        p.a_bstrides[d] = s as u32;
+    }
+    for (d, &s) in b.bstrides.iter().enumerate() {
+        p.b_bstrides[d] = s as u32;
+    }
+    let spec = GemmSpec {
+        a: a.t.storage(),
+        b: b.t.storage(),
+        c: c.map(|(ct, ..)| ct.storage()),
+        alpha: alpha.to_bits(),
+        beta: if c.is_some() { beta.to_bits() } else { 0 },
+        y: out.storage(),
+    };
+    let ct = c.map(|(ct, ..)| ct);
     if !tiled {
-        cx.dispatch(
-            &kern,
-            &bind,
-            &meta,
+        let kern = cx.gpu.kernel(&spec)?;
+        let bound = kern
+            .bind("a", a.t)
+            .bind("b", b.t)
+            .bind_opt("c", ct)
+            .bind("y", &out);
+        cx.launch(
+            bound,
+            &p,
             total.div_ceil(out.storage().per_word() as usize) as u64,
         )?;
         return Ok(out);
     }
-    cx.dispatch_groups(
-        &kern,
-        &bind,
-        &meta,
+    let kern = cx.gpu.kernel(&GemmTiledSpec { gemm: spec, rm })?;
+    let bound = kern
+        .bind("a", a.t)
+        .bind("b", b.t)
+        .bind_opt("c", ct)
+        .bind("y", &out);
+    cx.launch_groups(
+        bound,
+        &p,
         (n.div_ceil(64) as u32, (batches * row_tiles) as u32),
     )?;
     if dtype == DType::F32 {

@@ -7,7 +7,7 @@
 
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
-use crate::gpu::{Kernel, Storage, wgsl_f32};
+use crate::gpu::{Bound, Compiled, Features, Kernel, KernelSpec, Storage, wgsl_f32};
 use crate::ops::elementwise::cast_gpu;
 use crate::ops::{Attrs, MS, Op, Registry, req};
 use crate::tensor::DType;
@@ -75,163 +75,399 @@ pub(super) struct Plan<'a> {
     pub(super) softcap: f32,
 }
 
-impl Plan<'_> {
+/// How the attention kernels read an ai.onnx `attn_mask` of each element type.
+#[derive(Clone, Copy, Hash)]
+enum OnnxMask {
+    /// false = masked.
+    Bool,
+    /// Added; -inf = masked.
+    F32,
+    /// Added; -inf = masked.
+    F16,
+}
+
+/// The mask read by the attention kernels' `key_bias`, with its storage.
+#[derive(Clone, Copy, Hash)]
+enum MaskCode {
+    None,
+    Onnx(OnnxMask, Storage),
+    KeyPadding(Storage),
+}
+
+/// What the attention kernels' code (`sdpa`, `sdpa_qk`) depends on: the head sizes held in
+/// workgroup memory, the scale and softcap (bits), the tensors' storages and which of the
+/// masks, `nonpad_kv_seqlen` and attention bias exist, and the masking rules of `key_bias`.
+#[derive(Clone, Copy, Hash)]
+struct SdpaSpec {
+    /// `QCAP`: the query row held in workgroup memory (DK, at least 1).
+    qcap: u32,
+    /// `NACC`: output dims per thread.
+    nacc: u32,
+    scale: u32,
+    softcap: u32,
+    q: Storage,
+    k: Storage,
+    v: Storage,
+    mask: MaskCode,
+    nonpad: Option<Storage>,
+    ab: Option<Storage>,
+    causal: bool,
+    /// A left / right sliding window bound exists.
+    left_window: bool,
+    right_window: bool,
+    unidirectional: bool,
+    /// com.microsoft `mask_filter_value` (bits).
+    filter: u32,
+}
+
+crate::gpu_params! {
+    /// The attention kernels' parameters (`sdpa.wgsl`, `sdpa_qk.wgsl`): the sizes, then per
+    /// tensor its strides along b, h and the row (`q_s`, `k_t`, ...; d is contiguous), the
+    /// mask's and the attention bias's (b, h, s, t) strides, and the causal/window offsets.
+    struct SdpaParams {
+        batch: u32,
+        s: u32,
+        hq: u32,
+        hkv: u32,
+        dk: u32,
+        dv: u32,
+        t: u32,
+        q_b: u32,
+        q_h: u32,
+        q_s: u32,
+        k_b: u32,
+        k_h: u32,
+        k_t: u32,
+        v_b: u32,
+        v_h: u32,
+        v_t: u32,
+        y_b: u32,
+        y_h: u32,
+        y_s: u32,
+        mask_b: u32,
+        mask_h: u32,
+        mask_s: u32,
+        mask_t: u32,
+        /// Keys the mask covers (later keys are masked).
+        mask_keys: u32,
+        /// The causal/window offset: keys after `s + causal_offset` are in the future.
+        causal_offset: i32,
+        /// Sliding window (-1 = unbounded).
+        left_window: i32,
+        right_window: i32,
+        ab_b: u32,
+        ab_h: u32,
+        ab_s: u32,
+        ab_t: u32,
+    }
+}
+
+impl SdpaSpec {
     /// `fn key_bias(b, h, s, t) -> vec3<f32>`: (added to the score, allowed (0/1), added after).
-    pub(super) fn key_bias_fn(&self) -> Result<String> {
+    fn key_bias_fn(&self) -> String {
         let mut f = String::from(
             "fn key_bias(b: u32, h: u32, s: u32, t: u32) -> vec3<f32> {\n    var ok = true;\n    var bias = 0.0;\n    var late = 0.0;\n",
         );
         let off = if self.nonpad.is_some() {
-            "ldi_nonpad(b) - i32(prm[1])"
+            "ldi_nonpad(b) - i32(prm.s)"
         } else {
-            "bitcast<i32>(prm[24])"
+            "prm.causal_offset"
         };
         f.push_str(&format!("    let off = {off};\n"));
         if self.causal {
             f.push_str("    if (i32(t) > i32(s) + off) { ok = false; }\n");
         }
-        if self.window.0 >= 0 {
-            f.push_str("    if (i32(s) + off - i32(t) > bitcast<i32>(prm[25])) { ok = false; }\n");
+        if self.left_window {
+            f.push_str("    if (i32(s) + off - i32(t) > prm.left_window) { ok = false; }\n");
         }
-        if self.window.1 >= 0 {
-            f.push_str("    if (i32(t) - i32(s) - off > bitcast<i32>(prm[26])) { ok = false; }\n");
+        if self.right_window {
+            f.push_str("    if (i32(t) - i32(s) - off > prm.right_window) { ok = false; }\n");
         }
         if self.nonpad.is_some() {
             f.push_str("    if (i32(t) >= ldi_nonpad(b)) { ok = false; }\n");
         }
-        let mi = "b * prm[19] + h * prm[20] + s * prm[21] + t * prm[22]";
-        match &self.mask {
-            Mask::None => {}
-            Mask::Onnx(m, _, _) => {
+        let mi = "b * prm.mask_b + h * prm.mask_h + s * prm.mask_s + t * prm.mask_t";
+        let filter = wgsl_f32(f32::from_bits(self.filter));
+        match self.mask {
+            MaskCode::None => {}
+            MaskCode::Onnx(m, _) => {
                 f.push_str(&format!(
-                    "    if (t >= prm[23]) {{ ok = false; }} else {{\n        let mi = {mi};\n"
+                    "    if (t >= prm.mask_keys) {{ ok = false; }} else {{\n        let mi = {mi};\n"
                 ));
-                f.push_str(match m.dtype {
-                    DType::Bool => "        if (ldw_mask(mi) == 0u) { ok = false; }\n",
-                    DType::F32 => {
+                f.push_str(match m {
+                    OnnxMask::Bool => "        if (ldw_mask(mi) == 0u) { ok = false; }\n",
+                    OnnxMask::F32 => {
                         "        let mw = ldw_mask(mi);\n        if (mw == 0xff800000u) { ok = false; } else { bias = bias + bitcast<f32>(mw); }\n"
                     }
-                    DType::F16 => {
+                    OnnxMask::F16 => {
                         "        let hw = (ldw_mask(mi >> 1u) >> ((mi & 1u) * 16u)) & 0xffffu;\n        if (hw == 0xfc00u) { ok = false; } else { bias = bias + ld_mask(mi); }\n"
-                    }
-                    d => {
-                        return Err(op_err(format!(
-                            "attn_mask of type {} (expected bool, float or float16)",
-                            d.name()
-                        )));
                     }
                 });
                 f.push_str("    }\n");
             }
-            Mask::KeyPadding(..) => f.push_str(&format!(
-                "    if (ldi_mask({mi}) <= 0) {{ bias = bias + {}; }}\n",
-                wgsl_f32(self.filter)
+            MaskCode::KeyPadding(_) => f.push_str(&format!(
+                "    if (ldi_mask({mi}) <= 0) {{ bias = bias + {filter}; }}\n"
             )),
         }
         if self.unidirectional {
             f.push_str(&format!(
-                "    if (i32(t) > i32(s) + off) {{ bias = bias + {}; }}\n",
-                wgsl_f32(self.filter)
+                "    if (i32(t) > i32(s) + off) {{ bias = bias + {filter}; }}\n"
             ));
         }
-        if self.attn_bias.is_some() {
+        if self.ab.is_some() {
             f.push_str(
-                "    late = ld_ab(b * prm[27] + h * prm[28] + s * prm[29] + t * prm[30]);\n",
+                "    late = ld_ab(b * prm.ab_b + h * prm.ab_h + s * prm.ab_s + t * prm.ab_t);\n",
             );
         }
         f.push_str("    return vec3<f32>(bias, select(0.0, 1.0, ok), late);\n}\n");
-        Ok(f)
+        f
     }
 
-    pub(super) fn meta(&self, y: Strides) -> Vec<u32> {
-        let (ms, mt) = match &self.mask {
-            Mask::None => ([0; 4], 0),
-            Mask::Onnx(_, st, tm) => (*st, *tm),
-            Mask::KeyPadding(_, st) => (*st, self.t),
-        };
-        let ab = self.attn_bias.map_or([0; 4], |(_, st)| st);
-        let mut m: Vec<u32> = [self.b, self.s, self.hq, self.hkv, self.dk, self.dv, self.t]
-            .iter()
-            .chain(&self.q.1)
-            .chain(&self.k.1)
-            .chain(&self.v.1)
-            .chain(&y)
-            .chain(&ms)
-            .map(|&x| x as u32)
-            .collect();
-        m.push(mt as u32);
-        m.push(self.offset as u32);
-        m.push(self.window.0 as i32 as u32);
-        m.push(self.window.1 as i32 as u32);
-        m.extend(ab.iter().map(|&x| x as u32));
-        m
-    }
-
-    /// The kernel with its bindings: q, k, v, then the present masks, then the output.
-    pub(super) fn kernel<'t>(
-        &'t self,
+    /// The kernel `name` (body `body`, output `out_name`) with its bindings: q, k, v, then the
+    /// present masks, then the output.
+    fn kernel(
+        &self,
         name: &'static str,
         body: &'static str,
-        out: &'t GpuTensor,
         out_name: &str,
-    ) -> Result<(Kernel, Vec<&'t GpuTensor>)> {
+        f: &Features,
+    ) -> Kernel {
+        let softcap = crate::gpu::softcap_wgsl("sc", f32::from_bits(self.softcap));
+        let mut k = Kernel::new(name, body)
+            .params::<SdpaParams>()
+            .workgroup(WG as u32)
+            .u32("QCAP", self.qcap)
+            .u32("NACC", self.nacc)
+            .f32("SCALE", f32::from_bits(self.scale))
+            .code("SOFTCAP", &softcap)
+            .code("KEY_BIAS", &self.key_bias_fn())
+            .input("q", self.q)
+            .input("k", self.k)
+            .input("v", self.v);
+        match self.mask {
+            MaskCode::None => {}
+            MaskCode::Onnx(_, s) | MaskCode::KeyPadding(s) => k = k.input("mask", s),
+        }
+        if let Some(s) = self.nonpad {
+            k = k.input("nonpad", s);
+        }
+        if let Some(s) = self.ab {
+            k = k.input("ab", s);
+        }
+        k.output(out_name, Storage::F32).wg_reduce(f.subgroups)
+    }
+}
+
+impl KernelSpec for SdpaSpec {
+    const NAME: &'static str = "sdpa";
+    const WGSL: &'static [&'static str] = &[SDPA];
+    fn build(&self, f: &Features) -> Kernel {
+        self.kernel("sdpa", SDPA, "y", f)
+    }
+}
+
+/// The qk_matmul_output kernel (`sdpa_qk.wgsl`): [`SdpaSpec`]'s values and the output `mode`
+/// 0..=3.
+#[derive(Hash)]
+struct SdpaQkSpec {
+    attn: SdpaSpec,
+    mode: u32,
+}
+
+impl KernelSpec for SdpaQkSpec {
+    const NAME: &'static str = "sdpa_qk";
+    const WGSL: &'static [&'static str] = &[SDPA_QK];
+    fn build(&self, f: &Features) -> Kernel {
+        self.attn
+            .kernel("sdpa_qk", SDPA_QK, "out", f)
+            .u32("MODE", self.mode)
+    }
+}
+
+impl Plan<'_> {
+    /// The attention kernels' spec (head sizes and mask type checked).
+    fn spec(&self) -> Result<SdpaSpec> {
         if self.dk > MAX_HEAD || self.dv > MAX_HEAD {
             return Err(op_err(format!(
                 "head size {} / {} exceeds the supported {MAX_HEAD}",
                 self.dk, self.dv
             )));
         }
-        let softcap = crate::gpu::softcap_wgsl("sc", self.softcap);
-        let mut k = Kernel::new(name, body)
-            .workgroup(WG as u32)
-            .u32("QCAP", self.dk.max(1) as u32)
-            .u32("NACC", self.dv.div_ceil(WG).max(1) as u32)
-            .f32("SCALE", self.scale)
-            .code("SOFTCAP", &softcap)
-            .code("KEY_BIAS", &self.key_bias_fn()?)
-            .input("q", self.q.0.storage())
-            .input("k", self.k.0.storage())
-            .input("v", self.v.0.storage());
-        let mut bind = vec![self.q.0, self.k.0, self.v.0];
-        match &self.mask {
-            Mask::None => {}
-            Mask::Onnx(m, ..) | Mask::KeyPadding(m, _) => {
-                k = k.input("mask", m.storage());
-                bind.push(*m);
+        let mask = match &self.mask {
+            Mask::None => MaskCode::None,
+            Mask::Onnx(m, _, _) => {
+                let code = match m.dtype {
+                    DType::Bool => OnnxMask::Bool,
+                    DType::F32 => OnnxMask::F32,
+                    DType::F16 => OnnxMask::F16,
+                    d => {
+                        return Err(op_err(format!(
+                            "attn_mask of type {} (expected bool, float or float16)",
+                            d.name()
+                        )));
+                    }
+                };
+                MaskCode::Onnx(code, m.storage())
             }
+            Mask::KeyPadding(m, _) => MaskCode::KeyPadding(m.storage()),
+        };
+        Ok(SdpaSpec {
+            qcap: self.dk.max(1) as u32,
+            nacc: self.dv.div_ceil(WG).max(1) as u32,
+            scale: self.scale.to_bits(),
+            softcap: self.softcap.to_bits(),
+            q: self.q.0.storage(),
+            k: self.k.0.storage(),
+            v: self.v.0.storage(),
+            mask,
+            nonpad: self.nonpad.map(GpuTensor::storage),
+            ab: self.attn_bias.map(|(ab, _)| ab.storage()),
+            causal: self.causal,
+            left_window: self.window.0 >= 0,
+            right_window: self.window.1 >= 0,
+            unidirectional: self.unidirectional,
+            filter: self.filter.to_bits(),
+        })
+    }
+
+    /// The kernel's parameters, the output at the `y` strides.
+    fn params(&self, y: Strides) -> SdpaParams {
+        let (ms, mt) = match &self.mask {
+            Mask::None => ([0; 4], 0),
+            Mask::Onnx(_, st, tm) => (*st, *tm),
+            Mask::KeyPadding(_, st) => (*st, self.t),
+        };
+        let ab = self.attn_bias.map_or([0; 4], |(_, st)| st);
+        let u = |x: usize| x as u32;
+        SdpaParams {
+            batch: u(self.b),
+            s: u(self.s),
+            hq: u(self.hq),
+            hkv: u(self.hkv),
+            dk: u(self.dk),
+            dv: u(self.dv),
+            t: u(self.t),
+            q_b: u(self.q.1[0]),
+            q_h: u(self.q.1[1]),
+            q_s: u(self.q.1[2]),
+            k_b: u(self.k.1[0]),
+            k_h: u(self.k.1[1]),
+            k_t: u(self.k.1[2]),
+            v_b: u(self.v.1[0]),
+            v_h: u(self.v.1[1]),
+            v_t: u(self.v.1[2]),
+            y_b: u(y[0]),
+            y_h: u(y[1]),
+            y_s: u(y[2]),
+            mask_b: u(ms[0]),
+            mask_h: u(ms[1]),
+            mask_s: u(ms[2]),
+            mask_t: u(ms[3]),
+            mask_keys: u(mt),
+            causal_offset: self.offset as i32,
+            left_window: self.window.0 as i32,
+            right_window: self.window.1 as i32,
+            ab_b: u(ab[0]),
+            ab_h: u(ab[1]),
+            ab_s: u(ab[2]),
+            ab_t: u(ab[3]),
         }
-        if let Some(n) = self.nonpad {
-            k = k.input("nonpad", n.storage());
-            bind.push(n);
-        }
-        if let Some((ab, _)) = self.attn_bias {
-            k = k.input("ab", ab.storage());
-            bind.push(ab);
-        }
-        k = k.output(out_name, Storage::F32);
-        bind.push(out);
-        Ok((k, bind))
+    }
+
+    /// The plan's tensors bound to `k` (declared by [`SdpaSpec::kernel`]), the output `out` as
+    /// `out_name`.
+    fn bind<'k, 't>(
+        &'t self,
+        k: &'k Compiled,
+        out: &'t GpuTensor,
+        out_name: &str,
+    ) -> Bound<'k, 't> {
+        let mask = match &self.mask {
+            Mask::None => None,
+            Mask::Onnx(m, ..) | Mask::KeyPadding(m, _) => Some(*m),
+        };
+        k.bind("q", self.q.0)
+            .bind("k", self.k.0)
+            .bind("v", self.v.0)
+            .bind_opt("mask", mask)
+            .bind_opt("nonpad", self.nonpad)
+            .bind_opt("ab", self.attn_bias.map(|(ab, _)| ab))
+            .bind(out_name, out)
     }
 
     /// The attention output as f32, element (b, h, s, d) at the `y` strides of `shape`.
     pub(super) fn run(&self, cx: &mut Ctx<'_>, shape: Vec<usize>, y: Strides) -> Result<GpuTensor> {
+        let spec = self.spec()?;
         let out = cx.alloc(DType::F32, shape)?;
-        let (k, bind) = self.kernel("sdpa", SDPA, &out, "y")?;
-        let k = k.wg_reduce(cx.gpu.subgroups);
+        let k = cx.gpu.kernel(&spec)?;
         let rows = (self.b * self.hq * self.s) as u64;
-        cx.dispatch(&k, &bind, &self.meta(y), rows * WG as u64)?;
+        cx.launch(self.bind(&k, &out, "y"), &self.params(y), rows * WG as u64)?;
         Ok(out)
     }
 
     /// The qk_matmul_output ([B, HQ, S, T], f32) for `mode` 0..=3.
     pub(super) fn scores(&self, cx: &mut Ctx<'_>, mode: u32) -> Result<GpuTensor> {
+        let attn = self.spec()?;
         let out = cx.alloc(DType::F32, vec![self.b, self.hq, self.s, self.t])?;
-        let (k, bind) = self.kernel("sdpa_qk", SDPA_QK, &out, "out")?;
-        let k = k.wg_reduce(cx.gpu.subgroups);
-        let k = k.u32("MODE", mode);
+        let k = cx.gpu.kernel(&SdpaQkSpec { attn, mode })?;
         let rows = (self.b * self.hq * self.s) as u64;
-        cx.dispatch(&k, &bind, &self.meta([0; 3]), rows * WG as u64)?;
+        cx.launch(
+            self.bind(&k, &out, "out"),
+            &self.params([0; 3]),
+            rows * WG as u64,
+        )?;
         Ok(out)
+    }
+}
+
+crate::gpu_params! {
+    /// The `sdpa_kv` kernel's parameters: `y[b, h, t, d]` ([B, heads, len, dim]) is
+    /// `past[b, h, t, d]` for `t < past`, else `x[off + b*sb + h*sh + (t - past)*st + d]`
+    /// (+ `bias[boff + h*dim + d]`).
+    struct SdpaKvParams {
+        n: u32,
+        heads: u32,
+        len: u32,
+        dim: u32,
+        past: u32,
+        sb: u32,
+        sh: u32,
+        st: u32,
+        off: u32,
+        boff: u32,
+    }
+}
+
+/// The `sdpa_kv` kernel ([`head_major`]): the storages of the new tokens, of the past (when
+/// there is one) and of the bias (when given), and of the output.
+#[derive(Hash)]
+struct SdpaKvSpec {
+    x: Storage,
+    past: Option<Storage>,
+    bias: Option<Storage>,
+    y: Storage,
+}
+
+impl KernelSpec for SdpaKvSpec {
+    const NAME: &'static str = "sdpa_kv";
+    const WGSL: &'static [&'static str] = &[SDPA_KV];
+    fn build(&self, _: &Features) -> Kernel {
+        let k = Kernel::new("sdpa_kv", SDPA_KV)
+            .params::<SdpaKvParams>()
+            .input("x", self.x);
+        let k = match self.past {
+            Some(s) => k
+                .input("past", s)
+                .code("PAST", "ld_past(((b * H + h) * P + t) * D + d)"),
+            None => k.code("PAST", "0.0"),
+        };
+        let k = match self.bias {
+            Some(s) => k
+                .input("bias", s)
+                .code("BIAS", " + ld_bias(prm.boff + h * D + d)"),
+            None => k.code("BIAS", ""),
+        };
+        k.output("y", self.y).mapped("y")
     }
 }
 
@@ -255,40 +491,84 @@ pub(super) fn head_major(
     if n == 0 {
         return Ok(out);
     }
-    let mut k = Kernel::new("sdpa_kv", SDPA_KV).input("x", x.storage());
-    let mut bind = vec![x];
-    match past {
-        Some(pt) if p > 0 => {
-            k = k
-                .input("past", pt.storage())
-                .code("PAST", "ld_past(((b * H + h) * P + t) * D + d)");
-            bind.push(pt);
-        }
-        _ => k = k.code("PAST", "0.0"),
-    }
-    let boff = match bias {
-        Some((bt, o)) => {
-            k = k
-                .input("bias", bt.storage())
-                .code("BIAS", " + ld_bias(prm[9] + h * D + d)");
-            bind.push(bt);
-            o
-        }
-        None => {
-            k = k.code("BIAS", "");
-            0
-        }
+    let past = past.filter(|_| p > 0);
+    let k = cx.gpu.kernel(&SdpaKvSpec {
+        x: x.storage(),
+        past: past.map(GpuTensor::storage),
+        bias: bias.map(|(bt, _)| bt.storage()),
+        y: out.storage(),
+    })?;
+    let bound = k
+        .bind("x", x)
+        .bind_opt("past", past)
+        .bind_opt("bias", bias.map(|(bt, _)| bt))
+        .bind("y", &out);
+    let u = |v: usize| v as u32;
+    let params = SdpaKvParams {
+        n: u(n),
+        heads: u(h),
+        len: u(t),
+        dim: u(d),
+        past: u(p),
+        sb: u(st[0]),
+        sh: u(st[1]),
+        st: u(st[2]),
+        off: u(off),
+        boff: u(bias.map_or(0, |(_, o)| o)),
     };
-    let k = k.output("y", out.storage()).mapped("y");
-    bind.push(&out);
-    let meta = [n, h, t, d, p, st[0], st[1], st[2], off, boff].map(|v| v as u32);
-    cx.dispatch(
-        &k,
-        &bind,
-        &meta,
+    cx.launch(
+        bound,
+        &params,
         n.div_ceil(out.storage().per_word() as usize) as u64,
     )?;
     Ok(out)
+}
+
+crate::gpu_params! {
+    /// The `sdpa_kv_pair` kernel's parameters: [`SdpaKvParams`]'s sizes, and the key's and
+    /// value's (b, h, t) strides.
+    struct SdpaKvPairParams {
+        n: u32,
+        heads: u32,
+        len: u32,
+        dim: u32,
+        past: u32,
+        k_b: u32,
+        k_h: u32,
+        k_t: u32,
+        v_b: u32,
+        v_h: u32,
+        v_t: u32,
+    }
+}
+
+/// The `sdpa_kv_pair` kernel ([`head_major_pair`]): the new key's and value's storages, the
+/// caches' (when there is a past) and the outputs'.
+#[derive(Hash)]
+struct SdpaKvPairSpec {
+    xk: Storage,
+    xv: Storage,
+    past: Option<[Storage; 2]>,
+    y: Storage,
+}
+
+impl KernelSpec for SdpaKvPairSpec {
+    const NAME: &'static str = "sdpa_kv_pair";
+    const WGSL: &'static [&'static str] = &[SDPA_KV_PAIR];
+    fn build(&self, _: &Features) -> Kernel {
+        let k = Kernel::new("sdpa_kv_pair", SDPA_KV_PAIR)
+            .params::<SdpaKvPairParams>()
+            .input("xk", self.xk)
+            .input("xv", self.xv);
+        let k = match self.past {
+            Some([pk, pv]) => k.input("pk", pk).input("pv", pv),
+            // No past: the (unread) caches alias the new tokens, without bindings.
+            None => k.alias("pk", "xk", 0).alias("pv", "xv", 0),
+        };
+        k.output("yk", self.y)
+            .output("yv", self.y)
+            .mapped_pair("yk", "yv")
+    }
 }
 
 /// [`head_major`] of a key and a value of the same shape and element type at once (no bias, no
@@ -309,28 +589,37 @@ pub(super) fn head_major_pair(
     if n == 0 {
         return Ok([ko, vo]);
     }
-    let mut kern = Kernel::new("sdpa_kv_pair", SDPA_KV_PAIR)
-        .input("xk", k.storage())
-        .input("xv", v.storage());
-    let mut bind = vec![k, v];
-    match past {
-        Some([pk, pv]) if p > 0 => {
-            kern = kern.input("pk", pk.storage()).input("pv", pv.storage());
-            bind.extend([pk, pv]);
-        }
-        // No past: the (unread) caches alias the new tokens, without bindings.
-        _ => kern = kern.alias("pk", "xk", 0).alias("pv", "xv", 0),
-    }
-    let kern = kern
-        .output("yk", ko.storage())
-        .output("yv", vo.storage())
-        .mapped_pair("yk", "yv");
-    bind.extend([&ko, &vo]);
-    let meta = [n, h, t, d, p, ks[0], ks[1], ks[2], vs[0], vs[1], vs[2]].map(|v| v as u32);
-    cx.dispatch(
-        &kern,
-        &bind,
-        &meta,
+    let past = past.filter(|_| p > 0);
+    let kern = cx.gpu.kernel(&SdpaKvPairSpec {
+        xk: k.storage(),
+        xv: v.storage(),
+        past: past.map(|[pk, pv]| [pk.storage(), pv.storage()]),
+        y: ko.storage(),
+    })?;
+    let bound = kern
+        .bind("xk", k)
+        .bind("xv", v)
+        .bind_opt("pk", past.map(|[pk, _]| pk))
+        .bind_opt("pv", past.map(|[_, pv]| pv))
+        .bind("yk", &ko)
+        .bind("yv", &vo);
+    let u = |v: usize| v as u32;
+    let params = SdpaKvPairParams {
+        n: u(n),
+        heads: u(h),
+        len: u(t),
+        dim: u(d),
+        past: u(p),
+        k_b: u(ks[0]),
+        k_h: u(ks[1]),
+        k_t: u(ks[2]),
+        v_b: u(vs[0]),
+        v_h: u(vs[1]),
+        v_t: u(vs[2]),
+    };
+    cx.launch(
+        bound,
+        &params,
         n.div_ceil(ko.storage().per_word() as usize) as u64,
     )?;
     Ok([ko, vo])
