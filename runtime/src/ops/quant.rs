@@ -474,7 +474,10 @@ impl Op for MatMulNBits {
                 _ => 16,
             };
             let tk = self.block.min(32) as u32;
-            (cx.gpu.kernel(&TiledSpec { io, tmr, tk })?, Shape::Tiled(tmr))
+            (
+                cx.gpu.kernel(&TiledSpec { io, tmr, tk })?,
+                Shape::Tiled(tmr),
+            )
         };
         for (n_off, b) in &b_parts {
             let n_part = b.shape.first().copied().unwrap_or(0);
