@@ -8,7 +8,7 @@ use super::rewrite::Find;
 use super::{Fallback, Graphs, fallback_for};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
-use crate::gpu::Kernel;
+use crate::gpu::{Kernel, Storage};
 use crate::model::Node;
 use crate::ops::Op;
 use crate::tensor::DType;
@@ -76,6 +76,41 @@ pub(super) fn find(cx: &mut Find<'_>) -> Vec<Pattern> {
         .collect()
 }
 
+crate::gpu_params! {
+    /// [`GatherScale`]'s parameters.
+    struct GatherScaleParams {
+        /// Elements of the result.
+        n: u32,
+        /// The table's row length (H).
+        row_len: u32,
+        /// The table's rows (P).
+        rows: u32,
+    }
+}
+
+/// `gather_scale.wgsl`: the storages of the table, indices, scale and result.
+#[derive(Hash)]
+struct GatherScaleSpec {
+    data: Storage,
+    idx: Storage,
+    s: Storage,
+    y: Storage,
+}
+
+impl crate::gpu::KernelSpec for GatherScaleSpec {
+    const NAME: &'static str = "gather_scale";
+    const WGSL: &'static [&'static str] = &[GATHER_SCALE];
+    fn build(&self, _: &crate::gpu::Features) -> Kernel {
+        Kernel::new("gather_scale", GATHER_SCALE)
+            .params::<GatherScaleParams>()
+            .input("data", self.data)
+            .input("idx", self.idx)
+            .input("s", self.s)
+            .output("y", self.y)
+            .mapped("y")
+    }
+}
+
 pub(super) struct GatherScale {
     fallback: Fallback,
 }
@@ -107,18 +142,23 @@ impl GatherScale {
         let y = cx.alloc(DType::F32, shape)?;
         let n = y.numel();
         if n > 0 {
-            let k = Kernel::new("gather_scale", GATHER_SCALE)
-                .input("data", t.storage())
-                .input("idx", ids.storage())
-                .input("s", s.storage())
-                .output("y", y.storage())
-                .mapped("y");
-            cx.dispatch(
-                &k,
-                &[&t, &ids, &s, &y],
-                &[n as u32, h as u32, p as u32],
-                n as u64,
-            )?;
+            let k = cx.gpu.kernel(&GatherScaleSpec {
+                data: t.storage(),
+                idx: ids.storage(),
+                s: s.storage(),
+                y: y.storage(),
+            })?;
+            let params = GatherScaleParams {
+                n: n as u32,
+                row_len: h as u32,
+                rows: p as u32,
+            };
+            let bound = k
+                .bind("data", &t)
+                .bind("idx", &ids)
+                .bind("s", &s)
+                .bind("y", &y);
+            cx.launch(bound, &params, n as u64)?;
         }
         Ok(Some(vec![Value::Gpu(y)]))
     }

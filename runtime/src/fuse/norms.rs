@@ -1,12 +1,12 @@
 //! The fused norms op: independent RMS norms (and their tails) in one dispatch.
 
 use super::fallback::Fallback;
-use super::gemv_wgsl::{packed_stores, rd_code};
+use super::gemv_wgsl::rd_code;
 use super::rewrite::{Build, Find, Rewrite};
 use super::spec::{Tail, Unit};
 use super::{external_inputs, fallback_for, fused_node, reenters};
-use crate::error::Result;
-use crate::exec::{Ctx, GpuTensor, KernelMemo, Value, input_signature};
+use crate::error::{Result, op_err};
+use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::ops::Op;
 use crate::tensor::DType;
@@ -42,30 +42,174 @@ pub(super) struct FusedNorms {
     /// f16 activations (the norms sit between Casts).
     pub(super) f16: bool,
     pub(super) fallback: Fallback,
-    /// The last kernel (see [`KernelMemo`]).
-    pub(super) memo: KernelMemo,
+}
+
+/// The most norms of one [`FusedNorms`] dispatch: [`NormsParams`] holds an end and an offset
+/// per norm.
+const MAX_NORMS: usize = 32;
+
+/// `[p0, p1, .., p31]`: the binding names of norm j's tensors, by `j` (< [`MAX_NORMS`]).
+macro_rules! numbered {
+    ($p:literal) => {
+        numbered!(@ $p; 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26
+            27 28 29 30 31)
+    };
+    (@ $p:literal; $($i:literal)*) => {
+        [$(concat!($p, $i)),*]
+    };
+}
+/// Norm j's input.
+const X_NAMES: [&str; MAX_NORMS] = numbered!("x");
+/// Norm j's scale.
+const G_NAMES: [&str; MAX_NORMS] = numbered!("g");
+/// The other operand of norm j's tail.
+const O_NAMES: [&str; MAX_NORMS] = numbered!("o");
+/// Norm j's result (a single norm: the packed results are one binding `y`).
+const Y_NAMES: [&str; MAX_NORMS] = numbered!("y");
+
+crate::gpu_params! {
+    /// [`FusedNorms`]' parameters: the rows of the dispatch are the norms' rows in turn (one
+    /// workgroup per row), so that prompts of any length share one pipeline.
+    struct NormsParams {
+        /// Per norm, the end of its rows.
+        ends: [u32; MAX_NORMS],
+        /// Per norm, its result's first word in the packed result buffer (several norms).
+        offs: [u32; MAX_NORMS],
+    }
+}
+
+/// What norm j's code depends on.
+#[derive(Clone, Copy, Default, Hash)]
+struct NormCode {
+    /// Row length.
+    len: usize,
+    /// Epsilon, as bits.
+    eps: u32,
+    /// Times a scale.
+    scaled: bool,
+    /// The storage of the tail's other operand (`None`: no tail).
+    other: Option<Storage>,
+    /// The tail's scalar factor, as bits.
+    scalar: Option<u32>,
+}
+
+/// `fused_norms.wgsl`: every norm's code, and the activation type.
+#[derive(Hash)]
+struct NormsSpec<'a> {
+    norms: &'a [NormCode],
+    f16: bool,
+}
+
+impl crate::gpu::KernelSpec for NormsSpec<'_> {
+    const NAME: &'static str = "fused_norms";
+    const WGSL: &'static [&'static str] = &[FUSED_NORMS];
+    fn build(&self, f: &crate::gpu::Features) -> Kernel {
+        let act = if self.f16 { Storage::F16 } else { Storage::F32 };
+        let mut kern = Kernel::new("fused_norms", FUSED_NORMS)
+            .params::<NormsParams>()
+            .workgroup(64)
+            .wg_reduce(f.subgroups);
+        let mut fns = String::new();
+        let mut disp = String::new();
+        for (j, c) in self.norms.iter().enumerate() {
+            kern = kern.input(X_NAMES[j], act);
+            if c.scaled {
+                kern = kern.input(G_NAMES[j], Storage::F32);
+            }
+            let scale = |l: &str| {
+                if c.scaled {
+                    format!(" * ld_g{j}({l})")
+                } else {
+                    String::new()
+                }
+            };
+            // The tail: y = rd(rd(rd(y) + other) [* s]), as the Cast, Add and Mul nodes round.
+            let mut tail = "rd(y)".to_string();
+            if let Some(o) = c.other {
+                tail = format!("rd({tail} + rd(ld_o{j}(i)))");
+                if let Some(s) = c.scalar {
+                    tail = format!("rd({tail} * {})", crate::gpu::wgsl_f32(f32::from_bits(s)));
+                }
+                kern = kern.input(O_NAMES[j], o);
+            }
+            fns.push_str(&format!(
+                "fn tail{j}(i: u32, y: f32) -> f32 {{
+    return {tail};
+}}
+"
+            ));
+            fns.push_str(&format!(
+                "fn norm{j}(row: u32, t: u32) {{
+    let L = {l}u;
+    let base = row * L;
+    var s2 = 0.0;
+    for (var l = t; l < L; l = l + WG) {{ let v = ld_x{j}(base + l); s2 = s2 + v * v; }}
+    let inv = inverseSqrt(wg_sum(t, s2) / f32(L) + {eps});
+    for (var w = t; w < L / EPW_y{j}; w = w + WG) {{
+        let l0 = w * EPW_y{j};
+        let l1 = min(l0 + 1u, L - 1u);
+        st_y{j}(base / EPW_y{j} + w, tail{j}(base + l0, ld_x{j}(base + l0) * inv{s0}), tail{j}(base + l1, ld_x{j}(base + l1) * inv{s1}));
+    }}
+}}
+",
+                l = c.len,
+                eps = crate::gpu::wgsl_f32(f32::from_bits(c.eps)),
+                s0 = scale("l0"),
+                s1 = scale("l1"),
+            ));
+            // Row ranges come from the parameters (the end of norm j's rows), not the code, so
+            // that prompts of any length share one pipeline.
+            let start = if j == 0 {
+                "0u".to_string()
+            } else {
+                format!("prm_ends({}u)", j - 1)
+            };
+            disp.push_str(&format!(
+                "if (row < prm_ends({j}u)) {{ norm{j}(row - {start}, t); return; }}\n    "
+            ));
+        }
+        // Several results: ranges of one buffer, one binding (so that three norms fit eight
+        // storage buffers), at the offsets in the parameters.
+        if self.norms.len() > 1 {
+            kern = kern.output("y", act);
+            fns.push_str(&packed_stores(self.norms.len()));
+        } else {
+            kern = kern.output(Y_NAMES[0], act);
+        }
+        kern.code("NORMS", &fns)
+            .code("DISPATCH", &disp)
+            .code("RD", rd_code(self.f16))
+    }
+}
+
+/// WGSL `st_y{j}` (and `EPW_y{j}`) for `n` results packed into one binding `y`: result j starts
+/// at word `prm_offs(j)`.
+fn packed_stores(n: usize) -> String {
+    (0..n)
+        .map(|j| {
+            format!(
+                "const EPW_y{j}: u32 = EPW_y;\nfn st_y{j}(w: u32, v0: f32, v1: f32) {{ st_y(w + prm_offs({j}u), v0, v1); }}\n"
+            )
+        })
+        .collect()
 }
 
 impl Op for FusedNorms {
     fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
         let act = if self.f16 { DType::F16 } else { DType::F32 };
-        let mut bind = Vec::new();
-        let mut shapes = Vec::new();
-        let sig = input_signature(inputs);
-        let hit = self.memo.get(sig);
-        let build = KernelMemo::must_build(&hit);
-        // On a hit the kernel builder records nothing (its code is skipped below too).
-        let mut kern = if build {
-            Kernel::new("fused_norms", FUSED_NORMS)
-        } else {
-            Kernel::discard()
+        let count = self.norms.len();
+        if count > MAX_NORMS {
+            return Err(op_err(format!(
+                "{count} fused norms exceed {MAX_NORMS} in one dispatch"
+            )));
         }
-        .workgroup(64)
-        .wg_reduce(cx.gpu.subgroups);
-        let mut fns = String::new();
-        let mut disp = String::new();
+        let mut codes = [NormCode::default(); MAX_NORMS];
+        let mut params = NormsParams::default();
+        // Per norm its input, scale and tail operand.
+        let mut bind: Vec<(GpuTensor, Option<GpuTensor>, Option<GpuTensor>)> =
+            Vec::with_capacity(count);
+        let mut shapes = Vec::with_capacity(count);
         let mut row0 = 0usize;
-        let mut ends: Vec<u32> = Vec::new();
         for (
             j,
             &NormSlot {
@@ -107,22 +251,14 @@ impl Op for FusedNorms {
             }
             let rows = x.numel() / l;
             shapes.push(x.shape.clone());
-            if build {
-                kern = kern.input(&format!("x{j}"), x.storage());
-                if g.is_some() {
-                    kern = kern.input(&format!("g{j}"), Storage::F32);
-                }
-            }
-            let scaled = g.is_some();
-            let scale = |l: &str| {
-                if scaled {
-                    format!(" * ld_g{j}({l})")
-                } else {
-                    String::new()
-                }
+            let mut code = NormCode {
+                len: l,
+                eps: eps.to_bits(),
+                scaled: g.is_some(),
+                other: None,
+                scalar: None,
             };
-            // The tail: y = rd(rd(rd(y) + other) [* s]), as the Cast, Add and Mul nodes round.
-            let mut tail = "rd(y)".to_string();
+            let mut o = None;
             if let Some(TailSlot {
                 other: oi,
                 cast,
@@ -139,12 +275,9 @@ impl Op for FusedNorms {
                 {
                     return self.fallback.run(cx, inputs);
                 }
-                let o = cx.to_gpu(ov)?;
-                if o.split.is_some() {
+                let ot = cx.to_gpu(ov)?;
+                if ot.split.is_some() {
                     return self.fallback.run(cx, inputs);
-                }
-                if build {
-                    tail = format!("rd({tail} + rd(ld_o{j}(i)))");
                 }
                 if let Some(si) = si {
                     let s = match inputs.get(si).copied().flatten() {
@@ -157,94 +290,54 @@ impl Op for FusedNorms {
                         }
                         _ => return self.fallback.run(cx, inputs),
                     };
-                    if build {
-                        tail = format!("rd({tail} * {})", crate::gpu::wgsl_f32(s));
-                    }
+                    code.scalar = Some(s.to_bits());
                 }
-                if build {
-                    kern = kern.input(&format!("o{j}"), o.storage());
-                }
-                bind.push(x);
-                bind.extend(g);
-                bind.push(o);
-            } else {
-                bind.push(x);
-                bind.extend(g);
+                code.other = Some(ot.storage());
+                o = Some(ot);
             }
+            codes[j] = code;
+            bind.push((x, g, o));
             row0 += rows;
-            ends.push(row0 as u32);
-            if !build {
-                continue;
-            }
-            fns.push_str(&format!(
-                "fn tail{j}(i: u32, y: f32) -> f32 {{
-    return {tail};
-}}
-"
-            ));
-            fns.push_str(&format!(
-                "fn norm{j}(row: u32, t: u32) {{
-    let L = {l}u;
-    let base = row * L;
-    var s2 = 0.0;
-    for (var l = t; l < L; l = l + WG) {{ let v = ld_x{j}(base + l); s2 = s2 + v * v; }}
-    let inv = inverseSqrt(wg_sum(t, s2) / f32(L) + {eps});
-    for (var w = t; w < L / EPW_y{j}; w = w + WG) {{
-        let l0 = w * EPW_y{j};
-        let l1 = min(l0 + 1u, L - 1u);
-        st_y{j}(base / EPW_y{j} + w, tail{j}(base + l0, ld_x{j}(base + l0) * inv{s0}), tail{j}(base + l1, ld_x{j}(base + l1) * inv{s1}));
-    }}
-}}
-",
-                eps = crate::gpu::wgsl_f32(eps),
-                s0 = scale("l0"),
-                s1 = scale("l1"),
-            ));
-            // Row ranges come from the parameters (prm[j]: the end of norm j's rows), not the
-            // code, so that prompts of any length share one pipeline.
-            let start = if j == 0 {
-                "0u".to_string()
-            } else {
-                format!("prm[{}]", j - 1)
-            };
-            disp.push_str(&format!(
-                "if (row < prm[{j}]) {{ norm{j}(row - {start}, t); return; }}\n    "
-            ));
+            params.ends[j] = row0 as u32;
         }
-        // Several results: ranges of one buffer, one binding (so that three norms fit eight
-        // storage buffers).
-        // The results' offsets in a pack follow the norms' ends (prm[n + j]).
-        let mut meta = ends;
-        let outs = if shapes.len() > 1 {
+        // Several results: ranges of one buffer, one binding; their offsets in the parameters.
+        let (outs, packed) = if count > 1 {
             let ys = cx.alloc_pack(act, &shapes)?;
-            bind.push(ys[0].whole());
-            if build {
-                kern = kern.output("y", Storage::of(act).unwrap_or(Storage::F32));
-                fns.push_str(&packed_stores(&ys, Some(meta.len())));
+            for (j, y) in ys.iter().enumerate() {
+                params.offs[j] = (y.byte_offset() / 4) as u32;
             }
-            meta.extend(ys.iter().map(|y| (y.byte_offset() / 4) as u32));
-            ys
+            // The whole buffer as one tensor of the results' type (the binding's declared
+            // storage; `whole` gives bytes).
+            let mut whole = ys[0].whole();
+            whole.shape = vec![whole.shape[0] / act.size()];
+            whole.dtype = act;
+            (ys, Some(whole))
         } else {
-            let mut outs = Vec::new();
-            for (j, shape) in shapes.into_iter().enumerate() {
-                let y = cx.alloc(act, shape)?;
-                if build {
-                    kern = kern.output(&format!("y{j}"), y.storage());
-                }
-                bind.push(y.clone());
-                outs.push(y);
-            }
-            outs
+            let outs = shapes
+                .into_iter()
+                .map(|shape| cx.alloc(act, shape))
+                .collect::<Result<Vec<_>>>()?;
+            (outs, None)
         };
-        if build {
-            kern = kern
-                .code("NORMS", &fns)
-                .code("DISPATCH", &disp)
-                .code("RD", rd_code(self.f16));
+        let kern = cx.gpu.kernel(&NormsSpec {
+            norms: &codes[..count],
+            f16: self.f16,
+        })?;
+        let mut bound = kern.bindings();
+        for (j, (x, g, o)) in bind.iter().enumerate() {
+            bound = bound
+                .bind(X_NAMES[j], x)
+                .bind_opt(G_NAMES[j], g.as_ref())
+                .bind_opt(O_NAMES[j], o.as_ref());
         }
-        let kern = self.memo.check(sig, hit, kern);
-        let refs: Vec<&GpuTensor> = bind.iter().collect();
-        cx.dispatch(&kern, &refs, &meta, row0 as u64 * 64)?;
+        bound = match &packed {
+            Some(ys) => bound.bind("y", ys),
+            None => outs
+                .iter()
+                .zip(Y_NAMES)
+                .fold(bound, |b, (y, name)| b.bind(name, y)),
+        };
+        cx.launch(bound, &params, row0 as u64 * 64)?;
         Ok(outs.into_iter().map(Value::Gpu).collect())
     }
 }
@@ -384,7 +477,6 @@ impl Rewrite for Norms {
                 tails: norm_tails,
                 f16: units[0].f16,
                 fallback: fallback_for(g, &members, &ext, &outs, &mut cx.ops),
-                memo: KernelMemo::default(),
             };
             let (node, desc) = fused_node(&g.node(members[0]).name, kind, ext, outs);
             let last = *members.last().expect("non-empty group");

@@ -2,8 +2,9 @@
 // by the fusion pass (src/fuse.rs): e.g. Gemma's per-head q/k/v norms. Workgroup r normalises
 // row r of the inputs' rows taken in turn; the arithmetic is norm.wgsl's (one workgroup per row,
 // f32 sums, the same reduction order). A norm may have a tail, `(y + other) [* s]` (rounded like the
-// unfused f16 graph with rd()), e.g. Gemma's per-layer inputs. prm: the end of each norm's rows,
-// then (results packed into one binding) the first word of each result.
+// unfused f16 graph with rd()), e.g. Gemma's per-layer inputs. Parameters: `NormsParams`
+// (fuse/norms.rs): the end of each norm's rows and (results packed into one binding) the first
+// word of each result.
 
 // Rounds to the activation type (f16 graphs round after every op; f32: identity).
 fn rd(x: f32) -> f32 {

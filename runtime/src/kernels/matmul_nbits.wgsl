@@ -6,7 +6,7 @@
 // are taken as two vec4 (the even elements in the low nibbles of its four bytes, the odd ones in
 // the high nibbles) and meet the row in two dot products.
 // B may be one row range [n_off, n_off + n_part) of a split weight.
-// prm: [M, N, K, n_blocks, zp_row_bytes, n_off, n_part] (M = 1)
+// Parameters: `NBitsParams` (ops/quant.rs; M = 1).
 var<workgroup> red: array<f32, {{WG}}>;
 
 const BITS: u32 = {{BITS}};
@@ -29,11 +29,11 @@ fn zero_point(n: u32, b: u32, nb: u32, zrow: u32) -> f32 {
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    let K = prm[2];
-    let nb = prm[3];
-    let zrow = prm[4];
-    let n_off = prm[5];
-    let n_part = prm[6];
+    let K = prm.k;
+    let nb = prm.blocks;
+    let zrow = prm.zp_row;
+    let n_off = prm.n_off;
+    let n_part = prm.n_part;
     let t = lid.x;
     let lane = t % TPC;
     let n_local = (wid.x + wid.y * nwg.x) * COLS + t / TPC;

@@ -13,7 +13,7 @@
 // reads 4 + 4·CQ vec4 for 16·CQ vec4 products.
 // Edges (M, N, K not multiples of the tile) are zero-filled on load and skipped on store.
 // y is f32, or f16 written directly (pairs of columns; the sums stay f32) for f16 activations.
-// prm: [M, N, K, n_blocks, zp_row_bytes, n_off, n_part]
+// Parameters: `NBitsParams` (ops/quant.rs).
 const BITS: u32 = {{BITS}};
 const BLOCK: u32 = {{BLOCK}};
 const TMR: u32 = {{TMR}};
@@ -46,13 +46,13 @@ fn a_at(m: u32, k: u32, K: u32) -> f32 {
 
 @compute @workgroup_size({{WG}})
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {
-    let M = prm[0];
-    let N = prm[1];
-    let K = prm[2];
-    let nb = prm[3];
-    let zrow = prm[4];
-    let n_off = prm[5];
-    let n_part = prm[6];
+    let M = prm.m;
+    let N = prm.n;
+    let K = prm.k;
+    let nb = prm.blocks;
+    let zrow = prm.zp_row;
+    let n_off = prm.n_off;
+    let n_part = prm.n_part;
     let tid = lid.x;
     let tn = tid % LN;
     let tm = tid / LN;

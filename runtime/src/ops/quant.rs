@@ -7,21 +7,19 @@ use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::tensor::{DType, numel};
-use std::cell::RefCell;
-use std::collections::HashMap;
-use std::rc::Rc;
 
 const MNB: &str = include_str!("../kernels/matmul_nbits.wgsl");
 const MNB_TILED: &str = include_str!("../kernels/matmul_nbits_tiled.wgsl");
 const MNB_REGS: &str = include_str!("../kernels/matmul_nbits_regs.wgsl");
 const GBQ: &str = include_str!("../kernels/gather_block_quantized.wgsl");
 
-/// WGSL for the zero point of block `b` of row `n` (packed uint8, float, or the default).
-fn zp_code(zp: Option<&GpuTensor>, bits: u32) -> String {
+/// WGSL for the zero point of block `b` of row `n`: packed uint8 (`zp` is [`Storage::U8`]),
+/// float, or the default (`None`).
+fn zp_code(zp: Option<Storage>, bits: u32) -> String {
     match zp {
         None => format!("return {}.0;", 1u32 << (bits - 1)),
-        Some(z) if z.dtype == DType::U8 && bits == 4 => "let byte = u32(ldi_zp(n * zrow + b / 2u)); return f32((byte >> ((b & 1u) * 4u)) & 15u);".into(),
-        Some(z) if z.dtype == DType::U8 => "return f32(ldi_zp(n * zrow + b));".into(),
+        Some(Storage::U8) if bits == 4 => "let byte = u32(ldi_zp(n * zrow + b / 2u)); return f32((byte >> ((b & 1u) * 4u)) & 15u);".into(),
+        Some(Storage::U8) => "return f32(ldi_zp(n * zrow + b));".into(),
         Some(_) => "return ld_zp(n * nb + b);".into(),
     }
 }
@@ -107,22 +105,8 @@ struct RegsCode {
     store: String,
 }
 
-/// [`make_regs_code`], made once per block shape and shared: a decode step runs the same
-/// several-row MatMulNBits (e.g. over the per-layer inputs) every time.
-fn regs_code(r: u32, c: u32, f16_a: bool, f16_out: bool) -> Rc<RegsCode> {
-    type Made = HashMap<(u32, u32, bool, bool), Rc<RegsCode>>;
-    thread_local! {
-        static MADE: RefCell<Made> = RefCell::default();
-    }
-    MADE.with(|m| {
-        m.borrow_mut()
-            .entry((r, c, f16_a, f16_out))
-            .or_insert_with(|| make_regs_code(r, c, f16_a, f16_out).into())
-            .clone()
-    })
-}
-
-fn make_regs_code(r: u32, c: u32, f16_a: bool, f16_out: bool) -> RegsCode {
+/// The [`RegsCode`] of an `r` x `c` block (see there for `f16_a` and `f16_out`).
+fn regs_code(r: u32, c: u32, f16_a: bool, f16_out: bool) -> RegsCode {
     let mut decl = String::new();
     let mut block_start = String::new();
     let mut word = String::new();
@@ -241,6 +225,159 @@ enum Shape {
     Tiled(u32),
 }
 
+crate::gpu_params! {
+    /// The MatMulNBits kernels' parameters: the sizes, and the weight part a dispatch computes.
+    struct NBitsParams {
+        /// Rows of A (and of y).
+        m: u32,
+        /// Columns of y (every weight part's together).
+        n: u32,
+        /// A's row length.
+        k: u32,
+        /// Quant blocks per weight column.
+        blocks: u32,
+        /// Bytes of packed uint8 zero points per weight column.
+        zp_row: u32,
+        /// The part's first column.
+        n_off: u32,
+        /// The part's columns.
+        n_part: u32,
+    }
+}
+
+/// What the code of every MatMulNBits kernel depends on: the attributes, the storages and the
+/// optional inputs present.
+#[derive(Clone, Copy, Hash)]
+struct NBitsIo {
+    bits: u32,
+    block: u32,
+    /// A's storage (f16: the regs GEMM reads pairs).
+    a: Storage,
+    scales: Storage,
+    /// The zero points' storage (`None`: the default zero point).
+    zp: Option<Storage>,
+    bias: Option<Storage>,
+    /// The result's: f32, or f16 stored directly by the GEMMs.
+    y: Storage,
+}
+
+impl NBitsIo {
+    /// `kern` with the constants, bindings and parameters every MatMulNBits kernel has.
+    fn declare(&self, kern: Kernel) -> Kernel {
+        let mut kern = kern
+            .params::<NBitsParams>()
+            .u32("BITS", self.bits)
+            .u32("BLOCK", self.block)
+            .code("ZP", &zp_code(self.zp, self.bits))
+            .input("a", self.a)
+            .input("qw", Storage::U8)
+            .input("scales", self.scales);
+        if let Some(z) = self.zp {
+            kern = kern.input("zp", z);
+        }
+        if let Some(bs) = self.bias {
+            kern = kern.input("bias", bs).code("BIAS_AT", "return ld_bias(n);");
+        } else {
+            kern = kern.code("BIAS_AT", "return 0.0;");
+        }
+        kern.output("y", self.y)
+    }
+}
+
+/// `matmul_nbits.wgsl`, the GEMV (M == 1).
+#[derive(Hash)]
+struct GemvSpec {
+    io: NBitsIo,
+    /// Threads per output column ([`tpc_of`]).
+    tpc: u32,
+    /// 4-bit weights and K a multiple of 8: [`GEMV_INNER_4BIT`] (otherwise [`GEMV_INNER`]).
+    nibbles: bool,
+}
+
+impl crate::gpu::KernelSpec for GemvSpec {
+    const NAME: &'static str = "matmul_nbits";
+    const WGSL: &'static [&'static str] = &[MNB, NIBBLES_WGSL, GEMV_INNER, GEMV_INNER_4BIT];
+    fn build(&self, _: &crate::gpu::Features) -> Kernel {
+        let inner = if self.nibbles {
+            GEMV_INNER_4BIT
+        } else {
+            GEMV_INNER
+        };
+        let kern = Kernel::new("matmul_nbits", MNB)
+            .workgroup(64)
+            .u32("TPC", self.tpc)
+            .code("NIBBLES", NIBBLES_WGSL)
+            .code("INNER", inner);
+        self.io.declare(kern)
+    }
+}
+
+/// `matmul_nbits_regs.wgsl`, the software adapters' register-block GEMM (4-bit weights).
+#[derive(Hash)]
+struct RegsSpec {
+    io: NBitsIo,
+    /// Rows of the register block.
+    r: u32,
+    /// Columns of the register block.
+    c: u32,
+}
+
+impl crate::gpu::KernelSpec for RegsSpec {
+    const NAME: &'static str = "matmul_nbits_regs";
+    const WGSL: &'static [&'static str] = &[MNB_REGS];
+    fn build(&self, _: &crate::gpu::Features) -> Kernel {
+        let code = regs_code(
+            self.r,
+            self.c,
+            self.io.a == Storage::F16,
+            self.io.y == Storage::F16,
+        );
+        let kern = Kernel::new("matmul_nbits_regs", MNB_REGS)
+            .workgroup(64)
+            .u32("R", self.r)
+            .u32("C", self.c)
+            .code("DECL", &code.decl)
+            .code("BLOCK_START", &code.block_start)
+            .code("WORD", &code.word)
+            .code("BLOCK_END", &code.block_end)
+            .code("STORE", &code.store);
+        self.io.declare(kern)
+    }
+}
+
+/// `matmul_nbits_tiled.wgsl`, the tiled GEMM (prefill on GPUs).
+#[derive(Hash)]
+struct TiledSpec {
+    io: NBitsIo,
+    /// Register rows: tiles of TM = 4 * TMR rows.
+    tmr: u32,
+    /// The K step (a divisor of the block).
+    tk: u32,
+}
+
+impl crate::gpu::KernelSpec for TiledSpec {
+    const NAME: &'static str = "matmul_nbits_tiled";
+    const WGSL: &'static [&'static str] = &[MNB_TILED];
+    fn build(&self, _: &crate::gpu::Features) -> Kernel {
+        let (tmr, tk) = (self.tmr, self.tk);
+        // Column quads per invocation: a 4 x 4·CQ register block, at least 16 invocations per
+        // workgroup.
+        let cq = tmr.min(4);
+        let (acc, compute, store) = tiled_code(cq, self.io.y == Storage::F16);
+        let kern = Kernel::new("matmul_nbits_tiled", MNB_TILED)
+            .workgroup(16 / cq * tmr)
+            .u32("CQ", cq)
+            .code("ACC", &acc)
+            .code("COMPUTE", &compute)
+            .code("STORE", &store)
+            .u32("TMR", tmr)
+            .u32("TK", tk)
+            .u32("A_LEN", tk * tmr)
+            .u32("B_LEN", tk * 16);
+        self.io.declare(kern)
+    }
+}
+
 struct MatMulNBits {
     k: usize,
     n: usize,
@@ -309,32 +446,23 @@ impl Op for MatMulNBits {
             && k.is_multiple_of(8)
             && self.block.is_multiple_of(8))
         .then(|| regs_shape(m));
-        // The kernel (and any unrolled code) is the same for every weight part: built once;
-        // each part only has its own grid, bindings and sizes.
+        let io = NBitsIo {
+            bits: self.bits,
+            block: self.block as u32,
+            a: a.storage(),
+            scales: scales.storage(),
+            zp: zp.as_ref().map(GpuTensor::storage),
+            bias: bias.as_ref().map(GpuTensor::storage),
+            y: y.storage(),
+        };
+        // The kernel is the same for every weight part; each part only has its own grid,
+        // bindings and sizes.
         let (kern, shape) = if m == 1 {
-            let inner = if self.bits == 4 && k.is_multiple_of(8) {
-                GEMV_INNER_4BIT
-            } else {
-                GEMV_INNER
-            };
-            let kern = Kernel::new("matmul_nbits", MNB)
-                .workgroup(64)
-                .u32("TPC", tpc)
-                .code("NIBBLES", NIBBLES_WGSL)
-                .code("INNER", inner);
+            let nibbles = self.bits == 4 && k.is_multiple_of(8);
+            let kern = cx.gpu.kernel(&GemvSpec { io, tpc, nibbles })?;
             (kern, Shape::Gemv)
         } else if let Some((r, c)) = regs {
-            let code = regs_code(r, c, a.dtype == DType::F16, direct_f16);
-            let kern = Kernel::new("matmul_nbits_regs", MNB_REGS)
-                .workgroup(64)
-                .u32("R", r)
-                .u32("C", c)
-                .code("DECL", &code.decl)
-                .code("BLOCK_START", &code.block_start)
-                .code("WORD", &code.word)
-                .code("BLOCK_END", &code.block_end)
-                .code("STORE", &code.store);
-            (kern, Shape::Regs(r, c))
+            (cx.gpu.kernel(&RegsSpec { io, r, c })?, Shape::Regs(r, c))
         } else {
             // Tiled GEMM (prefill): TM = 4 * TMR rows by 64 columns per workgroup of
             // 16 / CQ * TMR invocations.
@@ -346,70 +474,44 @@ impl Op for MatMulNBits {
                 _ => 16,
             };
             let tk = self.block.min(32) as u32;
-            // Column quads per invocation: a 4 x 4·CQ register block, at least 16
-            // invocations per workgroup.
-            let cq = tmr.min(4);
-            let (acc, compute, store) = tiled_code(cq, direct_f16);
-            let kern = Kernel::new("matmul_nbits_tiled", MNB_TILED)
-                .workgroup(16 / cq * tmr)
-                .u32("CQ", cq)
-                .code("ACC", &acc)
-                .code("COMPUTE", &compute)
-                .code("STORE", &store)
-                .u32("TMR", tmr)
-                .u32("TK", tk)
-                .u32("A_LEN", tk * tmr)
-                .u32("B_LEN", tk * 16);
-            (kern, Shape::Tiled(tmr))
+            (
+                cx.gpu.kernel(&TiledSpec { io, tmr, tk })?,
+                Shape::Tiled(tmr),
+            )
         };
-        let mut kern = kern
-            .u32("BITS", self.bits)
-            .u32("BLOCK", self.block as u32)
-            .code("ZP", &zp_code(zp.as_ref(), self.bits))
-            .input("a", a.storage())
-            .input("qw", Storage::U8)
-            .input("scales", scales.storage());
-        if let Some(z) = &zp {
-            kern = kern.input("zp", z.storage());
-        }
-        if let Some(bs) = &bias {
-            kern = kern
-                .input("bias", bs.storage())
-                .code("BIAS_AT", "return ld_bias(n);");
-        } else {
-            kern = kern.code("BIAS_AT", "return 0.0;");
-        }
-        let kern = kern.output("y", y.storage());
         for (n_off, b) in &b_parts {
             let n_part = b.shape.first().copied().unwrap_or(0);
-            let mut bind = vec![&a, b, &scales];
-            bind.extend(zp.iter());
-            bind.extend(bias.iter());
-            bind.push(&y);
-            let meta = [
-                m as u32,
-                n as u32,
-                k as u32,
-                nb as u32,
-                zrow as u32,
-                *n_off as u32,
-                n_part as u32,
-            ];
+            let bound = kern
+                .bind("a", &a)
+                .bind("qw", b)
+                .bind("scales", &scales)
+                .bind_opt("zp", zp.as_ref())
+                .bind_opt("bias", bias.as_ref())
+                .bind("y", &y);
+            let p = NBitsParams {
+                m: m as u32,
+                n: n as u32,
+                k: k as u32,
+                blocks: nb as u32,
+                zp_row: zrow as u32,
+                n_off: *n_off as u32,
+                n_part: n_part as u32,
+            };
             match shape {
                 Shape::Gemv => {
                     let cols = n_part.div_ceil((64 / tpc) as usize) as u64;
-                    cx.dispatch(&kern, &bind, &meta, cols * 64)?;
+                    cx.launch(bound, &p, cols * 64)?;
                 }
                 Shape::Regs(r, c) => {
                     let blocks = m.div_ceil(r as usize) * n_part.div_ceil(c as usize);
-                    cx.dispatch(&kern, &bind, &meta, blocks as u64)?;
+                    cx.launch(bound, &p, blocks as u64)?;
                 }
                 Shape::Tiled(tmr) => {
                     let grid = (
                         n_part.div_ceil(64) as u32,
                         m.div_ceil(4 * tmr as usize) as u32,
                     );
-                    cx.dispatch_groups(&kern, &bind, &meta, grid)?;
+                    cx.launch_groups(bound, &p, grid)?;
                 }
             }
         }
@@ -458,6 +560,68 @@ fn matmul_nbits(a: &Attrs<'_>) -> Result<Box<dyn Op>> {
         bits: bits as u32,
         block: block as usize,
     }))
+}
+
+crate::gpu_params! {
+    /// GatherBlockQuantized's parameters: the sizes, and the row range a dispatch writes with
+    /// the first rows of the data, scale and zero point parts it binds.
+    struct GbqParams {
+        /// Elements of y.
+        n: u32,
+        /// Row length (values).
+        k: u32,
+        /// Rows of the table.
+        rows: u32,
+        /// Quant blocks per row.
+        blocks: u32,
+        /// Bytes of data per row.
+        data_row: u32,
+        /// Bytes of packed uint8 zero points per row.
+        zp_row: u32,
+        /// The data part's first row.
+        data_row0: u32,
+        /// The first row written.
+        lo: u32,
+        /// The end of the rows written.
+        hi: u32,
+        /// The scale part's first row.
+        scales_row0: u32,
+        /// The zero point part's first row.
+        zp_row0: u32,
+    }
+}
+
+/// `gather_block_quantized.wgsl`: the attributes and the storages of the indices, scales,
+/// zero points (`None`: the default) and result.
+#[derive(Hash)]
+struct GbqSpec {
+    bits: u32,
+    block: u32,
+    idx: Storage,
+    scales: Storage,
+    zp: Option<Storage>,
+    y: Storage,
+}
+
+impl crate::gpu::KernelSpec for GbqSpec {
+    const NAME: &'static str = "gather_block_quantized";
+    const WGSL: &'static [&'static str] = &[GBQ];
+    fn build(&self, _: &crate::gpu::Features) -> Kernel {
+        let zp_code = zp_code(self.zp, self.bits).replace("n * ", "row * ");
+        let kern = Kernel::new("gather_block_quantized", GBQ)
+            .params::<GbqParams>()
+            .u32("BITS", self.bits)
+            .u32("BLOCK", self.block)
+            .code("ZP", &zp_code)
+            .input("data", Storage::U8)
+            .input("idx", self.idx)
+            .input("scales", self.scales);
+        match self.zp {
+            Some(z) => kern.input("zp", z),
+            None => kern,
+        }
+        .output("y", self.y)
+    }
 }
 
 struct GatherBlockQuantized {
@@ -516,31 +680,14 @@ impl Op for GatherBlockQuantized {
             return Err(op_err("float16 output needs an even row length"));
         }
         let zrow = (nb * self.bits as usize).div_ceil(8);
-        // The code depends on the attributes and on the storages of the indices, scales, zero
-        // points (and their type) and result: made once (the same every decode step).
-        let recipe = crate::exec::hash128((
-            self.bits,
-            self.block,
-            idx.storage(),
-            scales.storage(),
-            zp.as_ref().map(|z| (z.storage(), z.dtype)),
-            y.storage(),
-        ));
-        let kern = crate::exec::recipe_made("gather_block_quantized", recipe, || {
-            let zp_code = zp_code(zp.as_ref(), self.bits).replace("n * ", "row * ");
-            let kern = Kernel::new("gather_block_quantized", GBQ)
-                .u32("BITS", self.bits)
-                .u32("BLOCK", self.block as u32)
-                .code("ZP", &zp_code)
-                .input("data", Storage::U8)
-                .input("idx", idx.storage())
-                .input("scales", scales.storage());
-            match &zp {
-                Some(z) => kern.input("zp", z.storage()),
-                None => kern,
-            }
-            .output("y", y.storage())
-        });
+        let kern = cx.gpu.kernel(&GbqSpec {
+            bits: self.bits,
+            block: self.block as u32,
+            idx: idx.storage(),
+            scales: scales.storage(),
+            zp: zp.as_ref().map(GpuTensor::storage),
+            y: y.storage(),
+        })?;
         // One dispatch per row range over which the data, scale and zero point parts do not
         // change (one range for unsplit tensors).
         let mut cuts: Vec<usize> = data_parts
@@ -568,27 +715,29 @@ impl Op for GatherBlockQuantized {
             let (d0, data) = part_at(&data_parts, lo);
             let (s0, sc) = part_at(&scale_parts, lo);
             let z = zp_parts.as_ref().map(|p| part_at(p, lo));
-            let mut bind = vec![&data, &idx, &sc];
-            bind.extend(z.as_ref().map(|(_, t)| t));
-            bind.push(&y);
+            let bound = kern
+                .bind("data", &data)
+                .bind("idx", &idx)
+                .bind("scales", &sc)
+                .bind_opt("zp", z.as_ref().map(|(_, t)| t))
+                .bind("y", &y);
             let n = y.numel();
-            let meta = [
-                n as u32,
-                k as u32,
-                rows as u32,
-                nb as u32,
-                data_shape[1] as u32,
-                zrow as u32,
-                d0 as u32,
-                lo as u32,
-                hi as u32,
-                s0 as u32,
-                z.as_ref().map_or(0, |(z0, _)| *z0 as u32),
-            ];
-            cx.dispatch(
-                &kern,
-                &bind,
-                &meta,
+            let p = GbqParams {
+                n: n as u32,
+                k: k as u32,
+                rows: rows as u32,
+                blocks: nb as u32,
+                data_row: data_shape[1] as u32,
+                zp_row: zrow as u32,
+                data_row0: d0 as u32,
+                lo: lo as u32,
+                hi: hi as u32,
+                scales_row0: s0 as u32,
+                zp_row0: z.as_ref().map_or(0, |(z0, _)| *z0 as u32),
+            };
+            cx.launch(
+                bound,
+                &p,
                 n.div_ceil(y.storage().per_word() as usize) as u64,
             )?;
         }
