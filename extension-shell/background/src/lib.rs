@@ -11,11 +11,14 @@ mod overlay_gate;
 mod storage;
 mod tools;
 
-use gg_chrome::log;
+use gg_chrome::{ChromeError, log};
 use gg_messages::{
-    AdapterReport, Body, Context, Envelope, OFFSCREEN_STATUS_KEY, PageBinding, PanelAction,
-    RequestId, SenderInfo, StatusReport, TOGGLE_COMMAND, conversation_key,
+    AdapterReport, Broadcast, ContentAnswer, ContentCommand, ContentReply, ContentRequest, Context,
+    Envelope, OFFSCREEN_STATUS_KEY, OffscreenAnswer, OffscreenCommand, OffscreenReply,
+    OffscreenRequest, OverlayAnswer, OverlayRequest, PageBinding, PanelAction, RequestId,
+    SenderInfo, StatusReport, TOGGLE_COMMAND, conversation_key,
 };
+use serde_json::Value;
 use std::cell::Cell;
 use wasm_bindgen::prelude::*;
 
@@ -33,6 +36,48 @@ fn next_id() -> RequestId {
     }))
 }
 
+/// A message that must come from a tab came from none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("this message must come from a tab")]
+pub(crate) struct NoTab;
+
+/// Why the service worker could not do what another context asked (the text is what that
+/// context is told, and what its overlay shows).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    #[error("{0}")]
+    NoTab(#[from] NoTab),
+    #[error("cannot tell which page this tab shows: {0}")]
+    NoTopFrame(ChromeError),
+    #[error("{0}")]
+    Chrome(#[from] ChromeError),
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    #[error("stored conversation unreadable: {0}")]
+    StoredConversation(serde_json::Error),
+    /// The overlay gate refused the message.
+    #[error("{0}")]
+    Gate(#[from] overlay_gate::GateError),
+    #[error("{0}")]
+    Check(#[from] gg_messages::storage::CheckError),
+    #[error("{0}")]
+    Storage(#[from] storage::StorageError),
+    /// The offscreen document answered with an error.
+    #[error("{0}")]
+    Offscreen(String),
+    #[error("unexpected answer from {0:?}")]
+    AnswerFrom(Context),
+    #[error("the offscreen document did not answer")]
+    OffscreenSilent,
+    #[error("the offscreen document did not start within 10 s")]
+    OffscreenNotStarted,
+    /// An answer of the right channel, but not the one the request asks for (its `Debug` form).
+    #[error("unexpected answer {0}")]
+    UnexpectedAnswer(String),
+    #[error("{}", PAGE_CHANGED)]
+    PageChanged,
+}
+
 /// Called once when the module has loaded.
 #[wasm_bindgen]
 pub fn start() {
@@ -44,9 +89,10 @@ pub fn start() {
 #[wasm_bindgen]
 pub async fn on_startup() -> Result<(), JsValue> {
     if let Err(e) = storage::migrate_if_needed().await {
-        log::error(&e);
+        log::error(&e.to_string());
     }
     ensure_offscreen().await.map_err(|e| {
+        let e = e.to_string();
         log::error(&e);
         JsValue::from_str(&e)
     })
@@ -57,7 +103,7 @@ pub async fn on_startup() -> Result<(), JsValue> {
 #[wasm_bindgen]
 pub async fn on_settings_changed() {
     if let Err(e) = storage::migrate_if_needed().await {
-        log::error(&e);
+        log::error(&e.to_string());
     }
 }
 
@@ -79,30 +125,52 @@ pub async fn on_command(command: String, tab_id: Option<f64>) {
     }
 }
 
-async fn panel_command(tab_id: i64, action: PanelAction) -> Result<(), String> {
+async fn panel_command(tab_id: i64, action: PanelAction) -> Result<(), Error> {
     let env = Envelope::new(
         next_id(),
         Context::ServiceWorker,
-        Body::PanelCommand { action },
+        ContentCommand::PanelCommand { action },
     );
-    match gg_chrome::send_to_tab(tab_id, &env).await {
-        Ok(Envelope {
+    match gg_chrome::send_to_tab::<_, ContentReply>(tab_id, &env).await? {
+        Envelope {
             from: Context::Content,
-            body: Body::Ack,
+            body: ContentReply::Ack,
             ..
-        }) => Ok(()),
-        Ok(other) => Err(format!("unexpected answer {:?}", other.body)),
-        Err(e) => Err(e.to_string()),
+        } => Ok(()),
+        other => Err(Error::UnexpectedAnswer(format!("{:?}", other.body))),
     }
 }
 
-/// `chrome.runtime.onMessage`: every message is parsed, its sender checked, then routed.
-/// Returns the answer envelope (or `undefined` for messages that are not ours).
+/// The answer enums of the channels the service worker answers: each has an `Error` variant.
+trait Answer: serde::Serialize {
+    fn error(message: String) -> Self;
+}
+
+impl Answer for OverlayAnswer {
+    fn error(message: String) -> Self {
+        Self::Error { message }
+    }
+}
+
+impl Answer for ContentAnswer {
+    fn error(message: String) -> Self {
+        Self::Error { message }
+    }
+}
+
+impl Answer for OffscreenAnswer {
+    fn error(message: String) -> Self {
+        Self::Error { message }
+    }
+}
+
+/// `chrome.runtime.onMessage`: every message is parsed, its sender checked, then its body parsed
+/// as the request enum of the channel that sender speaks on and handled by that channel's
+/// handler. Returns the answer envelope (or `undefined` for messages that are not ours).
 #[wasm_bindgen]
 pub async fn on_message(message: JsValue, sender: JsValue) -> Result<JsValue, JsValue> {
     let env = match gg_chrome::from_js(&message)
-        .map_err(|e| e.to_string())
-        .and_then(|j| Envelope::from_json(j).map_err(|e| e.to_string()))
+        .and_then(|j| Envelope::<Value>::from_json(j).map_err(|e| e.to_string()))
     {
         Ok(env) => env,
         Err(e) => {
@@ -111,114 +179,177 @@ pub async fn on_message(message: JsValue, sender: JsValue) -> Result<JsValue, Js
         }
     };
     let sender = gg_chrome::sender_info(&sender);
+    // The context is the one Chrome's sender proves, not only the one the envelope claims.
     if let Err(e) = sender.check(&gg_chrome::extension_id(), env.from) {
         log::warn(&e.to_string());
-        return reply(
-            &env,
-            Body::Error {
-                message: e.to_string(),
-            },
-        );
+        return reply(env.id, OverlayAnswer::error(e.to_string()));
     }
-    // Overlay tokens, and overlays that did not present one.
-    if let Some(body) = overlay_gate::gate(env.from, &env.body, &sender).await {
-        return reply(&env, body);
-    }
-    let body = match handle(&env, &sender).await {
-        Ok(body) => body,
-        Err(e) => {
-            log::error(&e);
-            Body::Error { message: e }
+    let id = env.id;
+    match env.from {
+        Context::Overlay => reply(id, from_overlay(env, &sender).await),
+        Context::Content => reply(id, from_content(env, &sender).await),
+        Context::Offscreen => reply(id, from_offscreen(env).await),
+        // Chrome does not hand a context its own messages.
+        Context::ServiceWorker => {
+            log::warn("ignored message: the service worker does not talk to itself");
+            Ok(JsValue::UNDEFINED)
         }
-    };
-    reply(&env, body)
+    }
 }
 
-fn reply(to: &Envelope, body: Body) -> Result<JsValue, JsValue> {
+fn reply<A: serde::Serialize>(id: RequestId, body: A) -> Result<JsValue, JsValue> {
     Ok(gg_chrome::into_js(&Envelope::new(
-        to.id,
+        id,
         Context::ServiceWorker,
         body,
     ))?)
 }
 
-/// The tab a message came from (an error for a message from no tab).
-pub(crate) fn sender_tab(sender: &SenderInfo) -> Result<i64, String> {
-    sender
-        .tab
-        .as_ref()
-        .and_then(|t| t.id)
-        .ok_or_else(|| "this message must come from a tab".to_owned())
+/// The body of `env` as the request enum `R` of its channel; a body of another channel (or
+/// none of ours) is refused here.
+fn parse<R: serde::de::DeserializeOwned, A: Answer>(env: Envelope<Value>) -> Result<R, A> {
+    let from = env.from;
+    env.parse_body::<R>().map(|env| env.body).map_err(|e| {
+        let message = format!("refused a message from {from:?}: {e}");
+        log::warn(&message);
+        A::error(message)
+    })
 }
 
-/// Sends a request to the offscreen document (creating it if needed) and returns its answer.
-async fn to_offscreen(body: Body) -> Result<Body, String> {
-    ensure_offscreen().await?;
-    let answer = gg_chrome::send(Context::ServiceWorker, next_id(), body)
-        .await
-        .map_err(|e| e.to_string())?;
-    match answer {
-        Some(env) if env.from == Context::Offscreen => match env.body {
-            Body::Error { message } => Err(message),
-            body => Ok(body),
+/// The answer to a request, or its error (logged).
+fn answered<A: Answer>(result: Result<A, Error>) -> A {
+    result.unwrap_or_else(|e| {
+        let message = e.to_string();
+        match e {
+            Error::Gate(_) => log::warn(&message),
+            _ => log::error(&message),
+        }
+        A::error(message)
+    })
+}
+
+/// The overlay channel. Until an overlay has presented its tab's token it gets nothing but the
+/// gate's refusal ([`overlay_gate`]).
+async fn from_overlay(env: Envelope<Value>, sender: &SenderInfo) -> OverlayAnswer {
+    let request = match parse::<OverlayRequest, _>(env) {
+        Ok(request) => request,
+        Err(refused) => return refused,
+    };
+    answered(match request {
+        OverlayRequest::ActivateOverlay { token } => overlay_gate::activate(sender, &token)
+            .await
+            .map(|()| OverlayAnswer::Ack)
+            .map_err(Error::from),
+        request => match overlay_gate::check(sender).await {
+            Ok(()) => overlay_request(request, sender).await,
+            Err(e) => Err(e.into()),
         },
-        Some(env) => Err(format!("unexpected answer from {:?}", env.from)),
-        None => Err("the offscreen document did not answer".into()),
-    }
+    })
 }
 
-async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
-    match (env.from, env.body.clone()) {
-        (Context::Offscreen, Body::OffscreenReady) => {
-            log::debug("offscreen document ready");
-            Ok(Body::Ack)
-        }
-        (Context::Offscreen, Body::AdapterReport(report)) => {
-            match (&report.adapter, &report.error) {
-                (Some(a), _) => log::info(&format!(
-                    "WebGPU adapter: {} {} {}",
-                    a.vendor, a.architecture, a.device
-                )),
-                (None, Some(e)) => log::error(&format!("WebGPU unavailable: {e}")),
-                (None, None) => log::error("WebGPU unavailable"),
-            }
-            let json = serde_json::to_value(&report).map_err(|e| e.to_string())?;
-            gg_chrome::session_set(OFFSCREEN_STATUS_KEY, &json)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(Body::Ack)
-        }
-        (_, Body::GetStatus) => {
-            ensure_offscreen().await?;
-            let adapter: Option<AdapterReport> = gg_chrome::session_get(OFFSCREEN_STATUS_KEY)
-                .await
-                .map_err(|e| e.to_string())?
-                .and_then(|v| serde_json::from_value(v).ok());
-            let offscreen_alive = gg_chrome::offscreen_exists()
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(Body::Status(StatusReport {
-                offscreen_alive,
-                adapter,
-            }))
-        }
-
+/// The content script channel.
+async fn from_content(env: Envelope<Value>, sender: &SenderInfo) -> ContentAnswer {
+    let request = match parse::<ContentRequest, _>(env) {
+        Ok(request) => request,
+        Err(refused) => return refused,
+    };
+    answered(match request {
+        ContentRequest::OverlayTokenRequest => overlay_gate::issue(sender)
+            .await
+            .map(|token| ContentAnswer::OverlayToken { token })
+            .map_err(Error::from),
         // A tab's content script failed inside the page and its loader restarted it.
-        (Context::Content, Body::ContentCrashed { detail }) => {
+        ContentRequest::ContentCrashed { detail } => {
             let tab = sender.tab.as_ref().and_then(|t| t.id).unwrap_or(-1);
             log::error(&format!(
                 "the page tools of tab {tab} crashed and were restarted: {detail}"
             ));
-            Ok(Body::Ack)
+            Ok(ContentAnswer::Ack)
         }
+        ContentRequest::GetStatus => status().await.map(ContentAnswer::Status),
+    })
+}
 
-        // The overlay of a tab: the tab is the one Chrome says the message came from.
-        (Context::Overlay, Body::ChatSend { text }) => {
+/// The offscreen channel: its requests, and its broadcasts (for the overlays; nothing to do
+/// here but acknowledge them).
+async fn from_offscreen(env: Envelope<Value>) -> OffscreenAnswer {
+    if env
+        .body_type()
+        .is_some_and(|t| Broadcast::TYPES.contains(&t))
+    {
+        return match parse::<Broadcast, _>(env) {
+            Ok(_) => OffscreenAnswer::Ack,
+            Err(refused) => refused,
+        };
+    }
+    match parse::<OffscreenRequest, _>(env) {
+        Ok(request) => answered(offscreen_request(request).await),
+        Err(refused) => refused,
+    }
+}
+
+/// The tab a message came from (an error for a message from no tab).
+pub(crate) fn sender_tab(sender: &SenderInfo) -> Result<i64, NoTab> {
+    sender.tab.as_ref().and_then(|t| t.id).ok_or(NoTab)
+}
+
+/// Sends a request to the offscreen document (creating it if needed) and returns its answer.
+async fn to_offscreen(command: OffscreenCommand) -> Result<OffscreenReply, Error> {
+    ensure_offscreen().await?;
+    let answer =
+        gg_chrome::send::<_, OffscreenReply>(Context::ServiceWorker, next_id(), command).await?;
+    match answer {
+        Some(env) if env.from == Context::Offscreen => match env.body {
+            OffscreenReply::Error { message } => Err(Error::Offscreen(message)),
+            body => Ok(body),
+        },
+        Some(env) => Err(Error::AnswerFrom(env.from)),
+        None => Err(Error::OffscreenSilent),
+    }
+}
+
+/// An answer of the offscreen document, handed on to the overlay that asked.
+async fn to_offscreen_for_overlay(command: OffscreenCommand) -> Result<OverlayAnswer, Error> {
+    match to_offscreen(command).await? {
+        OffscreenReply::Ack => Ok(OverlayAnswer::Ack),
+        OffscreenReply::Conversation(c) => Ok(OverlayAnswer::Conversation(c)),
+        OffscreenReply::ModelStatus(report) => Ok(OverlayAnswer::ModelStatus(report)),
+        OffscreenReply::StoredModels { models } => Ok(OverlayAnswer::StoredModels { models }),
+        OffscreenReply::Error { message } => Err(Error::Offscreen(message)),
+        other @ (OffscreenReply::Pong | OffscreenReply::DevGreedyResult(_)) => {
+            Err(Error::UnexpectedAnswer(format!("{other:?}")))
+        }
+    }
+}
+
+/// What the service worker knows about the extension (the offscreen document is started first).
+async fn status() -> Result<StatusReport, Error> {
+    ensure_offscreen().await?;
+    let adapter: Option<AdapterReport> = gg_chrome::session_get(OFFSCREEN_STATUS_KEY)
+        .await?
+        .and_then(|v| serde_json::from_value(v).ok());
+    let offscreen_alive = gg_chrome::offscreen_exists().await?;
+    Ok(StatusReport {
+        offscreen_alive,
+        adapter,
+    })
+}
+
+/// The requests of a tab's overlay (activated: [`overlay_gate::check`] passed). The tab is the
+/// one Chrome says the message came from.
+async fn overlay_request(
+    request: OverlayRequest,
+    sender: &SenderInfo,
+) -> Result<OverlayAnswer, Error> {
+    match request {
+        // Answered by the gate before.
+        OverlayRequest::ActivateOverlay { .. } => Ok(OverlayAnswer::Ack),
+        OverlayRequest::ChatSend { text } => {
             let tab_id = sender_tab(sender)?;
             // The turn is bound to the document the tab shows now; every call of it goes there.
             let top = gg_chrome::top_frame(tab_id)
                 .await
-                .map_err(|e| format!("cannot tell which page this tab shows: {e}"))?;
+                .map_err(Error::NoTopFrame)?;
             let binding = PageBinding {
                 document_id: top.document_id,
                 origin: origin_of(&top.url),
@@ -226,7 +357,7 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
             let s = storage::settings().await;
             gg_messages::storage::check_model_source(&s.model_source, &s.confirmed_http_mirror)?;
             restore_if_needed(tab_id, &binding.origin).await?;
-            to_offscreen(Body::RunTurn {
+            to_offscreen_for_overlay(OffscreenCommand::RunTurn {
                 tab_id,
                 text,
                 model_source: s.model_source,
@@ -239,29 +370,24 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
             })
             .await
         }
-        (Context::Overlay, Body::ChatStop) => {
-            to_offscreen(Body::CancelTurn {
+        OverlayRequest::ChatStop => {
+            to_offscreen_for_overlay(OffscreenCommand::CancelTurn {
                 tab_id: sender_tab(sender)?,
             })
             .await
         }
-        (Context::Overlay, Body::ChatNew) => {
+        OverlayRequest::ChatNew => {
             let tab_id = sender_tab(sender)?;
             let origin = page_origin(tab_id).await?;
-            gg_chrome::session_remove(&conversation_key(tab_id, &origin))
-                .await
-                .map_err(|e| e.to_string())?;
-            to_offscreen(Body::ClearConversation { tab_id, origin }).await
+            gg_chrome::session_remove(&conversation_key(tab_id, &origin)).await?;
+            to_offscreen_for_overlay(OffscreenCommand::ClearConversation { tab_id, origin }).await
         }
-        (
-            Context::Overlay,
-            Body::ChatApproval {
-                call_id,
-                nonce,
-                decision,
-            },
-        ) => {
-            to_offscreen(Body::ApprovalAnswer {
+        OverlayRequest::ChatApproval {
+            call_id,
+            nonce,
+            decision,
+        } => {
+            to_offscreen_for_overlay(OffscreenCommand::ApprovalAnswer {
                 tab_id: sender_tab(sender)?,
                 call_id,
                 nonce,
@@ -269,93 +395,128 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
             })
             .await
         }
-        (Context::Overlay, Body::ClosePanel) => {
+        OverlayRequest::ClosePanel => {
             panel_command(sender_tab(sender)?, PanelAction::Close).await?;
-            Ok(Body::Ack)
+            Ok(OverlayAnswer::Ack)
         }
-        (Context::Overlay, Body::GetPageSite) => {
-            let url = gg_chrome::tab_url(sender_tab(sender)?)
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok(Body::Site {
+        OverlayRequest::GetPageSite => {
+            let url = gg_chrome::tab_url(sender_tab(sender)?).await?;
+            Ok(OverlayAnswer::Site {
                 site: origin_of(&url),
             })
         }
         // Settings and per-site data: written here only, each request checked.
-        (Context::Overlay, body) if storage::is_request(&body) => {
-            storage::handle(body, sender).await
+        OverlayRequest::SaveSettings { settings } => {
+            storage::save_settings(settings).await?;
+            Ok(OverlayAnswer::Ack)
         }
-        (Context::Overlay, Body::GetConversation) => {
+        OverlayRequest::SetSiteDisabled { site, disabled } => {
+            storage::set_site_disabled(site, disabled).await?;
+            Ok(OverlayAnswer::Ack)
+        }
+        OverlayRequest::GrantSitePermission { site, permission } => {
+            storage::grant(&site, permission, sender).await?;
+            Ok(OverlayAnswer::Ack)
+        }
+        OverlayRequest::RevokeSitePermission { site, permission } => {
+            storage::revoke(&site, &permission).await?;
+            Ok(OverlayAnswer::Ack)
+        }
+        OverlayRequest::GetConversation => {
             // The conversation this tab had with the origin it shows now.
             let tab_id = sender_tab(sender)?;
             let origin = page_origin(tab_id).await?;
             restore_if_needed(tab_id, &origin).await?;
-            to_offscreen(Body::GetTabConversation { tab_id, origin }).await
+            to_offscreen_for_overlay(OffscreenCommand::GetTabConversation { tab_id, origin }).await
         }
+        OverlayRequest::GetModelStatus => {
+            to_offscreen_for_overlay(OffscreenCommand::GetModelStatus).await
+        }
+        OverlayRequest::GetStoredModels { repositories } => {
+            to_offscreen_for_overlay(OffscreenCommand::GetStoredModels { repositories }).await
+        }
+        OverlayRequest::ClearModel { repository } => {
+            to_offscreen_for_overlay(OffscreenCommand::ClearModel { repository }).await
+        }
+        OverlayRequest::GetStatus => Ok(OverlayAnswer::Status(status().await?)),
+    }
+}
 
-        // A site the user turned Gemma Gem off on gets no tool at all, whatever runs it
-        // (screenshots and run_javascript are the service worker's own).
-        (
-            Context::Offscreen,
-            Body::TabToolCall {
-                tab_id, call_id, ..
-            },
-        ) if disabled_here(tab_id).await => Ok(Body::ToolOutcome {
-            call_id,
-            result: Err(gg_agent::ToolError::denied(
-                "Gemma Gem is turned off on this site by the user; no tool can run here",
-            )),
-        }),
-        // The offscreen document's agent needs the page: every call names the document its turn
-        // is bound to, and reaches that document only.
-        (
-            Context::Offscreen,
-            Body::TabToolCall {
-                tab_id,
-                document_id,
-                call_id,
-                call,
-            },
-        ) if call.name == "take_screenshot" => Ok(Body::ToolOutcome {
-            call_id,
-            result: tools::take_screenshot(tab_id, &document_id).await,
-        }),
-        (
-            Context::Offscreen,
-            Body::TabToolCall {
-                tab_id,
-                document_id,
-                call_id,
-                call,
-            },
-        ) if call.name == "run_javascript" => {
-            let code = call
-                .args
-                .get("code")
-                .and_then(|c| c.as_str())
-                .unwrap_or_default()
-                .to_owned();
-            Ok(Body::ToolOutcome {
-                call_id,
-                result: tools::run_javascript(tab_id, &document_id, &code).await,
-            })
+/// A content script's answer to a command, handed on to the offscreen document that asked.
+fn from_page(reply: ContentReply) -> OffscreenAnswer {
+    match reply {
+        ContentReply::Ack => OffscreenAnswer::Ack,
+        ContentReply::ToolOutcome { call_id, result } => {
+            OffscreenAnswer::ToolOutcome { call_id, result }
         }
-        (
-            Context::Offscreen,
-            Body::TabToolCall {
-                tab_id,
-                document_id,
-                call_id,
-                call,
-            },
-        ) => {
-            let answer = gg_chrome::send_to_document(
+        ContentReply::ElementFacts { result } => OffscreenAnswer::ElementFacts { result },
+    }
+}
+
+/// The requests of the offscreen document: its agent needs the page (every call names the
+/// document its turn is bound to, and reaches that document only), and its conversations are
+/// stored here.
+async fn offscreen_request(request: OffscreenRequest) -> Result<OffscreenAnswer, Error> {
+    match request {
+        OffscreenRequest::OffscreenReady => {
+            log::debug("offscreen document ready");
+            Ok(OffscreenAnswer::Ack)
+        }
+        OffscreenRequest::AdapterReport(report) => {
+            match (&report.adapter, &report.error) {
+                (Some(a), _) => log::info(&format!(
+                    "WebGPU adapter: {} {} {}",
+                    a.vendor, a.architecture, a.device
+                )),
+                (None, Some(e)) => log::error(&format!("WebGPU unavailable: {e}")),
+                (None, None) => log::error("WebGPU unavailable"),
+            }
+            let json = serde_json::to_value(&report)?;
+            gg_chrome::session_set(OFFSCREEN_STATUS_KEY, &json).await?;
+            Ok(OffscreenAnswer::Ack)
+        }
+        OffscreenRequest::GetStatus => Ok(OffscreenAnswer::Status(status().await?)),
+        OffscreenRequest::TabToolCall {
+            tab_id,
+            document_id,
+            call_id,
+            call,
+        } => {
+            // A site the user turned Gemma Gem off on gets no tool at all, whatever runs it
+            // (screenshots and run_javascript are the service worker's own).
+            if disabled_here(tab_id).await {
+                return Ok(OffscreenAnswer::ToolOutcome {
+                    call_id,
+                    result: Err(gg_agent::ToolError::denied(
+                        "Gemma Gem is turned off on this site by the user; no tool can run here",
+                    )),
+                });
+            }
+            if call.name == "take_screenshot" {
+                return Ok(OffscreenAnswer::ToolOutcome {
+                    call_id,
+                    result: tools::take_screenshot(tab_id, &document_id).await,
+                });
+            }
+            if call.name == "run_javascript" {
+                let code = call
+                    .args
+                    .get("code")
+                    .and_then(|c| c.as_str())
+                    .unwrap_or_default()
+                    .to_owned();
+                return Ok(OffscreenAnswer::ToolOutcome {
+                    call_id,
+                    result: tools::run_javascript(tab_id, &document_id, &code).await,
+                });
+            }
+            let answer = gg_chrome::send_to_document::<_, ContentReply>(
                 tab_id,
                 &document_id,
                 &Envelope::new(
                     next_id(),
                     Context::ServiceWorker,
-                    Body::ExecuteTool {
+                    ContentCommand::ExecuteTool {
                         call_id: call_id.clone(),
                         call,
                     },
@@ -363,79 +524,60 @@ async fn handle(env: &Envelope, sender: &SenderInfo) -> Result<Body, String> {
             )
             .await;
             Ok(match answer {
-                Ok(env) => env.body,
-                Err(e) => Body::ToolOutcome {
+                Ok(env) => from_page(env.body),
+                Err(e) => OffscreenAnswer::ToolOutcome {
                     call_id,
                     result: Err(page_unreachable(&e)),
                 },
             })
         }
-        (
-            Context::Offscreen,
-            Body::TabElementFacts {
-                tab_id,
-                document_id,
-                target,
-            },
-        ) => {
-            let answer = gg_chrome::send_to_document(
+        OffscreenRequest::TabElementFacts {
+            tab_id,
+            document_id,
+            target,
+        } => {
+            let answer = gg_chrome::send_to_document::<_, ContentReply>(
                 tab_id,
                 &document_id,
                 &Envelope::new(
                     next_id(),
                     Context::ServiceWorker,
-                    Body::GetElementFacts { target },
+                    ContentCommand::GetElementFacts { target },
                 ),
             )
             .await;
             Ok(match answer {
-                Ok(env) => env.body,
-                Err(e) => Body::ElementFacts {
+                Ok(env) => from_page(env.body),
+                Err(e) => OffscreenAnswer::ElementFacts {
                     result: Err(page_unreachable(&e)),
                 },
             })
         }
-        (
-            Context::Offscreen,
-            Body::TabSite {
-                tab_id,
-                document_id,
-            },
-        ) => {
-            let top = gg_chrome::top_frame(tab_id)
-                .await
-                .map_err(|e| e.to_string())?;
+        OffscreenRequest::TabSite {
+            tab_id,
+            document_id,
+        } => {
+            let top = gg_chrome::top_frame(tab_id).await?;
             if top.document_id != document_id {
-                return Err(PAGE_CHANGED.into());
+                return Err(Error::PageChanged);
             }
-            Ok(Body::Site {
+            Ok(OffscreenAnswer::Site {
                 site: origin_of(&top.url),
             })
         }
-        (
-            Context::Offscreen,
-            Body::ConversationSnapshot {
-                tab_id,
-                origin,
-                messages,
-            },
-        ) => {
-            let json = serde_json::to_value(&messages).map_err(|e| e.to_string())?;
+        OffscreenRequest::ConversationSnapshot {
+            tab_id,
+            origin,
+            messages,
+        } => {
+            let json = serde_json::to_value(&messages)?;
             gg_chrome::session_set(
                 &conversation_key(tab_id, &gg_agent::site_key(&origin)),
                 &json,
             )
-            .await
-            .map_err(|e| e.to_string())?;
-            Ok(Body::Ack)
+            .await?;
+            Ok(OffscreenAnswer::Ack)
         }
-        (Context::Overlay, Body::GetModelStatus) => to_offscreen(Body::GetModelStatus).await,
-        (Context::Overlay, body @ (Body::GetStoredModels { .. } | Body::ClearModel { .. })) => {
-            to_offscreen(body).await
-        }
-        // Broadcasts for the overlays; nothing to do here.
-        (Context::Offscreen, Body::AgentEvent { .. } | Body::ModelStatus(_)) => Ok(Body::Ack),
-        (from, other) => Err(format!("unexpected message {other:?} from {from:?}")),
     }
 }
 
@@ -485,13 +627,15 @@ pub async fn on_navigation(
             return;
         }
     }
-    let body = Body::PageChanged {
+    let body = OffscreenCommand::PageChanged {
         tab_id: tab_id as i64,
         document_id,
         url,
         same_document,
     };
-    if let Err(e) = gg_chrome::send(Context::ServiceWorker, next_id(), body).await {
+    if let Err(e) =
+        gg_chrome::send::<_, OffscreenReply>(Context::ServiceWorker, next_id(), body).await
+    {
         log::warn(&format!("could not report a navigation: {e}"));
     }
 }
@@ -517,10 +661,10 @@ pub async fn on_tab_removed(tab_id: f64) {
     }
     overlay_gate::forget(tab_id).await;
     if matches!(gg_chrome::offscreen_exists().await, Ok(true))
-        && let Err(e) = gg_chrome::send(
+        && let Err(e) = gg_chrome::send::<_, OffscreenReply>(
             Context::ServiceWorker,
             next_id(),
-            Body::ForgetTab { tab_id },
+            OffscreenCommand::ForgetTab { tab_id },
         )
         .await
     {
@@ -540,26 +684,23 @@ fn origin_of(url: &str) -> String {
 }
 
 /// The origin (normalized) of the page a tab shows now.
-async fn page_origin(tab_id: i64) -> Result<String, String> {
+async fn page_origin(tab_id: i64) -> Result<String, Error> {
     let top = gg_chrome::top_frame(tab_id)
         .await
-        .map_err(|e| format!("cannot tell which page this tab shows: {e}"))?;
+        .map_err(Error::NoTopFrame)?;
     Ok(gg_agent::site_key(&origin_of(&top.url)))
 }
 
 /// After the offscreen document was recreated it has no conversations: give it the stored one
 /// of `origin`.
-async fn restore_if_needed(tab_id: i64, origin: &str) -> Result<(), String> {
+async fn restore_if_needed(tab_id: i64, origin: &str) -> Result<(), Error> {
     let origin = gg_agent::site_key(origin);
-    let Some(stored) = gg_chrome::session_get(&conversation_key(tab_id, &origin))
-        .await
-        .map_err(|e| e.to_string())?
-    else {
+    let Some(stored) = gg_chrome::session_get(&conversation_key(tab_id, &origin)).await? else {
         return Ok(());
     };
-    let messages: Vec<gg_agent::ChatMessage> = serde_json::from_value(stored)
-        .map_err(|e| format!("stored conversation unreadable: {e}"))?;
-    to_offscreen(Body::RestoreConversation {
+    let messages: Vec<gg_agent::ChatMessage> =
+        serde_json::from_value(stored).map_err(Error::StoredConversation)?;
+    to_offscreen(OffscreenCommand::RestoreConversation {
         tab_id,
         origin,
         messages,
@@ -570,26 +711,28 @@ async fn restore_if_needed(tab_id: i64, origin: &str) -> Result<(), String> {
 
 /// Creates the offscreen document unless it is already there, then waits until its wasm answers.
 /// Two callers racing is harmless: Chrome refuses the second creation, which we accept.
-async fn ensure_offscreen() -> Result<(), String> {
-    if !gg_chrome::offscreen_exists()
-        .await
-        .map_err(|e| e.to_string())?
-    {
+async fn ensure_offscreen() -> Result<(), Error> {
+    if !gg_chrome::offscreen_exists().await? {
         create_offscreen().await?;
     }
     // The document may exist before its wasm has registered its listener: wait for an answer.
     for _ in 0..100 {
-        if let Ok(Some(env)) = gg_chrome::send(Context::ServiceWorker, next_id(), Body::Ping).await
-            && env.body == Body::Pong
+        if let Ok(Some(env)) = gg_chrome::send::<_, OffscreenReply>(
+            Context::ServiceWorker,
+            next_id(),
+            OffscreenCommand::Ping,
+        )
+        .await
+            && env.body == OffscreenReply::Pong
         {
             return Ok(());
         }
         gloo_timers::future::TimeoutFuture::new(100).await;
     }
-    Err("the offscreen document did not start within 10 s".into())
+    Err(Error::OffscreenNotStarted)
 }
 
-async fn create_offscreen() -> Result<(), String> {
+async fn create_offscreen() -> Result<(), ChromeError> {
     match gg_chrome::create_offscreen(
         OFFSCREEN_PATH,
         "Runs the on-device language model on WebGPU.",
@@ -601,7 +744,7 @@ async fn create_offscreen() -> Result<(), String> {
             Ok(())
         }
         Err(e) if e.message.contains("single offscreen") => Ok(()),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e),
     }
 }
 

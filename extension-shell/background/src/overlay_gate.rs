@@ -2,10 +2,11 @@
 //! ever learns the per-session dynamic URL); that overlay must get nothing.
 //!
 //! The content script asks for a token when it creates the overlay iframe
-//! ([`Body::OverlayTokenRequest`]; Chrome names its tab and `documentId`) and puts it in the
+//! ([`ContentRequest::OverlayTokenRequest`](gg_messages::ContentRequest::OverlayTokenRequest); Chrome names its tab and `documentId`) and puts it in the
 //! iframe's URL fragment, which the page cannot read (the iframe is in a closed shadow root of
 //! the isolated world, and a cross-origin frame's location is not readable). The overlay
-//! presents it in its first message ([`Body::ActivateOverlay`]). The token is 128 random bits,
+//! presents it in its first message
+//! ([`OverlayRequest::ActivateOverlay`](gg_messages::OverlayRequest::ActivateOverlay)). The token is 128 random bits,
 //! issued for that tab and that document, and accepted once: then that overlay's `documentId`
 //! is the tab's overlay, and every other overlay message of the tab must come from it. A
 //! second iframe with the same token, a guessed one, or one presented after the page changed
@@ -13,7 +14,7 @@
 //! be stopped between two messages); one lock makes check-and-use atomic.
 
 use gg_chrome::log;
-use gg_messages::{Body, SenderInfo, overlay_key, overlay_token_key};
+use gg_messages::{SenderInfo, overlay_key, overlay_token_key};
 use std::rc::Rc;
 
 thread_local! {
@@ -43,7 +44,7 @@ pub enum GateError {
     NoRandom,
     /// The message came from no tab ([`crate::sender_tab`]).
     #[error("{0}")]
-    Sender(String),
+    Sender(#[from] crate::NoTab),
     /// `chrome.storage.session` failed.
     #[error("{0}")]
     Storage(String),
@@ -124,25 +125,6 @@ pub fn allowed(activated: Option<&str>, sender_document: Option<&str>) -> Result
     }
 }
 
-/// The answer of the gate for messages it decides; `None`: route the message as usual.
-pub async fn gate(from: gg_messages::Context, body: &Body, sender: &SenderInfo) -> Option<Body> {
-    use gg_messages::Context;
-    let result = match (from, body) {
-        (Context::Content, Body::OverlayTokenRequest) => issue(sender).await,
-        (Context::Overlay, Body::ActivateOverlay { token }) => activate(sender, token).await,
-        (Context::Overlay, _) => match check(sender).await {
-            Ok(()) => return None,
-            Err(e) => Err(e),
-        },
-        _ => return None,
-    };
-    Some(result.unwrap_or_else(|e| {
-        let message = e.to_string();
-        log::warn(&message);
-        Body::Error { message }
-    }))
-}
-
 fn document_of(sender: &SenderInfo) -> Result<String, GateError> {
     sender
         .document_id
@@ -153,10 +135,11 @@ fn document_of(sender: &SenderInfo) -> Result<String, GateError> {
 
 /// The tab of a gated message.
 fn tab_of(sender: &SenderInfo) -> Result<i64, GateError> {
-    crate::sender_tab(sender).map_err(GateError::Sender)
+    Ok(crate::sender_tab(sender)?)
 }
 
-async fn issue(sender: &SenderInfo) -> Result<Body, GateError> {
+/// A content script's token request: a token for the overlay iframe it is about to create.
+pub async fn issue(sender: &SenderInfo) -> Result<String, GateError> {
     let tab_id = tab_of(sender)?;
     let issued = Issued {
         token: random_token()?,
@@ -167,12 +150,12 @@ async fn issue(sender: &SenderInfo) -> Result<Body, GateError> {
     gg_chrome::session_set(&overlay_token_key(tab_id), &issued.to_json())
         .await
         .map_err(|e| GateError::Storage(e.to_string()))?;
-    Ok(Body::OverlayToken {
-        token: issued.token,
-    })
+    Ok(issued.token)
 }
 
-async fn activate(sender: &SenderInfo, token: &str) -> Result<Body, GateError> {
+/// An overlay's first message: it presents `token`, and becomes the tab's overlay when the
+/// token is accepted.
+pub async fn activate(sender: &SenderInfo, token: &str) -> Result<(), GateError> {
     let tab_id = tab_of(sender)?;
     let overlay = document_of(sender)?;
     let lock = LOCK.with(Rc::clone);
@@ -197,10 +180,11 @@ async fn activate(sender: &SenderInfo, token: &str) -> Result<Body, GateError> {
     .await
     .map_err(|e| GateError::Storage(e.to_string()))?;
     log::debug(&format!("overlay of tab {tab_id} activated"));
-    Ok(Body::Ack)
+    Ok(())
 }
 
-async fn check(sender: &SenderInfo) -> Result<(), GateError> {
+/// Every other overlay message: it must come from the tab's activated overlay.
+pub async fn check(sender: &SenderInfo) -> Result<(), GateError> {
     let tab_id = tab_of(sender)?;
     let activated = gg_chrome::session_get(&overlay_key(tab_id))
         .await

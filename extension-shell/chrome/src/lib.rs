@@ -1,7 +1,8 @@
 //! Thin bindings to the `chrome.*` APIs used by the extension's wasm contexts, and the
 //! `[Gemma Gem]` logger. Each binding is a direct `wasm_bindgen` import; promises become futures.
 
-use gg_messages::{Body, Context, Envelope, LOG_PREFIX, RequestId, SenderInfo};
+use gg_messages::{Context, Envelope, LOG_PREFIX, RequestId, SenderInfo};
+use serde::{Serialize, de::DeserializeOwned};
 use wasm_bindgen::prelude::*;
 
 #[wasm_bindgen]
@@ -122,12 +123,13 @@ pub fn into_js<T: serde::Serialize>(value: &T) -> Result<JsValue, ChromeError> {
     to_js("serialize", value)
 }
 
-/// Sends an envelope to the extension's other contexts and parses the typed answer.
-pub async fn send(
+/// Sends an envelope to the extension's other contexts and parses the answer as `A` (the answer
+/// enum of the channel of `R`).
+pub async fn send<R: Serialize, A: DeserializeOwned>(
     from: Context,
     id: RequestId,
-    body: Body,
-) -> Result<Option<Envelope>, ChromeError> {
+    body: R,
+) -> Result<Option<Envelope<A>>, ChromeError> {
     let msg = to_js("chrome.runtime.sendMessage", &Envelope::new(id, from, body))?;
     let answer = runtime_send_message(msg)
         .await
@@ -148,17 +150,20 @@ pub async fn send(
 }
 
 /// Sends an envelope to the content scripts of one tab and parses the typed answer.
-pub async fn send_to_tab(tab_id: i64, env: &Envelope) -> Result<Envelope, ChromeError> {
+pub async fn send_to_tab<R: Serialize, A: DeserializeOwned>(
+    tab_id: i64,
+    env: &Envelope<R>,
+) -> Result<Envelope<A>, ChromeError> {
     send_envelope(tab_id, None, env).await
 }
 
 /// Sends an envelope to one document of a tab (`tabs.sendMessage` with `documentId`): Chrome
 /// delivers it to that document only, and fails when the tab no longer shows it.
-pub async fn send_to_document(
+pub async fn send_to_document<R: Serialize, A: DeserializeOwned>(
     tab_id: i64,
     document_id: &str,
-    env: &Envelope,
-) -> Result<Envelope, ChromeError> {
+    env: &Envelope<R>,
+) -> Result<Envelope<A>, ChromeError> {
     if document_id.is_empty() {
         return Err(ChromeError {
             api: "chrome.tabs.sendMessage",
@@ -169,11 +174,11 @@ pub async fn send_to_document(
 }
 
 /// `tabs.sendMessage` to a tab (or only to one of its documents) and the typed answer.
-async fn send_envelope(
+async fn send_envelope<R: Serialize, A: DeserializeOwned>(
     tab_id: i64,
     document_id: Option<&str>,
-    env: &Envelope,
-) -> Result<Envelope, ChromeError> {
+    env: &Envelope<R>,
+) -> Result<Envelope<A>, ChromeError> {
     const API: &str = "chrome.tabs.sendMessage";
     let tab = i32::try_from(tab_id).map_err(|_| ChromeError {
         api: API,

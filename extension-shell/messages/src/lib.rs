@@ -1,12 +1,26 @@
 //! Typed messages shared by every extension context.
 //!
 //! Every message travels as an [`Envelope`]: a protocol tag, a request id, the context it comes
-//! from and a tagged [`Body`]. Receivers check the Chrome-supplied sender (see [`SenderInfo`])
-//! before trusting anything inside.
+//! from and a body tagged by `type`. Each channel has its own request enum and the enum of the
+//! answers to it; a receiver parses the enum of the channel that the Chrome-supplied sender
+//! (see [`SenderInfo`]) speaks on, so a message of another channel is refused at parsing. The
+//! variants keep the `type` tags and field names of the single `Body` enum of earlier versions:
+//! the JSON on the wire is the same.
+//!
+//! | channel                          | request              | answer              |
+//! |----------------------------------|----------------------|---------------------|
+//! | overlay -> service worker        | [`OverlayRequest`]   | [`OverlayAnswer`]   |
+//! | content script -> service worker | [`ContentRequest`]   | [`ContentAnswer`]   |
+//! | offscreen -> service worker      | [`OffscreenRequest`] | [`OffscreenAnswer`] |
+//! | service worker -> offscreen      | [`OffscreenCommand`] | [`OffscreenReply`]  |
+//! | service worker -> content script | [`ContentCommand`]   | [`ContentReply`]    |
+//! | offscreen -> every context       | [`Broadcast`]        | [`OffscreenAnswer`] (the service worker's `Ack`) |
 
 use serde::{Deserialize, Serialize};
 
 pub mod storage;
+#[cfg(test)]
+mod wire_tests;
 
 /// Prefix of every log line the extension writes.
 pub const LOG_PREFIX: &str = "[Gemma Gem]";
@@ -139,59 +153,20 @@ pub struct AdapterSummary {
     pub max_buffer_size: u64,
 }
 
-/// Every message body, tagged by `type`.
+/// Overlay -> service worker. The tab is always the one Chrome says the message came from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum Body {
-    /// Offscreen -> service worker: the document has loaded its wasm and is ready.
-    OffscreenReady,
-    /// Offscreen -> service worker: result of probing WebGPU.
-    AdapterReport(AdapterReport),
-    /// Service worker -> offscreen: liveness check.
-    Ping,
-    /// Answer to [`Body::Ping`].
-    Pong,
-    /// Any context -> service worker: ask for the extension's status.
-    GetStatus,
-    /// Answer to [`Body::GetStatus`].
-    Status(StatusReport),
-    /// Service worker -> content script of one tab: run a page tool. The call has already been
-    /// validated and normalised by the agent (`gg_agent::BuiltinCall::to_call`).
-    ExecuteTool {
-        call_id: String,
-        call: gg_agent::ToolCall,
-    },
-    /// Content script -> service worker: the answer to [`Body::ExecuteTool`]. On the wire the result
-    /// is `{"Ok": {"value": ..., "images": [...]}}` or `{"Err": {"kind": "stale_ref", "message": ...}}`.
-    ToolOutcome {
-        call_id: String,
-        result: Result<gg_agent::ToolOutput, gg_agent::ToolError>,
-    },
-    /// Service worker -> content script: facts about an element for the safety gate (never a value).
-    GetElementFacts { target: gg_agent::ElementTarget },
-    /// Content script -> service worker: the answer to [`Body::GetElementFacts`].
-    ElementFacts {
-        result: Result<gg_agent::ElementFacts, gg_agent::ToolError>,
-    },
-    /// Content script -> service worker: the in-page code failed (a panic traps it) and its
-    /// loader restarted it; logged by the service worker. `detail`: the panic message.
-    ContentCrashed { detail: String },
-    /// Content script -> service worker: a one-time token for the overlay iframe this content
-    /// script is about to create (the tab and the sender's `documentId` are Chrome's).
-    OverlayTokenRequest,
-    /// Answer to [`Body::OverlayTokenRequest`]: 128 random bits as hex, valid once, for this tab
-    /// and document only.
-    OverlayToken { token: String },
-    /// Overlay -> service worker, its first message: the token its content script put in its
-    /// URL. Until it is accepted the service worker answers nothing else of that overlay.
+pub enum OverlayRequest {
+    /// The overlay's first message: the token its content script put in its URL. Until it is
+    /// accepted the service worker answers nothing else of that overlay.
     ActivateOverlay { token: String },
-    /// Overlay -> service worker: the user sent a message in this tab's overlay.
+    /// The user sent a message in this tab's overlay.
     ChatSend { text: String },
-    /// Overlay -> service worker: stop this tab's answer.
+    /// Stop this tab's answer.
     ChatStop,
-    /// Overlay -> service worker: forget this tab's conversation.
+    /// Forget this tab's conversation.
     ChatNew,
-    /// Overlay -> service worker: the user's answer to an approval request.
+    /// The user's answer to an approval request.
     ChatApproval {
         call_id: u64,
         /// The nonce of the request ([`gg_agent::ApprovalRequest::nonce`]); answers for any
@@ -199,19 +174,161 @@ pub enum Body {
         nonce: String,
         decision: gg_agent::ApprovalDecision,
     },
-    /// Overlay -> service worker: which tab am I in, and what has been said here so far?
+    /// Which tab am I in, and what has been said here so far? Answered with
+    /// [`OverlayAnswer::Conversation`].
     GetConversation,
-    /// Answer to [`Body::GetConversation`] (and [`Body::GetTabConversation`]).
-    Conversation {
-        tab_id: i64,
-        messages: Vec<gg_agent::ChatMessage>,
-        running: bool,
-        /// Why the last turn stopped, when the user must be told even in a newly opened overlay
-        /// (the page changed mid-turn: the overlay that showed the turn is gone).
-        #[serde(default)]
-        notice: Option<String>,
+    /// The site (origin) of the page this overlay is shown in ([`OverlayAnswer::Site`]).
+    GetPageSite,
+    /// Store the user's settings (`chrome.storage.sync`). The service worker checks them (ranges;
+    /// a plain `http://` model source needs its confirmation) and is the only writer.
+    SaveSettings { settings: Settings },
+    /// Turn Gemma Gem off (or back on) on the host of `site` (`chrome.storage.local`,
+    /// [`storage::disabled_key`]).
+    SetSiteDisabled { site: String, disabled: bool },
+    /// The user answered "always on this site" in this tab. Stored for the origin the tab shows
+    /// only, and only a permission that may persist.
+    GrantSitePermission {
+        site: String,
+        permission: gg_agent::Permission,
     },
-    /// Service worker -> offscreen: run one agent turn for a tab.
+    /// Withdraw a permission stored for `site`.
+    RevokeSitePermission {
+        site: String,
+        permission: gg_agent::Permission,
+    },
+    /// Hide this tab's panel and give the focus back to the page (Escape or the close button
+    /// inside the overlay, whose key events the page never sees).
+    ClosePanel,
+    /// Where the model stands (a newly opened overlay); forwarded to the offscreen document.
+    GetModelStatus,
+    /// What Cache Storage holds of these model repositories (base URLs, see
+    /// [`model_repository`]); forwarded to the offscreen document.
+    GetStoredModels { repositories: Vec<String> },
+    /// Delete every stored file of `repository` (forwarded to the offscreen document, which
+    /// refuses while that repository is downloading or loading).
+    ClearModel { repository: String },
+    /// The extension's status ([`OverlayAnswer::Status`]).
+    GetStatus,
+}
+
+/// Service worker -> overlay: the answers to [`OverlayRequest`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OverlayAnswer {
+    Ack,
+    /// The request failed; `message` says why (shown to the user).
+    Error {
+        message: String,
+    },
+    Status(StatusReport),
+    Conversation(ConversationView),
+    Site {
+        site: String,
+    },
+    ModelStatus(ModelReport),
+    StoredModels {
+        models: Vec<StoredModel>,
+    },
+}
+
+/// Content script -> service worker. The content script (no_std, no serde) writes these by hand.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentRequest {
+    /// A one-time token for the overlay iframe this content script is about to create (the tab
+    /// and the sender's `documentId` are Chrome's). Answered with [`ContentAnswer::OverlayToken`].
+    OverlayTokenRequest,
+    /// The in-page code failed (a panic traps it) and its loader restarted it; logged by the
+    /// service worker. `detail`: the panic message.
+    ContentCrashed { detail: String },
+    /// The extension's status.
+    GetStatus,
+}
+
+/// Service worker -> content script: the answers to [`ContentRequest`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentAnswer {
+    Ack,
+    Error {
+        message: String,
+    },
+    Status(StatusReport),
+    /// 128 random bits as hex, valid once, for this tab and document only.
+    OverlayToken {
+        token: String,
+    },
+}
+
+/// Offscreen -> service worker: the requests of the offscreen document (its broadcasts are
+/// [`Broadcast`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OffscreenRequest {
+    /// The document has loaded its wasm and is ready.
+    OffscreenReady,
+    /// The result of probing WebGPU.
+    AdapterReport(AdapterReport),
+    /// Run a page tool in a tab (forwarded to its content script, or run by the service worker
+    /// itself for screenshots and scripting). Answered with [`OffscreenAnswer::ToolOutcome`].
+    TabToolCall {
+        tab_id: i64,
+        /// The document the turn is bound to ([`PageBinding::document_id`]); the call goes to it
+        /// only, and fails when the tab no longer shows it.
+        document_id: String,
+        call_id: String,
+        call: gg_agent::ToolCall,
+    },
+    /// Element facts from a tab, for the safety gate ([`OffscreenAnswer::ElementFacts`]).
+    TabElementFacts {
+        tab_id: i64,
+        document_id: String,
+        target: gg_agent::ElementTarget,
+    },
+    /// The site (origin) a tab shows, when it still shows `document_id` (an error otherwise).
+    TabSite { tab_id: i64, document_id: String },
+    /// A tab's conversation after a turn, to persist.
+    ConversationSnapshot {
+        tab_id: i64,
+        /// The origin the conversation belongs to.
+        #[serde(default)]
+        origin: String,
+        messages: Vec<gg_agent::ChatMessage>,
+    },
+    /// The extension's status.
+    GetStatus,
+}
+
+/// Service worker -> offscreen: the answers to [`OffscreenRequest`] (and to a [`Broadcast`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OffscreenAnswer {
+    Ack,
+    Error {
+        message: String,
+    },
+    Status(StatusReport),
+    /// On the wire the result is `{"Ok": {"value": ..., "images": [...]}}` or
+    /// `{"Err": {"kind": "stale_ref", "message": ...}}`.
+    ToolOutcome {
+        call_id: String,
+        result: Result<gg_agent::ToolOutput, gg_agent::ToolError>,
+    },
+    ElementFacts {
+        result: Result<gg_agent::ElementFacts, gg_agent::ToolError>,
+    },
+    Site {
+        site: String,
+    },
+}
+
+/// Service worker -> offscreen document.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OffscreenCommand {
+    /// Liveness check ([`OffscreenReply::Pong`]).
+    Ping,
+    /// Run one agent turn for a tab.
     RunTurn {
         tab_id: i64,
         text: String,
@@ -234,130 +351,60 @@ pub enum Body {
         #[serde(default)]
         binding: PageBinding,
     },
-    /// Service worker -> offscreen: the top frame of a tab committed a navigation
-    /// (`webNavigation.onCommitted`, frame 0: a new document) or changed its URL in place
-    /// (`onHistoryStateUpdated`, `same_document`). A running turn bound to another document,
-    /// or to another origin, is stopped.
+    /// The top frame of a tab committed a navigation (`webNavigation.onCommitted`, frame 0: a
+    /// new document) or changed its URL in place (`onHistoryStateUpdated`, `same_document`). A
+    /// running turn bound to another document, or to another origin, is stopped.
     PageChanged {
         tab_id: i64,
         document_id: String,
         url: String,
         same_document: bool,
     },
-    /// Service worker -> offscreen: the tab was closed; stop its turn and forget everything of it.
+    /// The tab was closed; stop its turn and forget everything of it.
     ForgetTab { tab_id: i64 },
-    /// Service worker -> offscreen: cancel a tab's running turn.
+    /// Cancel a tab's running turn.
     CancelTurn { tab_id: i64 },
-    /// Service worker -> offscreen: an approval answer for a tab's pending call.
+    /// An approval answer for a tab's pending call.
     ApprovalAnswer {
         tab_id: i64,
         call_id: u64,
         nonce: String,
         decision: gg_agent::ApprovalDecision,
     },
-    /// Service worker -> offscreen: forget a tab's conversation with `origin`.
+    /// Forget a tab's conversation with `origin`.
     ClearConversation {
         tab_id: i64,
         #[serde(default)]
         origin: String,
     },
-    /// Service worker -> offscreen: a tab's conversation, restored from storage when the
-    /// offscreen document does not have it (after it was recreated).
+    /// A tab's conversation, restored from storage when the offscreen document does not have it
+    /// (after it was recreated).
     RestoreConversation {
         tab_id: i64,
         #[serde(default)]
         origin: String,
         messages: Vec<gg_agent::ChatMessage>,
     },
-    /// Service worker -> offscreen: ask for a tab's conversation with `origin`.
+    /// A tab's conversation with `origin` ([`OffscreenReply::Conversation`]).
     GetTabConversation {
         tab_id: i64,
         #[serde(default)]
         origin: String,
     },
-    /// Offscreen -> service worker: run a page tool in a tab (forwarded to its content script,
-    /// or run by the service worker itself for screenshots and scripting).
-    TabToolCall {
-        tab_id: i64,
-        /// The document the turn is bound to ([`PageBinding::document_id`]); the call goes to it
-        /// only, and fails when the tab no longer shows it.
-        document_id: String,
-        call_id: String,
-        call: gg_agent::ToolCall,
-    },
-    /// Offscreen -> service worker: element facts from a tab, for the safety gate.
-    TabElementFacts {
-        tab_id: i64,
-        document_id: String,
-        target: gg_agent::ElementTarget,
-    },
-    /// Offscreen -> service worker: the site (origin) a tab shows, when it still shows
-    /// `document_id` (an error otherwise).
-    TabSite { tab_id: i64, document_id: String },
-    /// Answer to [`Body::TabSite`] and [`Body::GetPageSite`].
-    Site { site: String },
-    /// Overlay -> service worker: the site (origin) of the page this overlay is shown in.
-    GetPageSite,
-    /// Overlay -> service worker: store the user's settings (`chrome.storage.sync`). The service
-    /// worker checks them (ranges; a plain `http://` model source needs its confirmation) and is
-    /// the only writer.
-    SaveSettings { settings: Settings },
-    /// Overlay -> service worker: turn Gemma Gem off (or back on) on the host of `site`
-    /// (`chrome.storage.local`, [`storage::disabled_key`]).
-    SetSiteDisabled { site: String, disabled: bool },
-    /// Overlay -> service worker: the user answered "always on this site" in this tab. Stored for
-    /// the origin the tab shows only, and only a permission that may persist.
-    GrantSitePermission {
-        site: String,
-        permission: gg_agent::Permission,
-    },
-    /// Overlay -> service worker: withdraw a permission stored for `site`.
-    RevokeSitePermission {
-        site: String,
-        permission: gg_agent::Permission,
-    },
-    /// Overlay -> service worker: hide this tab's panel and give the focus back to the page
-    /// (Escape or the close button inside the overlay, whose key events the page never sees).
-    ClosePanel,
-    /// Service worker -> content script of one tab: open or close the panel (the keyboard
-    /// command, or [`Body::ClosePanel`] from the tab's overlay).
-    PanelCommand { action: PanelAction },
-    /// Offscreen -> every context: an event of a tab's agent turn. Overlays show the events of
-    /// their own tab; the service worker stores the conversation when a turn ends.
-    AgentEvent {
-        tab_id: i64,
-        seq: u64,
-        event: gg_agent::AgentEvent,
-    },
-    /// Offscreen -> service worker: a tab's conversation after a turn, to persist.
-    ConversationSnapshot {
-        tab_id: i64,
-        /// The origin the conversation belongs to.
-        #[serde(default)]
-        origin: String,
-        messages: Vec<gg_agent::ChatMessage>,
-    },
-    /// Offscreen -> every context: where the model stands (download progress, loading, ready,
-    /// failed). Every overlay shows it; the one whose tab asked also shows a failure as an error.
-    /// Also the answer to [`Body::GetModelStatus`].
-    ModelStatus(ModelReport),
-    /// Overlay -> service worker -> offscreen: ask where the model stands (a newly opened overlay).
+    /// Where the model stands ([`OffscreenReply::ModelStatus`]).
     GetModelStatus,
-    /// Overlay -> service worker -> offscreen: what Cache Storage holds of these model
-    /// repositories (base URLs, see [`model_repository`]). Answered with [`Body::StoredModels`].
+    /// What Cache Storage holds of these model repositories ([`OffscreenReply::StoredModels`]).
     GetStoredModels { repositories: Vec<String> },
-    /// Overlay -> service worker -> offscreen: delete every stored file of `repository`. Refused
-    /// while that repository is downloading or loading; a loaded model stays loaded. Answered
-    /// with [`Body::StoredModels`] for that repository (now empty).
+    /// Delete every stored file of `repository`. Refused while that repository is downloading or
+    /// loading; a loaded model stays loaded. Answered with [`OffscreenReply::StoredModels`] for
+    /// that repository (now empty).
     ClearModel { repository: String },
-    /// Offscreen: what is stored, one entry per repository asked about.
-    StoredModels { models: Vec<StoredModel> },
-    /// Service worker -> offscreen, answered by development builds only (`gg-offscreen/dev-probe`;
-    /// the large end-to-end test sends it from the service worker): the model of `model_source`
-    /// (and `model_size`), loaded as a turn loads it — downloaded into Cache Storage and streamed
-    /// onto the GPU, or the load in progress joined, or the model already loaded — generates
-    /// `max_new_tokens` greedy tokens after `input_ids` (no chat template, no end ids), queued
-    /// behind any running turn. Answered with [`Body::DevGreedyResult`].
+    /// Answered by development builds only (`gg-offscreen/dev-probe`; the large end-to-end test
+    /// sends it from the service worker): the model of `model_source` (and `model_size`), loaded
+    /// as a turn loads it — downloaded into Cache Storage and streamed onto the GPU, or the load
+    /// in progress joined, or the model already loaded — generates `max_new_tokens` greedy tokens
+    /// after `input_ids` (no chat template, no end ids), queued behind any running turn. Answered
+    /// with [`OffscreenReply::DevGreedyResult`].
     DevGreedy {
         model_source: String,
         #[serde(default)]
@@ -365,25 +412,109 @@ pub enum Body {
         input_ids: Vec<u32>,
         max_new_tokens: u32,
     },
-    /// Answer to [`Body::DevGreedy`].
-    DevGreedyResult {
-        /// The greedy tokens.
-        tokens: Vec<u32>,
-        /// Milliseconds of the prefill step and of the decode steps after it.
-        prefill_ms: f64,
-        decode_ms: f64,
-        /// The offscreen document's `WebAssembly.Memory` size in bytes after the generation
-        /// (a wasm memory never shrinks: its peak so far).
-        wasm_memory_bytes: u64,
-        /// Bytes the runtime wrote into GPU buffers so far (weights and inputs).
-        gpu_bytes_uploaded: u64,
-        /// The loaded variant (`q4`, `q4f16`).
-        dtype: String,
-    },
-    /// Generic acknowledgement.
+}
+
+/// Offscreen -> service worker: the answers to [`OffscreenCommand`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OffscreenReply {
+    Pong,
     Ack,
-    /// A request failed; `message` says why.
-    Error { message: String },
+    Error {
+        message: String,
+    },
+    Conversation(ConversationView),
+    ModelStatus(ModelReport),
+    /// What is stored, one entry per repository asked about.
+    StoredModels {
+        models: Vec<StoredModel>,
+    },
+    DevGreedyResult(DevGreedyResult),
+}
+
+/// Service worker -> content script of one tab (delivered to one document where it matters).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentCommand {
+    /// Run a page tool. The call has already been validated and normalised by the agent
+    /// (`gg_agent::BuiltinCall::to_call`). Answered with [`ContentReply::ToolOutcome`].
+    ExecuteTool {
+        call_id: String,
+        call: gg_agent::ToolCall,
+    },
+    /// Facts about an element for the safety gate (never a value): [`ContentReply::ElementFacts`].
+    GetElementFacts { target: gg_agent::ElementTarget },
+    /// Open or close the panel (the keyboard command, or [`OverlayRequest::ClosePanel`] from the
+    /// tab's overlay). Answered with [`ContentReply::Ack`].
+    PanelCommand { action: PanelAction },
+}
+
+/// Content script -> service worker: the answers to [`ContentCommand`] (written by hand by the
+/// no_std content script).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentReply {
+    Ack,
+    ToolOutcome {
+        call_id: String,
+        result: Result<gg_agent::ToolOutput, gg_agent::ToolError>,
+    },
+    ElementFacts {
+        result: Result<gg_agent::ElementFacts, gg_agent::ToolError>,
+    },
+}
+
+/// Offscreen -> every context (`chrome.runtime.sendMessage` reaches the service worker and every
+/// overlay). The service worker answers [`OffscreenAnswer::Ack`]; overlays never answer.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Broadcast {
+    /// An event of a tab's agent turn. Overlays show the events of their own tab; the service
+    /// worker stores the conversation when a turn ends (from [`OffscreenRequest::ConversationSnapshot`]).
+    AgentEvent {
+        tab_id: i64,
+        seq: u64,
+        event: gg_agent::AgentEvent,
+    },
+    /// Where the model stands (download progress, loading, ready, failed). Every overlay shows
+    /// it; the one whose tab asked also shows a failure as an error.
+    ModelStatus(ModelReport),
+}
+
+impl Broadcast {
+    /// The `type` tags of the broadcasts: an offscreen message with one of these is a
+    /// [`Broadcast`], any other an [`OffscreenRequest`].
+    pub const TYPES: [&'static str; 2] = ["agent_event", "model_status"];
+}
+
+/// A tab's conversation with the origin it shows: the answer to
+/// [`OverlayRequest::GetConversation`] and [`OffscreenCommand::GetTabConversation`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConversationView {
+    pub tab_id: i64,
+    pub messages: Vec<gg_agent::ChatMessage>,
+    pub running: bool,
+    /// Why the last turn stopped, when the user must be told even in a newly opened overlay
+    /// (the page changed mid-turn: the overlay that showed the turn is gone).
+    #[serde(default)]
+    pub notice: Option<String>,
+}
+
+/// The answer to [`OffscreenCommand::DevGreedy`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DevGreedyResult {
+    /// The greedy tokens.
+    pub tokens: Vec<u32>,
+    /// Milliseconds of the prefill step and of the decode steps after it.
+    pub prefill_ms: f64,
+    pub decode_ms: f64,
+    /// The offscreen document's `WebAssembly.Memory` size in bytes after the generation (a wasm
+    /// memory never shrinks: its peak so far).
+    pub wasm_memory_bytes: u64,
+    /// Bytes the runtime wrote into GPU buffers so far (weights and inputs).
+    pub gpu_bytes_uploaded: u64,
+    /// The loaded variant (`q4`, `q4f16`).
+    pub dtype: String,
 }
 
 fn default_temperature() -> f32 {
@@ -399,7 +530,7 @@ pub struct PageBinding {
     pub origin: String,
 }
 
-/// What [`Body::PanelCommand`] asks the content script to do.
+/// What [`ContentCommand::PanelCommand`] asks the content script to do.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PanelAction {
@@ -531,17 +662,18 @@ pub struct StatusReport {
     pub adapter: Option<AdapterReport>,
 }
 
-/// One message on the wire.
+/// One message on the wire: `B` is the body enum of its channel (`serde_json::Value` for a
+/// message whose channel is not known yet: [`Envelope::parse_body`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Envelope {
+pub struct Envelope<B> {
     pub protocol: String,
     pub id: RequestId,
     pub from: Context,
-    pub body: Body,
+    pub body: B,
 }
 
-impl Envelope {
-    pub fn new(id: RequestId, from: Context, body: Body) -> Self {
+impl<B> Envelope<B> {
+    pub fn new(id: RequestId, from: Context, body: B) -> Self {
         Self {
             protocol: PROTOCOL.to_owned(),
             id,
@@ -549,16 +681,38 @@ impl Envelope {
             body,
         }
     }
+}
 
+impl<B: serde::de::DeserializeOwned> Envelope<B> {
     /// Parses a message received from another context. Anything that is not one of ours
-    /// (wrong protocol tag, unknown body) is an error, never a panic.
+    /// (wrong protocol tag, malformed, a body of another channel) is an error, never a panic.
     pub fn from_json(value: serde_json::Value) -> Result<Self, MessageError> {
-        let env: Envelope =
+        let env: Envelope<serde_json::Value> =
             serde_json::from_value(value).map_err(|e| MessageError::Malformed(e.to_string()))?;
         if env.protocol != PROTOCOL {
             return Err(MessageError::WrongProtocol(env.protocol));
         }
-        Ok(env)
+        env.parse_body()
+    }
+}
+
+impl Envelope<serde_json::Value> {
+    /// The `type` tag of the body.
+    pub fn body_type(&self) -> Option<&str> {
+        self.body.get("type").and_then(|t| t.as_str())
+    }
+
+    /// The body parsed as the enum of its channel: a body of another channel, or an unknown
+    /// one, is [`MessageError::Malformed`].
+    pub fn parse_body<B: serde::de::DeserializeOwned>(self) -> Result<Envelope<B>, MessageError> {
+        let body = serde_json::from_value(self.body)
+            .map_err(|e| MessageError::Malformed(e.to_string()))?;
+        Ok(Envelope {
+            protocol: self.protocol,
+            id: self.id,
+            from: self.from,
+            body,
+        })
     }
 }
 
@@ -685,10 +839,10 @@ mod tests {
 
     #[test]
     fn round_trip_is_tagged() {
-        let env = Envelope::new(RequestId(7), Context::Offscreen, Body::Ping);
+        let env = Envelope::new(RequestId(7), Context::ServiceWorker, OffscreenCommand::Ping);
         let json = serde_json::to_value(&env).unwrap();
         assert_eq!(json["body"]["type"], "ping");
-        assert_eq!(json["from"], "offscreen");
+        assert_eq!(json["from"], "service_worker");
         assert_eq!(Envelope::from_json(json).unwrap(), env);
     }
 
@@ -698,7 +852,7 @@ mod tests {
         let env = Envelope::new(
             RequestId(3),
             Context::ServiceWorker,
-            Body::PanelCommand {
+            ContentCommand::PanelCommand {
                 action: PanelAction::Toggle,
             },
         );
@@ -708,7 +862,7 @@ mod tests {
             serde_json::json!({"type": "panel_command", "action": "toggle"})
         );
         assert_eq!(Envelope::from_json(json).unwrap(), env);
-        let close = serde_json::to_value(Body::PanelCommand {
+        let close = serde_json::to_value(ContentCommand::PanelCommand {
             action: PanelAction::Close,
         })
         .unwrap();
@@ -718,34 +872,59 @@ mod tests {
     #[test]
     fn overlay_token_wire_format_is_what_the_content_script_reads() {
         // gg-content writes the request and reads `body.type` and `body.token` by hand.
-        let request: Envelope = Envelope::from_json(serde_json::json!({
+        let request: Envelope<ContentRequest> = Envelope::from_json(serde_json::json!({
             "protocol": PROTOCOL, "id": 0, "from": "content",
             "body": {"type": "overlay_token_request"}
         }))
         .unwrap();
-        assert_eq!(request.body, Body::OverlayTokenRequest);
-        let answer = serde_json::to_value(Body::OverlayToken { token: "ab".into() }).unwrap();
+        assert_eq!(request.body, ContentRequest::OverlayTokenRequest);
+        let answer =
+            serde_json::to_value(ContentAnswer::OverlayToken { token: "ab".into() }).unwrap();
         assert_eq!(
             answer,
             serde_json::json!({"type": "overlay_token", "token": "ab"})
         );
-        let activate = serde_json::to_value(Body::ActivateOverlay { token: "ab".into() }).unwrap();
+        let activate =
+            serde_json::to_value(OverlayRequest::ActivateOverlay { token: "ab".into() }).unwrap();
         assert_eq!(activate["type"], "activate_overlay");
     }
 
     #[test]
     fn rejects_other_protocols_and_garbage() {
-        let mut json =
-            serde_json::to_value(Envelope::new(RequestId(1), Context::Overlay, Body::Ack)).unwrap();
+        let mut json = serde_json::to_value(Envelope::new(
+            RequestId(1),
+            Context::Overlay,
+            OverlayRequest::ChatStop,
+        ))
+        .unwrap();
         json["protocol"] = "other/1".into();
         assert!(matches!(
-            Envelope::from_json(json),
+            Envelope::<OverlayRequest>::from_json(json),
             Err(MessageError::WrongProtocol(_))
         ));
         assert!(matches!(
-            Envelope::from_json(serde_json::json!({"type": "x"})),
+            Envelope::<OverlayRequest>::from_json(serde_json::json!({"type": "x"})),
             Err(MessageError::Malformed(_))
         ));
+        // Garbage of every shape is an error, never a panic.
+        for junk in [
+            serde_json::json!(null),
+            serde_json::json!(3),
+            serde_json::json!("chat_send"),
+            serde_json::json!([1, 2]),
+            serde_json::json!({"protocol": PROTOCOL, "id": -1, "from": "overlay", "body": {"type": "chat_stop"}}),
+            serde_json::json!({"protocol": PROTOCOL, "id": 1, "from": "page", "body": {"type": "chat_stop"}}),
+            serde_json::json!({"protocol": PROTOCOL, "id": 1, "from": "overlay", "body": "chat_stop"}),
+            serde_json::json!({"protocol": PROTOCOL, "id": 1, "from": "overlay"}),
+        ] {
+            assert!(
+                matches!(
+                    Envelope::<OverlayRequest>::from_json(junk.clone()),
+                    Err(MessageError::Malformed(_))
+                ),
+                "{junk}"
+            );
+        }
     }
 
     #[test]
@@ -760,7 +939,7 @@ mod tests {
         let env = Envelope::new(
             RequestId(9),
             Context::ServiceWorker,
-            Body::ExecuteTool {
+            ContentCommand::ExecuteTool {
                 call_id: "c1".into(),
                 call,
             },
@@ -772,8 +951,8 @@ mod tests {
         );
         let answer = serde_json::json!({"protocol": PROTOCOL, "id": 9, "from": "content", "body": {
             "type": "tool_outcome", "call_id": "c1", "result": {"Err": {"kind": "stale_ref", "message": "gone"}}}});
-        match Envelope::from_json(answer).unwrap().body {
-            Body::ToolOutcome { result: Err(e), .. } => {
+        match Envelope::<ContentReply>::from_json(answer).unwrap().body {
+            ContentReply::ToolOutcome { result: Err(e), .. } => {
                 assert_eq!(e.kind, gg_agent::ToolErrorKind::StaleRef)
             }
             other => panic!("unexpected {other:?}"),
@@ -781,8 +960,8 @@ mod tests {
         let ok = serde_json::json!({"protocol": PROTOCOL, "id": 9, "from": "content", "body": {
             "type": "tool_outcome", "call_id": "c1", "result": {"Ok": {"value": {"clicked": true}}}}});
         assert!(matches!(
-            Envelope::from_json(ok).unwrap().body,
-            Body::ToolOutcome { result: Ok(_), .. }
+            Envelope::<ContentReply>::from_json(ok).unwrap().body,
+            ContentReply::ToolOutcome { result: Ok(_), .. }
         ));
     }
 
@@ -808,7 +987,11 @@ mod tests {
                 }],
             }),
         };
-        let env = Envelope::new(RequestId(4), Context::Offscreen, Body::ModelStatus(report));
+        let env = Envelope::new(
+            RequestId(4),
+            Context::Offscreen,
+            Broadcast::ModelStatus(report),
+        );
         let json = serde_json::to_value(&env).unwrap();
         assert_eq!(json["body"]["type"], "model_status");
         assert_eq!(json["body"]["state"]["phase"], "downloading");
@@ -818,8 +1001,8 @@ mod tests {
             "type": "model_status", "seq": 1, "epoch": 2, "model_size": "E2B", "source": "s",
             "state": {"phase": "failed", "tab_id": 5, "kind": "download_failed", "message": "m"}}});
         assert!(matches!(
-            Envelope::from_json(failed).unwrap().body,
-            Body::ModelStatus(ModelReport {
+            Envelope::<Broadcast>::from_json(failed).unwrap().body,
+            Broadcast::ModelStatus(ModelReport {
                 state: ModelState::Failed {
                     tab_id: Some(5),
                     kind: ModelErrorKind::DownloadFailed,
@@ -848,8 +1031,10 @@ mod tests {
         // A RunTurn from an older service worker (no size) still parses.
         let old = serde_json::json!({"type": "run_turn", "tab_id": 1, "text": "hi",
             "model_source": "x", "max_iterations": 3, "thinking": false});
-        let body: Body = serde_json::from_value(old).unwrap();
-        assert!(matches!(body, Body::RunTurn { model_size, .. } if model_size.is_empty()));
+        let body: OffscreenCommand = serde_json::from_value(old).unwrap();
+        assert!(
+            matches!(body, OffscreenCommand::RunTurn { model_size, .. } if model_size.is_empty())
+        );
     }
 
     #[test]

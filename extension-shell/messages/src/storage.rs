@@ -206,37 +206,54 @@ pub fn needs_http_confirmation(source: &str) -> bool {
     !local
 }
 
+/// Why settings, a model source or a permission may not be stored (the text is what the overlay
+/// shows).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CheckError {
+    /// A plain `http://` model source to another machine that the user did not confirm.
+    #[error(
+        "The model source {0} is plain http://: its files could be changed on the way. Confirm this address in the settings (Model source) to use it, or use an https:// address."
+    )]
+    UnconfirmedHttp(String),
+    /// `run_javascript` (and whatever else may not persist).
+    #[error("{0:?} is never allowed for good; it was allowed for this task only")]
+    NeverForGood(Permission),
+    #[error("could not save the permission: {0:?} has no origin")]
+    NoOrigin(String),
+    /// The site named is not the one the tab shows.
+    #[error("could not save the permission: it names {named}, but this tab shows {shown}")]
+    OtherSite { named: String, shown: String },
+    #[error("unknown model size {0:?} (E2B or E4B)")]
+    ModelSize(String),
+    #[error("the temperature is not a number")]
+    Temperature,
+    #[error("the model source {0:?} is not an address")]
+    NotAnAddress(String),
+}
+
 /// Whether the settings may download from their model source: anything but plain `http://` to
 /// another machine, or that exact address confirmed by the user.
-pub fn check_model_source(source: &str, confirmed_http: &str) -> Result<(), String> {
+pub fn check_model_source(source: &str, confirmed_http: &str) -> Result<(), CheckError> {
     if needs_http_confirmation(source) && source.trim() != confirmed_http.trim() {
-        return Err(format!(
-            "The model source {} is plain http://: its files could be changed on the way. Confirm this address in the settings (Model source) to use it, or use an https:// address.",
-            source.trim()
-        ));
+        return Err(CheckError::UnconfirmedHttp(source.trim().to_owned()));
     }
     Ok(())
 }
 
 /// Whether an overlay may store "always on this site" for `site`: only a permission that may
 /// persist (never `run_javascript`), and only for the origin its tab shows (`tab_url`).
-pub fn check_grant(site: &str, permission: &Permission, tab_url: &str) -> Result<(), String> {
+pub fn check_grant(site: &str, permission: &Permission, tab_url: &str) -> Result<(), CheckError> {
     if !permission.can_persist() {
-        return Err(format!(
-            "{permission:?} is never allowed for good; it was allowed for this task only"
-        ));
+        return Err(CheckError::NeverForGood(permission.clone()));
     }
     if permissions_key(site).is_none() {
-        return Err(format!(
-            "could not save the permission: {site:?} has no origin"
-        ));
+        return Err(CheckError::NoOrigin(site.to_owned()));
     }
     if site_key(site) != site_key(tab_url) {
-        return Err(format!(
-            "could not save the permission: it names {}, but this tab shows {}",
-            site_key(site),
-            site_key(tab_url)
-        ));
+        return Err(CheckError::OtherSite {
+            named: site_key(site),
+            shown: site_key(tab_url),
+        });
     }
     Ok(())
 }
@@ -248,19 +265,16 @@ pub const TEMPERATURE_RANGE: (f32, f32) = (0.0, 2.0);
 
 /// Settings an overlay asked to store, checked: values out of range are brought into it, an
 /// unknown model size or a plain `http://` model source that was not confirmed is refused.
-pub fn checked_settings(mut s: crate::Settings) -> Result<crate::Settings, String> {
+pub fn checked_settings(mut s: crate::Settings) -> Result<crate::Settings, CheckError> {
     if !s.model_size.eq_ignore_ascii_case("E2B") && !s.model_size.eq_ignore_ascii_case("E4B") {
-        return Err(format!(
-            "unknown model size {:?} (E2B or E4B)",
-            s.model_size
-        ));
+        return Err(CheckError::ModelSize(s.model_size));
     }
     s.model_size = s.model_size.to_ascii_uppercase();
     s.max_iterations = s
         .max_iterations
         .clamp(MAX_ITERATIONS_RANGE.0, MAX_ITERATIONS_RANGE.1);
     if !s.temperature.is_finite() {
-        return Err("the temperature is not a number".into());
+        return Err(CheckError::Temperature);
     }
     s.temperature = s
         .temperature
@@ -270,10 +284,7 @@ pub fn checked_settings(mut s: crate::Settings) -> Result<crate::Settings, Strin
         .chars()
         .any(|c| c.is_whitespace() || c.is_control())
     {
-        return Err(format!(
-            "the model source {:?} is not an address",
-            s.model_source
-        ));
+        return Err(CheckError::NotAnAddress(s.model_source));
     }
     if !needs_http_confirmation(&s.model_source) {
         // Nothing to confirm: a confirmation kept for later would apply silently.
@@ -427,9 +438,13 @@ mod tests {
             check_grant("https://SHOP.example:443/", &Permission::SubmitForm, tab),
             Ok(())
         );
-        let js = check_grant("https://shop.example", &Permission::RunJavascript, tab).unwrap_err();
+        let js = check_grant("https://shop.example", &Permission::RunJavascript, tab)
+            .unwrap_err()
+            .to_string();
         assert!(js.contains("never allowed for good"), "{js}");
-        let other = check_grant("https://bank.example", &Permission::SubmitForm, tab).unwrap_err();
+        let other = check_grant("https://bank.example", &Permission::SubmitForm, tab)
+            .unwrap_err()
+            .to_string();
         assert!(
             other.contains("this tab shows https://shop.example"),
             "{other}"
@@ -457,7 +472,7 @@ mod tests {
         let bad = |f: fn(&mut crate::Settings)| {
             let mut s = crate::Settings::default();
             f(&mut s);
-            checked_settings(s).unwrap_err()
+            checked_settings(s).unwrap_err().to_string()
         };
         assert!(bad(|s| s.model_size = "E9B".into()).contains("model size"));
         assert!(bad(|s| s.temperature = f32::NAN).contains("temperature"));
@@ -491,7 +506,7 @@ mod tests {
             "Http://mirror.example/m",
         ] {
             assert!(needs_http_confirmation(remote), "{remote}");
-            let err = check_model_source(remote, "").unwrap_err();
+            let err = check_model_source(remote, "").unwrap_err().to_string();
             assert!(err.contains("Confirm this address"), "{err}");
             assert_eq!(check_model_source(remote, remote), Ok(()));
             assert!(check_model_source(remote, "http://other.example/m").is_err());

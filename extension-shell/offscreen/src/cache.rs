@@ -346,9 +346,9 @@ impl ModelCache {
         if let (Some(expected), Some(hasher)) = (expected, hasher) {
             let sha256 = match hasher.verify(&expected) {
                 Ok(sha256) => sha256,
-                Err(actual) => {
+                Err(mismatch) => {
                     self.remove(path, meta).await;
-                    return Err(hash_mismatch(&self.url(path), &expected, &actual));
+                    return Err(hash_mismatch(&self.url(path), &expected, &mismatch.actual));
                 }
             };
             gg_chrome::log::debug(&format!(

@@ -12,7 +12,8 @@ use sha2::{Digest, Sha256};
 use std::collections::HashMap;
 
 /// Why a model could not be loaded, phrased for the user.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
 pub struct LoadError {
     pub kind: ModelErrorKind,
     pub message: String,
@@ -24,12 +25,6 @@ impl LoadError {
             kind,
             message: message.into(),
         }
-    }
-}
-
-impl std::fmt::Display for LoadError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
     }
 }
 
@@ -82,9 +77,14 @@ pub struct ContentRange {
     pub total: Option<u64>,
 }
 
+/// A `Content-Range` header that is not `bytes START-END/TOTAL` (or `/*`) with a range inside.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("malformed Content-Range header {0:?}")]
+pub struct BadContentRange(pub String);
+
 /// Parses a `Content-Range` header of a 206 answer.
-pub fn parse_content_range(header: &str) -> Result<ContentRange, String> {
-    let bad = || format!("malformed Content-Range header {header:?}");
+pub fn parse_content_range(header: &str) -> Result<ContentRange, BadContentRange> {
+    let bad = || BadContentRange(header.to_owned());
     let rest = header.trim().strip_prefix("bytes ").ok_or_else(bad)?;
     let (range, total) = rest.split_once('/').ok_or_else(bad)?;
     let (start, end) = range.split_once('-').ok_or_else(bad)?;
@@ -160,10 +160,8 @@ impl Expected {
 /// LFS files, the git blob `oid` (with its `size`) for files kept in git. Directories and
 /// malformed entries have none. For an LFS file the git `oid` is that of its pointer, never
 /// its content, so it is not used.
-pub fn parse_tree(listing: &serde_json::Value) -> Result<HashMap<String, Expected>, String> {
-    let entries = listing
-        .as_array()
-        .ok_or("the repository's file listing is not a JSON array")?;
+pub fn parse_tree(listing: &serde_json::Value) -> Result<HashMap<String, Expected>, NotAListing> {
+    let entries = listing.as_array().ok_or(NotAListing)?;
     let hex = |v: Option<&serde_json::Value>, len: usize| {
         let h = v?.as_str()?.trim().to_ascii_lowercase();
         (h.len() == len && h.chars().all(|c| c.is_ascii_hexdigit())).then_some(h)
@@ -192,6 +190,11 @@ pub fn parse_tree(listing: &serde_json::Value) -> Result<HashMap<String, Expecte
     }
     Ok(out)
 }
+
+/// A repository's file listing that is not a JSON array (an error object, another API).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the repository's file listing is not a JSON array")]
+pub struct NotAListing;
 
 /// The next page of a listing: the `rel="next"` target of the response's `Link` header (RFC
 /// 8288, as the Hub paginates long trees), resolved against `current`'s origin when relative.
@@ -258,7 +261,7 @@ impl FileHasher {
 
     /// Checks the bytes against `expected`: `Ok(SHA-256)` when they match, `Err(the hash
     /// they have, in `expected`'s kind)` when not (all lowercase hex).
-    pub fn verify(self, expected: &Expected) -> Result<String, String> {
+    pub fn verify(self, expected: &Expected) -> Result<String, Mismatch> {
         let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
         let sha256 = hex(&self.sha256.finalize());
         let actual = match (expected, self.git) {
@@ -268,9 +271,17 @@ impl FileHasher {
         if actual == expected.hex() {
             Ok(sha256)
         } else {
-            Err(actual)
+            Err(Mismatch { actual })
         }
     }
+}
+
+/// Bytes whose hash is not the expected one: `actual` is the hash they have, in the expected
+/// hash's kind (lowercase hex).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the bytes hash to {actual}")]
+pub struct Mismatch {
+    pub actual: String,
 }
 
 /// The error for a file whose content does not hash to what the repository says.
@@ -600,7 +611,9 @@ mod tests {
         let sha = |d: &[u8]| {
             let mut h = FileHasher::new(&Expected::Sha256(String::new()));
             h.update(d);
-            h.verify(&Expected::Sha256(String::new())).unwrap_err()
+            h.verify(&Expected::Sha256(String::new()))
+                .unwrap_err()
+                .actual
         };
         let whole = sha(&data);
         let mut chunked = FileHasher::new(&Expected::Sha256(whole.clone()));
@@ -623,7 +636,7 @@ mod tests {
         assert_eq!(git.verify(&blob), Ok(sha(b"hello\n")));
         let mut changed = FileHasher::new(&blob);
         changed.update(b"hellO\n");
-        let actual = changed.verify(&blob).unwrap_err();
+        let actual = changed.verify(&blob).unwrap_err().actual;
         assert_eq!(actual.len(), 40);
         let e = hash_mismatch("http://x/f", &blob, &actual);
         assert!(

@@ -10,7 +10,10 @@ use gg_agent::{
     StopReason, ToolCall, ToolError, ToolErrorKind, ToolExecutor, ToolOutput,
 };
 use gg_chrome::log;
-use gg_messages::{Body, Context, ModelState, PageBinding, RequestId};
+use gg_messages::{
+    Broadcast, Context, ConversationView, ModelState, OffscreenAnswer, OffscreenCommand,
+    OffscreenReply, OffscreenRequest, PageBinding, RequestId,
+};
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
@@ -69,27 +72,37 @@ impl Tab {
     }
 }
 
-/// At most this many repositories per [`Body::GetStoredModels`] (the overlay asks about two).
+/// At most this many repositories per [`OffscreenCommand::GetStoredModels`] (the overlay asks
+/// about two).
 const MAX_REPOSITORIES_ASKED: usize = 8;
 
-/// The requests of the service worker this document answers.
-pub fn handles(body: &Body) -> bool {
-    matches!(
-        body,
-        Body::Ping
-            | Body::RunTurn { .. }
-            | Body::CancelTurn { .. }
-            | Body::PageChanged { .. }
-            | Body::ForgetTab { .. }
-            | Body::ApprovalAnswer { .. }
-            | Body::ClearConversation { .. }
-            | Body::RestoreConversation { .. }
-            | Body::GetTabConversation { .. }
-            | Body::GetModelStatus
-            | Body::GetStoredModels { .. }
-            | Body::ClearModel { .. }
-            | Body::DevGreedy { .. }
-    )
+/// Why a request of the service worker was refused (the text is what the overlay shows).
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("a turn needs the page it is bound to")]
+    Unbound,
+    #[error("an answer is still being written in this tab; stop it first")]
+    Busy,
+    #[cfg(feature = "scripted-model")]
+    #[error("{0}")]
+    Scripted(#[from] crate::scripted::ScriptError),
+    #[cfg(not(feature = "scripted-model"))]
+    #[error("scripted models (`script:` sources) exist only in development builds")]
+    ScriptedDevOnly,
+    #[error("too many repositories asked about ({asked}, at most {most})")]
+    TooManyRepositories { asked: usize, most: usize },
+    #[error("{0}")]
+    Model(#[from] crate::download::LoadError),
+    #[cfg(feature = "dev-probe")]
+    #[error("{0}")]
+    DevGreedy(#[from] crate::model::DevGreedyError),
+    #[cfg(not(feature = "dev-probe"))]
+    #[error("DevGreedy is answered by development builds only")]
+    DevOnly,
+    #[error("no answer is being written in this tab; approval for call {0} ignored")]
+    NoTurn(u64),
+    #[error("no approval is pending under that nonce; answer for call {0} ignored")]
+    NoSuchNonce(u64),
 }
 
 fn new_agent(max_iterations: u32, thinking: bool) -> Agent {
@@ -101,10 +114,10 @@ fn new_agent(max_iterations: u32, thinking: bool) -> Agent {
     Agent::new(config)
 }
 
-pub async fn handle(body: Body) -> Result<Body, String> {
-    match body {
-        Body::Ping => Ok(Body::Pong),
-        Body::RunTurn {
+pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostError> {
+    match command {
+        OffscreenCommand::Ping => Ok(OffscreenReply::Pong),
+        OffscreenCommand::RunTurn {
             tab_id,
             text,
             model_source,
@@ -116,7 +129,7 @@ pub async fn handle(body: Body) -> Result<Body, String> {
             binding,
         } => {
             if binding.document_id.is_empty() {
-                return Err("a turn needs the page it is bound to".into());
+                return Err(HostError::Unbound);
             }
             // Stored by the overlays; a damaged value must not stop the user from chatting.
             let permissions = match site_permissions {
@@ -130,7 +143,7 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                 gg_agent::SitePermissions::default()
             });
             if with_tab(tab_id, |t| t.running.is_some()) {
-                return Err("an answer is still being written in this tab; stop it first".into());
+                return Err(HostError::Busy);
             }
             let model = match model_source.strip_prefix("script:") {
                 Some(url) => Model::Ready(scripted_backend(url).await?),
@@ -192,31 +205,29 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                 };
                 run_turn(tab_id, binding, agent, backend, text, cancel).await;
             });
-            Ok(Body::Ack)
+            Ok(OffscreenReply::Ack)
         }
-        Body::GetModelStatus => Ok(Body::ModelStatus(crate::model::current_status())),
-        Body::GetStoredModels { repositories } => {
+        OffscreenCommand::GetModelStatus => {
+            Ok(OffscreenReply::ModelStatus(crate::model::current_status()))
+        }
+        OffscreenCommand::GetStoredModels { repositories } => {
             if repositories.len() > MAX_REPOSITORIES_ASKED {
-                return Err(format!(
-                    "too many repositories asked about ({}, at most {MAX_REPOSITORIES_ASKED})",
-                    repositories.len()
-                ));
+                return Err(HostError::TooManyRepositories {
+                    asked: repositories.len(),
+                    most: MAX_REPOSITORIES_ASKED,
+                });
             }
             let mut models = Vec::new();
             for repo in repositories {
-                models.push(
-                    crate::model::stored(&repo)
-                        .await
-                        .map_err(|e| e.to_string())?,
-                );
+                models.push(crate::model::stored(&repo).await?);
             }
-            Ok(Body::StoredModels { models })
+            Ok(OffscreenReply::StoredModels { models })
         }
-        Body::ClearModel { repository } => crate::model::clear_stored(&repository)
+        OffscreenCommand::ClearModel { repository } => crate::model::clear_stored(&repository)
             .await
-            .map(|m| Body::StoredModels { models: vec![m] })
-            .map_err(|e| e.to_string()),
-        Body::DevGreedy {
+            .map(|m| OffscreenReply::StoredModels { models: vec![m] })
+            .map_err(HostError::from),
+        OffscreenCommand::DevGreedy {
             model_source,
             model_size,
             input_ids,
@@ -225,29 +236,32 @@ pub async fn handle(body: Body) -> Result<Body, String> {
             #[cfg(feature = "dev-probe")]
             {
                 let repo = gg_messages::model_repository(&model_source, &model_size);
-                crate::model::dev_greedy(&repo, &model_size, &input_ids, max_new_tokens).await
+                Ok(OffscreenReply::DevGreedyResult(
+                    crate::model::dev_greedy(&repo, &model_size, &input_ids, max_new_tokens)
+                        .await?,
+                ))
             }
             #[cfg(not(feature = "dev-probe"))]
             {
                 let _ = (model_source, model_size, input_ids, max_new_tokens);
-                Err("DevGreedy is answered by development builds only".into())
+                Err(HostError::DevOnly)
             }
         }
-        Body::CancelTurn { tab_id } => {
+        OffscreenCommand::CancelTurn { tab_id } => {
             if let Some(cancel) = with_tab(tab_id, |t| t.running.clone()) {
                 cancel.cancel();
             }
-            Ok(Body::Ack)
+            Ok(OffscreenReply::Ack)
         }
-        Body::ForgetTab { tab_id } => {
+        OffscreenCommand::ForgetTab { tab_id } => {
             if let Some(tab) = TABS.with(|tabs| tabs.borrow_mut().remove(&tab_id))
                 && let Some(cancel) = tab.running
             {
                 cancel.cancel();
             }
-            Ok(Body::Ack)
+            Ok(OffscreenReply::Ack)
         }
-        Body::PageChanged {
+        OffscreenCommand::PageChanged {
             tab_id,
             document_id,
             url,
@@ -264,24 +278,20 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                     cancel.cancel_because(StopReason::PageChanged { url: url.clone() });
                 }
             });
-            Ok(Body::Ack)
+            Ok(OffscreenReply::Ack)
         }
-        Body::ApprovalAnswer {
+        OffscreenCommand::ApprovalAnswer {
             tab_id,
             call_id,
             nonce,
             decision,
         } => with_tab(tab_id, |t| {
             if t.running.is_none() {
-                return Err(format!(
-                    "no answer is being written in this tab; approval for call {call_id} ignored"
-                ));
+                return Err(HostError::NoTurn(call_id));
             }
             // Only the nonce of a request that was shown counts, once.
             if nonce.is_empty() || !t.issued.remove(&nonce) {
-                return Err(format!(
-                    "no approval is pending under that nonce; answer for call {call_id} ignored"
-                ));
+                return Err(HostError::NoSuchNonce(call_id));
             }
             match t.approvals.remove(&nonce) {
                 Some(tx) => {
@@ -291,9 +301,9 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                     t.early_answers.insert(nonce, decision);
                 }
             }
-            Ok(Body::Ack)
+            Ok(OffscreenReply::Ack)
         }),
-        Body::ClearConversation { tab_id, origin } => {
+        OffscreenCommand::ClearConversation { tab_id, origin } => {
             with_tab(tab_id, |t| {
                 let running_here = t
                     .binding
@@ -309,9 +319,9 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                 conversation.saved.clear();
                 t.notice = None;
             });
-            Ok(Body::Ack)
+            Ok(OffscreenReply::Ack)
         }
-        Body::RestoreConversation {
+        OffscreenCommand::RestoreConversation {
             tab_id,
             origin,
             messages,
@@ -330,16 +340,16 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                     conversation.agent = Some(agent);
                 }
             });
-            Ok(Body::Ack)
+            Ok(OffscreenReply::Ack)
         }
-        Body::GetTabConversation { tab_id, origin } => Ok(with_tab(tab_id, |t| {
+        OffscreenCommand::GetTabConversation { tab_id, origin } => Ok(with_tab(tab_id, |t| {
             let running = t.running.is_some()
                 && t.binding
                     .as_ref()
                     .is_some_and(|b| gg_agent::site_key(&b.origin) == gg_agent::site_key(&origin));
             let notice = t.notice.clone();
             let conversation = t.conversation(&origin);
-            Body::Conversation {
+            OffscreenReply::Conversation(ConversationView {
                 tab_id,
                 messages: conversation
                     .agent
@@ -348,9 +358,8 @@ pub async fn handle(body: Body) -> Result<Body, String> {
                     .unwrap_or_else(|| conversation.saved.clone()),
                 running,
                 notice,
-            }
+            })
         })),
-        other => Err(format!("the offscreen document does not handle {other:?}")),
     }
 }
 
@@ -363,17 +372,18 @@ enum Model {
 }
 
 /// The scripted model of a `script:URL` source (development builds only).
-async fn scripted_backend(url: &str) -> Result<Rc<dyn ModelBackend>, String> {
+async fn scripted_backend(url: &str) -> Result<Rc<dyn ModelBackend>, HostError> {
     #[cfg(feature = "scripted-model")]
     {
         crate::scripted::ScriptedBackend::for_url(url)
             .await
             .map(|b| b as Rc<dyn ModelBackend>)
+            .map_err(HostError::from)
     }
     #[cfg(not(feature = "scripted-model"))]
     {
         let _ = url;
-        Err("scripted models (`script:` sources) exist only in development builds".into())
+        Err(HostError::ScriptedDevOnly)
     }
 }
 
@@ -444,10 +454,10 @@ async fn run_turn(
         t.issued.clear();
         t.early_answers.clear();
     });
-    if let Err(e) = gg_chrome::send(
+    if let Err(e) = gg_chrome::send::<_, OffscreenAnswer>(
         Context::Offscreen,
         next_id(),
-        Body::ConversationSnapshot {
+        OffscreenRequest::ConversationSnapshot {
             tab_id,
             origin,
             messages,
@@ -467,10 +477,10 @@ async fn broadcast(tab_id: i64, event: AgentEvent) {
         t.seq += 1;
         t.seq
     });
-    if let Err(e) = gg_chrome::send(
+    if let Err(e) = gg_chrome::send::<_, OffscreenAnswer>(
         Context::Offscreen,
         next_id(),
-        Body::AgentEvent { tab_id, seq, event },
+        Broadcast::AgentEvent { tab_id, seq, event },
     )
     .await
     {
@@ -479,10 +489,12 @@ async fn broadcast(tab_id: i64, event: AgentEvent) {
 }
 
 /// Asks the service worker and expects a specific answer.
-async fn ask(body: Body) -> Result<Body, ToolError> {
-    match gg_chrome::send(Context::Offscreen, next_id(), body).await {
+async fn ask(request: OffscreenRequest) -> Result<OffscreenAnswer, ToolError> {
+    match gg_chrome::send::<_, OffscreenAnswer>(Context::Offscreen, next_id(), request).await {
         Ok(Some(env)) => match env.body {
-            Body::Error { message } => Err(ToolError::new(ToolErrorKind::Unavailable, message)),
+            OffscreenAnswer::Error { message } => {
+                Err(ToolError::new(ToolErrorKind::Unavailable, message))
+            }
             body => Ok(body),
         },
         Ok(None) => Err(ToolError::new(
@@ -493,7 +505,7 @@ async fn ask(body: Body) -> Result<Body, ToolError> {
     }
 }
 
-fn unexpected(body: Body) -> ToolError {
+fn unexpected(body: OffscreenAnswer) -> ToolError {
     ToolError::new(ToolErrorKind::Failed, format!("unexpected answer {body:?}"))
 }
 
@@ -510,7 +522,7 @@ impl ToolExecutor for TabExecutor {
     ) -> LocalBoxFuture<'a, Result<ToolOutput, ToolError>> {
         let call_id = format!("{}-{}", self.tab_id, next_id().0);
         async move {
-            match ask(Body::TabToolCall {
+            match ask(OffscreenRequest::TabToolCall {
                 tab_id: self.tab_id,
                 document_id: self.document_id.clone(),
                 call_id,
@@ -518,7 +530,7 @@ impl ToolExecutor for TabExecutor {
             })
             .await?
             {
-                Body::ToolOutcome { result, .. } => result,
+                OffscreenAnswer::ToolOutcome { result, .. } => result,
                 other => Err(unexpected(other)),
             }
         }
@@ -530,14 +542,14 @@ impl ToolExecutor for TabExecutor {
         target: &'a ElementTarget,
     ) -> LocalBoxFuture<'a, Result<ElementFacts, ToolError>> {
         async move {
-            match ask(Body::TabElementFacts {
+            match ask(OffscreenRequest::TabElementFacts {
                 tab_id: self.tab_id,
                 document_id: self.document_id.clone(),
                 target: target.clone(),
             })
             .await?
             {
-                Body::ElementFacts { result } => result,
+                OffscreenAnswer::ElementFacts { result } => result,
                 other => Err(unexpected(other)),
             }
         }
@@ -546,13 +558,13 @@ impl ToolExecutor for TabExecutor {
 
     fn current_site(&self) -> LocalBoxFuture<'_, Result<String, ToolError>> {
         async move {
-            match ask(Body::TabSite {
+            match ask(OffscreenRequest::TabSite {
                 tab_id: self.tab_id,
                 document_id: self.document_id.clone(),
             })
             .await?
             {
-                Body::Site { site } => Ok(site),
+                OffscreenAnswer::Site { site } => Ok(site),
                 other => Err(unexpected(other)),
             }
         }

@@ -14,36 +14,47 @@ mod scripted;
 mod webgpu;
 
 use gg_chrome::log;
-use gg_messages::{Body, Context, Envelope, RequestId};
+use gg_messages::{
+    Context, Envelope, OffscreenAnswer, OffscreenCommand, OffscreenReply, OffscreenRequest,
+    RequestId,
+};
 use wasm_bindgen::prelude::*;
 
 /// Called by `offscreen.js` once the module has loaded.
 #[wasm_bindgen]
 pub async fn start() -> Result<(), JsValue> {
     log::info("offscreen document started");
-    gg_chrome::send(Context::Offscreen, RequestId(0), Body::OffscreenReady).await?;
+    gg_chrome::send::<_, OffscreenAnswer>(
+        Context::Offscreen,
+        RequestId(0),
+        OffscreenRequest::OffscreenReady,
+    )
+    .await?;
     let report = webgpu::probe_webgpu().await;
-    gg_chrome::send(
+    gg_chrome::send::<_, OffscreenAnswer>(
         Context::Offscreen,
         RequestId(1),
-        Body::AdapterReport(report),
+        OffscreenRequest::AdapterReport(report),
     )
     .await?;
     Ok(())
 }
 
-fn parse(message: &JsValue) -> Option<Envelope> {
+/// A request of the service worker: the one channel this document answers.
+fn parse(message: &JsValue) -> Option<Envelope<OffscreenCommand>> {
     let json = gg_chrome::from_js(message).ok()?;
-    Envelope::from_json(json).ok()
+    Envelope::from_json(json)
+        .ok()
+        .filter(|env| env.from == Context::ServiceWorker)
 }
 
-/// Whether this document answers `message`: only requests from the service worker. Everything
-/// else sent with `chrome.runtime.sendMessage` (overlay requests, our own broadcasts) is left to
-/// the service worker, which is the one context that answers those.
+/// Whether this document answers `message`: only the service worker's commands
+/// ([`OffscreenCommand`]). Everything else sent with `chrome.runtime.sendMessage` (overlay
+/// requests, our own broadcasts) is left to the service worker, which is the one context that
+/// answers those.
 #[wasm_bindgen]
 pub fn accepts(message: JsValue) -> bool {
-    parse(&message)
-        .is_some_and(|env| env.from == Context::ServiceWorker && host::handles(&env.body))
+    parse(&message).is_some()
 }
 
 /// `chrome.runtime.onMessage` for requests [`accepts`] took.
@@ -56,13 +67,14 @@ pub async fn on_message(message: JsValue, sender: JsValue) -> Result<JsValue, Js
     let body = match sender.check(&gg_chrome::extension_id(), Context::ServiceWorker) {
         Err(e) => {
             log::warn(&e.to_string());
-            Body::Error {
+            OffscreenReply::Error {
                 message: e.to_string(),
             }
         }
-        Ok(()) => host::handle(env.body).await.unwrap_or_else(|message| {
+        Ok(()) => host::handle(env.body).await.unwrap_or_else(|e| {
+            let message = e.to_string();
             log::error(&message);
-            Body::Error { message }
+            OffscreenReply::Error { message }
         }),
     };
     Ok(gg_chrome::into_js(&Envelope::new(

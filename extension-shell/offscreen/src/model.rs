@@ -19,7 +19,9 @@ use gg_agent::{ChatMessage, ChunkStream, GenerateOptions, ModelBackend, ToolDefi
 use gg_chrome::log;
 use gg_llm::config::{Package, external_data_files};
 use gg_llm::{Dtype, GemmaBackend, GemmaModel, LoadOptions, LoadStage, ModelConfig, ModelRepo};
-use gg_messages::{Body, Context, ModelErrorKind, ModelReport, ModelState, RequestId};
+use gg_messages::{
+    Broadcast, Context, ModelErrorKind, ModelReport, ModelState, OffscreenAnswer, RequestId,
+};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -146,10 +148,10 @@ pub fn report(model_size: &str, source: &str, state: ModelState) {
     };
     STATUS.with(|s| *s.borrow_mut() = Some(report.clone()));
     wasm_bindgen_futures::spawn_local(async move {
-        if let Err(e) = gg_chrome::send(
+        if let Err(e) = gg_chrome::send::<_, OffscreenAnswer>(
             Context::Offscreen,
             RequestId(seq),
-            Body::ModelStatus(report),
+            Broadcast::ModelStatus(report),
         )
         .await
         {
@@ -614,7 +616,20 @@ pub fn context_limit(repo: &str) -> Option<usize> {
     })
 }
 
-/// [`Body::DevGreedy`](gg_messages::Body::DevGreedy) (development builds): loads the model of
+/// Why [`dev_greedy`] produced nothing.
+#[cfg(feature = "dev-probe")]
+#[derive(Debug, thiserror::Error)]
+pub enum DevGreedyError {
+    #[error("{0}")]
+    Load(#[from] LoadError),
+    #[error("the model of {0} is not loaded")]
+    NotLoaded(String),
+    /// The runtime failed while generating (its error's text).
+    #[error("{0}")]
+    Generation(String),
+}
+
+/// [`OffscreenCommand::DevGreedy`](gg_messages::OffscreenCommand::DevGreedy) (development builds): loads the model of
 /// `repo` exactly as a turn does ([`backend`]), then, queued behind any running turn, generates
 /// `max_new_tokens` greedy tokens after `input_ids`.
 #[cfg(feature = "dev-probe")]
@@ -623,24 +638,28 @@ pub async fn dev_greedy(
     model_size: &str,
     input_ids: &[u32],
     max_new_tokens: u32,
-) -> Result<Body, String> {
+) -> Result<gg_messages::DevGreedyResult, DevGreedyError> {
     use wasm_bindgen::JsCast;
-    backend(repo, model_size).await.map_err(|e| e.to_string())?;
+    backend(repo, model_size).await?;
     let loaded = SLOT
         .with(|s| match &*s.borrow() {
             Slot::Ready(l) if l.repo == repo => Some(l.clone()),
             _ => None,
         })
-        .ok_or_else(|| format!("the model of {repo} is not loaded"))?;
+        .ok_or_else(|| DevGreedyError::NotLoaded(repo.to_owned()))?;
     let _turn = loaded.backend.turn.lock().await;
     let model = loaded.backend.inner.model().clone();
     let mut g = gg_llm::Generator::new(&model, input_ids, gg_llm::Sampling::Greedy)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| DevGreedyError::Generation(e.to_string()))?;
     let mut tokens = Vec::new();
     let t0 = js_sys::Date::now();
     let mut prefill_ms = 0.0;
     for i in 0..max_new_tokens {
-        tokens.push(g.next_token().await.map_err(|e| e.to_string())?);
+        tokens.push(
+            g.next_token()
+                .await
+                .map_err(|e| DevGreedyError::Generation(e.to_string()))?,
+        );
         if i == 0 {
             prefill_ms = js_sys::Date::now() - t0;
         }
@@ -658,7 +677,7 @@ pub async fn dev_greedy(
         input_ids.len(),
         wasm_memory_bytes >> 20
     ));
-    Ok(Body::DevGreedyResult {
+    Ok(gg_messages::DevGreedyResult {
         tokens,
         prefill_ms,
         decode_ms,

@@ -32,6 +32,38 @@ const CHUNK_DELAY_MS: u32 = 15;
 /// Replaced by the added-token counts of the prompt (scripts with a `tokenizer`).
 pub const CONTROL_TOKENS: &str = "{{prompt_control_tokens}}";
 
+/// Why a model script (or its tokenizer) could not be used (shown in the overlay).
+#[derive(Debug, thiserror::Error)]
+pub enum ScriptError {
+    #[error("could not load the model script {url}: {source}")]
+    Load {
+        url: String,
+        source: Box<ScriptError>,
+    },
+    #[error("model script {url} is not {{\"turns\": [...]}}: {source}")]
+    NotAScript {
+        url: String,
+        source: serde_json::Error,
+    },
+    #[error("could not load the model script's tokenizer from {base}: {source}")]
+    Tokenizer {
+        base: String,
+        source: Box<ScriptError>,
+    },
+    /// The model's text files (tokenizer, template) or the prompt (its error's text).
+    #[error("{0}")]
+    Text(String),
+    #[error("{0}: not text")]
+    NotText(String),
+    #[error("{0}: not found")]
+    NotFound(String),
+    #[error("HTTP {0}")]
+    Http(f64),
+    /// A failed JavaScript call (`fetch`, reading the body).
+    #[error("{0}")]
+    Js(String),
+}
+
 pub struct ScriptedBackend {
     turns: Vec<String>,
     next: Cell<usize>,
@@ -52,21 +84,29 @@ struct Script {
 impl ScriptedBackend {
     /// The script at `url`, fetched once; later turns of any conversation continue where the
     /// previous generation stopped.
-    pub async fn for_url(url: &str) -> Result<Rc<Self>, String> {
+    pub async fn for_url(url: &str) -> Result<Rc<Self>, ScriptError> {
         if let Some(found) = SCRIPTS.with(|s| s.borrow().get(url).cloned()) {
             return Ok(found);
         }
-        let json = fetch_json(url)
-            .await
-            .map_err(|e| format!("could not load the model script {url}: {e}"))?;
-        let script: Script = serde_json::from_value(json)
-            .map_err(|e| format!("model script {url} is not {{\"turns\": [...]}}: {e}"))?;
-        let text = match &script.tokenizer {
-            None => None,
-            Some(base) => Some(load_text(&resolve(url, base)).await.map_err(|e| {
-                format!("could not load the model script's tokenizer from {base}: {e}")
-            })?),
-        };
+        let json = fetch_json(url).await.map_err(|e| ScriptError::Load {
+            url: url.to_owned(),
+            source: Box::new(e),
+        })?;
+        let script: Script =
+            serde_json::from_value(json).map_err(|source| ScriptError::NotAScript {
+                url: url.to_owned(),
+                source,
+            })?;
+        let text =
+            match &script.tokenizer {
+                None => None,
+                Some(base) => Some(load_text(&resolve(url, base)).await.map_err(|e| {
+                    ScriptError::Tokenizer {
+                        base: base.clone(),
+                        source: Box::new(e),
+                    }
+                })?),
+            };
         let backend = Rc::new(Self {
             turns: script.turns,
             next: Cell::new(0),
@@ -90,7 +130,7 @@ fn resolve(script_url: &str, path: &str) -> String {
 }
 
 /// A model's text files (tokenizer, configs, chat template) under `base`.
-async fn load_text(base: &str) -> Result<gg_gemma::GemmaText, String> {
+async fn load_text(base: &str) -> Result<gg_gemma::GemmaText, ScriptError> {
     let base = base.trim_end_matches('/');
     let tokenizer = fetch_text(&format!("{base}/tokenizer.json")).await?;
     let config = fetch_text(&format!("{base}/tokenizer_config.json"))
@@ -108,7 +148,7 @@ async fn load_text(base: &str) -> Result<gg_gemma::GemmaText, String> {
         generation_config: generation.as_deref().map(str::as_bytes),
         chat_template: template.as_deref(),
     })
-    .map_err(|e| e.to_string())
+    .map_err(|e| ScriptError::Text(e.to_string()))
 }
 
 /// How often each added token occurs in the prompt the real backend would give the model.
@@ -117,7 +157,7 @@ fn control_tokens(
     messages: &[ChatMessage],
     tools: &[ToolDefinition],
     options: &GenerateOptions,
-) -> Result<String, String> {
+) -> Result<String, ScriptError> {
     let prompt = text
         .prompt(
             &gg_gemma::agent::messages_from_agent(messages, false),
@@ -127,7 +167,7 @@ fn control_tokens(
                 enable_thinking: options.thinking,
             },
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| ScriptError::Text(e.to_string()))?;
     let added = text.tokenizer().added_token_ids();
     let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
     for id in prompt.ids.iter().filter(|id| added.contains(id)) {
@@ -143,34 +183,35 @@ fn control_tokens(
         .join(" "))
 }
 
-async fn fetch_text(url: &str) -> Result<String, String> {
+async fn fetch_text(url: &str) -> Result<String, ScriptError> {
     match fetch_body(url, "text").await? {
-        Ok(text) => text.as_string().ok_or_else(|| format!("{url}: not text")),
-        Err(_) => Err(format!("{url}: not found")),
+        Ok(text) => text
+            .as_string()
+            .ok_or_else(|| ScriptError::NotText(url.to_owned())),
+        Err(_) => Err(ScriptError::NotFound(url.to_owned())),
     }
 }
 
-async fn fetch_json(url: &str) -> Result<serde_json::Value, String> {
+async fn fetch_json(url: &str) -> Result<serde_json::Value, ScriptError> {
     match fetch_body(url, "json").await? {
-        Ok(value) => gg_chrome::from_js(&value),
-        Err(status) => Err(format!("HTTP {status}")),
+        Ok(value) => gg_chrome::from_js(&value).map_err(ScriptError::Js),
+        Err(status) => Err(ScriptError::Http(status)),
     }
 }
 
 /// `fetch(url)`, then `response[method]()` awaited (`"text"` or `"json"`). The inner `Err` is
 /// the HTTP status of a response that is not ok; the outer one a failed call.
-async fn fetch_body(url: &str, method: &str) -> Result<Result<JsValue, f64>, String> {
+async fn fetch_body(url: &str, method: &str) -> Result<Result<JsValue, f64>, ScriptError> {
+    let js = |e: JsValue| ScriptError::Js(format!("{e:?}"));
     let global = js_sys::global();
     let fetch: Function = Reflect::get(&global, &"fetch".into())
         .and_then(|f| f.dyn_into())
-        .map_err(|e| format!("{e:?}"))?;
+        .map_err(js)?;
     let promise: Promise = fetch
         .call1(&global, &url.into())
         .and_then(|p| p.dyn_into())
-        .map_err(|e| format!("{e:?}"))?;
-    let response = JsFuture::from(promise)
-        .await
-        .map_err(|e| format!("{e:?}"))?;
+        .map_err(js)?;
+    let response = JsFuture::from(promise).await.map_err(js)?;
     let ok = Reflect::get(&response, &"ok".into())
         .ok()
         .and_then(|v| v.as_bool())
@@ -184,15 +225,12 @@ async fn fetch_body(url: &str, method: &str) -> Result<Result<JsValue, f64>, Str
     }
     let body_fn: Function = Reflect::get(&response, &method.into())
         .and_then(|f| f.dyn_into())
-        .map_err(|e| format!("{e:?}"))?;
+        .map_err(js)?;
     let promise: Promise = body_fn
         .call0(&response)
         .and_then(|p| p.dyn_into())
-        .map_err(|e| format!("{e:?}"))?;
-    JsFuture::from(promise)
-        .await
-        .map(Ok)
-        .map_err(|e| format!("{e:?}"))
+        .map_err(js)?;
+    JsFuture::from(promise).await.map(Ok).map_err(js)
 }
 
 /// Splits `text` into pieces of about [`CHUNK`] bytes on character boundaries.

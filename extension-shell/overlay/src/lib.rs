@@ -8,7 +8,10 @@ mod settings;
 
 use gg_chrome::log;
 use gg_components::{Action, ChatDispatcher, GemApp, ThemeRoot, UiIntent};
-use gg_messages::{Body, Context, Envelope, RequestId, SETTINGS_KEY, Settings};
+use gg_messages::{
+    Broadcast, Context, ConversationView, Envelope, OverlayAnswer, OverlayRequest, RequestId,
+    SETTINGS_KEY, Settings,
+};
 use settings::Stored;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -82,10 +85,10 @@ fn show_error(detail: String) {
 }
 
 /// Sends a request to the service worker; an error answer is shown in the UI.
-async fn request(body: Body) -> Option<Body> {
-    match gg_chrome::send(Context::Overlay, next_id(), body).await {
+async fn request(body: OverlayRequest) -> Option<OverlayAnswer> {
+    match gg_chrome::send::<_, OverlayAnswer>(Context::Overlay, next_id(), body).await {
         Ok(Some(Envelope {
-            body: Body::Error { message },
+            body: OverlayAnswer::Error { message },
             ..
         })) => {
             show_error(message);
@@ -104,12 +107,12 @@ async fn request(body: Body) -> Option<Body> {
 }
 
 async fn load_conversation() {
-    if let Some(Body::Conversation {
+    if let Some(OverlayAnswer::Conversation(ConversationView {
         tab_id,
         messages,
         running,
         notice,
-    }) = request(Body::GetConversation).await
+    })) = request(OverlayRequest::GetConversation).await
     {
         session(|s| s.tab = Some(tab_id));
         if session(|s| s.sent) {
@@ -126,7 +129,8 @@ async fn load_conversation() {
         }
     }
     // Where the model stands (a download may be running for another tab).
-    if let Some(Body::ModelStatus(report)) = request(Body::GetModelStatus).await {
+    if let Some(OverlayAnswer::ModelStatus(report)) = request(OverlayRequest::GetModelStatus).await
+    {
         show_model(report);
     }
     // Only then the settings' "Downloaded models": listing the cache must not delay the
@@ -171,13 +175,14 @@ fn show_save_error(detail: String) {
 
 /// Asks the service worker (the only writer of the settings and per-site data) to store a
 /// change; a refusal or failure is shown. `true` when stored.
-async fn save(body: Body) -> bool {
-    match gg_chrome::send(Context::Overlay, next_id(), body).await {
+async fn save(body: OverlayRequest) -> bool {
+    match gg_chrome::send::<_, OverlayAnswer>(Context::Overlay, next_id(), body).await {
         Ok(Some(Envelope {
-            body: Body::Ack, ..
+            body: OverlayAnswer::Ack,
+            ..
         })) => true,
         Ok(Some(Envelope {
-            body: Body::Error { message },
+            body: OverlayAnswer::Error { message },
             ..
         })) => {
             show_save_error(message);
@@ -234,15 +239,15 @@ async fn refresh_stored_models() {
     }
     let repositories = repos.iter().map(|(_, r)| r.clone()).collect();
     // Background information: a failure is logged, not put in front of the user.
-    match gg_chrome::send(
+    match gg_chrome::send::<_, OverlayAnswer>(
         Context::Overlay,
         next_id(),
-        Body::GetStoredModels { repositories },
+        OverlayRequest::GetStoredModels { repositories },
     )
     .await
     {
         Ok(Some(Envelope {
-            body: Body::StoredModels { models },
+            body: OverlayAnswer::StoredModels { models },
             ..
         })) => dispatch(Action::SetModels {
             models: settings::model_infos(&repos, &models),
@@ -267,7 +272,10 @@ async fn clear_model(model: gg_components::ModelChoice) {
             model.label()
         ));
     };
-    if request(Body::ClearModel { repository }).await.is_some() {
+    if request(OverlayRequest::ClearModel { repository })
+        .await
+        .is_some()
+    {
         log::info(&format!(
             "deleted the downloaded files of {}",
             model.label()
@@ -279,7 +287,7 @@ async fn clear_model(model: gg_components::ModelChoice) {
 /// Settings and site for the panel, at start.
 async fn load_settings_and_site() {
     show_stored_settings().await;
-    if let Some(Body::Site { site }) = request(Body::GetPageSite).await {
+    if let Some(OverlayAnswer::Site { site }) = request(OverlayRequest::GetPageSite).await {
         let host = settings::host_of(&site);
         dispatch(Action::SetSite {
             site: (!host.is_empty()).then_some(host),
@@ -308,13 +316,13 @@ async fn settings_changed(ui: gg_components::Settings) {
     let changes = settings::from_ui(&ui, &stored);
     let mut all_saved = true;
     if let Some(settings) = changes.settings {
-        all_saved &= save(Body::SaveSettings { settings }).await;
+        all_saved &= save(OverlayRequest::SaveSettings { settings }).await;
     }
     for (site, disabled) in changes.disabled {
-        all_saved &= save(Body::SetSiteDisabled { site, disabled }).await;
+        all_saved &= save(OverlayRequest::SetSiteDisabled { site, disabled }).await;
     }
     for (site, permission) in changes.revoked {
-        all_saved &= save(Body::RevokeSitePermission { site, permission }).await;
+        all_saved &= save(OverlayRequest::RevokeSitePermission { site, permission }).await;
     }
     if !all_saved {
         show_stored_settings().await;
@@ -325,7 +333,7 @@ async fn settings_changed(ui: gg_components::Settings) {
 /// tab and later turns (a permission that cannot persist was never granted for good).
 async fn permission_granted(site: String, permission: gg_agent::Permission) {
     if permission.can_persist() {
-        save(Body::GrantSitePermission { site, permission }).await;
+        save(OverlayRequest::GrantSitePermission { site, permission }).await;
     }
 }
 
@@ -344,13 +352,13 @@ async fn send_intent(intent: UiIntent) {
     let body = match intent {
         UiIntent::Send { text } => {
             session(|s| s.sent = true);
-            Body::ChatSend { text }
+            OverlayRequest::ChatSend { text }
         }
-        UiIntent::Stop => Body::ChatStop,
-        UiIntent::NewChat => Body::ChatNew,
+        UiIntent::Stop => OverlayRequest::ChatStop,
+        UiIntent::NewChat => OverlayRequest::ChatNew,
         UiIntent::Approve { call_id, decision } => {
             match (call_id.parse(), session(|s| s.nonces.remove(&call_id))) {
-                (Ok(call_id), Some(nonce)) => Body::ChatApproval {
+                (Ok(call_id), Some(nonce)) => OverlayRequest::ChatApproval {
                     call_id,
                     nonce,
                     decision,
@@ -364,7 +372,7 @@ async fn send_intent(intent: UiIntent) {
             log::info(&format!("Gemma Gem turned off on {site}"));
             return;
         }
-        UiIntent::PanelToggled { open: false } => Body::ClosePanel,
+        UiIntent::PanelToggled { open: false } => OverlayRequest::ClosePanel,
         UiIntent::ClearModel { model } => return clear_model(model).await,
         other => {
             log::debug(&format!("not handled yet: {other:?}"));
@@ -409,16 +417,17 @@ pub fn on_broadcast(message: JsValue) {
     let Ok(json) = gg_chrome::from_js(&message) else {
         return;
     };
-    let Ok(env) = Envelope::from_json(json) else {
+    // Only the offscreen document's broadcasts: every other message (requests of other
+    // contexts) does not parse as one and is left alone.
+    let Ok(env) = Envelope::<Broadcast>::from_json(json) else {
         return;
     };
     if env.from != Context::Offscreen || !session(|s| s.active) {
         return;
     }
     let (tab_id, seq, event) = match env.body {
-        Body::AgentEvent { tab_id, seq, event } => (tab_id, seq, event),
-        Body::ModelStatus(report) => return show_model(report),
-        _ => return,
+        Broadcast::AgentEvent { tab_id, seq, event } => (tab_id, seq, event),
+        Broadcast::ModelStatus(report) => return show_model(report),
     };
     if session(|s| s.tab) != Some(tab_id) {
         return;
@@ -488,8 +497,8 @@ fn take_token() -> String {
 async fn activate() -> bool {
     let token = session(|s| core::mem::take(&mut s.token));
     let accepted = matches!(
-        request(Body::ActivateOverlay { token }).await,
-        Some(Body::Ack)
+        request(OverlayRequest::ActivateOverlay { token }).await,
+        Some(OverlayAnswer::Ack)
     );
     session(|s| s.active = accepted);
     accepted
