@@ -197,6 +197,9 @@ struct Weight {
     z: Option<GpuTensor>,
 }
 
+/// The parts of a weight split by rows across buffers: (first row, part).
+type Parts = Rc<Vec<(usize, GpuTensor)>>;
+
 /// The row the `Gelu(y) * other` epilogue multiplies by: a tensor and the element it starts at.
 struct OtherRow {
     t: GpuTensor,
@@ -210,7 +213,7 @@ struct Operands {
     /// The weights' one binding `wts` when they are ranges of one buffer.
     packed: Option<GpuTensor>,
     /// A lone weight split by rows across buffers: its parts (first row, part).
-    split: Option<Rc<Vec<(usize, GpuTensor)>>>,
+    split: Option<Parts>,
     /// The `Gelu(y) * other` epilogue's row.
     other: Option<OtherRow>,
     /// The scalar epilogues' constant.
@@ -481,7 +484,7 @@ impl FusedGemv {
         inputs: &[Option<&Value>],
         m: &MatSlots,
         f16: bool,
-    ) -> Result<Option<(Weight, Option<Rc<Vec<(usize, GpuTensor)>>>)>> {
+    ) -> Result<Option<(Weight, Option<Parts>)>> {
         let (k, n) = (self.k, m.n);
         let nb = k.div_ceil(self.block);
         if self.float {
