@@ -678,7 +678,7 @@ fn dot{j}(n: u32, lane: u32) -> array<f32, REPS> {{
 /// WGSL for result `j` stored in a range of one output binding `y` (from `Ctx::alloc_pack`)
 /// starting at word `at` (a WGSL expression): `st_y{j}(w, v0, v1)` stores word `w` of its range,
 /// and `EPW_y{j}` is `EPW_y`.
-fn packed_store(j: usize, at: &str) -> String {
+pub(super) fn packed_store(j: usize, at: &str) -> String {
     format!(
         "const EPW_y{j}: u32 = EPW_y;\nfn st_y{j}(w: u32, v0: f32, v1: f32) {{ st_y(w + {at}, v0, v1); }}\n"
     )
