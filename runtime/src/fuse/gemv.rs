@@ -3,17 +3,16 @@
 
 use super::fallback::Fallback;
 use super::gemv_wgsl::{
-    REDUCE_SHUFFLE, REDUCE_TREE, float_dot, gemv_dot, norm_prologue, packed_loaders, packed_stores,
-    rd_code, residual_prologue, scalar_value, x_loaders,
+    EpilogueCode, FusedGemvParams, FusedGemvSpec, MAX_MATS, PackedAt, QW, ResidualCode,
+    RowsPrologueParams, RowsPrologueSpec, SC, WeightCode, Y, ZP,
 };
 use super::{Limits, WG};
 use crate::error::Result;
-use crate::exec::{Ctx, GpuTensor, KernelMemo, Value, input_signature};
-use crate::gpu::{Kernel, Storage};
+use crate::exec::{Ctx, GpuTensor, Value};
+use crate::gpu::{Bound, Compiled, Storage};
 use crate::ops::Op;
 use crate::tensor::DType;
-
-pub(super) const FUSED_GEMV: &str = include_str!("../kernels/fused_gemv.wgsl");
+use std::rc::Rc;
 
 /// Where the fused kernel finds its operands: positions in the fused node's inputs.
 pub(super) struct Slots {
@@ -88,8 +87,6 @@ pub(super) struct FusedGemv {
     /// The prologue for rows the one-kernel path does not take (`None`: no prologue).
     pub(super) rows: Option<RowsPrologue>,
     pub(super) limits: Limits,
-    /// The one-kernel path's last kernel (a decode step's inputs look the same every step).
-    pub(super) memo: KernelMemo,
 }
 
 /// A fused group's prologue (residual and/or norm) as one dispatch over all rows
@@ -135,9 +132,189 @@ pub(super) fn host_scalar(
     }
 }
 
-pub(super) const ROWS_PROLOGUE: &str = include_str!("../kernels/rows_prologue.wgsl");
+/// The checks of one call's input row that the one-kernel path passed.
+struct FastCall {
+    /// The activation type (F32 or F16).
+    act: DType,
+    /// The row's shape (its last dimension `k`, one row).
+    row_shape: Vec<usize>,
+    /// The row is staged in workgroup memory.
+    staged: bool,
+}
+
+impl FastCall {
+    /// Whether the activations are f16.
+    fn f16(&self) -> bool {
+        self.act == DType::F16
+    }
+
+    /// The shape of a result of `n` columns.
+    fn out_shape(&self, n: usize) -> Vec<usize> {
+        let mut s = self.row_shape.clone();
+        if let Some(l) = s.last_mut() {
+            *l = n;
+        }
+        s
+    }
+}
+
+/// The prologue's row operands on the GPU.
+enum RowOperands {
+    /// The residual prologue's `o`, `res` and the norm's scale `g1`.
+    Residual {
+        o: GpuTensor,
+        res: GpuTensor,
+        g1: GpuTensor,
+    },
+    /// The input row `x`.
+    Plain { x: GpuTensor },
+}
+
+impl RowOperands {
+    /// The kernel's first bindings: these (`o`, `res`, `g1`, or `x`).
+    fn bind<'k, 't>(&'t self, kernel: &'k Compiled) -> Bound<'k, 't> {
+        match self {
+            Self::Residual { o, res, g1 } => kernel.bind("o", o).bind("res", res).bind("g1", g1),
+            Self::Plain { x } => kernel.bind("x", x),
+        }
+    }
+}
+
+/// The prologue's operands: the row's, the norm's scale, and the residual's layer scalar.
+struct Prologue {
+    row: RowOperands,
+    /// The norm prologue's scale.
+    g2: Option<GpuTensor>,
+    /// The residual prologue's scalar (1 without one).
+    scalar: f32,
+}
+
+/// One weight on the GPU: its bits (a float weight's elements), scales (a float weight's
+/// elements again, unread) and zero points.
+struct Weight {
+    q: GpuTensor,
+    s: GpuTensor,
+    z: Option<GpuTensor>,
+}
+
+/// The parts of a weight split by rows across buffers: (first row, part).
+type Parts = Rc<Vec<(usize, GpuTensor)>>;
+
+/// The row the `Gelu(y) * other` epilogue multiplies by: a tensor and the element it starts at.
+struct OtherRow {
+    t: GpuTensor,
+    off: u32,
+}
+
+/// The one-kernel path's inputs on the GPU and the host values it reads.
+struct Operands {
+    prologue: Prologue,
+    weights: [Option<Weight>; MAX_MATS],
+    /// The weights' one binding `wts` when they are ranges of one buffer.
+    packed: Option<GpuTensor>,
+    /// A lone weight split by rows across buffers: its parts (first row, part).
+    split: Option<Parts>,
+    /// The `Gelu(y) * other` epilogue's row.
+    other: Option<OtherRow>,
+    /// The scalar epilogues' constant.
+    constant: Option<f32>,
+}
+
+/// The one-kernel path's outputs.
+struct Outputs {
+    /// The residual row h.
+    h: Option<GpuTensor>,
+    /// The results.
+    results: Vec<GpuTensor>,
+    /// Several separate results: their one buffer, bound whole as `y`.
+    packed: Option<GpuTensor>,
+}
+
+impl Outputs {
+    /// The op's outputs: h first (when it is one), then the results.
+    fn into_values(self) -> Vec<Value> {
+        self.h
+            .into_iter()
+            .chain(self.results)
+            .map(Value::Gpu)
+            .collect()
+    }
+}
+
+/// The whole buffer under `t`'s view, as elements of `dtype` (a binding of that storage).
+fn whole_as(t: &GpuTensor, dtype: DType) -> GpuTensor {
+    let whole = t.whole();
+    let bytes = whole.numel();
+    let storage = Storage::of(dtype).unwrap_or(Storage::F32);
+    GpuTensor {
+        dtype,
+        shape: vec![bytes / 4 * storage.per_word() as usize],
+        ..whole
+    }
+}
 
 impl FusedGemv {
+    /// The prologue's operands, `None` when they do not fit: the residual prologue's (`o` and
+    /// `res` passing `row`, the scale `g1` passing `gamma`, the layer scalar a host value of
+    /// type `act` and rank at most `rank`) or the row `x` (passing `row`), and the norm's scale
+    /// (passing `gamma`).
+    fn prologue_operands(
+        &self,
+        cx: &mut Ctx<'_>,
+        inputs: &[Option<&Value>],
+        row: impl Fn(&Value) -> bool,
+        gamma: impl Fn(&Value) -> bool,
+        act: DType,
+        rank: usize,
+    ) -> Result<Option<Prologue>> {
+        macro_rules! operand {
+            ($i:expr, $ok:expr) => {
+                match gpu_operand(cx, inputs, $i, $ok)? {
+                    Some(t) => t,
+                    None => return Ok(None),
+                }
+            };
+        }
+        let mut scalar = 1.0f32;
+        let row_operands = match self.slots.residual {
+            Some(r) => {
+                let o = operand!(r.o, &row);
+                let res = operand!(r.res, &row);
+                let g1 = operand!(r.gamma, &gamma);
+                if res.shape != o.shape {
+                    return Ok(None);
+                }
+                if let Some(sc) = r.scalar {
+                    let Some(v) = host_scalar(inputs, sc, act, rank) else {
+                        return Ok(None);
+                    };
+                    scalar = v;
+                }
+                RowOperands::Residual { o, res, g1 }
+            }
+            None => RowOperands::Plain {
+                x: operand!(self.slots.x, &row),
+            },
+        };
+        let g2 = match self.slots.norm {
+            Some(n) => Some(operand!(n.gamma, &gamma)),
+            None => None,
+        };
+        Ok(Some(Prologue {
+            row: row_operands,
+            g2,
+            scalar,
+        }))
+    }
+
+    /// The residual prologue's code values.
+    fn residual_code(&self) -> Option<ResidualCode> {
+        self.slots.residual.map(|r| ResidualCode {
+            eps: r.eps.to_bits(),
+            scaled: r.scalar.is_some(),
+        })
+    }
+
     /// The prologue over every row in one dispatch: the environment values it provides, or
     /// `None` when the operands do not fit it (the fallback then runs every node).
     pub(super) fn rows_prologue(
@@ -169,125 +346,45 @@ impl FusedGemv {
         }
         let row = |v: &Value| v.dtype() == act && v.shape() == shape.as_slice();
         let gamma = |v: &Value| v.dtype() == DType::F32 && v.numel() == k;
-        let st = Storage::of(act).unwrap_or(Storage::F32);
-        let mut kern = Kernel::new("rows_prologue", ROWS_PROLOGUE)
-            .workgroup(WG)
-            .wg_reduce(cx.gpu.subgroups);
-        let mut bind: Vec<GpuTensor> = Vec::new();
-        let mut body = String::new();
-        let mut scalar = 1.0f32;
-        let res = self.slots.residual.is_some();
-        if let Some(ResidualSlots {
-            o,
-            res: r,
-            gamma: g1,
-            scalar: sc,
-            eps: eps1,
-        }) = self.slots.residual
-        {
-            let (Some(o), Some(r), Some(g1)) = (
-                gpu_operand(cx, inputs, o, row)?,
-                gpu_operand(cx, inputs, r, row)?,
-                gpu_operand(cx, inputs, g1, gamma)?,
-            ) else {
-                return Ok(None);
-            };
-            if let Some(sc) = sc {
-                let Some(v) = host_scalar(inputs, sc, act, shape.len()) else {
-                    return Ok(None);
-                };
-                scalar = v;
-            }
-            kern = kern
-                .input("o", st)
-                .input("res", st)
-                .input("g1", Storage::F32);
-            bind.extend([o, r, g1]);
-            let h = |l: &str| {
-                let h =
-                    format!("rd(ld_res(base + {l}) + rd(ld_o(base + {l}) * inv1 * ld_g1({l})))");
-                if sc.is_some() {
-                    format!("rd({h} * scalar)")
-                } else {
-                    h
-                }
-            };
-            body.push_str(&format!(
-                "var ss = 0.0;
-    for (var l = t; l < K; l = l + WG) {{ let u = ld_o(base + l); ss = ss + u * u; }}
-    let inv1 = inverseSqrt(wg_sum(t, ss) / f32(K) + {eps});
-    var s2 = 0.0;
-    for (var w = t; w < K / EPW; w = w + WG) {{
-        let l = w * EPW;
-        let l1 = min(l + 1u, K - 1u);
-        let h0 = {h0};
-        let h1 = {h1};
-        st_h(base / EPW + w, h0, h1);
-        s2 = s2 + h0 * h0;
-        if (EPW == 2u) {{ s2 = s2 + h1 * h1; }}
-    }}
-    ",
-                eps = crate::gpu::wgsl_f32(eps1),
-                h0 = h("l"),
-                h1 = h("l1"),
-            ));
-        } else {
-            let Some(xt) = gpu_operand(cx, inputs, self.slots.x, row)? else {
-                return Ok(None);
-            };
-            kern = kern.input("x", st);
-            bind.push(xt);
-            body.push_str(
-                "var s2 = 0.0;
-    for (var l = t; l < K; l = l + WG) { let u = ld_x(base + l); s2 = s2 + u * u; }
-    ",
-            );
-        }
-        if let Some(NormSlots {
-            gamma: g2,
-            eps: eps2,
-        }) = self.slots.norm
-        {
-            let Some(g) = gpu_operand(cx, inputs, g2, gamma)? else {
-                return Ok(None);
-            };
-            kern = kern.input("g2", Storage::F32);
-            bind.push(g);
-            let src = if res { "ld_h" } else { "ld_x" };
-            body.push_str(&format!(
-                "let inv2 = inverseSqrt(wg_sum(t, s2) / f32(K) + {eps});
-    for (var w = t; w < K / EPW; w = w + WG) {{
-        let l = w * EPW;
-        let l1 = min(l + 1u, K - 1u);
-        st_y(base / EPW + w, rd({src}(base + l) * inv2 * ld_g2(l)), rd({src}(base + l1) * inv2 * ld_g2(l1)));
-    }}",
-                eps = crate::gpu::wgsl_f32(eps2),
-            ));
-        }
-        let mut preset = Vec::new();
-        let mut outs = Vec::new();
-        if let Some(slot) = rows.h.filter(|_| res) {
-            let h = cx.alloc(act, shape.clone())?;
-            kern = kern.output("h", st);
-            outs.push((slot, h));
-        }
-        if let Some(slot) = rows.y.filter(|_| self.slots.norm.is_some()) {
-            let y = cx.alloc(act, shape.clone())?;
-            kern = kern.output("y", st);
-            outs.push((slot, y));
-        }
-        let kern = kern
-            .u32("K", k as u32)
-            .u32("EPW", if f16 { 2 } else { 1 })
-            .code("RD", rd_code(f16))
-            .code("BODY", &body);
-        let mut refs: Vec<&GpuTensor> = bind.iter().collect();
-        refs.extend(outs.iter().map(|(_, t)| t));
+        let Some(pro) = self.prologue_operands(cx, inputs, row, gamma, act, shape.len())? else {
+            return Ok(None);
+        };
+        let spec = RowsPrologueSpec {
+            k,
+            f16,
+            residual: self.residual_code(),
+            norm_eps: self.slots.norm.map(|n| n.eps.to_bits()),
+            h: rows.h.is_some() && self.slots.residual.is_some(),
+            y: rows.y.is_some() && self.slots.norm.is_some(),
+        };
+        let h = match rows.h.filter(|_| spec.h) {
+            Some(slot) => Some((slot, cx.alloc(act, shape.clone())?)),
+            None => None,
+        };
+        let y = match rows.y.filter(|_| spec.y) {
+            Some(slot) => Some((slot, cx.alloc(act, shape.clone())?)),
+            None => None,
+        };
+        let kernel = cx.gpu.kernel(&spec)?;
+        let bound = pro
+            .row
+            .bind(&kernel)
+            .bind_opt("g2", pro.g2.as_ref())
+            .bind_opt("h", h.as_ref().map(|(_, t)| t))
+            .bind_opt("y", y.as_ref().map(|(_, t)| t));
         const MAX_X: usize = 65535;
         let grid = (m.min(MAX_X) as u32, m.div_ceil(MAX_X) as u32);
-        cx.dispatch_groups(&kern, &refs, &[m as u32, scalar.to_bits()], grid)?;
-        preset.extend(outs.into_iter().map(|(slot, t)| (slot, Value::Gpu(t))));
-        Ok(Some(preset))
+        let params = RowsPrologueParams {
+            rows: m as u32,
+            scalar: pro.scalar,
+        };
+        cx.launch_groups(bound, &params, grid)?;
+        Ok(Some(
+            h.into_iter()
+                .chain(y)
+                .map(|(slot, t)| (slot, Value::Gpu(t)))
+                .collect(),
+        ))
     }
 
     /// The `Gelu(y) * other` epilogue's operand (slot `other`) and the offset of the row it reads:
@@ -299,10 +396,10 @@ impl FusedGemv {
         inputs: &[Option<&Value>],
         other: usize,
         gather: Option<usize>,
-        act: DType,
-        row_shape: &[usize],
-    ) -> Result<Option<(GpuTensor, u32)>> {
+        call: &FastCall,
+    ) -> Result<Option<OtherRow>> {
         let n = self.ns[0];
+        let act = call.act;
         let Some(ot) = gpu_operand(cx, inputs, other, |v: &Value| v.dtype() == act)? else {
             return Ok(None);
         };
@@ -317,7 +414,7 @@ impl FusedGemv {
                     || s[0] * s[1] != 1
                     || s[3] != n
                     || ih.numel() != 1
-                    || row_shape.len() != 3
+                    || call.row_shape.len() != 3
                 {
                     return Ok(None);
                 }
@@ -326,43 +423,39 @@ impl FusedGemv {
                 if i < 0 || i as usize >= s[2] {
                     return Ok(None);
                 }
-                Ok(Some((ot, (i as usize * n) as u32)))
+                Ok(Some(OtherRow {
+                    t: ot,
+                    off: (i as usize * n) as u32,
+                }))
             }
             None => {
-                let mut want = row_shape.to_vec();
-                if let Some(l) = want.last_mut() {
-                    *l = n;
-                }
-                if ot.shape != want {
+                if ot.shape != call.out_shape(n) {
                     return Ok(None);
                 }
-                Ok(Some((ot, 0)))
+                Ok(Some(OtherRow { t: ot, off: 0 }))
             }
         }
     }
 
-    /// The one-kernel path, or `None` when the shapes need the fallback.
-    pub(super) fn fast(
-        &self,
-        cx: &mut Ctx<'_>,
-        inputs: &[Option<&Value>],
-    ) -> Result<Option<Vec<Value>>> {
+    /// Columns per workgroup pass (`WG / TPC`).
+    fn cols(&self) -> usize {
+        (WG / self.limits.gemv_tpc) as usize
+    }
+
+    /// The one-kernel path's checks of the input row, `None` when the shapes need the fallback.
+    fn fast_call(&self, inputs: &[Option<&Value>]) -> Option<FastCall> {
         let k = self.k;
         let prologue = self.slots.residual.is_some() || self.slots.norm.is_some();
         let lone = !prologue && self.epi == Epilogue::Separate && self.ns.len() == 1;
         let nb = k.div_ceil(self.block);
         // The row is staged in workgroup memory (padded to whole blocks) when it fits, and must be
         // for a prologue; otherwise it is read from memory.
-        let tpc = self.limits.gemv_tpc;
-        let cols = (WG / tpc) as usize;
-        let staged = ((nb * self.block + nb + cols) as u64 + 2 * u64::from(WG)) * 4
+        let staged = ((nb * self.block + nb + self.cols()) as u64 + 2 * u64::from(WG)) * 4
             <= u64::from(self.limits.workgroup_bytes);
         if !staged && prologue {
-            return Ok(None);
+            return None;
         }
-        let Some(x) = inputs.get(self.slots.x).copied().flatten() else {
-            return Ok(None);
-        };
+        let x = inputs.get(self.slots.x).copied().flatten()?;
         // M == 1: the row is the whole input. Activations f32, or f16 (rounded like the graph).
         let act = x.dtype();
         let f16 = act == DType::F16;
@@ -374,414 +467,351 @@ impl FusedGemv {
             || (lone && !f16)
             || (self.float && f16)
         {
-            return Ok(None);
+            return None;
         }
-        let row_shape = x.shape().to_vec();
-        // The code depends on the inputs' types, shapes, offsets and scalars only: when they
-        // look as they did last time, the last kernel is run again without writing its code.
-        let sig = input_signature(inputs);
-        let hit = self.memo.get(sig);
-        let build = KernelMemo::must_build(&hit);
-        // Operands on the GPU (small constants live on the host and are uploaded).
-        macro_rules! operand {
-            ($i:expr, $ok:expr) => {
-                match gpu_operand(cx, inputs, $i, $ok)? {
-                    Some(t) => t,
+        Some(FastCall {
+            act,
+            row_shape: x.shape().to_vec(),
+            staged,
+        })
+    }
+
+    /// Weight `m` on the GPU (and the parts of a lone weight split by rows across buffers),
+    /// `None` when it does not fit.
+    fn weight(
+        &self,
+        cx: &mut Ctx<'_>,
+        inputs: &[Option<&Value>],
+        m: &MatSlots,
+        f16: bool,
+    ) -> Result<Option<(Weight, Option<Parts>)>> {
+        let (k, n) = (self.k, m.n);
+        let nb = k.div_ceil(self.block);
+        if self.float {
+            // f32 [K, N], in one buffer (split weights take the fallback).
+            let ok = |v: &Value| v.dtype() == DType::F32 && v.numel() == k * n;
+            let Some(w) = gpu_operand(cx, inputs, m.qw, ok)? else {
+                return Ok(None);
+            };
+            let weight = Weight {
+                q: w.clone(),
+                s: w,
+                z: None,
+            };
+            return Ok(Some((weight, None)));
+        }
+        let mut split = None;
+        let q = match inputs.get(m.qw).copied().flatten() {
+            Some(v) if v.dtype() == DType::U8 && v.numel() == n * nb * self.block / 2 => {
+                let t = cx.to_gpu(v)?;
+                if let Some(parts) = &t.split {
+                    let odd = |x: usize| f16 && !x.is_multiple_of(2);
+                    if self.ns.len() != 1
+                        || parts
+                            .iter()
+                            .any(|(r0, p)| odd(*r0) || odd(p.shape.first().copied().unwrap_or(1)))
+                    {
+                        return Ok(None);
+                    }
+                    split = Some(parts.clone());
+                }
+                t
+            }
+            _ => return Ok(None),
+        };
+        let scales =
+            |v: &Value| matches!(v.dtype(), DType::F32 | DType::F16) && v.numel() == n * nb;
+        let Some(s) = gpu_operand(cx, inputs, m.sc, scales)? else {
+            return Ok(None);
+        };
+        let z = match m.zp {
+            None => None,
+            Some(z) => {
+                let zrow = nb.div_ceil(2);
+                let ok = |v: &Value| v.dtype() == DType::U8 && v.numel() == n * zrow;
+                match gpu_operand(cx, inputs, z, ok)? {
+                    Some(t) => Some(t),
                     None => return Ok(None),
                 }
-            };
-        }
+            }
+        };
+        Ok(Some((Weight { q, s, z }, split)))
+    }
+
+    /// The scalar epilogues' constant: their scalars are host constants of the activation type,
+    /// one element of rank at most the row's (and the softcap's two the same); `Some(None)`
+    /// for the other epilogues, `None` when they do not fit.
+    fn epilogue_constant(&self, inputs: &[Option<&Value>], call: &FastCall) -> Option<Option<f32>> {
+        let (d, m) = match self.epi {
+            Epilogue::Softcap { div, mul } => (div, mul),
+            Epilogue::Scale { factor } => (factor, factor),
+            _ => return Some(None),
+        };
+        let rank = call.row_shape.len();
+        let c = host_scalar(inputs, d, call.act, rank)?;
+        let c2 = host_scalar(inputs, m, call.act, rank)?;
+        (c.to_bits() == c2.to_bits()).then_some(Some(c))
+    }
+
+    /// The one-kernel path's operands, in the order the graph's values are taken to the GPU;
+    /// `None` when one does not fit.
+    fn operands(
+        &self,
+        cx: &mut Ctx<'_>,
+        inputs: &[Option<&Value>],
+        call: &FastCall,
+    ) -> Result<Option<Operands>> {
+        let (k, act) = (self.k, call.act);
+        // Operands on the GPU (small constants live on the host and are uploaded).
         let row = |v: &Value| v.dtype() == act && v.numel() == k;
         let gamma = |v: &Value| v.dtype() == DType::F32 && v.numel() == k;
-        let mut bind: Vec<GpuTensor> = Vec::new();
-        // On a hit the kernel builder records nothing (its code is skipped below too).
-        let mut kern = if build {
-            Kernel::new("fused_gemv", FUSED_GEMV)
-        } else {
-            Kernel::discard()
-        }
-        .workgroup(WG)
-        .wg_reduce(cx.gpu.subgroups);
-        let mut scalar = 1.0f32;
-        let mut pro = String::new();
-        let st = |d: DType| Storage::of(d).unwrap_or(Storage::F32);
-        if let Some(ResidualSlots {
-            o,
-            res,
-            gamma: g1,
-            scalar: sc,
-            eps: eps1,
-        }) = self.slots.residual
-        {
-            let o = operand!(o, row);
-            let res = operand!(res, row);
-            let g1 = operand!(g1, gamma);
-            if res.shape != o.shape {
+        let rank = call.row_shape.len();
+        let Some(prologue) = self.prologue_operands(cx, inputs, row, gamma, act, rank)? else {
+            return Ok(None);
+        };
+        let mut weights: [Option<Weight>; MAX_MATS] = Default::default();
+        let mut split = None;
+        for (j, m) in self.slots.mats.iter().enumerate() {
+            let Some((w, parts)) = self.weight(cx, inputs, m, call.f16())? else {
                 return Ok(None);
-            }
-            if let Some(sc) = sc {
-                let Some(v) = host_scalar(inputs, sc, act, row_shape.len()) else {
-                    return Ok(None);
-                };
-                scalar = v;
-            }
-            bind.extend([o, res, g1]);
-            if build {
-                kern = kern
-                    .input("o", st(act))
-                    .input("res", st(act))
-                    .input("g1", Storage::F32);
-                pro.push_str(&residual_prologue(eps1, sc.is_some(), self.slots.h_out));
-            }
-        } else {
-            let xt = operand!(self.slots.x, row);
-            bind.push(xt);
-            kern = kern.input("x", st(act));
-            if staged && build {
-                pro.push_str(
-                    "var s2 = 0.0;
-    for (var l = t; l < K; l = l + WG) { let h = ld_x(l); xs_set(l, h); s2 = s2 + h * h; }
-    ",
-                );
-            }
-        }
-        if let Some(NormSlots {
-            gamma: g2,
-            eps: eps2,
-        }) = self.slots.norm
-        {
-            let g = operand!(g2, gamma);
-            bind.push(g);
-            if build {
-                kern = kern.input("g2", Storage::F32);
-                pro.push_str(&norm_prologue(eps2));
-            }
-        }
-        if staged && build {
-            // The padding of the last block meets the weights' padding nibbles.
-            pro.push_str(
-                "
-    for (var l = K + t; l < NB * BLOCK; l = l + WG) { xs_set(l, 0.0); }",
-            );
-        }
-        let zrow = nb.div_ceil(2);
-        // Wide outputs (the vocabulary, the wide MLPs): each invocation computes REPS columns at
-        // once (COLS apart, sharing each load of the row), so a workgroup's prologue serves
-        // COLS * REPS columns, while leaving at least `gemv_min_workgroups` workgroups. Several separate outputs
-        // (their columns in consecutive ranges) keep one column per invocation.
-        let nv = if self.epi == Epilogue::Separate {
-            self.ns.iter().sum()
-        } else {
-            self.ns[0]
-        };
-        let reps = if self.epi == Epilogue::Separate && self.ns.len() > 1 {
-            1
-        } else {
-            (nv / (cols * self.limits.gemv_min_workgroups as usize))
-                .clamp(1, 8)
-                .next_power_of_two() as u32
-        };
-        let mut dots = String::new();
-        // A lone weight may be split by rows across buffers (a large vocabulary): one dispatch
-        // per part, each computing that part's columns (`prm[2]..prm[3]`).
-        let mut split: Option<(usize, Vec<(usize, GpuTensor)>)> = None;
-        let mut weights: Vec<(GpuTensor, GpuTensor, Option<GpuTensor>)> = Vec::new();
-        for &MatSlots { qw, sc, zp, n } in &self.slots.mats {
-            if self.float {
-                // f32 [K, N], in one buffer (split weights take the fallback).
-                let w = operand!(qw, |v: &Value| v.dtype() == DType::F32
-                    && v.numel() == k * n);
-                weights.push((w.clone(), w, None));
-                continue;
-            }
-            let q = match inputs.get(qw).copied().flatten() {
-                Some(v) if v.dtype() == DType::U8 && v.numel() == n * nb * self.block / 2 => {
-                    let t = cx.to_gpu(v)?;
-                    if let Some(parts) = &t.split {
-                        let odd = |x: usize| f16 && !x.is_multiple_of(2);
-                        if self.ns.len() != 1
-                            || parts.iter().any(|(r0, p)| {
-                                odd(*r0) || odd(p.shape.first().copied().unwrap_or(1))
-                            })
-                        {
-                            return Ok(None);
-                        }
-                        split = Some((bind.len(), parts.as_ref().clone()));
-                    }
-                    t
-                }
-                _ => return Ok(None),
             };
-            let s = operand!(sc, |v: &Value| matches!(v.dtype(), DType::F32 | DType::F16)
-                && v.numel() == n * nb);
-            let z = match zp {
-                None => None,
-                Some(z) => Some(operand!(z, |v: &Value| v.dtype() == DType::U8
-                    && v.numel() == n * zrow)),
-            };
-            weights.push((q, s, z));
+            split = split.or(parts);
+            weights[j] = Some(w);
         }
         // Weights packed at load (ranges of one buffer, `fuse`'s packs) are bound once and read
         // at their offsets: one binding for the group's bits, scales and zero points.
-        let (q0, _, z0) = &weights[0];
-        let packed = !weights.is_empty()
-            && weights.iter().all(|(q, s, z)| {
-                let shared = |t: &GpuTensor| t.view.is_some() && t.shares_buffer(q0);
-                shared(q)
-                    && shared(s)
-                    && z.as_ref().map_or(z0.is_none(), shared)
-                    && z.is_some() == z0.is_some()
-            });
+        let Some(Weight { q: q0, z: z0, .. }) = &weights[0] else {
+            return Ok(None);
+        };
+        let shared = |t: &GpuTensor| t.view.is_some() && t.shares_buffer(q0);
+        let packed = weights.iter().flatten().all(|w| {
+            shared(&w.q)
+                && shared(&w.s)
+                && w.z.as_ref().map_or(z0.is_none(), shared)
+                && w.z.is_some() == z0.is_some()
+        });
+        let packed = packed.then(|| q0.whole());
+        let other = match self.epi {
+            Epilogue::GeluOther { other, gather } => {
+                match self.other_operand(cx, inputs, other, gather, call)? {
+                    Some(o) => Some(o),
+                    None => return Ok(None),
+                }
+            }
+            _ => None,
+        };
+        let Some(constant) = self.epilogue_constant(inputs, call) else {
+            return Ok(None);
+        };
+        Ok(Some(Operands {
+            prologue,
+            weights,
+            packed,
+            split,
+            other,
+            constant,
+        }))
+    }
+
+    /// The one-kernel path's outputs: h (when the graph reads it), then the results (several
+    /// separate ones as ranges of one buffer).
+    fn outputs(&self, cx: &mut Ctx<'_>, call: &FastCall) -> Result<Outputs> {
+        let act = call.act;
+        let h = if self.slots.h_out {
+            Some(cx.alloc(act, call.row_shape.clone())?)
+        } else {
+            None
+        };
+        let (results, packed) = match self.epi {
+            Epilogue::Separate if self.ns.len() > 1 => {
+                let shapes: Vec<Vec<usize>> = self.ns.iter().map(|&n| call.out_shape(n)).collect();
+                let ys = cx.alloc_pack(act, &shapes)?;
+                let whole = whole_as(&ys[0], act);
+                (ys, Some(whole))
+            }
+            _ => (vec![cx.alloc(act, call.out_shape(self.ns[0]))?], None),
+        };
+        Ok(Outputs { h, results, packed })
+    }
+
+    /// The kernel's spec for this call: the op's configuration and what the operands, the
+    /// outputs and the device make of it.
+    fn spec(
+        &self,
+        cx: &Ctx<'_>,
+        call: &FastCall,
+        ops: &Operands,
+        outs: &Outputs,
+    ) -> FusedGemvSpec<'_> {
+        let packed = ops.packed.is_some();
+        let weights = std::array::from_fn(|j| {
+            ops.weights[j].as_ref().map(|w| WeightCode {
+                scales: w.s.storage(),
+                zp: w.z.is_some(),
+                packed: packed.then(|| PackedAt {
+                    bits: w.q.byte_offset(),
+                    scales: w.s.byte_offset(),
+                    zp: w.z.as_ref().map_or(0, GpuTensor::byte_offset),
+                }),
+            })
+        });
         // The weight bits are read 16 bytes (four words of a quant block) per load where the
         // blocks are whole multiples of 16 bytes and every weight starts on a 16-byte boundary
         // (packed slots and buffers start at multiples of the storage offset alignment).
         let wide = self.limits.gemv_wide
             && !self.float
             && self.block.is_multiple_of(32)
-            && weights
+            && ops
+                .weights
                 .iter()
-                .all(|(q, _, _)| q.byte_offset().is_multiple_of(16));
-        let bits_input = |k: Kernel, name: &str| {
-            if wide {
-                k.input_wide(name, Storage::U8)
-            } else {
-                k.input(name, Storage::U8)
-            }
+                .flatten()
+                .all(|w| w.q.byte_offset().is_multiple_of(16));
+        let c = || ops.constant.unwrap_or(1.0).to_bits();
+        let epi = match self.epi {
+            Epilogue::Separate => EpilogueCode::Separate {
+                packed: outs.packed.as_ref().map(|_| {
+                    std::array::from_fn(|j| {
+                        outs.results
+                            .get(j)
+                            .map_or(0, |y| (y.byte_offset() / 4) as u32)
+                    })
+                }),
+            },
+            Epilogue::GeluMul { gate } => EpilogueCode::GeluMul { gate },
+            Epilogue::GeluOther { .. } => EpilogueCode::GeluOther {
+                other: ops.other.as_ref().map_or(Storage::F32, |o| o.t.storage()),
+            },
+            Epilogue::Softcap { .. } => EpilogueCode::Softcap { c: c() },
+            Epilogue::Scale { .. } => EpilogueCode::Scale { c: c() },
         };
-        if packed {
-            kern = bits_input(kern, "wts");
-            bind.push(q0.whole());
-        }
-        for (j, (q, s, z)) in weights.into_iter().enumerate() {
-            if self.float {
-                if !packed {
-                    bind.push(q.clone());
-                }
-                if build {
-                    let ld = if packed {
-                        format!("bitcast<f32>(ldw_wts(i + {}u))", q.byte_offset() / 4)
-                    } else {
-                        kern = kern.input(&format!("qw{j}"), Storage::F32);
-                        format!("ld_qw{j}(i)")
-                    };
-                    dots.push_str(&float_dot(j, reps, self.ns[j], &ld));
-                }
-                continue;
-            }
-            if !build {
-                if !packed {
-                    bind.extend([q, s]);
-                    bind.extend(z);
-                }
-                continue;
-            }
-            if packed {
-                dots.push_str(&packed_loaders(j, &q, &s, z.as_ref(), wide));
-            } else {
-                kern = bits_input(kern, &format!("qw{j}")).input(&format!("sc{j}"), s.storage());
-                bind.extend([q, s]);
-                if let Some(z) = &z {
-                    kern = kern.input(&format!("zp{j}"), Storage::U8);
-                    bind.push(z.clone());
-                }
-            }
-            let zp_code = if z.is_some() {
-                format!("f32((u32(ldi_zp{j}(n * ZROW + b / 2u)) >> ((b & 1u) * 4u)) & 15u)")
-            } else {
-                "8.0".to_string()
-            };
-            dots.push_str(&format!(
-                "fn zero{j}(n: u32, b: u32) -> f32 {{ return {zp_code}; }}\n"
-            ));
-            dots.push_str(&gemv_dot(j, reps, wide));
-        }
-        let mut other_off = 0u32;
-        if let Epilogue::GeluOther { other, gather } = self.epi {
-            let Some((ot, off)) = self.other_operand(cx, inputs, other, gather, act, &row_shape)?
-            else {
-                return Ok(None);
-            };
-            other_off = off;
-            kern = kern.input("other", ot.storage());
-            bind.push(ot);
-        }
-        // Outputs.
-        let out_shape = |n: usize| {
-            let mut s = row_shape.clone();
-            if let Some(l) = s.last_mut() {
-                *l = n;
-            }
-            s
-        };
-        let mut results: Vec<GpuTensor> = Vec::new();
-        let mut h_out = None;
-        if self.slots.h_out {
-            let h = cx.alloc(act, row_shape.clone())?;
-            kern = kern.output("h", st(act));
-            bind.push(h.clone());
-            h_out = Some(h);
-        }
-        let (compute, value, store) = match self.epi {
-            Epilogue::Separate => {
-                let mut compute = String::new();
-                let mut store = String::new();
-                let mut start = 0usize;
-                // Several results: ranges of one buffer, one binding.
-                let shapes: Vec<Vec<usize>> = self.ns.iter().map(|&n| out_shape(n)).collect();
-                let pack = if shapes.len() > 1 {
-                    let ys = cx.alloc_pack(act, &shapes)?;
-                    bind.push(ys[0].whole());
-                    if build {
-                        kern = kern.output("y", st(act));
-                        dots.push_str(&packed_stores(&ys, None));
-                    }
-                    Some(ys)
-                } else {
-                    None
-                };
-                for (j, &n) in self.ns.iter().enumerate() {
-                    let y = match &pack {
-                        Some(ys) => ys[j].clone(),
-                        None => {
-                            let y = cx.alloc(act, out_shape(n))?;
-                            if build {
-                                kern = kern.output(&format!("y{j}"), st(act));
-                            }
-                            bind.push(y.clone());
-                            y
-                        }
-                    };
-                    results.push(y);
-                    let end = start + n;
-                    if !build {
-                        start = end;
-                        continue;
-                    }
-                    let (cond, els) = if j + 1 == self.ns.len() {
-                        (String::new(), "")
-                    } else {
-                        (format!("if (v < {end}u) "), "else ")
-                    };
-                    compute.push_str(&format!(
-                        "{cond}{{ p0 = dot{j}(v - {start}u, lane); }} {els}"
-                    ));
-                    store.push_str(&format!(
-                        "{cond}{{ st_y{j}((v - {start}u) / EPW, x0, x1); }} {els}"
-                    ));
-                    start = end;
-                }
-                (compute, "rd(a0)".to_string(), store)
-            }
-            Epilogue::GeluMul { gate } => {
-                let n = self.ns[0];
-                let y = cx.alloc(act, out_shape(n))?;
-                kern = kern.output("y", st(act));
-                bind.push(y.clone());
-                results.push(y);
-                (
-                    format!("p0 = dot{}(v, lane); p1 = dot{}(v, lane);", gate, 1 - gate),
-                    "rd(rd(gelu_tanh(rd(a0))) * rd(a1))".to_string(),
-                    "st_y(v / EPW, x0, x1);".to_string(),
-                )
-            }
-            e
-            @ (Epilogue::GeluOther { .. } | Epilogue::Softcap { .. } | Epilogue::Scale { .. }) => {
-                let n = self.ns[0];
-                let y = cx.alloc(act, out_shape(n))?;
-                kern = kern.output("y", st(act));
-                bind.push(y.clone());
-                results.push(y);
-                let value = match e {
-                    Epilogue::GeluOther { .. } => {
-                        "rd(rd(gelu_tanh(rd(a0))) * ld_other(other_off + v))".to_string()
-                    }
-                    _ => match scalar_value(e, inputs, act, row_shape.len()) {
-                        Some(v) => v,
-                        None => return Ok(None),
-                    },
-                };
-                (
-                    "p0 = dot0(v, lane);".to_string(),
-                    value,
-                    "st_y(v / EPW, x0, x1);".to_string(),
-                )
-            }
-        };
-        if bind.len() as u32 + 1 > self.limits.storage_buffers {
-            return Ok(None);
-        }
         // A column's lanes add up through subgroup shuffles when they fit in one subgroup and
         // the workgroup is whole subgroups (see `Gpu::subgroup_sizes`).
+        let tpc = self.limits.gemv_tpc;
         let (sg_min, sg_max) = cx.gpu.subgroup_sizes;
         let shuffle = cx.gpu.subgroups && tpc > 1 && tpc <= sg_min && WG.is_multiple_of(sg_max);
-        if build {
-            let xl = x_loaders(staged, k, f16);
-            kern = kern
-                .u32("K", k as u32)
-                .u32("NB", nb as u32)
-                .u32("BLOCK", self.block as u32)
-                .u32("ZROW", zrow as u32)
-                .u32("NV", nv as u32)
-                .u32("TPC", tpc)
-                .u32("REPS", reps)
-                .u32("EPW", if f16 { 2 } else { 1 })
-                .code("RD", rd_code(f16))
-                .u32(
-                    "XS_LEN",
-                    if staged {
-                        (nb * self.block / 4) as u32
-                    } else {
-                        2
-                    },
-                )
-                .code("XM", xl.xm)
-                .code("XE", xl.xe)
-                .code("XO", xl.xo)
-                .code("XEO", xl.xeo)
-                .code("NIBBLES", crate::ops::quant::NIBBLES_WGSL)
-                .code("DOTS", &dots)
-                .code("PROLOGUE", &pro)
-                .code("COMPUTE", &compute)
-                .code("VALUE", &value)
-                .code(
-                    "ORDER",
-                    if shuffle {
-                        "sg_id * sg_size + sg_lane"
-                    } else {
-                        "t"
-                    },
-                )
-                .code("REDUCE", if shuffle { REDUCE_SHUFFLE } else { REDUCE_TREE })
-                .code("STORE", &store);
-        }
-        let kern = self.memo.check(sig, hit, kern);
-        let split_at = split.as_ref().map(|(at, _)| *at);
-        let ranges: Vec<(usize, usize, Option<GpuTensor>)> = match split {
-            Some((_, parts)) => parts
-                .into_iter()
-                .map(|(r0, p)| (r0, p.shape.first().copied().unwrap_or(0), Some(p)))
-                .collect(),
-            None => vec![(0, nv, None)],
+        let mut spec = FusedGemvSpec {
+            k: self.k,
+            block: self.block,
+            float: self.float,
+            ns: &self.ns,
+            f16: call.f16(),
+            staged: call.staged,
+            residual: self.residual_code(),
+            h_out: self.slots.h_out,
+            norm_eps: self.slots.norm.map(|n| n.eps.to_bits()),
+            weights,
+            wide,
+            epi,
+            tpc,
+            reps: 1,
+            shuffle,
         };
-        for (v0, cnt, part) in ranges {
-            let mut refs: Vec<&GpuTensor> = bind.iter().collect();
-            if let (Some(p), Some(at)) = (&part, split_at) {
-                refs[at] = p;
+        // Wide outputs (the vocabulary, the wide MLPs): each invocation computes REPS columns at
+        // once (COLS apart, sharing each load of the row), so a workgroup's prologue serves
+        // COLS * REPS columns, while leaving at least `gemv_min_workgroups` workgroups. Several
+        // separate outputs (their columns in consecutive ranges) keep one column per invocation.
+        if !(self.epi == Epilogue::Separate && self.ns.len() > 1) {
+            spec.reps = (spec.nv() / (self.cols() * self.limits.gemv_min_workgroups as usize))
+                .clamp(1, 8)
+                .next_power_of_two() as u32;
+        }
+        spec
+    }
+
+    /// The kernel's bindings, `part` bound in place of a split weight.
+    fn bound<'k, 't>(
+        &self,
+        kernel: &'k Compiled,
+        ops: &'t Operands,
+        outs: &'t Outputs,
+        part: Option<&'t GpuTensor>,
+    ) -> Bound<'k, 't> {
+        let pro = &ops.prologue;
+        let mut b = pro.row.bind(kernel).bind_opt("g2", pro.g2.as_ref());
+        match &ops.packed {
+            Some(wts) => b = b.bind("wts", part.unwrap_or(wts)),
+            None => {
+                for (j, w) in ops.weights.iter().enumerate() {
+                    let Some(w) = w else { continue };
+                    let q = if j == 0 { part.unwrap_or(&w.q) } else { &w.q };
+                    b = b.bind(QW[j], q);
+                    if !self.float {
+                        b = b.bind(SC[j], &w.s).bind_opt(ZP[j], w.z.as_ref());
+                    }
+                }
             }
-            let groups = cnt.div_ceil(cols * reps as usize) as u64;
-            cx.dispatch(
-                &kern,
-                &refs,
-                &[scalar.to_bits(), other_off, v0 as u32, (v0 + cnt) as u32],
+        }
+        b = b
+            .bind_opt("other", ops.other.as_ref().map(|o| &o.t))
+            .bind_opt("h", outs.h.as_ref());
+        match (&outs.packed, self.epi) {
+            (Some(y), _) => b.bind("y", y),
+            (None, Epilogue::Separate) => outs
+                .results
+                .iter()
+                .zip(Y)
+                .fold(b, |b, (y, name)| b.bind(name, y)),
+            (None, _) => b.bind("y", &outs.results[0]),
+        }
+    }
+
+    /// Records the kernel's dispatches: one over every column, or one per part of a split
+    /// weight (its columns).
+    fn launch(
+        &self,
+        cx: &mut Ctx<'_>,
+        kernel: &Compiled,
+        spec: &FusedGemvSpec<'_>,
+        ops: &Operands,
+        outs: &Outputs,
+    ) -> Result<()> {
+        let per_group = self.cols() * spec.reps as usize;
+        let mut params = FusedGemvParams {
+            scalar: ops.prologue.scalar,
+            other_off: ops.other.as_ref().map_or(0, |o| o.off),
+            ..FusedGemvParams::default()
+        };
+        let mut run = |cx: &mut Ctx<'_>, v0: usize, cnt: usize, part| {
+            params.first_col = v0 as u32;
+            params.end_col = (v0 + cnt) as u32;
+            let groups = cnt.div_ceil(per_group) as u64;
+            cx.launch(
+                self.bound(kernel, ops, outs, part),
+                &params,
                 groups * u64::from(WG),
-            )?;
+            )
+        };
+        match &ops.split {
+            Some(parts) => {
+                for (r0, p) in parts.iter() {
+                    run(cx, *r0, p.shape.first().copied().unwrap_or(0), Some(p))?;
+                }
+                Ok(())
+            }
+            None => run(cx, 0, spec.nv(), None),
         }
-        let mut outs = Vec::new();
-        if let Some(h) = h_out {
-            outs.push(Value::Gpu(h));
+    }
+
+    /// The one-kernel path, or `None` when the shapes need the fallback.
+    pub(super) fn fast(
+        &self,
+        cx: &mut Ctx<'_>,
+        inputs: &[Option<&Value>],
+    ) -> Result<Option<Vec<Value>>> {
+        let Some(call) = self.fast_call(inputs) else {
+            return Ok(None);
+        };
+        let Some(ops) = self.operands(cx, inputs, &call)? else {
+            return Ok(None);
+        };
+        let outs = self.outputs(cx, &call)?;
+        let spec = self.spec(cx, &call, &ops, &outs);
+        if spec.bindings() as u32 + 1 > self.limits.storage_buffers {
+            return Ok(None);
         }
-        outs.extend(results.into_iter().map(Value::Gpu));
-        Ok(Some(outs))
+        let kernel = cx.gpu.kernel(&spec)?;
+        self.launch(cx, &kernel, &spec, &ops, &outs)?;
+        Ok(Some(outs.into_values()))
     }
 }
 

@@ -7,7 +7,6 @@ use super::graph::Graphs;
 use super::pack::fits_one_pack;
 use super::rewrite::{Build, Find, Rewrite};
 use super::{external_inputs, fallback_for, fused_node, reenters};
-use crate::exec::KernelMemo;
 use crate::ops::MS;
 use crate::tensor::DType;
 use std::collections::HashSet;
@@ -575,7 +574,6 @@ impl Rewrite for Gemvs {
                 fallback,
                 rows,
                 limits: *cx.limits,
-                memo: KernelMemo::default(),
             };
             let (node, desc) = fused_node(&g.node(members[0]).name, kind, ext, fast_outs);
             let last = *members.last().expect("non-empty group");

@@ -20,9 +20,9 @@
 // ones and `xo(i)` the odd ones, so that the low and high nibbles of the word's four bytes, taken
 // as two vec4 at once, meet them in two dot products. The row's sum over each quant block (the
 // zero point's term) is computed once per workgroup into `bsum`.
-// A dispatch computes columns prm[2]..prm[3] (a lone weight split by rows across buffers is
-// bound one part at a time, its rows starting at column prm[2]; otherwise 0..NV).
-// prm: [scalar (f32 bits), other offset, first column, end column]
+// A dispatch computes columns prm.first_col..prm.end_col (a lone weight split by rows across
+// buffers is bound one part at a time, its rows starting at column prm.first_col; otherwise
+// 0..NV). Parameters: `FusedGemvParams` (src/fuse/gemv_wgsl.rs).
 var<workgroup> xs: array<vec4<f32>, {{XS_LEN}}>;
 var<workgroup> bsum: array<f32, {{NB}}>;
 var<workgroup> red1: array<f32, {{WG}}>;
@@ -88,12 +88,12 @@ fn xeo(i: u32) -> mat2x4<f32> {
 fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>{{SG}}) {
     {{SG_INIT}}
     let flat = wid.x + wid.y * nwg.x;
-    let v0 = prm[2];
-    let v_end = prm[3];
+    let v0 = prm.first_col;
+    let v_end = prm.end_col;
     if (v0 + flat * COLS * REPS >= v_end) { return; }
     let t = lid.x;
-    let scalar = bitcast<f32>(prm[0]);
-    let other_off = prm[1];
+    let scalar = prm.scalar;
+    let other_off = prm.other_off;
     {{PROLOGUE}}
     workgroupBarrier();
     for (var b = t; b < NB; b = b + WG) {

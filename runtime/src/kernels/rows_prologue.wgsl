@@ -8,7 +8,7 @@
 // Add and Mul nodes the prologue replaces.
 // Each invocation handles whole output words (EPW elements: pairs for f16), so y reads back the
 // h words the same invocation stored.
-// prm: [rows, scalar (f32 bits)]
+// Parameters: `RowsPrologueParams` (src/fuse/gemv_wgsl.rs).
 
 const K: u32 = {{K}};
 // Elements per stored word: 2 for f16 activations (K even), else 1.
@@ -24,11 +24,11 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     {{SG_INIT}}
     let row = wid.x + wid.y * nwg.x;
     // Uniform per workgroup, so the barriers below stay in uniform control flow.
-    if (row >= prm_at(0u)) {
+    if (row >= prm.rows) {
         return;
     }
     let t = lid.x;
     let base = row * K;
-    let scalar = bitcast<f32>(prm_at(1u));
+    let scalar = prm.scalar;
     {{BODY}}
 }
