@@ -4,7 +4,7 @@
 use super::bind_cache::BindGroupKey;
 use super::{Ctx, GpuTensor};
 use crate::error::{Error, Result};
-use crate::gpu::{Bound, Kernel, Params};
+use crate::gpu::{Bound, Params};
 use std::rc::Rc;
 
 pub(super) enum Cmd {
@@ -24,10 +24,6 @@ pub(super) enum Cmd {
 
 /// Words reserved per dispatch in the parameter arena (256-byte aligned slots).
 const META_ALIGN_WORDS: usize = 64;
-
-fn kernel_wg(k: &Kernel) -> u32 {
-    k.workgroup_size()
-}
 
 impl Ctx<'_> {
     /// Records a copy of `src`'s bytes (its whole range) to the start of `dst`'s range, in order
@@ -116,42 +112,6 @@ impl Ctx<'_> {
             )));
         }
         Ok((x as u32, y as u32))
-    }
-
-    /// Records a dispatch of `kernel` over `invocations` invocations (2-D grid when needed).
-    /// `tensors` are bound in kernel declaration order; `meta` becomes the `meta` binding.
-    pub fn dispatch(
-        &mut self,
-        kernel: &Kernel,
-        tensors: &[&GpuTensor],
-        meta: &[u32],
-        invocations: u64,
-    ) -> Result<()> {
-        let wg = self.grid(kernel.name(), u64::from(kernel_wg(kernel)), invocations)?;
-        self.dispatch_groups(kernel, tensors, meta, wg)
-    }
-
-    /// Records a dispatch with an explicit workgroup grid.
-    pub fn dispatch_groups(
-        &mut self,
-        kernel: &Kernel,
-        tensors: &[&GpuTensor],
-        meta: &[u32],
-        wg: (u32, u32),
-    ) -> Result<()> {
-        if tensors.len() != kernel.n_bindings() {
-            return Err(Error::Gpu(format!(
-                "kernel {}: {} tensors for {} bindings",
-                kernel.name(),
-                tensors.len(),
-                kernel.n_bindings()
-            )));
-        }
-        if wg.0 == 0 || wg.1 == 0 {
-            return Ok(());
-        }
-        let pipeline = self.gpu.pipeline(kernel)?;
-        self.record(&pipeline, kernel.name(), tensors, meta, wg)
     }
 
     /// Records one dispatch: its parameter words into the arena, its bind group (cached).

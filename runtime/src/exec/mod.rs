@@ -7,7 +7,6 @@ mod ctx;
 mod ctx_record;
 mod pool;
 mod readback;
-mod recipes;
 mod value;
 
 pub(crate) use bind_cache::BindGroupCache;
@@ -16,7 +15,4 @@ pub use ctx::Ctx;
 pub(crate) use ctx::HostCopy;
 pub(crate) use pool::{PoolState, PooledBuffer};
 pub use readback::PendingRead;
-pub(crate) use recipes::{
-    KernelMemo, hash128, input_signature, recipe_builder, recipe_keep, recipe_kernel, recipe_made,
-};
 pub use value::{GpuTensor, Value};

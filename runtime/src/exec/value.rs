@@ -50,14 +50,26 @@ impl GpuTensor {
     pub(crate) fn shares_buffer(&self, other: &GpuTensor) -> bool {
         Rc::ptr_eq(&self.buf, &other.buf)
     }
-    /// The whole buffer under a view, as one tensor of bytes.
+    /// The whole buffer under a view, as one tensor of this tensor's element type (so that it
+    /// binds where a kernel declares this storage: the results packed into one buffer by
+    /// `Ctx::alloc_pack`, written through one binding).
     pub(crate) fn whole(&self) -> GpuTensor {
+        let words = self.buf.buffer.size() as usize / 4;
         GpuTensor {
-            dtype: DType::U8,
-            shape: vec![self.buf.buffer.size() as usize],
+            dtype: self.dtype,
+            shape: vec![words * self.storage().per_word() as usize],
             buf: self.buf.clone(),
             split: None,
             view: None,
+        }
+    }
+    /// The whole buffer under a view, as one tensor of bytes (a weight pack: quantized
+    /// weights, scales and zero points in one buffer, read through one byte binding).
+    pub(crate) fn whole_bytes(&self) -> GpuTensor {
+        GpuTensor {
+            dtype: DType::U8,
+            shape: vec![self.buf.buffer.size() as usize],
+            ..self.whole()
         }
     }
     /// Storage layout.

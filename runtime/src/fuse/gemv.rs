@@ -241,18 +241,6 @@ impl Outputs {
     }
 }
 
-/// The whole buffer under `t`'s view, as elements of `dtype` (a binding of that storage).
-fn whole_as(t: &GpuTensor, dtype: DType) -> GpuTensor {
-    let whole = t.whole();
-    let bytes = whole.numel();
-    let storage = Storage::of(dtype).unwrap_or(Storage::F32);
-    GpuTensor {
-        dtype,
-        shape: vec![bytes / 4 * storage.per_word() as usize],
-        ..whole
-    }
-}
-
 impl FusedGemv {
     /// The prologue's operands, `None` when they do not fit: the residual prologue's (`o` and
     /// `res` passing `row`, the scale `g1` passing `gamma`, the layer scalar a host value of
@@ -590,7 +578,7 @@ impl FusedGemv {
                 && w.z.as_ref().map_or(z0.is_none(), shared)
                 && w.z.is_some() == z0.is_some()
         });
-        let packed = packed.then(|| q0.whole());
+        let packed = packed.then(|| q0.whole_bytes());
         let other = match self.epi {
             Epilogue::GeluOther { other, gather } => {
                 match self.other_operand(cx, inputs, other, gather, call)? {
@@ -626,7 +614,7 @@ impl FusedGemv {
             Epilogue::Separate if self.ns.len() > 1 => {
                 let shapes: Vec<Vec<usize>> = self.ns.iter().map(|&n| call.out_shape(n)).collect();
                 let ys = cx.alloc_pack(act, &shapes)?;
-                let whole = whole_as(&ys[0], act);
+                let whole = ys[0].whole();
                 (ys, Some(whole))
             }
             _ => (vec![cx.alloc(act, call.out_shape(self.ns[0]))?], None),

@@ -3,7 +3,6 @@
 //! fills the specs; the code here reads nothing but them.
 
 use super::WG;
-use crate::exec::GpuTensor;
 use crate::gpu::{Features, Kernel, KernelSpec, Storage, wgsl_f32};
 
 /// The fused GEMV's body.
@@ -682,24 +681,6 @@ pub(super) fn packed_store(j: usize, at: &str) -> String {
     format!(
         "const EPW_y{j}: u32 = EPW_y;\nfn st_y{j}(w: u32, v0: f32, v1: f32) {{ st_y(w + {at}, v0, v1); }}\n"
     )
-}
-
-/// WGSL for results that are ranges of one output binding `y` (from `Ctx::alloc_pack`): for
-/// result `j`, `st_y{j}(w, v0, v1)` stores word `w` of its range, and `EPW_y{j}` is `EPW_y`.
-/// `meta`: the ranges' first words are read from the parameters (`prm[meta + j]`, for results
-/// whose sizes change from run to run, e.g. with the prompt's length) instead of written into
-/// the code.
-pub(super) fn packed_stores(ys: &[GpuTensor], meta: Option<usize>) -> String {
-    ys.iter()
-        .enumerate()
-        .map(|(j, y)| {
-            let at = match meta {
-                Some(m) => format!("prm[{}]", m + j),
-                None => format!("{}u", y.byte_offset() / 4),
-            };
-            packed_store(j, &at)
-        })
-        .collect()
 }
 
 /// The fused GEMV's residual prologue `h = res + RMSNorm(o) [* scalar]` into the staged row

@@ -1,7 +1,7 @@
 //! The fused norms op: independent RMS norms (and their tails) in one dispatch.
 
 use super::fallback::Fallback;
-use super::gemv_wgsl::rd_code;
+use super::gemv_wgsl::{packed_store, rd_code};
 use super::rewrite::{Build, Find, Rewrite};
 use super::spec::{Tail, Unit};
 use super::{external_inputs, fallback_for, fused_node, reenters};
@@ -186,11 +186,7 @@ impl crate::gpu::KernelSpec for NormsSpec<'_> {
 /// at word `prm_offs(j)`.
 fn packed_stores(n: usize) -> String {
     (0..n)
-        .map(|j| {
-            format!(
-                "const EPW_y{j}: u32 = EPW_y;\nfn st_y{j}(w: u32, v0: f32, v1: f32) {{ st_y(w + prm_offs({j}u), v0, v1); }}\n"
-            )
-        })
+        .map(|j| packed_store(j, &format!("prm_offs({j}u)")))
         .collect()
 }
 
@@ -307,10 +303,8 @@ impl Op for FusedNorms {
                 params.offs[j] = (y.byte_offset() / 4) as u32;
             }
             // The whole buffer as one tensor of the results' type (the binding's declared
-            // storage; `whole` gives bytes).
-            let mut whole = ys[0].whole();
-            whole.shape = vec![whole.shape[0] / act.size()];
-            whole.dtype = act;
+            // storage).
+            let whole = ys[0].whole();
             (ys, Some(whole))
         } else {
             let outs = shapes

@@ -20,11 +20,14 @@ pub(crate) struct Binding {
 ///   and for wide inputs `ldv_x(v) -> vec4<u32>` (words `4v .. 4v + 3`);
 /// - outputs `y`: `st_y(w, v0, v1)` stores word `w` (elements `w*EPW_y`, `+1`), `stw_y(w, u32)`,
 ///   `stf_y(i, f32)` (only for one-element-per-word outputs) and the constant `EPW_y`;
-/// - `prm[i]` reads word `i` (< 64) of the per-dispatch sizes/strides: a uniform block (always the
-///   last binding), so it takes none of the adapter's storage-buffer slots (`Gpu::max_bindings`).
+/// - `prm.field` reads the per-dispatch parameters, a [`Params`](super::Params) struct declared
+///   with [`Kernel::params`]: a uniform block (always the last binding), so it takes none of the
+///   adapter's storage-buffer slots (`Gpu::max_bindings`).
 ///
-/// Parameters `{{KEY}}` in the body are replaced by typed values; the pipeline cache key is the
-/// kernel name plus every binding storage and parameter.
+/// Parameters `{{KEY}}` in the body are replaced by typed values. Kernels are built by a
+/// [`KernelSpec`](super::KernelSpec) and kept by [`Gpu::kernel`](super::Gpu::kernel); the
+/// pipeline under them is kept by [`Kernel::key`], a hash of the code (two specs whose code is
+/// identical share one pipeline).
 #[derive(Debug, Clone)]
 pub struct Kernel {
     pub(super) name: &'static str,
@@ -38,13 +41,8 @@ pub struct Kernel {
     pub(super) extra: String,
     /// WGSL appended to the body, parameters included (see [`Kernel::wg_reduce`]).
     pub(super) tail: &'static str,
-    /// [`Kernel::key`], computed on first use (every builder method clears it): a kernel kept
-    /// across runs (an op's memo) is hashed once.
-    key: std::cell::OnceCell<u128>,
-    /// A builder that records nothing ([`Kernel::discard`]).
-    discard: bool,
-    /// The typed parameter block ([`Kernel::params`]): its type and WGSL declaration (`None`:
-    /// the untyped `prm[i]` words).
+    /// The typed parameter block ([`Kernel::params`]): its type and WGSL declaration (required
+    /// to build the kernel).
     pub(crate) block: Option<(std::any::TypeId, String)>,
 }
 
@@ -79,43 +77,9 @@ pub fn wgsl_f32(v: f32) -> String {
     }
 }
 
-/// Words of the per-dispatch parameter block (`prm`), a uniform `array<vec4<u32>, 16>`.
+/// Words of one dispatch's slot in the parameter arena: the largest [`Params`](super::Params)
+/// struct (its uniform block `prm`).
 pub const PARAM_WORDS: usize = 64;
-
-/// `prm[expr]` -> `prm_at(expr)` (the block is read as vec4 words), brackets matched.
-pub(super) fn param_reads(src: &str) -> String {
-    let mut out = String::with_capacity(src.len());
-    let mut rest = src;
-    while let Some(i) = rest.find("prm[") {
-        let prev = rest[..i].chars().next_back();
-        out.push_str(&rest[..i]);
-        if prev.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_') {
-            out.push_str("prm[");
-            rest = &rest[i + 4..];
-            continue;
-        }
-        out.push_str("prm_at(");
-        let body = &rest[i + 4..];
-        let mut depth = 0usize;
-        let mut end = body.len();
-        for (j, c) in body.char_indices() {
-            match c {
-                '[' => depth += 1,
-                ']' if depth == 0 => {
-                    end = j;
-                    break;
-                }
-                ']' => depth -= 1,
-                _ => {}
-            }
-        }
-        out.push_str(&body[..end]);
-        out.push(')');
-        rest = body.get(end + 1..).unwrap_or("");
-    }
-    out.push_str(rest);
-    out
-}
 
 /// Workgroup size of element-mapped kernels.
 pub const MAP_WG: u32 = 64;
@@ -132,28 +96,13 @@ impl Kernel {
             map_outputs: Vec::new(),
             extra: String::new(),
             tail: "",
-            key: std::cell::OnceCell::new(),
-            discard: false,
             block: None,
         }
     }
 
-    /// A builder whose methods do nothing: for an op that already holds the kernel these calls
-    /// would make (see `exec::recipe_kernel`) but runs the same code to collect its bindings.
-    pub(crate) fn discard() -> Self {
-        Self {
-            discard: true,
-            ..Self::new("discarded", "")
-        }
-    }
-
-    /// Every builder method's change: skipped by a discarding builder, and clearing the cached
-    /// key otherwise.
+    /// Every builder method's change.
     fn edit(mut self, change: impl FnOnce(&mut Self)) -> Self {
-        if !self.discard {
-            self.key.take();
-            change(&mut self);
-        }
+        change(&mut self);
         self
     }
 
@@ -317,10 +266,6 @@ impl Kernel {
     /// computed without building a string of them: the fused kernels' parameters are whole code
     /// fragments, and a decode step looks up ~100 kernels.
     pub(crate) fn key(&self) -> u128 {
-        *self.key.get_or_init(|| self.compute_key())
-    }
-
-    fn compute_key(&self) -> u128 {
         use std::hash::Hash;
         let mut h = xxhash_rust::xxh3::Xxh3Default::new();
         self.name.hash(&mut h);

@@ -2,7 +2,7 @@
 //! `main`.
 
 use super::Storage;
-use super::kernel::{Kernel, PARAM_WORDS, param_reads};
+use super::kernel::Kernel;
 use crate::error::{Error, Result};
 
 impl Kernel {
@@ -88,23 +88,18 @@ impl Kernel {
                 }
             }
         }
-        match &self.block {
-            Some((_, decl)) => {
-                s.push_str(decl);
-                s.push_str(&format!(
-                    "@group(0) @binding({}) var<uniform> prm: Params;\nconst WG: u32 = {}u;\n",
-                    self.bindings.len(),
-                    self.workgroup
-                ));
-            }
-            None => s.push_str(&format!(
-                "@group(0) @binding({}) var<uniform> prm_u: array<vec4<u32>, {}>;\n\
-                 fn prm_at(i: u32) -> u32 {{ return prm_u[i >> 2u][i & 3u]; }}\nconst WG: u32 = {}u;\n",
-                self.bindings.len(),
-                PARAM_WORDS / 4,
-                self.workgroup
-            )),
-        }
+        let Some((_, decl)) = &self.block else {
+            return Err(Error::Gpu(format!(
+                "kernel {}: no parameters declared (Kernel::params)",
+                self.name
+            )));
+        };
+        s.push_str(decl);
+        s.push_str(&format!(
+            "@group(0) @binding({}) var<uniform> prm: Params;\nconst WG: u32 = {}u;\n",
+            self.bindings.len(),
+            self.workgroup
+        ));
         s.push_str(&self.extra);
         let mut body = format!("{}\n{}", self.body, self.tail);
         for (k, v) in &self.params {
@@ -137,7 +132,7 @@ impl Kernel {
 @compute @workgroup_size({wg})
 fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {{
     let w = gid.x + gid.y * nwg.x * {wg}u;
-    let n = {count};
+    let n = prm.n;
     let i0 = w * EPW_{out};
     if (i0 >= n) {{ return; }}
     let v0 = {compute}(i0);
@@ -147,18 +142,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) 
 }}
 ",
                 wg = self.workgroup,
-                count = if self.block.is_some() {
-                    "prm.n"
-                } else {
-                    "prm[0]"
-                },
             ));
         }
-        Ok(if self.block.is_some() {
-            s
-        } else {
-            param_reads(&s)
-        })
+        Ok(s)
     }
 }
 
@@ -167,23 +153,37 @@ mod tests {
     use super::*;
     use crate::gpu::wgsl_f32;
 
+    crate::gpu_params! {
+        /// A test block.
+        struct P {
+            n: u32,
+            scale: f32,
+        }
+    }
+
     #[test]
-    fn parameter_reads_go_through_the_uniform_block() {
-        assert_eq!(
-            param_reads("let a = prm[0] + prm[b[i + 1u]] * qprm[2]; // prm: [n]"),
-            "let a = prm_at(0) + prm_at(b[i + 1u]) * qprm[2]; // prm: [n]"
-        );
-        let src = Kernel::new("t", "fn compute(i: u32) -> f32 { return f32(prm[1]); }")
+    fn parameters_are_a_typed_uniform_block_and_required() {
+        let src = Kernel::new("t", "fn compute(i: u32) -> f32 { return prm.scale; }")
+            .params::<P>()
             .input("x", Storage::F32)
             .output("y", Storage::F32)
             .mapped("y")
             .source()
             .expect("source");
         assert!(
-            src.contains("var<uniform> prm_u: array<vec4<u32>, 16>;"),
+            src.contains("struct Params {\n    n: u32,\n    scale: f32,\n}"),
             "{src}"
         );
-        assert!(!src.contains("prm["), "{src}");
+        assert!(
+            src.contains("@group(0) @binding(2) var<uniform> prm: Params;"),
+            "{src}"
+        );
+        assert!(src.contains("let n = prm.n;"), "{src}");
+        let none = Kernel::new("t", "fn compute(i: u32) -> f32 { return 0.0; }")
+            .output("y", Storage::F32)
+            .mapped("y")
+            .source();
+        assert!(none.is_err());
     }
 
     #[test]
@@ -196,6 +196,7 @@ mod tests {
         assert_eq!(wgsl_f32(f32::NEG_INFINITY), "f32_bits(4286578688u)");
         assert!(wgsl_f32(f32::NAN).starts_with("f32_bits("));
         let k = Kernel::new("t", "fn compute(i: u32) -> f32 { return {{V}}; }")
+            .params::<P>()
             .output("y", Storage::F32)
             .f32("V", f32::INFINITY)
             .mapped("y");

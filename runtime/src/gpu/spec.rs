@@ -12,7 +12,6 @@
 
 use super::device::{Gpu, Pipeline};
 use super::kernel::Kernel;
-use super::storage::Storage;
 use crate::error::{Error, Result};
 use crate::exec::GpuTensor;
 use std::hash::Hash;
@@ -85,7 +84,7 @@ impl Compiled {
     }
 
     /// No binding yet (for kernels whose bindings are all optional or chosen in a loop).
-    pub fn bindings(&self) -> Bound<'_, '_> {
+    pub fn bindings<'t>(&self) -> Bound<'_, 't> {
         Bound {
             k: self,
             tensors: vec![None; self.kernel.bindings.len()],
@@ -116,7 +115,7 @@ impl<'k, 't> Bound<'k, 't> {
             }
             Some(i) => {
                 let want = kernel.bindings[i].storage;
-                if t.storage() != want && !matches!(want, Storage::U8 | Storage::I8) {
+                if t.storage() != want {
                     self.err = Some(format!(
                         "binding {name} is declared {want:?}, given a {:?} tensor",
                         t.storage()

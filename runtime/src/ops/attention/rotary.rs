@@ -76,20 +76,10 @@ pub(crate) fn cos_sin_pack(c: &GpuTensor, s: &GpuTensor) -> Option<CosSinPack> {
         && s.split.is_none()
         && c.shares_buffer(s);
     packed.then(|| CosSinPack {
-        buf: whole_typed(c),
+        buf: c.whole(),
         cos: c.byte_offset() / e,
         sin: s.byte_offset() / e,
     })
-}
-
-/// The whole buffer under `t`'s view (`GpuTensor::whole`) as elements of `t`'s type, so that
-/// it binds where a kernel declares `t`'s storage (a binding checks its tensor's storage).
-pub(super) fn whole_typed(t: &GpuTensor) -> GpuTensor {
-    let mut w = t.whole();
-    let e = t.storage().bytes(2) / 2;
-    w.shape = vec![(w.numel() as u64 / e) as usize];
-    w.dtype = t.dtype;
-    w
 }
 
 /// Storage buffers the rotary tables take: one when packed, else two.
@@ -568,7 +558,7 @@ pub(super) fn rope_pair(
     let n = start_b + ys[1].numel();
     let pack = cos_sin_pack(&a.cos, &a.sin);
     let pos = a.pos.as_ref().unwrap_or(&a.x);
-    let whole = whole_typed(&ys[0]);
+    let whole = ys[0].whole();
     let k = cx.gpu.kernel(&RopePairSpec {
         xa: a.x.storage(),
         xb: b.x.storage(),
