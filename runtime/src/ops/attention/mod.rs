@@ -10,6 +10,7 @@
 //! | `regs.rs` | a prompt's attention on software adapters, in register-blocked passes |
 //! | `rotary.rs` | tensor views, cos/sin tables, `rope` and the RotaryEmbedding ops |
 //! | `sdpa.rs` | ai.onnx `Attention` and com.microsoft `MultiHeadAttention` |
+//! | `sdpa_kv.rs` | their present K/V (the new tokens appended head-major after the past) |
 
 mod flash;
 mod gqa;
@@ -18,6 +19,7 @@ mod mha;
 mod regs;
 mod rotary;
 pub mod sdpa;
+mod sdpa_kv;
 
 use super::{MS, Registry};
 
