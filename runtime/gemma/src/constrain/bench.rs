@@ -185,6 +185,8 @@ pub struct MaskTimings {
     pub structural_mean: Duration,
     /// Slowest step outside strings.
     pub structural_max: Duration,
+    /// The state (debug form) of the slowest step.
+    pub slowest_state: String,
 }
 
 impl std::fmt::Display for MaskTimings {
@@ -201,7 +203,8 @@ impl std::fmt::Display for MaskTimings {
             self.max,
             self.structural_mean,
             self.structural_max
-        )
+        )?;
+        write!(f, "; slowest at {}", self.slowest_state)
     }
 }
 
@@ -219,6 +222,7 @@ pub fn bench_mask(
     let matcher = TokenMatcher::from_vocab(entries, grammar);
     let build = t0.elapsed();
     let (mut all, mut structural, mut string_steps) = (Vec::new(), Vec::new(), 0);
+    let mut slowest = (Duration::ZERO, String::new());
     for (call, tokens) in calls.iter().zip(&tokenized) {
         let mut state = matcher.start();
         for &t in tokens {
@@ -226,10 +230,14 @@ pub fn bench_mask(
             let t0 = Instant::now();
             let mask = matcher.allowed(&state);
             let dt = t0.elapsed();
+            let before = format!("{:?}", state.lex);
             assert!(mask.contains(t), "token {t} of {call:?} not in its mask");
             matcher
                 .advance(&mut state, t)
                 .unwrap_or_else(|e| panic!("{call:?}: {e}"));
+            if dt > slowest.0 {
+                slowest = (dt, before);
+            }
             all.push(dt);
             if in_string {
                 string_steps += 1;
@@ -256,5 +264,6 @@ pub fn bench_mask(
             .unwrap_or_default(),
         structural_mean: mean(&structural),
         structural_max: max(&structural),
+        slowest_state: slowest.1,
     }
 }

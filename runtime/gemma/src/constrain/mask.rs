@@ -5,7 +5,7 @@ use std::sync::Mutex;
 
 use thiserror::Error;
 
-use super::automaton::{CallState, StrLex};
+use super::automaton::{CallState, Frame, Lex, StrLex};
 use super::grammar::{Symbol, ToolGrammar};
 use super::vocab::{Trie, VocabEntry};
 use crate::GemmaTokenizer;
@@ -32,7 +32,7 @@ impl Bitset {
             words: vec![u32::MAX; len.div_ceil(32)],
             len,
         };
-        if len % 32 != 0
+        if !len.is_multiple_of(32)
             && let Some(last) = s.words.last_mut()
         {
             *last = (1u32 << (len % 32)) - 1;
@@ -184,25 +184,7 @@ impl TokenMatcher {
             return mask;
         }
         let mut mask = Bitset::empty(self.entries.len());
-        // Outside strings only a few bytes are allowed at each point, so walking the trie
-        // against the automaton visits few nodes.
-        let mut stack = vec![(0u32, state.clone())];
-        while let Some((n, st)) = stack.pop() {
-            for c in self.trie.children(n) {
-                let mut next = st.clone();
-                if self
-                    .grammar
-                    .step(&mut next, Symbol::Byte(self.trie.nodes[c as usize].byte))
-                {
-                    for &t in self.trie.ending(c) {
-                        mask.insert(t);
-                    }
-                    if self.trie.nodes[c as usize].children > 0 {
-                        stack.push((c, next));
-                    }
-                }
-            }
-        }
+        self.walk_structural(state, &mut mask);
         for (ids, symbol) in [(&self.delims, Symbol::Delim), (&self.ends, Symbol::End)] {
             if !ids.is_empty() && self.grammar.step(&mut state.clone(), symbol) {
                 for &t in ids {
@@ -234,6 +216,59 @@ impl TokenMatcher {
             Ok(())
         } else {
             Err(refused)
+        }
+    }
+
+    /// Marks the text tokens the automaton accepts from `state` (outside strings). Only a few
+    /// bytes are allowed at each point (a key's next letter, a digit, a bracket), so the walk
+    /// prunes at once. One state is stepped down the trie and restored on the way back (a step
+    /// changes the lexical position and at most the innermost frame: one push, pop or update), so
+    /// no node costs an allocation.
+    fn walk_structural(&self, state: &CallState, mask: &mut Bitset) {
+        struct Saved {
+            lex: Lex,
+            len: usize,
+            top: Option<Frame>,
+        }
+        fn restore(st: &mut CallState, saved: Saved) {
+            st.lex = saved.lex;
+            st.stack.truncate(saved.len);
+            if let Some(top) = saved.top {
+                if st.stack.len() < saved.len {
+                    st.stack.push(top);
+                } else {
+                    st.stack[saved.len - 1] = top;
+                }
+            }
+        }
+        let mut st = state.clone();
+        // (node, next child to try, the state to restore when leaving the node)
+        let mut path: Vec<(u32, u32, Option<Saved>)> = vec![(0, self.trie.children(0).start, None)];
+        while let Some((n, next, _)) = path.last_mut() {
+            if *next == self.trie.children(*n).end {
+                if let Some((_, _, Some(saved))) = path.pop() {
+                    restore(&mut st, saved);
+                }
+                continue;
+            }
+            let c = *next;
+            *next += 1;
+            let saved = Saved {
+                lex: st.lex.clone(),
+                len: st.stack.len(),
+                top: st.stack.last().cloned(),
+            };
+            let node = &self.trie.nodes[c as usize];
+            if self.grammar.step(&mut st, Symbol::Byte(node.byte)) {
+                for &t in self.trie.ending(c) {
+                    mask.insert(t);
+                }
+                if node.children > 0 {
+                    path.push((c, node.first_child, Some(saved)));
+                    continue;
+                }
+            }
+            restore(&mut st, saved);
         }
     }
 

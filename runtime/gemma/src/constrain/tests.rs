@@ -270,7 +270,7 @@ fn the_refusal_is_where_the_call_goes_wrong() {
     // `<tool_call|>` is only allowed once the arguments are closed.
     let mut state = m.start();
     let end = tokenizer().special().tool_call_end.id;
-    for t in ids_after_start(&format!("<|tool_call>call:get_page_title{{")) {
+    for t in ids_after_start("<|tool_call>call:get_page_title{") {
         assert!(!m.allowed(&state).contains(end));
         m.advance(&mut state, t).expect("prefix accepted");
     }
