@@ -48,36 +48,50 @@ fn utf8_step(state: u8, b: u8) -> Option<u8> {
     Some(next)
 }
 
+/// Most digits of an integer (or of a number's integer part): every such integer fits an `i64`,
+/// so the parser reads it back as an integer.
+pub const MAX_INT_DIGITS: u8 = 18;
+/// Most digits of a number's fraction.
+pub const MAX_FRAC_DIGITS: u8 = 18;
+/// Most digits of a number's exponent (so the value stays a finite `f64`).
+pub const MAX_EXP_DIGITS: u8 = 2;
+
 /// Numbers: `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?` (fraction and exponent only for
-/// `number`).
+/// `number`), with at most [`MAX_INT_DIGITS`], [`MAX_FRAC_DIGITS`] and [`MAX_EXP_DIGITS`] digits.
+/// The counts are the digits read so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Num {
     Minus,
     Zero,
-    Int,
+    Int(u8),
     Dot,
-    Frac,
+    Frac(u8),
     Exp,
     ExpSign,
-    ExpDigits,
+    ExpDigits(u8),
 }
 
 impl Num {
     fn complete(self) -> bool {
-        matches!(self, Num::Zero | Num::Int | Num::Frac | Num::ExpDigits)
+        matches!(
+            self,
+            Num::Zero | Num::Int(_) | Num::Frac(_) | Num::ExpDigits(_)
+        )
     }
 
     fn step(self, b: u8, real: bool) -> Option<Num> {
         let digit = b.is_ascii_digit();
         Some(match (self, b) {
             (Num::Minus, b'0') => Num::Zero,
-            (Num::Minus, _) if digit => Num::Int,
-            (Num::Int, _) if digit => Num::Int,
-            (Num::Zero | Num::Int, b'.') if real => Num::Dot,
-            (Num::Zero | Num::Int | Num::Frac, b'e' | b'E') if real => Num::Exp,
-            (Num::Dot | Num::Frac, _) if digit => Num::Frac,
+            (Num::Minus, _) if digit => Num::Int(1),
+            (Num::Int(n), _) if digit && n < MAX_INT_DIGITS => Num::Int(n + 1),
+            (Num::Zero | Num::Int(_), b'.') if real => Num::Dot,
+            (Num::Zero | Num::Int(_) | Num::Frac(_), b'e' | b'E') if real => Num::Exp,
+            (Num::Dot, _) if digit => Num::Frac(1),
+            (Num::Frac(n), _) if digit && n < MAX_FRAC_DIGITS => Num::Frac(n + 1),
             (Num::Exp, b'+' | b'-') => Num::ExpSign,
-            (Num::Exp | Num::ExpSign | Num::ExpDigits, _) if digit => Num::ExpDigits,
+            (Num::Exp | Num::ExpSign, _) if digit => Num::ExpDigits(1),
+            (Num::ExpDigits(n), _) if digit && n < MAX_EXP_DIGITS => Num::ExpDigits(n + 1),
             _ => return None,
         })
     }
@@ -303,7 +317,7 @@ impl ToolGrammar {
                 let num = match b {
                     b'-' => Num::Minus,
                     b'0' => Num::Zero,
-                    _ => Num::Int,
+                    _ => Num::Int(1),
                 };
                 state.lex = Lex::Number {
                     num,

@@ -15,7 +15,9 @@
 //!   UTF-8 between the two delimiter tokens, except the text of a marker that would end the call
 //!   region in [`crate::OutputParser`] or be read as a delimiter: `<|"|>`, `<tool_call|>`,
 //!   `<|tool_call>`, `<turn|>`, `<|tool_response>`, `<eos>`, `<|turn>`); `integer` is
-//!   `-?(0|[1-9][0-9]*)`; `number` adds a fraction and an exponent; `boolean` is `true`/`false`;
+//!   `-?(0|[1-9][0-9]*)` with at most 18 digits (it fits an `i64`, so the parser reads an
+//!   integer back); `number` adds a fraction (at most 18 digits) and an exponent (at most 2
+//!   digits, so the value is a finite `f64`); `boolean` is `true`/`false`;
 //!   `null` is `None` (Python's `str`, as the template writes it); `array` is `[v,...]` of its
 //!   `items`; `object` as above. No `type` means any value. `enum`/`const` values (scalars) are
 //!   the exact texts the template would write for them.
@@ -80,7 +82,7 @@ mod vocab;
 #[cfg(test)]
 mod tests;
 
-pub use automaton::CallState;
+pub use automaton::{CallState, MAX_EXP_DIGITS, MAX_FRAC_DIGITS, MAX_INT_DIGITS};
 pub use grammar::{GrammarError, MAX_PROPERTIES, Symbol, ToolGrammar};
 pub use mask::{Bitset, Refused, TokenMatcher};
 pub use vocab::VocabEntry;

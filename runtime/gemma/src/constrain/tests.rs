@@ -611,6 +611,8 @@ fn values_nested_numbers_words_and_enums() {
         &format!("any:{{a:[1,{q}s{q},None,{{b:false}}]}}"),
         &format!("free:{{x_1:1,y:{q}z{q}}},n:1"),
         "free:{}",
+        "i:123456789012345678",
+        "n:-123456789012345678.123456789012345678e-99",
     ];
     for body in ok {
         let text = format!("<|tool_call>call:g{{{body}}}{end}");
@@ -633,6 +635,9 @@ fn values_nested_numbers_words_and_enums() {
         "free:{x:1,x:2}",
         "free:{1:1}",
         "n:true",
+        "i:1234567890123456789",
+        "n:1e100",
+        "n:1.1234567890123456789",
     ];
     for body in bad {
         let text = format!("<|tool_call>call:g{{{body}}}{end}");
@@ -694,4 +699,120 @@ fn synthetic_vocabulary_has_the_requested_size_and_tokenizes_calls() {
     let t = bench::bench_mask(vocab, &g, &calls);
     assert_eq!(t.vocab, 5000);
     assert!(t.steps > 0 && t.string_steps > 0);
+}
+
+/// Whether a parsed argument value fits its declared schema (the subset the built-in tools use).
+fn fits(schema: &Value, value: &Value) -> bool {
+    if let Some(options) = schema.get("enum").and_then(Value::as_array) {
+        return options.contains(value);
+    }
+    match schema.get("type").and_then(Value::as_str) {
+        Some("string") => value.is_string(),
+        Some("integer") => value.is_i64() || value.is_u64(),
+        Some("number") => value.is_number(),
+        Some("boolean") => value.is_boolean(),
+        _ => true,
+    }
+}
+
+#[test]
+fn sampling_only_allowed_tokens_always_gives_a_call_the_parser_accepts() {
+    let m = builtin_matcher();
+    let tok = tokenizer();
+    let s = tok.special();
+    let definitions = gg_agent::builtin_tools();
+    let closers: Vec<u32> = ["}", "]"]
+        .iter()
+        .filter_map(|p| tok.token_id(p))
+        .chain([s.string_delim.id, s.tool_call_end.id])
+        .collect();
+    let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut rand = move || {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    };
+    let (mut closed, mut with_args) = (0, 0);
+    for walk in 0..300 {
+        let mut state = m.start();
+        let mut ids = vec![s.tool_call_start.id];
+        for step in 0..400 {
+            if state.is_closed() {
+                break;
+            }
+            let mask = m.allowed(&state);
+            let allowed: Vec<u32> = mask.iter().collect();
+            assert!(
+                !allowed.is_empty(),
+                "walk {walk}: dead end at {:?}",
+                tok.decode(&ids)
+            );
+            // After a while, head for the end: close strings and brackets when allowed.
+            let closing: Vec<u32> = closers
+                .iter()
+                .copied()
+                .filter(|&c| mask.contains(c))
+                .collect();
+            let pick = if step > 24 && !closing.is_empty() && rand() % 3 == 0 {
+                closing[(rand() % closing.len() as u64) as usize]
+            } else {
+                allowed[(rand() % allowed.len() as u64) as usize]
+            };
+            m.advance(&mut state, pick)
+                .expect("an allowed token is accepted");
+            ids.push(pick);
+        }
+        if !state.is_closed() {
+            continue;
+        }
+        closed += 1;
+        let text = tok.decode(&ids).expect("decode");
+        let mut parser = crate::OutputParser::new();
+        let mut events = parser.push(&text);
+        events.extend(parser.finish());
+        let calls: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                crate::OutputEvent::ToolCall(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            events
+                .iter()
+                .all(|e| !matches!(e, crate::OutputEvent::ToolCallError(_))),
+            "walk {walk}: {text:?} gave {events:?}"
+        );
+        assert_eq!(calls.len(), 1, "walk {walk}: {text:?} gave {events:?}");
+        let call = calls[0];
+        if call.arguments.len() >= 2 {
+            with_args += 1;
+        }
+        let def = definitions
+            .iter()
+            .find(|d| d.name == call.name)
+            .unwrap_or_else(|| panic!("undeclared tool in {text:?}"));
+        let props = def.parameters["properties"]
+            .as_object()
+            .expect("properties");
+        for (key, value) in &call.arguments {
+            let schema = props
+                .get(key)
+                .unwrap_or_else(|| panic!("{text:?}: undeclared `{key}`"));
+            assert!(fits(schema, value), "{text:?}: `{key}` = {value}");
+        }
+        for required in def.parameters["required"].as_array().expect("required") {
+            let required = required.as_str().expect("name");
+            assert!(
+                call.arguments.contains_key(required),
+                "{text:?}: `{required}` missing"
+            );
+        }
+    }
+    assert!(closed >= 200, "only {closed} of 300 walks closed");
+    assert!(
+        with_args >= 20,
+        "only {with_args} calls with two arguments or more"
+    );
 }
