@@ -72,14 +72,14 @@ pub(crate) enum Num {
 }
 
 impl Num {
-    fn complete(self) -> bool {
+    pub(crate) fn complete(self) -> bool {
         matches!(
             self,
             Num::Zero | Num::Int(_) | Num::Frac(_) | Num::ExpDigits(_)
         )
     }
 
-    fn step(self, b: u8, real: bool) -> Option<Num> {
+    pub(crate) fn step(self, b: u8, real: bool) -> Option<Num> {
         let digit = b.is_ascii_digit();
         Some(match (self, b) {
             (Num::Minus, b'0') => Num::Zero,

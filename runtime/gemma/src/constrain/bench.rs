@@ -187,6 +187,8 @@ pub struct MaskTimings {
     pub structural_max: Duration,
     /// The state (debug form) of the slowest step.
     pub slowest_state: String,
+    /// The state (debug form) of the slowest step outside strings.
+    pub slowest_structural_state: String,
 }
 
 impl std::fmt::Display for MaskTimings {
@@ -204,7 +206,11 @@ impl std::fmt::Display for MaskTimings {
             self.structural_mean,
             self.structural_max
         )?;
-        write!(f, "; slowest at {}", self.slowest_state)
+        write!(
+            f,
+            "; slowest at {}; slowest outside strings at {}",
+            self.slowest_state, self.slowest_structural_state
+        )
     }
 }
 
@@ -223,6 +229,7 @@ pub fn bench_mask(
     let build = t0.elapsed();
     let (mut all, mut structural, mut string_steps) = (Vec::new(), Vec::new(), 0);
     let mut slowest = (Duration::ZERO, String::new());
+    let mut slowest_structural = (Duration::ZERO, String::new());
     for (call, tokens) in calls.iter().zip(&tokenized) {
         let mut state = matcher.start();
         for &t in tokens {
@@ -235,6 +242,9 @@ pub fn bench_mask(
             matcher
                 .advance(&mut state, t)
                 .unwrap_or_else(|e| panic!("{call:?}: {e}"));
+            if !in_string && dt > slowest_structural.0 {
+                slowest_structural = (dt, before.clone());
+            }
             if dt > slowest.0 {
                 slowest = (dt, before);
             }
@@ -265,5 +275,6 @@ pub fn bench_mask(
         structural_mean: mean(&structural),
         structural_max: max(&structural),
         slowest_state: slowest.1,
+        slowest_structural_state: slowest_structural.1,
     }
 }

@@ -1,11 +1,11 @@
 //! The token-level matcher: the allowed-token mask of a [`CallState`] and advancing by token.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use thiserror::Error;
 
-use super::automaton::{CallState, Frame, Lex, StrLex};
+use super::automaton::{CallState, Frame, Lex, Num, StrLex};
 use super::grammar::{Symbol, ToolGrammar};
 use super::vocab::{Trie, VocabEntry};
 use crate::GemmaTokenizer;
@@ -111,6 +111,17 @@ pub struct TokenMatcher {
     base_string: Bitset,
     /// Text-token masks of the other string-lexer states, computed on first use.
     string_cache: Mutex<HashMap<StrLex, Bitset>>,
+    /// Number segments by (trie node, number state, `number` rather than `integer`).
+    number_cache: Mutex<HashMap<(u32, Num, bool), Arc<NumberSegment>>>,
+}
+
+/// The part of the trie below a node that stays inside a number: the tokens that end inside it
+/// (context-independent: allowed whenever the number is) and the nodes where a complete number
+/// may be followed by something else (where the call's state decides).
+#[derive(Debug, Default)]
+struct NumberSegment {
+    inside: Vec<u32>,
+    exits: Vec<(u32, Num)>,
 }
 
 impl TokenMatcher {
@@ -131,7 +142,7 @@ impl TokenMatcher {
         let ends = ids(&VocabEntry::CallEnd);
         let mut base_string = Bitset::empty(entries.len());
         walk_string(&trie, &grammar.guard, 0, StrLex::START, &mut base_string);
-        Self {
+        let matcher = Self {
             grammar: grammar.clone(),
             entries,
             trie,
@@ -139,7 +150,24 @@ impl TokenMatcher {
             ends,
             base_string,
             string_cache: Mutex::new(HashMap::new()),
+            number_cache: Mutex::new(HashMap::new()),
+        };
+        // The number segments of tokens that start a number (the others come up mid-number).
+        for c in matcher.trie.children(0) {
+            let byte = matcher.trie.nodes[c as usize].byte;
+            let num = match byte {
+                b'-' => Num::Minus,
+                b'0' => Num::Zero,
+                b'1'..=b'9' => Num::Int(1),
+                _ => continue,
+            };
+            if matcher.trie.nodes[c as usize].children > 0 {
+                for real in [false, true] {
+                    matcher.number_segment(c, num, real);
+                }
+            }
         }
+        matcher
     }
 
     /// The grammar.
@@ -223,8 +251,11 @@ impl TokenMatcher {
     /// bytes are allowed at each point (a key's next letter, a digit, a bracket), so the walk
     /// prunes at once. One state is stepped down the trie and restored on the way back (a step
     /// changes the lexical position and at most the innermost frame: one push, pop or update), so
-    /// no node costs an allocation.
+    /// no node costs an allocation. Inside a number only the number's lexer state matters until
+    /// the number ends, so that part of the walk is a cached [`NumberSegment`]; the walk goes on
+    /// with the call's state only where a token leaves the number (`1,` or `5}`).
     fn walk_structural(&self, state: &CallState, mask: &mut Bitset) {
+        #[derive(Clone)]
         struct Saved {
             lex: Lex,
             len: usize,
@@ -241,30 +272,82 @@ impl TokenMatcher {
                 }
             }
         }
+        struct Entry {
+            node: u32,
+            next: u32,
+            /// The state to restore when leaving the node.
+            saved: Option<Saved>,
+            /// The lexical state to set on entering (the exits of a number segment).
+            enter: Option<Lex>,
+            /// Skip children that continue this number (the segment covered them).
+            skip_number: Option<(Num, bool)>,
+        }
         let mut st = state.clone();
-        // (node, next child to try, the state to restore when leaving the node)
-        let mut path: Vec<(u32, u32, Option<Saved>)> = vec![(0, self.trie.children(0).start, None)];
-        while let Some((n, next, _)) = path.last_mut() {
-            if *next == self.trie.children(*n).end {
-                if let Some((_, _, Some(saved))) = path.pop() {
+        let mut path = vec![Entry {
+            node: 0,
+            next: self.trie.children(0).start,
+            saved: None,
+            enter: None,
+            skip_number: None,
+        }];
+        while let Some(entry) = path.last_mut() {
+            if let Some(lex) = entry.enter.take() {
+                st.lex = lex;
+            }
+            if entry.next == self.trie.children(entry.node).end {
+                if let Some(Entry {
+                    saved: Some(saved), ..
+                }) = path.pop()
+                {
                     restore(&mut st, saved);
                 }
                 continue;
             }
-            let c = *next;
-            *next += 1;
+            let c = entry.next;
+            entry.next += 1;
+            let node = &self.trie.nodes[c as usize];
+            if let Some((num, real)) = entry.skip_number
+                && num.step(node.byte, real).is_some()
+            {
+                continue;
+            }
             let saved = Saved {
                 lex: st.lex.clone(),
                 len: st.stack.len(),
                 top: st.stack.last().cloned(),
             };
-            let node = &self.trie.nodes[c as usize];
             if self.grammar.step(&mut st, Symbol::Byte(node.byte)) {
                 for &t in self.trie.ending(c) {
                     mask.insert(t);
                 }
                 if node.children > 0 {
-                    path.push((c, node.first_child, Some(saved)));
+                    if let Lex::Number { num, real } = st.lex {
+                        let segment = self.number_segment(c, num, real);
+                        for &t in &segment.inside {
+                            mask.insert(t);
+                        }
+                        restore(&mut st, saved.clone());
+                        for &(e, exit_num) in &segment.exits {
+                            path.push(Entry {
+                                node: e,
+                                next: self.trie.children(e).start,
+                                saved: Some(saved.clone()),
+                                enter: Some(Lex::Number {
+                                    num: exit_num,
+                                    real,
+                                }),
+                                skip_number: Some((exit_num, real)),
+                            });
+                        }
+                        continue;
+                    }
+                    path.push(Entry {
+                        node: c,
+                        next: node.first_child,
+                        saved: Some(saved),
+                        enter: None,
+                        skip_number: None,
+                    });
                     continue;
                 }
             }
@@ -272,12 +355,54 @@ impl TokenMatcher {
         }
     }
 
+    /// The number segment below `node` reached in number state `num` (cached).
+    fn number_segment(&self, node: u32, num: Num, real: bool) -> Arc<NumberSegment> {
+        let mut cache = self
+            .number_cache
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        cache
+            .entry((node, num, real))
+            .or_insert_with(|| {
+                let mut segment = NumberSegment::default();
+                let mut stack = vec![(node, num)];
+                while let Some((n, k)) = stack.pop() {
+                    let mut leaves = false;
+                    for c in self.trie.children(n) {
+                        let child = &self.trie.nodes[c as usize];
+                        match k.step(child.byte, real) {
+                            Some(k2) => {
+                                segment.inside.extend_from_slice(self.trie.ending(c));
+                                if child.children > 0 {
+                                    stack.push((c, k2));
+                                }
+                            }
+                            None => leaves = true,
+                        }
+                    }
+                    if leaves && k.complete() {
+                        segment.exits.push((n, k));
+                    }
+                }
+                Arc::new(segment)
+            })
+            .clone()
+    }
+
     /// The text-token mask of a string-lexer state other than the start: the start's mask,
     /// corrected where walking from `lex` differs from walking from the start. The two walks
     /// meet again within a few bytes (as soon as the UTF-8 and marker-guard states agree), and
     /// the subtrees below a meeting point are the same in both, so few nodes are visited.
+    ///
+    /// In the middle of a UTF-8 character only continuation bytes may come, so a plain walk from
+    /// an empty mask is cheaper there (it prunes at the root).
     fn string_mask(&self, lex: StrLex) -> Bitset {
         let guard = &self.grammar.guard;
+        if lex.utf8 != 0 {
+            let mut mask = Bitset::empty(self.entries.len());
+            walk_string(&self.trie, guard, 0, lex, &mut mask);
+            return mask;
+        }
         let mut mask = self.base_string.clone();
         let mut stack = vec![(0u32, Some(lex), Some(StrLex::START))];
         while let Some((n, a, b)) = stack.pop() {
