@@ -53,7 +53,11 @@
 //!
 //! - Outside strings, [`TokenMatcher::allowed`] walks the trie against the automaton: only a few
 //!   bytes are allowed at each point (a key's next letter, a digit, a bracket), so the walk
-//!   prunes at once and visits a few hundred nodes.
+//!   prunes at once and visits a few hundred nodes. One state is stepped down the trie and
+//!   restored on the way back, without allocating. Inside a number only the number's lexer
+//!   state matters until the number ends, so that part of the walk (every multi-digit token) is
+//!   cached per trie node and number state, and the call's state is consulted only where a token
+//!   leaves the number (`1,`, `5}`).
 //! - Inside a string no text token can leave the string (only the `<|"|>` token closes it), so
 //!   the mask depends only on the string lexer's state (UTF-8 decoder + marker guard), not on
 //!   the call around it: the mask of the start state (nearly the whole vocabulary) is computed
@@ -61,7 +65,13 @@
 //!   character, after a `<` that may start a marker) once on first use, by a walk that stops as
 //!   soon as it agrees with the start state's.
 //!
-//! [`bench::bench_mask`] measures it on a synthetic 262,144-token vocabulary.
+//! [`bench::bench_mask`] measures it on a synthetic 262,144-token vocabulary
+//! (`cargo run --release -p gg-gemma --example constrain_bench`; `constrain_bench_wasm` is the
+//! same measurement in wasm). Natively: building the matcher about 110 ms, `allowed` about 2 µs
+//! per step on average (inside strings: a copy of a cached 32 KiB mask), about 20 µs outside
+//! strings, at most about 0.4 ms (the first time a mid-number state is met). In wasm (Node 20,
+//! V8): build about 120 ms, mean 2–3 µs, p99 about 20 µs; single steps up to a few ms were seen
+//! on a busy shared machine (scheduling/GC noise, not a repeatable state).
 //!
 //! # Limits
 //!
@@ -70,6 +80,8 @@
 //!   are refused): correct, but slower than declared keys. No built-in tool has one.
 //! - The mask is for the tokens themselves: it does not make the model's tokenization
 //!   canonical (a call may be written with different pieces than the tokenizer would choose).
+//! - The call's length is not bounded by the grammar (strings and arrays may go on); the
+//!   session's token limit and [`crate::OutputParser`]'s call-length limit bound it.
 //! - The vocabulary is read with Gemma 4's decoder in mind (`▁` -> space, byte fallback, fuse):
 //!   the text of a token sequence is the concatenation of the tokens' texts.
 
