@@ -17,6 +17,8 @@
 //! - [`syntax`]: Gemma's argument syntax both ways (render a value as the template does, parse
 //!   what the model wrote into `serde_json::Value`).
 //!
+//! - [`constrain`]: the grammar of a tool call and the token-level matcher that restricts
+//!   sampling to valid calls of the declared tools once `<|tool_call>` is written.
 //! - [`untrusted`]: spans of the prompt tokenized as plain text (no added token can be formed).
 //! - [`agent`]: the agent crate's conversation and tool definitions converted to template
 //!   messages and declarations.
@@ -25,6 +27,7 @@
 
 pub mod agent;
 mod chat;
+pub mod constrain;
 mod detok;
 mod error;
 mod model;
