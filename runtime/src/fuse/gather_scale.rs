@@ -13,7 +13,7 @@ use crate::model::Node;
 use crate::ops::Op;
 use crate::tensor::DType;
 
-const GATHER_SCALE: &str = include_str!("../kernels/gather_scale.wgsl");
+const GATHER_SCALE: &str = include_str!("../kernels/fuse/gather_scale.wgsl");
 
 pub(super) struct Pattern {
     /// Gather, Mul.

@@ -6,30 +6,30 @@ use super::WG;
 use crate::gpu::{Features, Kernel, KernelSpec, Storage, wgsl_f32};
 
 /// The fused GEMV's body.
-const FUSED_GEMV: &str = include_str!("../kernels/fused_gemv.wgsl");
+const FUSED_GEMV: &str = include_str!("../kernels/fuse/fused_gemv.wgsl");
 /// The rows prologue's body.
-const ROWS_PROLOGUE: &str = include_str!("../kernels/rows_prologue.wgsl");
+const ROWS_PROLOGUE: &str = include_str!("../kernels/fuse/rows_prologue.wgsl");
 /// The fused GEMV's per-column sum of its TPC lanes' partial sums (r0, r1 -> a0, a1): a tree in
 /// workgroup memory ...
-const REDUCE_TREE: &str = include_str!("wgsl/reduce_tree.wgsl");
+const REDUCE_TREE: &str = include_str!("../kernels/fuse/reduce_tree.wgsl");
 /// ... or a butterfly of subgroup shuffles (the lanes are consecutive in one subgroup).
-const REDUCE_SHUFFLE: &str = include_str!("wgsl/reduce_shuffle.wgsl");
+const REDUCE_SHUFFLE: &str = include_str!("../kernels/fuse/reduce_shuffle.wgsl");
 /// The fused GEMV's residual prologue (`{eps}`, `{h}`, `{store}` filled in).
-const RESIDUAL_PROLOGUE: &str = include_str!("wgsl/residual_prologue.wgsl");
+const RESIDUAL_PROLOGUE: &str = include_str!("../kernels/fuse/residual_prologue.wgsl");
 /// The residual prologue's store of h by the first workgroup.
-const STORE_H: &str = include_str!("wgsl/store_h.wgsl");
+const STORE_H: &str = include_str!("../kernels/fuse/store_h.wgsl");
 /// The fused GEMV's norm prologue (`{eps}` filled in).
-const NORM_PROLOGUE: &str = include_str!("wgsl/norm_prologue.wgsl");
+const NORM_PROLOGUE: &str = include_str!("../kernels/fuse/norm_prologue.wgsl");
 /// The fused GEMV's staging of the input row (no residual prologue).
-const STAGE_ROW: &str = include_str!("../kernels/fused_gemv_stage_row.wgsl");
+const STAGE_ROW: &str = include_str!("../kernels/fuse/fused_gemv_stage_row.wgsl");
 /// The zeros after the staged row, up to whole blocks.
-const STAGE_PAD: &str = include_str!("../kernels/fused_gemv_stage_pad.wgsl");
+const STAGE_PAD: &str = include_str!("../kernels/fuse/fused_gemv_stage_pad.wgsl");
 /// The rows prologue's residual part (`{eps}`, `{h0}`, `{h1}` filled in).
-const ROWS_RESIDUAL: &str = include_str!("../kernels/rows_prologue_residual.wgsl");
+const ROWS_RESIDUAL: &str = include_str!("../kernels/fuse/rows_prologue_residual.wgsl");
 /// The rows prologue's sum of squares of the input row (no residual part).
-const ROWS_ROW: &str = include_str!("../kernels/rows_prologue_row.wgsl");
+const ROWS_ROW: &str = include_str!("../kernels/fuse/rows_prologue_row.wgsl");
 /// The rows prologue's norm part (`{eps}`, `{src}` filled in).
-const ROWS_NORM: &str = include_str!("../kernels/rows_prologue_norm.wgsl");
+const ROWS_NORM: &str = include_str!("../kernels/fuse/rows_prologue_norm.wgsl");
 
 /// The most weights one fused GEMV reads.
 pub(super) const MAX_MATS: usize = 3;

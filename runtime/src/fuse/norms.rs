@@ -12,7 +12,7 @@ use crate::ops::Op;
 use crate::tensor::DType;
 use std::collections::{HashMap, HashSet};
 
-pub(super) const FUSED_NORMS: &str = include_str!("../kernels/fused_norms.wgsl");
+pub(super) const FUSED_NORMS: &str = include_str!("../kernels/fuse/fused_norms.wgsl");
 
 /// One norm of a [`FusedNorms`]: its input's slot, row length (0: the input's last dimension,
 /// for a scale-free norm), epsilon and scale's slot (`None`: scale-free).

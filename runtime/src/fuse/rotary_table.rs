@@ -16,7 +16,7 @@ use crate::ops::Op;
 use crate::tensor::DType;
 use std::collections::HashSet;
 
-const ROTARY_TABLE: &str = include_str!("../kernels/rotary_table.wgsl");
+const ROTARY_TABLE: &str = include_str!("../kernels/fuse/rotary_table.wgsl");
 
 crate::gpu_params! {
     /// The `rotary_table` kernel's parameters: `y_k[i] = c_k[pos[i / width], (i % width) %

@@ -47,9 +47,9 @@ pub struct Kernel {
 }
 
 /// The workgroup reductions `wg_sum` / `wg_max` through workgroup memory ...
-const WG_REDUCE: &str = include_str!("../kernels/wg_reduce.wgsl");
+const WG_REDUCE: &str = include_str!("../kernels/common/wg_reduce.wgsl");
 /// ... and with subgroup operations.
-const WG_REDUCE_SG: &str = include_str!("../kernels/wg_reduce_sg.wgsl");
+const WG_REDUCE_SG: &str = include_str!("../kernels/common/wg_reduce_sg.wgsl");
 
 /// Hash of the WGSL snippets the builder itself adds (part of every kernel spec's key).
 pub(super) const SNIPPETS_HASH: u128 = super::spec::wgsl_hash(&[WG_REDUCE, WG_REDUCE_SG]);

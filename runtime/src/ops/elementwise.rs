@@ -1,5 +1,5 @@
 //! Elementwise ops (unary, binary with broadcasting, Where, Cast, Clip): one broadcasting WGSL
-//! kernel (`kernels/ew.wgsl`) parameterised by an expression; int64/f64 math on the host.
+//! kernel (`kernels/elementwise/ew.wgsl`) parameterised by an expression; int64/f64 math on the host.
 
 use super::host;
 use super::{Attrs, MS, Op, Registry, all_host, host_dtype, opt_host, req};
@@ -8,7 +8,7 @@ use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::tensor::{DType, numel};
 
-const EW: &str = include_str!("../kernels/ew.wgsl");
+const EW: &str = include_str!("../kernels/elementwise/ew.wgsl");
 
 /// One input of [`ew_gpu`]: a tensor read through a strided view.
 pub struct View<'a> {

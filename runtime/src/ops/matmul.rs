@@ -8,8 +8,8 @@ use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Features, Kernel, KernelSpec, Storage};
 use crate::tensor::DType;
 
-const GEMM: &str = include_str!("../kernels/gemm.wgsl");
-const GEMM_TILED: &str = include_str!("../kernels/gemm_tiled.wgsl");
+const GEMM: &str = include_str!("../kernels/matmul/gemm.wgsl");
+const GEMM_TILED: &str = include_str!("../kernels/matmul/gemm_tiled.wgsl");
 
 /// Strided operand: element (m, k) at `off + m*rs + k*cs`.
 struct Operand<'a> {

@@ -9,8 +9,8 @@ use crate::gpu::{Features, Kernel, KernelSpec, Storage};
 use crate::ops::host;
 use crate::tensor::{HostTensor, numel, strides};
 
-const GATHER: &str = include_str!("../kernels/gather.wgsl");
-const CONCAT: &str = include_str!("../kernels/concat.wgsl");
+const GATHER: &str = include_str!("../kernels/movement/gather.wgsl");
+const CONCAT: &str = include_str!("../kernels/movement/concat.wgsl");
 
 /// A strided view of a value, materialised on its side (host or GPU).
 fn view_value(

@@ -9,7 +9,7 @@ use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::tensor::{DType, numel};
 
-const NORM: &str = include_str!("../kernels/norm.wgsl");
+const NORM: &str = include_str!("../kernels/norm/norm.wgsl");
 
 struct Norm {
     simple: bool,

@@ -8,10 +8,10 @@ use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Kernel, Storage};
 use crate::tensor::{DType, numel};
 
-const MNB: &str = include_str!("../kernels/matmul_nbits.wgsl");
-const MNB_TILED: &str = include_str!("../kernels/matmul_nbits_tiled.wgsl");
-const MNB_REGS: &str = include_str!("../kernels/matmul_nbits_regs.wgsl");
-const GBQ: &str = include_str!("../kernels/gather_block_quantized.wgsl");
+const MNB: &str = include_str!("../kernels/quant/matmul_nbits.wgsl");
+const MNB_TILED: &str = include_str!("../kernels/quant/matmul_nbits_tiled.wgsl");
+const MNB_REGS: &str = include_str!("../kernels/quant/matmul_nbits_regs.wgsl");
+const GBQ: &str = include_str!("../kernels/quant/gather_block_quantized.wgsl");
 
 /// WGSL for the zero point of block `b` of row `n`: packed uint8 (`zp` is [`Storage::U8`]),
 /// float, or the default (`None`).

@@ -8,9 +8,9 @@ use crate::exec::{Ctx, Value};
 use crate::gpu::{Features, Kernel, KernelSpec, Storage};
 use crate::tensor::{DType, HostTensor, numel, strides};
 
-const REDUCE: &str = include_str!("../kernels/reduce.wgsl");
-const SOFTMAX: &str = include_str!("../kernels/softmax.wgsl");
-const CUMSUM: &str = include_str!("../kernels/cumsum.wgsl");
+const REDUCE: &str = include_str!("../kernels/reduce/reduce.wgsl");
+const SOFTMAX: &str = include_str!("../kernels/reduce/softmax.wgsl");
+const CUMSUM: &str = include_str!("../kernels/reduce/cumsum.wgsl");
 
 #[derive(Clone, Copy)]
 enum Kind {

@@ -12,18 +12,18 @@ use crate::gpu::{Bound, Features, Kernel, KernelSpec, Storage};
 use crate::ops::elementwise::cast_gpu;
 use crate::tensor::DType;
 
-const GQA: &str = include_str!("../../kernels/gqa.wgsl");
-const Q_PREP: &str = include_str!("../../kernels/q_prep.wgsl");
+const GQA: &str = include_str!("../../kernels/attention/gqa.wgsl");
+const Q_PREP: &str = include_str!("../../kernels/attention/q_prep.wgsl");
 const Q_PREP_ROT: &str = concat!(
-    include_str!("../../kernels/q_prep.wgsl"),
-    include_str!("../../kernels/rotate.wgsl")
+    include_str!("../../kernels/attention/q_prep.wgsl"),
+    include_str!("../../kernels/attention/rotate.wgsl")
 );
 // The attention kernel with the GroupQueryAttention query's rotary.
 const GQA_ROT: &str = concat!(
-    include_str!("../../kernels/gqa.wgsl"),
-    include_str!("../../kernels/rotate.wgsl")
+    include_str!("../../kernels/attention/gqa.wgsl"),
+    include_str!("../../kernels/attention/rotate.wgsl")
 );
-const GQA_COMBINE: &str = include_str!("../../kernels/gqa_combine.wgsl");
+const GQA_COMBINE: &str = include_str!("../../kernels/attention/gqa_combine.wgsl");
 /// The additive bias of a score (`sc`) of row (b, kvh, head h % G, query s) against key `tt`
 /// (`AttnParams::bias_*`: the bias view; see [`Bias`]).
 const BIAS_WGSL: &str = "sc = sc + ld_bias(prm.bias_off + b * prm.bias_sb + kvh * prm.bias_skv + (h % G) * prm.bias_sg + s * prm.bias_ss + tt);";

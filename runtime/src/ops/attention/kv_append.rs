@@ -10,16 +10,17 @@ use crate::exec::{Ctx, GpuTensor};
 use crate::gpu::{Features, Kernel, KernelSpec, Storage};
 use crate::tensor::DType;
 
-const KV_APPEND_WGSL: &str = include_str!("../../kernels/kv_append.wgsl");
-const KV_APPEND_IN_PLACE_WGSL: &str = include_str!("../../kernels/kv_append_in_place.wgsl");
+const KV_APPEND_WGSL: &str = include_str!("../../kernels/attention/kv_append.wgsl");
+const KV_APPEND_IN_PLACE_WGSL: &str =
+    include_str!("../../kernels/attention/kv_append_in_place.wgsl");
 const KV_APPEND: &str = concat!(
-    include_str!("../../kernels/kv_append.wgsl"),
-    include_str!("../../kernels/rotate.wgsl")
+    include_str!("../../kernels/attention/kv_append.wgsl"),
+    include_str!("../../kernels/attention/rotate.wgsl")
 );
 const KV_APPEND_IN_PLACE: &str = concat!(
-    include_str!("../../kernels/kv_append.wgsl"),
-    include_str!("../../kernels/rotate.wgsl"),
-    include_str!("../../kernels/kv_append_in_place.wgsl")
+    include_str!("../../kernels/attention/kv_append.wgsl"),
+    include_str!("../../kernels/attention/rotate.wgsl"),
+    include_str!("../../kernels/attention/kv_append_in_place.wgsl")
 );
 
 /// The sizes of a KV cache append.

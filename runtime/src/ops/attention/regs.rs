@@ -17,9 +17,9 @@ use crate::exec::{Ctx, GpuTensor};
 use crate::gpu::{Features, Kernel, KernelSpec, Storage};
 use crate::tensor::DType;
 
-const SCORES: &str = include_str!("../../kernels/attn_scores_regs.wgsl");
-const SOFTMAX: &str = include_str!("../../kernels/attn_softmax_rows.wgsl");
-const PV: &str = include_str!("../../kernels/attn_pv_regs.wgsl");
+const SCORES: &str = include_str!("../../kernels/attention/attn_scores_regs.wgsl");
+const SOFTMAX: &str = include_str!("../../kernels/attention/attn_softmax_rows.wgsl");
+const PV: &str = include_str!("../../kernels/attention/attn_pv_regs.wgsl");
 
 /// Columns of a block: keys of the scores pass, dimensions of the P·V pass (even).
 const C: u32 = 16;

@@ -8,18 +8,18 @@ use crate::gpu::{Bound, Features, Kernel, KernelSpec, Params, Storage};
 use crate::ops::{Attrs, Op, req};
 use crate::tensor::DType;
 
-const ROPE_WGSL: &str = include_str!("../../kernels/rope.wgsl");
-const ROPE_PAIR_WGSL: &str = include_str!("../../kernels/rope_pair.wgsl");
+const ROPE_WGSL: &str = include_str!("../../kernels/attention/rope.wgsl");
+const ROPE_PAIR_WGSL: &str = include_str!("../../kernels/attention/rope_pair.wgsl");
 /// The shared rotation, appended to the bodies that rotate.
-pub(super) const ROTATE_WGSL: &str = include_str!("../../kernels/rotate.wgsl");
+pub(super) const ROTATE_WGSL: &str = include_str!("../../kernels/attention/rotate.wgsl");
 // Both end with the shared rotation (`rotate.wgsl`).
 const ROPE: &str = concat!(
-    include_str!("../../kernels/rope.wgsl"),
-    include_str!("../../kernels/rotate.wgsl")
+    include_str!("../../kernels/attention/rope.wgsl"),
+    include_str!("../../kernels/attention/rotate.wgsl")
 );
 const ROPE_PAIR: &str = concat!(
-    include_str!("../../kernels/rope_pair.wgsl"),
-    include_str!("../../kernels/rotate.wgsl")
+    include_str!("../../kernels/attention/rope_pair.wgsl"),
+    include_str!("../../kernels/attention/rotate.wgsl")
 );
 
 /// Where rotary positions come from.

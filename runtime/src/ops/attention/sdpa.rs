@@ -2,8 +2,8 @@
 //! heads, boolean/float masks, KV cache, causal and sliding-window masking, softcap,
 //! `nonpad_kv_seqlen`, the optional `qk_matmul_output`) and com.microsoft `MultiHeadAttention`
 //! (separate BSNH-packed Q/K/V, bias, 2-D/3-D key padding mask, attention bias, KV cache,
-//! unidirectional). One kernel (`kernels/sdpa.wgsl`, online softmax) computes the output;
-//! `kernels/sdpa_kv.wgsl` builds present K/V, `kernels/sdpa_qk.wgsl` the optional scores.
+//! unidirectional). One kernel (`kernels/attention/sdpa.wgsl`, online softmax) computes the output;
+//! `kernels/attention/sdpa_kv.wgsl` builds present K/V, `kernels/attention/sdpa_qk.wgsl` the optional scores.
 
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
@@ -12,8 +12,8 @@ use crate::ops::elementwise::cast_gpu;
 use crate::ops::{Attrs, MS, Op, Registry, req};
 use crate::tensor::DType;
 
-pub(super) const SDPA: &str = include_str!("../../kernels/sdpa.wgsl");
-pub(super) const SDPA_QK: &str = include_str!("../../kernels/sdpa_qk.wgsl");
+pub(super) const SDPA: &str = include_str!("../../kernels/attention/sdpa.wgsl");
+pub(super) const SDPA_QK: &str = include_str!("../../kernels/attention/sdpa_qk.wgsl");
 
 pub(super) use super::sdpa_kv::{head_major, head_major_pair};
 

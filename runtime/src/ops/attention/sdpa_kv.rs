@@ -1,6 +1,6 @@
 //! Present K/V of the ai.onnx `Attention` and com.microsoft `MultiHeadAttention` ops
-//! ([`super::sdpa`]): the new tokens appended head-major after the past (`kernels/sdpa_kv.wgsl`),
-//! one tensor at a time or a key and a value in one dispatch (`kernels/sdpa_kv_pair.wgsl`).
+//! ([`super::sdpa`]): the new tokens appended head-major after the past (`kernels/attention/sdpa_kv.wgsl`),
+//! one tensor at a time or a key and a value in one dispatch (`kernels/attention/sdpa_kv_pair.wgsl`).
 
 use super::sdpa::Strides;
 use crate::error::Result;
@@ -8,8 +8,8 @@ use crate::exec::{Ctx, GpuTensor};
 use crate::gpu::{Features, Kernel, KernelSpec, Storage};
 use crate::tensor::DType;
 
-const SDPA_KV: &str = include_str!("../../kernels/sdpa_kv.wgsl");
-const SDPA_KV_PAIR: &str = include_str!("../../kernels/sdpa_kv_pair.wgsl");
+const SDPA_KV: &str = include_str!("../../kernels/attention/sdpa_kv.wgsl");
+const SDPA_KV_PAIR: &str = include_str!("../../kernels/attention/sdpa_kv_pair.wgsl");
 
 crate::gpu_params! {
     /// The `sdpa_kv` kernel's parameters: `y[b, h, t, d]` ([B, heads, len, dim]) is
