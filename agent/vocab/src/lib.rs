@@ -3,7 +3,8 @@
 //! sits in ([`Corner`]). The agent declares the tools to the model and parses its calls with
 //! these names; the content script dispatches the same names and answers failures with these
 //! kinds; the content script's launcher and the UI kit's launcher move between the same corners
-//! the same way. `no_std`, no dependencies (`serde` behind the `serde` feature: the agent's and
+//! the same way; which key turns it off on a site ([`disabled_key`], [`host_of`]). `no_std`
+//! (with `alloc`), no dependencies (`serde` behind the `serde` feature: the agent's and
 //! the UI kit's wire form), so the content script links it too.
 //!
 //! ```
@@ -22,6 +23,11 @@
 //! ```
 
 #![no_std]
+
+extern crate alloc;
+
+use alloc::format;
+use alloc::string::String;
 
 /// The built-in tools.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -245,6 +251,38 @@ impl Corner {
     }
 }
 
+/// Prefix of the `chrome.storage.local` key saying that Gemma Gem is turned off on one host
+/// ([`disabled_key`]).
+pub const DISABLED_PREFIX: &str = "disabled:";
+
+/// The host of an absolute URL, an origin or a bare host name: lowercase, without port,
+/// credentials or a trailing dot (`None` when there is none). Sites are turned off by host (any
+/// scheme and port): the service worker writes the key of a site's host, the content script
+/// reads the key of its page's `location.hostname`, both through this.
+pub fn host_of(site: &str) -> Option<String> {
+    let site = site.trim();
+    let rest = site.split_once("://").map_or(site, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let authority = authority.rsplit('@').next()?;
+    let host = if authority.starts_with('[') {
+        authority.split_inclusive(']').next()?
+    } else {
+        authority.split(':').next()?
+    };
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let valid = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '[' | ']' | ':'));
+    valid.then_some(host)
+}
+
+/// The local key that turns Gemma Gem off on the host of `site` (a URL, origin or host name):
+/// [`DISABLED_PREFIX`] and [`host_of`].
+pub fn disabled_key(site: &str) -> Option<String> {
+    host_of(site).map(|host| format!("{DISABLED_PREFIX}{host}"))
+}
+
 /// Pointer travel (CSS px) after which a press on a launcher is a drag rather than a click.
 pub const DRAG_THRESHOLD: f64 = 5.0;
 
@@ -323,7 +361,37 @@ impl CornerDrag {
 
 #[cfg(test)]
 mod tests {
-    use super::{Corner, CornerDrag, DragEnd, Tool, ToolErrorKind};
+    use super::{Corner, CornerDrag, DragEnd, Tool, ToolErrorKind, disabled_key, host_of};
+
+    #[test]
+    fn hosts_and_their_disabled_keys() {
+        assert_eq!(
+            host_of("https://Example.com:8443/a?b#c").as_deref(),
+            Some("example.com")
+        );
+        assert_eq!(
+            host_of("http://127.0.0.1:8080").as_deref(),
+            Some("127.0.0.1")
+        );
+        assert_eq!(
+            host_of("https://user@example.com/").as_deref(),
+            Some("example.com")
+        );
+        assert_eq!(host_of("http://[::1]:8080/").as_deref(), Some("[::1]"));
+        assert_eq!(host_of("Example.COM.").as_deref(), Some("example.com"));
+        assert_eq!(host_of(""), None);
+        assert_eq!(host_of("https://a b/"), None);
+        assert_eq!(
+            disabled_key("example.com").as_deref(),
+            Some("disabled:example.com")
+        );
+        assert_eq!(
+            disabled_key("https://EXAMPLE.com./x").as_deref(),
+            Some("disabled:example.com")
+        );
+        assert_eq!(disabled_key("[::1]").as_deref(), Some("disabled:[::1]"));
+        assert_eq!(disabled_key("file:///tmp/a.html"), None);
+    }
 
     #[test]
     fn a_press_becomes_a_drag_past_the_threshold_and_lands_on_the_nearest_corner() {

@@ -35,9 +35,6 @@ pub const HOST_TAG: &str = "gemma-gem-host";
 pub const OVERLAY_PATH: &str = "overlay/overlay.html";
 /// `chrome.storage.local` key of the launcher's corner.
 pub const CORNER_KEY: &str = "launcherCorner";
-/// Prefix of the `chrome.storage.local` key that turns Gemma Gem off on a host
-/// (`gg_messages::storage::DISABLED_PREFIX`).
-const DISABLED_PREFIX: &str = "disabled:";
 /// Distance of the host from the viewport's edges (CSS px).
 const MARGIN: f64 = 16.0;
 /// Size of the collapsed host (CSS px).
@@ -207,13 +204,11 @@ fn storage_set(area: &str, key: &str, value: JsValue) {
     }
 }
 
-/// The `chrome.storage.local` key that turns Gemma Gem off on `hostname` (as
-/// `gg_messages::storage::disabled_key` writes it: lowercase, no trailing dot).
+/// The `chrome.storage.local` key that turns Gemma Gem off on `hostname` (`gg_vocab::disabled_key`,
+/// the key the service worker writes); a page without a host reads the bare prefix, which nothing
+/// writes.
 pub fn disabled_key(hostname: &str) -> String {
-    format!(
-        "{DISABLED_PREFIX}{}",
-        hostname.trim_end_matches('.').to_ascii_lowercase()
-    )
+    gg_vocab::disabled_key(hostname).unwrap_or_else(|| gg_vocab::DISABLED_PREFIX.into())
 }
 
 /// Whether a stored value of the [`disabled_key`] turns Gemma Gem off.

@@ -20,35 +20,11 @@ use serde_json::{Map, Value};
 
 /// Prefix of the local key holding one origin's permissions.
 pub const PERMISSIONS_PREFIX: &str = "site:";
-/// Prefix of the local key saying that Gemma Gem is turned off on one host.
-pub const DISABLED_PREFIX: &str = "disabled:";
+/// Prefix of the local key saying that Gemma Gem is turned off on one host, the host of a site,
+/// and its key (shared with the content script, which reads the key of its page).
+pub use gg_vocab::{DISABLED_PREFIX, disabled_key, host_of};
 /// The fields of the old settings item that moved to `chrome.storage.local`.
 pub const OLD_FIELDS: [&str; 2] = ["disabledHosts", "sitePermissions"];
-
-/// The host of an absolute URL, an origin or a bare host name: lowercase, without port,
-/// credentials or a trailing dot (`None` when there is none).
-pub fn host_of(site: &str) -> Option<String> {
-    let site = site.trim();
-    let rest = site.split_once("://").map_or(site, |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#']).next()?;
-    let authority = authority.rsplit('@').next()?;
-    let host = if authority.starts_with('[') {
-        authority.split_inclusive(']').next()?
-    } else {
-        authority.split(':').next()?
-    };
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
-    let valid = !host.is_empty()
-        && host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '[' | ']' | ':'));
-    valid.then_some(host)
-}
-
-/// The local key that turns Gemma Gem off on the host of `site` (a URL, origin or host name).
-pub fn disabled_key(site: &str) -> Option<String> {
-    host_of(site).map(|host| format!("{DISABLED_PREFIX}{host}"))
-}
 
 /// The local key of the permissions of the origin of `site` (`None` for URLs without one).
 pub fn permissions_key(site: &str) -> Option<String> {
