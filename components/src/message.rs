@@ -6,7 +6,7 @@ use yew::prelude::*;
 
 use crate::markdown::Markdown;
 use crate::tool_timeline::ToolTimeline;
-use crate::types::{ApprovalDecision, ChatMessage, MessageId, Role};
+use crate::types::{ApprovalDecision, ChatMessage, MessageId, Role, role_attr};
 
 /// Properties of [`MessageView`].
 #[derive(Clone, Properties)]
@@ -42,14 +42,15 @@ pub fn message_view(props: &MessageViewProps) -> Html {
     if let Some(on_render) = &props.on_render {
         on_render.emit(message.id);
     }
-    let role = message.role.as_str();
+    let role = role_attr(message.role);
     match message.role {
         Role::User => html! {
             <article class="gg-msg" data-testid="gg-message" data-role={role} aria-label="You said">
                 { message.text.clone() }
             </article>
         },
-        Role::Assistant => {
+        Role::System | Role::Tool => Html::default(),
+        Role::Model => {
             let thinking_active =
                 message.streaming && message.text.is_empty() && message.tools.is_empty();
             let waiting = message.streaming

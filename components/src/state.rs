@@ -328,7 +328,7 @@ impl ChatState {
         let needs_new = !self
             .messages
             .last()
-            .is_some_and(|m| m.role == Role::Assistant && m.streaming);
+            .is_some_and(|m| m.role == Role::Model && m.streaming);
         if needs_new {
             let id = self.take_id();
             let mut answer = ChatMessage::assistant(id, "");
@@ -406,7 +406,7 @@ mod tests {
         assert_eq!(s.messages.len(), 2);
         assert_eq!(s.messages[0].role, Role::User);
         assert_eq!(s.messages[0].text, "hello");
-        assert_eq!(s.messages[1].role, Role::Assistant);
+        assert_eq!(s.messages[1].role, Role::Model);
         assert!(s.messages[1].streaming);
         assert!(s.generating);
         assert_eq!(s.messages[0].id, 0);
@@ -452,7 +452,7 @@ mod tests {
         let mut s = ChatState::default();
         s.apply(Action::Token { text: "Hi".into() });
         assert_eq!(s.messages.len(), 1);
-        assert_eq!(s.messages[0].role, Role::Assistant);
+        assert_eq!(s.messages[0].role, Role::Model);
         assert!(s.generating);
     }
 

@@ -6,21 +6,19 @@ use serde::{Deserialize, Serialize};
 /// Identifies a message in one conversation. Assigned by [`crate::ChatState`].
 pub type MessageId = u64;
 
-/// Who wrote a message.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Role {
-    User,
-    Assistant,
-}
+/// Who wrote a message: the agent's [`Role`](gg_agent::Role). The UI shows the user's messages
+/// and the model's answers ([`Role::User`], [`Role::Model`]); it shows nothing for the system
+/// prompt and tool responses, which the model's answers carry as their tool steps.
+pub use gg_agent::Role;
 
-impl Role {
-    /// Stable name, used as `data-role`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::User => "user",
-            Self::Assistant => "assistant",
-        }
+/// A role's stable name in the UI's markup (`data-role`): `user`, `assistant` (the model),
+/// `system`, `tool`.
+pub fn role_attr(role: Role) -> &'static str {
+    match role {
+        Role::User => "user",
+        Role::Model => "assistant",
+        Role::System => "system",
+        Role::Tool => "tool",
     }
 }
 
@@ -61,7 +59,7 @@ impl ChatMessage {
 
     pub fn assistant(id: MessageId, text: impl Into<String>) -> Self {
         Self {
-            role: Role::Assistant,
+            role: Role::Model,
             ..Self::user(id, text)
         }
     }

@@ -40,9 +40,7 @@ fn contrib_ops_match_onnx_runtime() {
     ));
     // The normalisations' and attentions' workgroup reductions use subgroup operations where
     // the device has them: every case runs without them too.
-    let plain = Rc::new(common::without_subgroups(
-        pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"),
-    ));
+    let plain = Rc::new(common::open_without_subgroups());
     println!("adapter: {}, subgroups: {}", gpu.adapter, gpu.subgroups);
     let mut failures = Vec::new();
     let runs = cases.iter().flat_map(|case| {

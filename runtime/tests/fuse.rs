@@ -297,10 +297,10 @@ fn fused_and_unfused_sessions_agree() {
     // Natively the adapter has subgroups (lavapipe: 8 lanes): the norms' reductions and, with
     // 8 threads per column, the GEMV's column sums use them; both are run without too, and with
     // the weights read a word per load instead of 16 bytes (SwiftShader's form).
-    let open = || pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)");
-    let narrow = |g: Gpu| common::without_wide_loads(common::without_subgroups(g));
-    let plain = Rc::new(narrow(open()));
-    let plain_hw = Rc::new(narrow(common::as_hardware(open())));
+    let plain = Rc::new(common::without_wide_loads(common::open_without_subgroups()));
+    let plain_hw = Rc::new(common::without_wide_loads(common::as_hardware(
+        common::open_without_subgroups(),
+    )));
     for gpu in [gpu(), gpu_as_hardware(), plain, plain_hw] {
         fused_and_unfused_sessions_agree_on(gpu);
     }

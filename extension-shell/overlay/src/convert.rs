@@ -175,7 +175,7 @@ pub fn conversation_with_notice(
     if let Some(notice) = notice {
         let line = format!("_{notice}_");
         match out.last_mut() {
-            Some(last) if last.role == gg_components::Role::Assistant => {
+            Some(last) if last.role == gg_components::Role::Model => {
                 if !last.text.is_empty() {
                     last.text.push_str("\n\n");
                 }
@@ -200,7 +200,7 @@ pub fn conversation(messages: &[AgentMessage]) -> Vec<ChatMessage> {
             }
             AgentRole::Model => {
                 if !in_turn
-                    || !matches!(out.last(), Some(last) if last.role == gg_components::Role::Assistant)
+                    || !matches!(out.last(), Some(last) if last.role == gg_components::Role::Model)
                 {
                     out.push(ChatMessage::assistant(out.len() as u64 + 1, String::new()));
                     in_turn = true;

@@ -26,7 +26,8 @@ pub struct Gpu {
     /// subgroup in registers and pass one value per subgroup through workgroup memory
     /// ([`Kernel::wg_reduce`]). Native only: wgpu's WebGPU backend does not map the browser's
     /// `subgroups` feature yet, so in the browser this is always false. Setting it to false on
-    /// an open device is always safe (tests do, to run both code paths on one adapter).
+    /// an open device is safe; tests open a device with `Tuning::subgroups` off instead, to run both
+    /// code paths on one adapter.
     pub subgroups: bool,
     /// The smallest and largest subgroup sizes the adapter may use (meaningful with
     /// `subgroups`): kernels that need a group of lanes inside one subgroup check it against

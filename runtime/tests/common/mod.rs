@@ -29,13 +29,19 @@ pub fn as_hardware(mut gpu: Gpu) -> Gpu {
     gpu
 }
 
-/// `gpu` with its workgroup reductions through workgroup memory only, even where the device
-/// has subgroup operations (lavapipe and SwiftShader natively): the kernels built with
-/// `Kernel::wg_reduce` are then tested in both forms on such machines. The browser never has
-/// them (wgpu's WebGPU backend does not expose subgroups), so this is its form.
-pub fn without_subgroups(mut gpu: Gpu) -> Gpu {
-    gpu.subgroups = false;
-    gpu
+/// The adapter opened without subgroup operations (`Tuning::subgroups` off), so that its
+/// workgroup reductions go through workgroup memory only even where the device has them
+/// (lavapipe and SwiftShader natively): the kernels built with `Kernel::wg_reduce` are then
+/// tested in both forms on such machines. The browser never has them (wgpu's WebGPU backend does
+/// not expose subgroups), so this is its form.
+pub fn open_without_subgroups() -> Gpu {
+    pollster::block_on(Gpu::with_tuning(None, |adapter| {
+        Ok(gg_runtime::Tuning {
+            subgroups: false,
+            ..gg_runtime::Tuning::from_env(adapter)?
+        })
+    }))
+    .expect("a GPU adapter (lavapipe natively)")
 }
 
 /// `gpu` with quantized weights read a word per load, as on SwiftShader (the browser's software
