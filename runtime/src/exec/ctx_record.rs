@@ -70,6 +70,19 @@ impl Ctx<'_> {
         self.launch_groups(bound, params, wg)
     }
 
+    /// Records an element-mapped kernel (`Kernel::mapped`) over the first `n` elements of its
+    /// output `out`: one invocation per output word.
+    pub fn launch_mapped<P: Params>(
+        &mut self,
+        bound: Bound<'_, '_>,
+        params: &P,
+        n: usize,
+        out: &GpuTensor,
+    ) -> Result<()> {
+        let words = n.div_ceil(out.storage().per_word() as usize) as u64;
+        self.launch(bound, params, words)
+    }
+
     /// Records a dispatch of the bound kernel with an explicit workgroup grid.
     pub fn launch_groups<P: Params>(
         &mut self,

@@ -246,11 +246,6 @@ impl Kernel {
         })
     }
 
-    /// Number of tensor bindings (meta comes after them).
-    pub fn n_bindings(&self) -> usize {
-        self.bindings.len()
-    }
-
     /// Workgroup size.
     pub fn workgroup_size(&self) -> u32 {
         self.workgroup

@@ -75,12 +75,7 @@ impl Compiled {
 
     /// Binds tensor `t` to the binding called `name`: the start of the dispatch's bindings.
     pub fn bind<'k, 't>(&'k self, name: &str, t: &'t GpuTensor) -> Bound<'k, 't> {
-        Bound {
-            k: self,
-            tensors: vec![None; self.kernel.bindings.len()],
-            err: None,
-        }
-        .bind(name, t)
+        self.bindings().bind(name, t)
     }
 
     /// No binding yet (for kernels whose bindings are all optional or chosen in a loop).
@@ -303,11 +298,6 @@ impl Gpu {
         });
         self.kernels.borrow_mut().insert(key, c.clone());
         Ok(c)
-    }
-
-    /// Kernels kept (distinct specs seen).
-    pub fn kernels_kept(&self) -> usize {
-        self.kernels.borrow().len()
     }
 }
 

@@ -83,8 +83,7 @@ pub fn ew_gpu(
     for (v, name) in views.iter().zip(EW_INPUTS) {
         bound = bound.bind(name, v.t);
     }
-    let words = n.div_ceil(out.storage().per_word() as usize);
-    cx.launch(bound, &p, words as u64)?;
+    cx.launch_mapped(bound, &p, n, &out)?;
     Ok(out)
 }
 

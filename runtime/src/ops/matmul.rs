@@ -198,11 +198,7 @@ fn gemm(
             .bind("b", b.t)
             .bind_opt("c", ct)
             .bind("y", &out);
-        cx.launch(
-            bound,
-            &p,
-            total.div_ceil(out.storage().per_word() as usize) as u64,
-        )?;
+        cx.launch_mapped(bound, &p, total, &out)?;
         return Ok(out);
     }
     let kern = cx.gpu.kernel(&GemmTiledSpec { gemm: spec, rm })?;

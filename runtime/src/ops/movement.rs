@@ -196,8 +196,7 @@ pub fn concat_gpu(cx: &mut Ctx<'_>, ts: &[GpuTensor], ax: usize) -> Result<GpuTe
     for (t, name) in parts.iter().zip(CONCAT_INPUTS) {
         bound = bound.bind(name, t);
     }
-    let words = n.div_ceil(out.storage().per_word() as usize) as u64;
-    cx.launch(bound, &p, words)?;
+    cx.launch_mapped(bound, &p, n, &out)?;
     Ok(out)
 }
 
@@ -412,11 +411,11 @@ impl Op for Gather {
             nidx: i.numel() as u32,
             dim: dim as u32,
         };
-        let words = n.div_ceil(out.storage().per_word() as usize) as u64;
-        cx.launch(
+        cx.launch_mapped(
             k.bind("data", &d).bind("idx", &i).bind("y", &out),
             &p,
-            words,
+            n,
+            &out,
         )?;
         Ok(vec![Value::Gpu(out)])
     }

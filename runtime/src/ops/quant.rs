@@ -735,11 +735,7 @@ impl Op for GatherBlockQuantized {
                 scales_row0: s0 as u32,
                 zp_row0: z.as_ref().map_or(0, |(z0, _)| *z0 as u32),
             };
-            cx.launch(
-                bound,
-                &p,
-                n.div_ceil(y.storage().per_word() as usize) as u64,
-            )?;
+            cx.launch_mapped(bound, &p, n, &y)?;
         }
         Ok(vec![Value::Gpu(y)])
     }

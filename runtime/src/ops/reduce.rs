@@ -194,8 +194,7 @@ impl Op for Reduce {
             p.in_strides[d] = st[d] as u32;
             p.red_shape[d] = red_shape[d] as u32;
         }
-        let words = n.div_ceil(out.storage().per_word() as usize) as u64;
-        cx.launch(k.bind("x", &t).bind("y", &out), &p, words)?;
+        cx.launch_mapped(k.bind("x", &t).bind("y", &out), &p, n, &out)?;
         Ok(vec![Value::Gpu(out)])
     }
 }
@@ -292,8 +291,7 @@ impl Op for CumSum {
             len: l as u32,
             inner: inner as u32,
         };
-        let words = n.div_ceil(out.storage().per_word() as usize) as u64;
-        cx.launch(k.bind("x", &t).bind("y", &out), &p, words)?;
+        cx.launch_mapped(k.bind("x", &t).bind("y", &out), &p, n, &out)?;
         Ok(vec![Value::Gpu(out)])
     }
 }

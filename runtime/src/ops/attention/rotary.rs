@@ -4,7 +4,7 @@
 
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
-use crate::gpu::{Bound, Features, Kernel, KernelSpec, Params, Storage};
+use crate::gpu::{Bound, Features, Kernel, KernelSpec, Storage};
 use crate::ops::{Attrs, Op, req};
 use crate::tensor::DType;
 
@@ -132,22 +132,6 @@ pub(super) fn bind_tables<'k, 't>(
         Some(p) => bound.bind("cs", &p.buf),
         None => bound.bind("cos", c).bind("sin", s),
     }
-}
-
-/// Records an element-mapped dispatch of `bound` over the `n` elements of `y` (its output):
-/// one invocation per word of `y`.
-pub(super) fn launch_mapped<P: Params>(
-    cx: &mut Ctx<'_>,
-    bound: Bound<'_, '_>,
-    params: &P,
-    n: usize,
-    y: &GpuTensor,
-) -> Result<()> {
-    cx.launch(
-        bound,
-        params,
-        n.div_ceil(y.storage().per_word() as usize) as u64,
-    )
 }
 
 /// Which position source a rotary kernel reads (see [`Pos`]): the code's form of it.
@@ -282,7 +266,7 @@ pub(super) fn rope(
         rot_dim: rot_dim as u32,
         half: cs.map_or(1, |(c, _)| c.shape.last().copied().unwrap_or(1)) as u32,
     };
-    launch_mapped(cx, bound, &p, n, &out)?;
+    cx.launch_mapped(bound, &p, n, &out)?;
     Ok(out)
 }
 
@@ -594,7 +578,7 @@ pub(super) fn rope_pair(
         p.rot_dim[r] = j.rot_dim as u32;
         p.hs_swap[r] = u32::from(j.hs_swap);
     }
-    launch_mapped(cx, bound, &p, n, &whole)?;
+    cx.launch_mapped(bound, &p, n, &whole)?;
     Ok(ys
         .into_iter()
         .zip([a, b])

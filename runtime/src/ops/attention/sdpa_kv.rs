@@ -107,11 +107,7 @@ pub(super) fn head_major(
         off: u(off),
         boff: u(bias.map_or(0, |(_, o)| o)),
     };
-    cx.launch(
-        bound,
-        &params,
-        n.div_ceil(out.storage().per_word() as usize) as u64,
-    )?;
+    cx.launch_mapped(bound, &params, n, &out)?;
     Ok(out)
 }
 
@@ -208,10 +204,6 @@ pub(super) fn head_major_pair(
         v_h: u(vs[1]),
         v_t: u(vs[2]),
     };
-    cx.launch(
-        bound,
-        &params,
-        n.div_ceil(ko.storage().per_word() as usize) as u64,
-    )?;
+    cx.launch_mapped(bound, &params, n, &ko)?;
     Ok([ko, vo])
 }
