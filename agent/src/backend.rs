@@ -57,11 +57,20 @@ pub struct GenerateOptions {
     pub top_p: f32,
     /// Seed for reproducible sampling; `None` picks one.
     pub seed: Option<u64>,
+    /// Soft tokens each image becomes for the model (its vision encoder's budget: one of
+    /// [`IMAGE_TOKEN_BUDGETS`]); more shows finer detail and costs more context.
+    pub image_tokens: u32,
 }
+
+/// The soft-token budgets Gemma 4's image processor supports per image (`max_soft_tokens`).
+pub const IMAGE_TOKEN_BUDGETS: [u32; 5] = [70, 140, 280, 560, 1120];
+
+/// The default image budget (Gemma 4's processor default).
+pub const DEFAULT_IMAGE_TOKENS: u32 = 280;
 
 impl Default for GenerateOptions {
     /// Gemma 4's recommended sampling (temperature 1.0, top-k 64, top-p 0.95), 1024 new tokens,
-    /// thinking off.
+    /// thinking off, 280 soft tokens per image.
     fn default() -> Self {
         Self {
             max_new_tokens: 1024,
@@ -70,6 +79,7 @@ impl Default for GenerateOptions {
             top_k: 64,
             top_p: 0.95,
             seed: None,
+            image_tokens: DEFAULT_IMAGE_TOKENS,
         }
     }
 }

@@ -49,7 +49,8 @@ pub use agent::{
     run_agent_loop,
 };
 pub use backend::{
-    BackendError, ChunkStream, FinishReason, GenerateOptions, ModelBackend, StreamChunk,
+    BackendError, ChunkStream, DEFAULT_IMAGE_TOKENS, FinishReason, GenerateOptions,
+    IMAGE_TOKEN_BUDGETS, ModelBackend, StreamChunk,
 };
 pub use builtin::{
     BuiltinCall, BuiltinTool, ContentFormat, ReadMode, ReadPageContentArgs, ScrollArgs,

@@ -71,6 +71,88 @@ impl ImagePart {
         }
     }
 
+    /// Most images one user message may carry.
+    pub const MAX_PER_MESSAGE: usize = 4;
+
+    /// Largest encoded image accepted from the user, in bytes (8 MiB).
+    pub const MAX_BYTES: usize = 8 << 20;
+
+    /// The media types accepted from the user (the file picker's `accept` list).
+    pub const ACCEPTED: &'static str = "image/png,image/jpeg,image/webp";
+
+    /// The media type of an encoded image from its signature (`image/png`, `image/jpeg` or
+    /// `image/webp`); `None` for anything else, whatever its name or declared type says.
+    pub fn sniff(bytes: &[u8]) -> Option<&'static str> {
+        if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+            Some("image/png")
+        } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
+            Some("image/jpeg")
+        } else if bytes.len() >= 12 && &bytes[..4] == b"RIFF" && &bytes[8..12] == b"WEBP" {
+            Some("image/webp")
+        } else {
+            None
+        }
+    }
+
+    /// An image the user attached, from its bytes: the type comes from the signature. The error
+    /// names `label` (the file's name) and says what is accepted.
+    pub fn from_user(label: &str, data: Vec<u8>) -> Result<Self, String> {
+        let label = if label.is_empty() { "the image" } else { label };
+        if data.is_empty() {
+            return Err(format!("{label} is empty"));
+        }
+        if data.len() > Self::MAX_BYTES {
+            return Err(Self::too_large(label, data.len() as f64));
+        }
+        let Some(mime_type) = Self::sniff(&data) else {
+            return Err(format!(
+                "{label} is not a PNG, JPEG or WebP image; only those can be attached"
+            ));
+        };
+        Ok(Self {
+            mime_type: mime_type.to_owned(),
+            data,
+        })
+    }
+
+    /// The error for an image of `bytes` bytes, above [`ImagePart::MAX_BYTES`].
+    pub fn too_large(label: &str, bytes: f64) -> String {
+        format!(
+            "{label} is {:.1} MB; images up to {} MB can be attached",
+            bytes / 1_048_576.0,
+            Self::MAX_BYTES >> 20
+        )
+    }
+
+    /// Checks the images of a user message that came from another context (the UI): at most
+    /// [`ImagePart::MAX_PER_MESSAGE`], each within [`ImagePart::MAX_BYTES`], each really of the
+    /// type it declares.
+    pub fn check_user_images(images: &[ImagePart]) -> Result<(), String> {
+        if images.len() > Self::MAX_PER_MESSAGE {
+            return Err(format!(
+                "{} images were attached; at most {} can be sent with one message",
+                images.len(),
+                Self::MAX_PER_MESSAGE
+            ));
+        }
+        for (i, image) in images.iter().enumerate() {
+            let label = format!("image {}", i + 1);
+            if image.data.len() > Self::MAX_BYTES {
+                return Err(Self::too_large(&label, image.data.len() as f64));
+            }
+            match Self::sniff(&image.data) {
+                Some(mime) if mime == image.mime_type => {}
+                _ => {
+                    return Err(format!(
+                        "{label} is not the {} image it claims to be",
+                        image.mime_type
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The image as a `data:` URL (for showing it in the UI).
     pub fn data_url(&self) -> String {
         format!(
@@ -267,6 +349,76 @@ mod tests {
         assert_eq!(message.text(), "ab");
         assert_eq!(message.images().count(), 1);
         assert!(ChatMessage::model("").parts.is_empty());
+    }
+
+    #[test]
+    fn user_images_are_checked_by_their_bytes() {
+        assert_eq!(
+            ImagePart::sniff(b"\x89PNG\r\n\x1a\nrest"),
+            Some("image/png")
+        );
+        assert_eq!(
+            ImagePart::sniff(&[0xFF, 0xD8, 0xFF, 0xE0]),
+            Some("image/jpeg")
+        );
+        assert_eq!(
+            ImagePart::sniff(b"RIFF\x10\0\0\0WEBPVP8 "),
+            Some("image/webp")
+        );
+        assert_eq!(ImagePart::sniff(b"RIFF\x10\0\0\0WAVEfmt "), None);
+        assert_eq!(ImagePart::sniff(b"GIF89a"), None);
+        assert_eq!(ImagePart::sniff(b"<svg"), None);
+
+        let png = b"\x89PNG\r\n\x1a\n....".to_vec();
+        assert_eq!(
+            ImagePart::from_user("a.png", png.clone())
+                .unwrap()
+                .mime_type,
+            "image/png"
+        );
+        // The name does not matter: a JPEG called .png is a JPEG.
+        let jpeg = ImagePart::from_user("x.png", vec![0xFF, 0xD8, 0xFF, 1]).unwrap();
+        assert_eq!(jpeg.mime_type, "image/jpeg");
+        let err = ImagePart::from_user("notes.txt", b"hello".to_vec()).unwrap_err();
+        assert!(
+            err.contains("notes.txt") && err.contains("PNG, JPEG or WebP"),
+            "{err}"
+        );
+        assert!(
+            ImagePart::from_user("", Vec::new())
+                .unwrap_err()
+                .contains("empty")
+        );
+        let mut big = png.clone();
+        big.resize(ImagePart::MAX_BYTES + 1, 0);
+        assert!(
+            ImagePart::from_user("big.png", big.clone())
+                .unwrap_err()
+                .contains("8 MB")
+        );
+
+        let ok = ImagePart::png(png);
+        assert!(ImagePart::check_user_images(&[ok.clone(), jpeg.clone()]).is_ok());
+        assert!(
+            ImagePart::check_user_images(&vec![ok.clone(); 5])
+                .unwrap_err()
+                .contains("at most 4")
+        );
+        let forged = ImagePart {
+            mime_type: "image/png".into(),
+            data: b"<svg onload=alert(1)>".to_vec(),
+        };
+        assert!(
+            ImagePart::check_user_images(&[ok.clone(), forged])
+                .unwrap_err()
+                .contains("image 2")
+        );
+        let relabelled = ImagePart {
+            mime_type: "image/webp".into(),
+            data: jpeg.data,
+        };
+        assert!(ImagePart::check_user_images(&[relabelled]).is_err());
+        assert!(ImagePart::check_user_images(&[ImagePart::png(big)]).is_err());
     }
 
     #[test]

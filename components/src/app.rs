@@ -9,6 +9,7 @@ use std::rc::Rc;
 use yew::prelude::*;
 
 use crate::chat_overlay::ChatOverlay;
+use crate::composer::Outgoing;
 use crate::error_banner::ErrorBanner;
 use crate::launcher::Launcher;
 use crate::settings_panel::SettingsPanel;
@@ -39,6 +40,9 @@ pub struct GemAppProps {
     /// the page). Ignored with a launcher, which always closes its own panel.
     #[prop_or_default]
     pub closable: bool,
+    /// The user can attach images to messages (the host sends them to a model that sees them).
+    #[prop_or(true)]
+    pub images: bool,
 }
 
 /// The complete Gemma Gem UI.
@@ -61,9 +65,15 @@ pub fn gem_app(props: &GemAppProps) -> Html {
 
     let on_send = {
         let (dispatch, intent) = (dispatch.clone(), intent.clone());
-        Callback::from(move |text: String| {
-            dispatch(Action::UserSent { text: text.clone() });
-            intent.emit(UiIntent::Send { text });
+        Callback::from(move |sent: Outgoing| {
+            dispatch(Action::UserSent {
+                text: sent.text.clone(),
+                images: sent.images.clone(),
+            });
+            intent.emit(UiIntent::Send {
+                text: sent.text,
+                images: sent.images,
+            });
         })
     };
     let on_stop = {
@@ -216,7 +226,7 @@ pub fn gem_app(props: &GemAppProps) -> Html {
         let body = match state.view {
             View::Chat => html! {
                 <ChatOverlay messages={state.messages.clone()} generating={state.generating} model={state.model.clone()}
-                    errors={state.errors.clone()} site={site.clone()} {fill} autofocus={props.launcher}
+                    errors={state.errors.clone()} site={site.clone()} {fill} autofocus={props.launcher} images={props.images}
                     {on_send} {on_stop} {on_new_chat} {on_approve} on_error_action={on_error_action.clone()}
                     on_open_settings={open_settings} on_close={on_close.clone()} />
             },

@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use yew::prelude::*;
 
-use crate::composer::Composer;
+use crate::composer::{Composer, Outgoing};
 use crate::error_banner::ErrorBanner;
 use crate::message::MessageView;
 use crate::model_status::ModelStatusView;
@@ -39,8 +39,11 @@ pub struct ChatOverlayProps {
     /// Focus the input when the panel mounts (it was just opened).
     #[prop_or_default]
     pub autofocus: bool,
-    /// The user sent a message (its text, trimmed and non-empty).
-    pub on_send: Callback<String>,
+    /// The user can attach images (paste, drop, attach button).
+    #[prop_or(true)]
+    pub images: bool,
+    /// The user sent a message: its text (trimmed) and attached images, never both empty.
+    pub on_send: Callback<Outgoing>,
     /// The user stopped the answer being generated.
     #[prop_or_default]
     pub on_stop: Callback<()>,
@@ -167,7 +170,7 @@ pub fn chat_overlay(props: &ChatOverlayProps) -> Html {
                 }) }
             </div>
             <Composer autofocus={props.autofocus} disabled={props.model.is_loading()} generating={props.generating}
-                on_send={props.on_send.clone()} on_stop={props.on_stop.clone()} />
+                images={props.images} on_send={props.on_send.clone()} on_stop={props.on_stop.clone()} />
         </section>
     }
 }

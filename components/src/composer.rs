@@ -1,7 +1,34 @@
 //! The message input: Enter sends, Shift+Enter adds a line; Stop while an answer is generating.
+//! Images can be attached (pasted, dropped on the input row or picked with the attach button):
+//! they show as thumbnails above the input, each with a remove button, and go with the text.
 
+use std::rc::Rc;
+
+use gg_agent::ImagePart;
 use wasm_bindgen::JsCast;
 use yew::prelude::*;
+
+use crate::attach::{self, ACCEPT, MAX_IMAGES};
+
+/// What the user sends: the text (trimmed) and the images attached to it, in order. At least one
+/// of the two is non-empty.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Outgoing {
+    /// The message's text, trimmed (may be empty when images are attached).
+    pub text: String,
+    /// The attached images (at most [`MAX_IMAGES`]).
+    pub images: Vec<ImagePart>,
+}
+
+impl Outgoing {
+    /// A text-only message.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            images: Vec::new(),
+        }
+    }
+}
 
 /// Properties of [`Composer`].
 #[derive(Clone, Properties, PartialEq)]
@@ -18,8 +45,12 @@ pub struct ComposerProps {
     /// Focus the input when it mounts (the panel was just opened by the user).
     #[prop_or_default]
     pub autofocus: bool,
-    /// Send: the input's text, trimmed and non-empty.
-    pub on_send: Callback<String>,
+    /// Images can be attached (paste, drop, attach button). Off: pasted and dropped files are
+    /// left to the page's defaults and no attach button is shown.
+    #[prop_or(true)]
+    pub images: bool,
+    /// Send: the input's text, trimmed, and the attached images; never both empty.
+    pub on_send: Callback<Outgoing>,
     /// Stop the answer being generated.
     #[prop_or_default]
     pub on_stop: Callback<()>,
@@ -29,7 +60,13 @@ pub struct ComposerProps {
 #[function_component(Composer)]
 pub fn composer(props: &ComposerProps) -> Html {
     let draft = use_state(String::new);
+    // The source of truth for attachments (reads of several files may overlap); the force
+    // update re-renders after each change.
+    let images = use_mut_ref(Vec::<Rc<ImagePart>>::new);
+    let rerender = use_force_update();
+    let attach_error = use_state(|| None::<String>);
     let input_ref = use_node_ref();
+    let file_ref = use_node_ref();
     {
         let input_ref = input_ref.clone();
         let autofocus = props.autofocus;
@@ -39,18 +76,148 @@ pub fn composer(props: &ComposerProps) -> Html {
             }
         });
     }
-    let can_send = !props.disabled && !props.generating && !draft.trim().is_empty();
+    let can_send = !props.disabled
+        && !props.generating
+        && (!draft.trim().is_empty() || !images.borrow().is_empty());
 
     let send = {
-        let draft = draft.clone();
+        let (draft, images, attach_error) = (draft.clone(), images.clone(), attach_error.clone());
         let on_send = props.on_send.clone();
         move || {
             let text = draft.trim().to_owned();
-            if text.is_empty() {
+            if text.is_empty() && images.borrow().is_empty() {
                 return;
             }
+            let sent = std::mem::take(&mut *images.borrow_mut())
+                .into_iter()
+                .map(Rc::unwrap_or_clone)
+                .collect();
             draft.set(String::new());
-            on_send.emit(text);
+            attach_error.set(None);
+            on_send.emit(Outgoing { text, images: sent });
+        }
+    };
+    // Reads files (pasted, dropped or picked) and appends the accepted ones; the first refusal
+    // (not an image, too large, too many) is shown under the thumbnails.
+    let add_files = {
+        let (images, attach_error, rerender) =
+            (images.clone(), attach_error.clone(), rerender.clone());
+        let enabled = props.images && !props.disabled;
+        Rc::new(move |files: Vec<web_sys::File>| {
+            if !enabled || files.is_empty() {
+                return;
+            }
+            let (images, attach_error, rerender) =
+                (images.clone(), attach_error.clone(), rerender.clone());
+            wasm_bindgen_futures::spawn_local(async move {
+                let mut error = None;
+                for file in files {
+                    if images.borrow().len() >= MAX_IMAGES {
+                        error = Some(format!(
+                            "at most {MAX_IMAGES} images can be sent with one message"
+                        ));
+                        break;
+                    }
+                    match attach::read_file(file).await {
+                        // Checked again: another read may have finished meanwhile.
+                        Ok(part) if images.borrow().len() < MAX_IMAGES => {
+                            images.borrow_mut().push(Rc::new(part));
+                        }
+                        Ok(_) => {
+                            error = Some(format!(
+                                "at most {MAX_IMAGES} images can be sent with one message"
+                            ));
+                        }
+                        Err(e) => {
+                            error.get_or_insert(e);
+                        }
+                    }
+                }
+                attach_error.set(error);
+                rerender.force_update();
+            });
+        })
+    };
+    let onpaste = {
+        let add_files = add_files.clone();
+        let enabled = props.images;
+        Callback::from(move |e: Event| {
+            let Some(e) = e.dyn_ref::<web_sys::ClipboardEvent>() else {
+                return;
+            };
+            let files = attach::files_of(e.clipboard_data().and_then(|d| d.files()));
+            // Text pastes stay the textarea's; a paste with image files attaches them.
+            if enabled && files.iter().any(|f| attach::looks_like_image(&f.type_())) {
+                e.prevent_default();
+                add_files(files);
+            }
+        })
+    };
+    let ondragover = {
+        let enabled = props.images && !props.disabled;
+        Callback::from(move |e: DragEvent| {
+            let has_files = e.data_transfer().is_some_and(|d| {
+                d.types()
+                    .iter()
+                    .any(|t| t.as_string().as_deref() == Some("Files"))
+            });
+            if enabled && has_files {
+                // Allows the drop (and shows the copy cursor).
+                e.prevent_default();
+                if let Some(d) = e.data_transfer() {
+                    d.set_drop_effect("copy");
+                }
+            }
+        })
+    };
+    let ondrop = {
+        let add_files = add_files.clone();
+        let enabled = props.images && !props.disabled;
+        Callback::from(move |e: DragEvent| {
+            if !enabled {
+                return;
+            }
+            let files = attach::files_of(e.data_transfer().and_then(|d| d.files()));
+            if !files.is_empty() {
+                e.prevent_default();
+                add_files(files);
+            }
+        })
+    };
+    let onpick = {
+        let add_files = add_files.clone();
+        Callback::from(move |e: Event| {
+            if let Some(input) = e
+                .target()
+                .and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok())
+            {
+                add_files(attach::files_of(input.files()));
+                // The same file can be picked again after it was removed.
+                input.set_value("");
+            }
+        })
+    };
+    let onattach = {
+        let file_ref = file_ref.clone();
+        Callback::from(move |_: MouseEvent| {
+            if let Some(input) = file_ref.cast::<web_sys::HtmlInputElement>() {
+                input.click();
+            }
+        })
+    };
+    let remove = {
+        let (images, attach_error, rerender) =
+            (images.clone(), attach_error.clone(), rerender.clone());
+        move |index: usize| {
+            let (images, attach_error, rerender) =
+                (images.clone(), attach_error.clone(), rerender.clone());
+            Callback::from(move |_: MouseEvent| {
+                if index < images.borrow().len() {
+                    images.borrow_mut().remove(index);
+                }
+                attach_error.set(None);
+                rerender.force_update();
+            })
         }
     };
     let onsubmit = {
@@ -92,15 +259,41 @@ pub fn composer(props: &ComposerProps) -> Html {
             "Ask about this page…"
         })
     });
+    let shown: Vec<Rc<ImagePart>> = images.borrow().clone();
+    let thumbnails = (!shown.is_empty() || attach_error.is_some()).then(|| {
+        html! {
+            <div class="gg-attachments" data-testid="gg-attachments">
+                { for shown.iter().enumerate().map(|(i, image)| html! {
+                    <figure class="gg-attachment" data-testid="gg-attachment" key={i}>
+                        <img src={image.data_url()} alt={format!("Attached image {}", i + 1)} />
+                        <button type="button" class="gg-btn gg-btn-ghost gg-attachment-remove" data-testid="gg-attachment-remove"
+                            aria-label={format!("Remove attached image {}", i + 1)} onclick={remove(i)}>{ "×" }</button>
+                    </figure>
+                }) }
+                if let Some(error) = &*attach_error {
+                    <p class="gg-attach-error" role="alert" data-testid="gg-attach-error">{ error.clone() }</p>
+                }
+            </div>
+        }
+    });
     html! {
-        <form class="gg-composer" {onsubmit}>
+        <form class="gg-composer" {onsubmit} {ondragover} {ondrop}>
+            { for thumbnails }
+            <div class="gg-composer-row">
+            if props.images {
+                <input type="file" class="gg-visually-hidden" data-testid="gg-attach-input" accept={ACCEPT} multiple=true
+                    tabindex="-1" aria-hidden="true" ref={file_ref} onchange={onpick} disabled={props.disabled} />
+                <button type="button" class="gg-btn gg-btn-ghost gg-icon-btn" data-testid="gg-attach"
+                    aria-label="Attach an image" title="Attach an image (or paste or drop one)"
+                    disabled={props.disabled || props.generating} onclick={onattach}>{ "📎" }</button>
+            }
             <label class="gg-composer-label">
                 <span class="gg-visually-hidden">{ "Message Gemma Gem (Enter sends, Shift+Enter adds a line)" }</span>
                 <textarea class="gg-input" data-testid="gg-input" rows="1" ref={input_ref}
                     placeholder={placeholder}
                     disabled={props.disabled}
                     value={(*draft).clone()}
-                    {oninput} {onkeydown} />
+                    {oninput} {onkeydown} {onpaste} />
             </label>
             if props.generating {
                 <button type="button" class="gg-btn gg-btn-danger" data-testid="gg-stop" onclick={onstop}
@@ -109,6 +302,7 @@ pub fn composer(props: &ComposerProps) -> Html {
                 <button type="submit" class="gg-btn gg-btn-primary" data-testid="gg-send" disabled={!can_send}
                     aria-label="Send message">{ "Send" }</button>
             }
+            </div>
         </form>
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod app;
 pub mod arming;
+pub mod attach;
 pub mod chat_overlay;
 pub mod code_block;
 pub mod composer;
@@ -31,7 +32,7 @@ pub mod types;
 pub use app::{ChatDispatcher, GemApp, GemAppProps};
 pub use chat_overlay::{ChatOverlay, ChatOverlayProps};
 pub use code_block::{CodeBlock, CodeBlockProps};
-pub use composer::{Composer, ComposerProps};
+pub use composer::{Composer, ComposerProps, Outgoing};
 pub use error_banner::{ErrorBanner, ErrorBannerProps};
 pub use launcher::{Launcher, LauncherProps, LauncherStatus};
 pub use markdown::{Markdown, MarkdownProps};

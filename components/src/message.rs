@@ -35,6 +35,11 @@ impl PartialEq for MessageViewProps {
     }
 }
 
+/// Media types shown inline (a stored conversation could carry anything).
+fn shown_image(mime: &str) -> bool {
+    matches!(mime, "image/png" | "image/jpeg" | "image/webp")
+}
+
 /// A user bubble, or an assistant answer with its thinking, tool calls and Markdown text.
 #[function_component(MessageView)]
 pub fn message_view(props: &MessageViewProps) -> Html {
@@ -46,6 +51,14 @@ pub fn message_view(props: &MessageViewProps) -> Html {
     match message.role {
         Role::User => html! {
             <article class="gg-msg" data-testid="gg-message" data-role={role} aria-label="You said">
+                if !message.images.is_empty() {
+                    <div class="gg-msg-images">
+                        // Only the inline image types the composer accepts are shown.
+                        { for message.images.iter().enumerate().filter(|(_, image)| shown_image(&image.mime_type)).map(|(i, image)| html! {
+                            <img data-testid="gg-message-image" src={image.data_url()} alt={format!("Image {} you sent", i + 1)} />
+                        }) }
+                    </div>
+                }
                 { message.text.clone() }
             </article>
         },

@@ -223,6 +223,7 @@ pub fn settings() -> Settings {
         ],
         model_source: ModelSource::HuggingFace,
         confirmed_http_mirror: None,
+        image_tokens: 560,
     }
 }
 

@@ -52,6 +52,9 @@ pub enum Action {
     /// The user sent a message: appends it and an empty, streaming assistant answer.
     UserSent {
         text: String,
+        /// Images attached to the message.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<crate::types::ImagePart>,
     },
     /// Answer text arrived.
     Token {
@@ -143,16 +146,17 @@ impl ChatState {
     /// Applies one action in place.
     pub fn apply(&mut self, action: Action) {
         match action {
-            Action::UserSent { text } => {
+            Action::UserSent { text, images } => {
                 let text = text.trim().to_owned();
-                if text.is_empty() {
+                if text.is_empty() && images.is_empty() {
                     return;
                 }
                 self.finish_streaming(false);
                 self.errors
                     .retain(|e| e.kind != ErrorKind::GenerationFailed);
                 let id = self.take_id();
-                self.messages.push(Rc::new(ChatMessage::user(id, text)));
+                self.messages
+                    .push(Rc::new(ChatMessage::user_with_images(id, text, images)));
                 let id = self.take_id();
                 let mut answer = ChatMessage::assistant(id, "");
                 answer.streaming = true;
@@ -396,7 +400,10 @@ mod tests {
 
     fn sent(text: &str) -> ChatState {
         let mut s = ChatState::default();
-        s.apply(Action::UserSent { text: text.into() });
+        s.apply(Action::UserSent {
+            text: text.into(),
+            images: Vec::new(),
+        });
         s
     }
 
@@ -418,6 +425,7 @@ mod tests {
         let mut s = ChatState::default();
         s.apply(Action::UserSent {
             text: " \n ".into(),
+            images: Vec::new(),
         });
         assert!(s.messages.is_empty());
         assert!(!s.generating);
@@ -572,6 +580,7 @@ mod tests {
         });
         s.apply(Action::UserSent {
             text: "again".into(),
+            images: Vec::new(),
         });
         assert!(s.errors.is_empty());
     }
@@ -622,14 +631,20 @@ mod tests {
             messages: vec![ChatMessage::user(7, "a"), ChatMessage::assistant(9, "b")],
         });
         assert_eq!(s.messages.len(), 2);
-        s.apply(Action::UserSent { text: "c".into() });
+        s.apply(Action::UserSent {
+            text: "c".into(),
+            images: Vec::new(),
+        });
         assert_eq!(s.messages[2].id, 10, "ids continue after restored ones");
     }
 
     #[test]
     fn actions_round_trip_through_json() {
         let actions = vec![
-            Action::UserSent { text: "hi".into() },
+            Action::UserSent {
+                text: "hi".into(),
+                images: Vec::new(),
+            },
             Action::ToolStarted {
                 step: ToolStep::new("c", "scroll_page", json!({"dy": 400})),
             },

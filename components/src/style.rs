@@ -164,7 +164,15 @@ fn panel() -> StyleSource {
         .gg-thinking summary { cursor: pointer; font-weight: 600; }
         .gg-thinking[data-active="true"] summary { animation: gg-pulse 1.4s ease-in-out infinite; }
         .gg-thinking-body { margin-top: 4px; white-space: pre-wrap; }
-        .gg-composer { display: flex; align-items: flex-end; gap: 8px; padding: 10px; border-top: 1px solid var(--gg-border); }
+        .gg-composer { display: flex; flex-direction: column; gap: 6px; padding: 10px; border-top: 1px solid var(--gg-border); }
+        .gg-composer-row { display: flex; align-items: flex-end; gap: 8px; }
+        .gg-attachments { display: flex; flex-wrap: wrap; gap: 6px; align-items: flex-start; }
+        .gg-attachment { position: relative; margin: 0; width: 56px; height: 56px; border: 1px solid var(--gg-border); border-radius: 8px; overflow: hidden; background: var(--gg-surface); }
+        .gg-attachment img { width: 100%; height: 100%; object-fit: cover; display: block; }
+        .gg-attachment-remove { position: absolute; top: 0; right: 0; min-width: 20px; height: 20px; padding: 0; line-height: 18px; border-radius: 0 0 0 6px; background: var(--gg-surface); }
+        .gg-attach-error { flex-basis: 100%; margin: 0; font-size: 12px; color: var(--gg-danger); }
+        .gg-msg-images { display: flex; flex-wrap: wrap; gap: 6px; margin-bottom: 4px; }
+        .gg-msg-images img { max-width: 160px; max-height: 120px; border-radius: 8px; display: block; }
         .gg-composer-label { flex: 1; display: block; }
         .gg-input {
             display: block; width: 100%; min-height: 38px; max-height: 160px; resize: none; padding: 8px 10px;

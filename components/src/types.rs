@@ -42,6 +42,9 @@ pub struct ChatMessage {
     /// The user stopped the answer before it finished.
     #[serde(default)]
     pub stopped: bool,
+    /// Images the user attached (user messages), shown above the text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImagePart>,
 }
 
 impl ChatMessage {
@@ -54,6 +57,19 @@ impl ChatMessage {
             tools: Vec::new(),
             streaming: false,
             stopped: false,
+            images: Vec::new(),
+        }
+    }
+
+    /// A user message with attached images.
+    pub fn user_with_images(
+        id: MessageId,
+        text: impl Into<String>,
+        images: Vec<ImagePart>,
+    ) -> Self {
+        Self {
+            images,
+            ..Self::user(id, text)
         }
     }
 
@@ -169,6 +185,9 @@ impl ToolStep {
 /// The user's answer to an approval request: the agent's own type (the UI sends it on as it is).
 pub use gg_agent::ApprovalDecision;
 
+/// An image attached to a message (media type + encoded bytes): the agent's own type.
+pub use gg_agent::ImagePart;
+
 /// The two Gemma 4 models the UI offers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -252,11 +271,20 @@ pub struct Settings {
     /// confirmation).
     #[serde(default)]
     pub confirmed_http_mirror: Option<String>,
+    /// Soft tokens each image becomes for the model (one of [`Settings::IMAGE_TOKENS`]).
+    #[serde(default = "default_image_tokens")]
+    pub image_tokens: u32,
+}
+
+fn default_image_tokens() -> u32 {
+    gg_agent::DEFAULT_IMAGE_TOKENS
 }
 
 impl Settings {
     pub const MAX_ITERATIONS_RANGE: (u32, u32) = (1, 50);
     pub const TEMPERATURE_RANGE: (f32, f32) = (0.0, 2.0);
+    /// The image budgets offered (Gemma 4's supported `max_soft_tokens`).
+    pub const IMAGE_TOKENS: [u32; 5] = gg_agent::IMAGE_TOKEN_BUDGETS;
 }
 
 impl Default for Settings {
@@ -270,6 +298,7 @@ impl Default for Settings {
             site_permissions: Vec::new(),
             model_source: ModelSource::HuggingFace,
             confirmed_http_mirror: None,
+            image_tokens: gg_agent::DEFAULT_IMAGE_TOKENS,
         }
     }
 }
@@ -526,8 +555,12 @@ impl Theme {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum UiIntent {
-    /// Send a message (the UI has already appended it).
-    Send { text: String },
+    /// Send a message (the UI has already appended it): its text and the images attached to it.
+    Send {
+        text: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ImagePart>,
+    },
     /// Stop the current answer.
     Stop,
     /// Forget the conversation.

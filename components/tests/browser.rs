@@ -151,7 +151,7 @@ fn overlay_props(
 
 #[wasm_bindgen_test]
 async fn enter_sends_shift_enter_does_not_and_send_button_sends() {
-    let (on_send, sent) = recorder::<String>();
+    let (on_send, sent) = recorder::<Outgoing>();
     let mut props = overlay_props(vec![], mock::model_ready(), false);
     props.on_send = on_send;
     let (root, app) = mount::<ChatOverlay>(props);
@@ -173,7 +173,7 @@ async fn enter_sends_shift_enter_does_not_and_send_button_sends() {
         "Enter is handled (default prevented)"
     );
     settle().await;
-    assert_eq!(*sent.borrow(), vec!["first line".to_owned()]);
+    assert_eq!(*sent.borrow(), vec![Outgoing::text("first line")]);
     assert_eq!(input.value(), "", "the input is cleared after sending");
 
     type_into(&root, "  second  ").await;
@@ -181,7 +181,7 @@ async fn enter_sends_shift_enter_does_not_and_send_button_sends() {
     settle().await;
     assert_eq!(
         *sent.borrow(),
-        vec!["first line".to_owned(), "second".to_owned()]
+        vec![Outgoing::text("first line"), Outgoing::text("second")]
     );
 
     // Blank input never sends.
@@ -194,7 +194,7 @@ async fn enter_sends_shift_enter_does_not_and_send_button_sends() {
 
 #[wasm_bindgen_test]
 async fn input_is_disabled_while_the_model_loads() {
-    let (on_send, sent) = recorder::<String>();
+    let (on_send, sent) = recorder::<Outgoing>();
     let mut props = overlay_props(vec![], mock::model_downloading(), false);
     props.on_send = on_send;
     let (root, app) = mount::<ChatOverlay>(props);
@@ -583,6 +583,7 @@ async fn streaming_appends_without_re_rendering_earlier_messages() {
 
     dispatch.dispatch(Action::UserSent {
         text: "first".into(),
+        images: Vec::new(),
     });
     dispatch.dispatch(Action::Token {
         text: "An **earlier** answer.".into(),
@@ -590,6 +591,7 @@ async fn streaming_appends_without_re_rendering_earlier_messages() {
     dispatch.dispatch(Action::TurnFinished);
     dispatch.dispatch(Action::UserSent {
         text: "second".into(),
+        images: Vec::new(),
     });
     dispatch.dispatch(Action::Token {
         text: "Streaming".into(),
@@ -976,4 +978,156 @@ async fn shadow_mount_is_closed_styled_inside_immune_to_page_css_and_unmounts() 
     mount.unmount();
     assert!(!host.is_connected(), "unmount removes the host");
     hostile.remove();
+}
+
+/// A `File` with `bytes`, named `name`, declared as `mime`.
+fn file(name: &str, mime: &str, bytes: &[u8]) -> web_sys::File {
+    let parts = js_sys::Array::of1(&js_sys::Uint8Array::from(bytes));
+    let bag = web_sys::FilePropertyBag::new();
+    bag.set_type(mime);
+    web_sys::File::new_with_u8_array_sequence_and_options(&parts, name, &bag).expect("file")
+}
+
+fn transfer(files: &[web_sys::File]) -> web_sys::DataTransfer {
+    let dt = web_sys::DataTransfer::new().expect("DataTransfer");
+    for f in files {
+        dt.items().add_with_file(f).expect("add file");
+    }
+    dt
+}
+
+/// Waits (up to 2 s) until `n` thumbnails show: files are read asynchronously.
+async fn until_attached(root: &Element, n: usize) {
+    for _ in 0..100 {
+        settle().await;
+        if all(root, "[data-testid=gg-attachment]").len() == n {
+            return;
+        }
+        gloo_timers::future::TimeoutFuture::new(20).await;
+    }
+    panic!(
+        "expected {n} attachments, found {}",
+        all(root, "[data-testid=gg-attachment]").len()
+    );
+}
+
+const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR";
+const JPEG: &[u8] = &[0xFF, 0xD8, 0xFF, 0xE0, 0, 16, b'J', b'F', b'I', b'F'];
+
+#[wasm_bindgen_test]
+async fn pasted_dropped_and_picked_images_are_sent_with_the_text() {
+    let (on_send, sent) = recorder::<Outgoing>();
+    let mut props = overlay_props(vec![], mock::model_ready(), false);
+    props.on_send = on_send;
+    let (root, app) = mount::<ChatOverlay>(props);
+    settle().await;
+    let input: HtmlTextAreaElement = get(&root, "gg-input").dyn_into().expect("textarea");
+
+    // A paste of an image file and a file that only claims to be one.
+    let init = web_sys::ClipboardEventInit::new();
+    init.set_clipboard_data(Some(&transfer(&[
+        file("shot.png", "image/png", PNG),
+        file("fake.png", "image/png", b"<svg onload=alert(1)>"),
+    ])));
+    init.set_bubbles(true);
+    init.set_cancelable(true);
+    let paste = web_sys::ClipboardEvent::new_with_event_init_dict("paste", &init).expect("paste");
+    assert!(
+        !input.dispatch_event(&paste).expect("dispatch"),
+        "a paste with images is handled"
+    );
+    until_attached(&root, 1).await;
+    let error = get(&root, "gg-attach-error")
+        .text_content()
+        .unwrap_or_default();
+    assert!(
+        error.contains("fake.png") && error.contains("PNG, JPEG or WebP"),
+        "{error}"
+    );
+
+    // With an image attached, Send is enabled even without text.
+    let send: web_sys::HtmlButtonElement = get(&root, "gg-send").dyn_into().expect("button");
+    assert!(!send.disabled(), "an image alone can be sent");
+
+    // A drop of four more: only three fit (four per message).
+    let init = web_sys::DragEventInit::new();
+    let many: Vec<_> = (0..4)
+        .map(|i| file(&format!("p{i}.jpg"), "image/jpeg", JPEG))
+        .collect();
+    init.set_data_transfer(Some(&transfer(&many)));
+    init.set_bubbles(true);
+    init.set_cancelable(true);
+    let drop = web_sys::DragEvent::new_with_event_init_dict("drop", &init).expect("drop");
+    get(&root, "gg-input")
+        .dispatch_event(&drop)
+        .expect("dispatch");
+    until_attached(&root, 4).await;
+    let error = get(&root, "gg-attach-error")
+        .text_content()
+        .unwrap_or_default();
+    assert!(error.contains("at most 4"), "{error}");
+
+    // Remove the second, then pick one with the attach button's file input.
+    all(&root, "[data-testid=gg-attachment-remove]")[1]
+        .dyn_ref::<HtmlElement>()
+        .expect("button")
+        .click();
+    until_attached(&root, 3).await;
+    assert!(
+        by_id(&root, "gg-attach-error").is_none(),
+        "the error goes with the change"
+    );
+    let picker: HtmlInputElement = get(&root, "gg-attach-input").dyn_into().expect("input");
+    picker.set_files(transfer(&[file("picked.png", "", PNG)]).files().as_ref());
+    fire(&picker, "change");
+    until_attached(&root, 4).await;
+
+    type_into(&root, "  what is on these?  ").await;
+    get(&root, "gg-send").click();
+    settle().await;
+    let sent = sent.borrow();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].text, "what is on these?");
+    let types: Vec<_> = sent[0]
+        .images
+        .iter()
+        .map(|i| i.mime_type.as_str())
+        .collect();
+    // In order: the pasted PNG, the drop's 2nd and 3rd (the 1st was removed), the picked PNG.
+    assert_eq!(
+        types,
+        ["image/png", "image/jpeg", "image/jpeg", "image/png"]
+    );
+    assert_eq!(sent[0].images[0].data, PNG);
+    assert!(
+        all(&root, "[data-testid=gg-attachment]").is_empty(),
+        "the attachments are cleared after sending"
+    );
+    app.destroy();
+}
+
+#[wasm_bindgen_test]
+async fn a_user_message_shows_its_images() {
+    let message = ChatMessage::user_with_images(
+        1,
+        "look",
+        vec![
+            ImagePart::png(PNG.to_vec()),
+            ImagePart {
+                mime_type: "image/svg+xml".into(),
+                data: b"<svg/>".to_vec(),
+            },
+        ],
+    );
+    let (root, app) = mount::<ChatOverlay>(overlay_props(
+        vec![Rc::new(message)],
+        mock::model_ready(),
+        false,
+    ));
+    settle().await;
+    let images = all(&root, "[data-testid=gg-message-image]");
+    assert_eq!(images.len(), 1, "only inline raster types are shown");
+    let src = images[0].get_attribute("src").unwrap_or_default();
+    assert!(src.starts_with("data:image/png;base64,"), "{src}");
+    app.destroy();
 }

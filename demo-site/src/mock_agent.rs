@@ -217,7 +217,7 @@ pub fn mock_agent(props: &MockAgentProps) -> Html {
     let on_intent = {
         let script = script.clone();
         Callback::from(move |intent: UiIntent| match intent {
-            UiIntent::Send { text } => {
+            UiIntent::Send { text, .. } => {
                 let turn = script.turn.get() + 1;
                 script.turn.set(turn);
                 spawn_local(start_turn(Rc::clone(&script), turn, text));

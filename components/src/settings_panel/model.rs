@@ -1,4 +1,4 @@
-//! The model section: which model, thinking mode, max steps, temperature.
+//! The model section: which model, thinking mode, max steps, temperature, image detail.
 
 use wasm_bindgen::JsCast;
 use yew::prelude::*;
@@ -18,7 +18,7 @@ pub(super) struct ModelSectionProps {
     pub(super) on_change: Callback<Settings>,
 }
 
-/// Model, thinking mode, max steps and temperature.
+/// Model, thinking mode, max steps, temperature and image detail.
 #[function_component(ModelSection)]
 pub(super) fn model_section(props: &ModelSectionProps) -> Html {
     let settings = &props.settings;
@@ -68,6 +68,24 @@ pub(super) fn model_section(props: &ModelSectionProps) -> Html {
             }
         })
     };
+    let on_image_tokens = change(settings, &props.on_change, |s, e| {
+        match target_value(e).and_then(|v| v.parse::<u32>().ok()) {
+            Some(n) if Settings::IMAGE_TOKENS.contains(&n) => {
+                s.image_tokens = n;
+                true
+            }
+            _ => false,
+        }
+    });
+    let image_option = |n: u32| {
+        let label = match n {
+            70 => "Low (70 tokens per image)".to_owned(),
+            280 => "Standard (280 tokens per image)".to_owned(),
+            1120 => "Highest (1120 tokens per image)".to_owned(),
+            n => format!("{n} tokens per image"),
+        };
+        html! { <option value={n.to_string()} selected={settings.image_tokens == n}>{ label }</option> }
+    };
     let info = |model: ModelChoice| props.models.iter().find(|m| m.model == model);
     let model_option = |model: ModelChoice| {
         let detail = match info(model) {
@@ -115,6 +133,13 @@ pub(super) fn model_section(props: &ModelSectionProps) -> Html {
                         value={format!("{:.1}", settings.temperature)} oninput={on_temperature} />
                     <output class="gg-muted">{ format!(" {:.1}", settings.temperature) }</output>
                 </span>
+            </label>
+            <label class="gg-field-stack">
+                <span>{ "Image detail" }</span>
+                <select class="gg-select" data-testid="gg-setting-image-tokens" onchange={on_image_tokens}>
+                    { for Settings::IMAGE_TOKENS.into_iter().map(image_option) }
+                </select>
+                <span class="gg-field-hint">{ "How finely the model sees screenshots and pasted images. More detail uses more of the conversation's context and takes longer." }</span>
             </label>
         </section>
     }

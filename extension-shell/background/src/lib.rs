@@ -49,6 +49,8 @@ pub(crate) enum Error {
     NoTab(#[from] NoTab),
     #[error("cannot tell which page this tab shows: {0}")]
     NoTopFrame(ChromeError),
+    #[error("the message was not sent: {0}")]
+    Images(String),
     #[error("{0}")]
     Chrome(#[from] ChromeError),
     #[error("{0}")]
@@ -344,8 +346,9 @@ async fn overlay_request(
     match request {
         // Answered by the gate before.
         OverlayRequest::ActivateOverlay { .. } => Ok(OverlayAnswer::Ack),
-        OverlayRequest::ChatSend { text } => {
+        OverlayRequest::ChatSend { text, images } => {
             let tab_id = sender_tab(sender)?;
+            gg_agent::ImagePart::check_user_images(&images).map_err(Error::Images)?;
             // The turn is bound to the document the tab shows now; every call of it goes there.
             let top = gg_chrome::top_frame(tab_id)
                 .await
@@ -360,6 +363,8 @@ async fn overlay_request(
             to_offscreen_for_overlay(OffscreenCommand::RunTurn {
                 tab_id,
                 text,
+                images,
+                image_tokens: s.image_tokens,
                 model_source: s.model_source,
                 model_size: s.model_size,
                 max_iterations: s.max_iterations,

@@ -77,6 +77,9 @@ pub struct Settings {
     /// changed on the way); any other `http://` source to another machine is refused
     /// ([`storage::check_model_source`]).
     pub confirmed_http_mirror: String,
+    /// Soft tokens per image the model sees (screenshots, pasted images): one of
+    /// [`gg_agent::IMAGE_TOKEN_BUDGETS`].
+    pub image_tokens: u32,
 }
 
 impl Default for Settings {
@@ -88,6 +91,7 @@ impl Default for Settings {
             temperature: 1.0,
             model_source: DEFAULT_MODEL_SOURCE.into(),
             confirmed_http_mirror: String::new(),
+            image_tokens: gg_agent::DEFAULT_IMAGE_TOKENS,
         }
     }
 }
@@ -160,8 +164,13 @@ pub enum OverlayRequest {
     /// The overlay's first message: the token its content script put in its URL. Until it is
     /// accepted the service worker answers nothing else of that overlay.
     ActivateOverlay { token: String },
-    /// The user sent a message in this tab's overlay.
-    ChatSend { text: String },
+    /// The user sent a message in this tab's overlay: its text and the images attached to it
+    /// (checked by the service worker: [`gg_agent::ImagePart::check_user_images`]).
+    ChatSend {
+        text: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<gg_agent::ImagePart>,
+    },
     /// Stop this tab's answer.
     ChatStop,
     /// Forget this tab's conversation.
@@ -332,6 +341,12 @@ pub enum OffscreenCommand {
     RunTurn {
         tab_id: i64,
         text: String,
+        /// Images the user attached (checked by the service worker).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<gg_agent::ImagePart>,
+        /// Soft tokens per image (settings `imageTokens`).
+        #[serde(default = "default_image_tokens")]
+        image_tokens: u32,
         model_source: String,
         /// `"E2B"` or `"E4B"` (picks the default repository; see [`model_repository`]).
         #[serde(default)]
@@ -519,6 +534,10 @@ pub struct DevGreedyResult {
 
 fn default_temperature() -> f32 {
     Settings::default().temperature
+}
+
+fn default_image_tokens() -> u32 {
+    gg_agent::DEFAULT_IMAGE_TOKENS
 }
 
 /// The page a turn is bound to: one tab's top-level document, as Chrome identifies it

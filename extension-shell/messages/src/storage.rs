@@ -205,6 +205,10 @@ pub enum CheckError {
     Temperature,
     #[error("the model source {0:?} is not an address")]
     NotAnAddress(String),
+    #[error(
+        "{0} soft tokens per image is not a budget the model supports (70, 140, 280, 560 or 1120)"
+    )]
+    ImageTokens(u32),
 }
 
 /// Whether the settings may download from their model source: anything but plain `http://` to
@@ -255,6 +259,9 @@ pub fn checked_settings(mut s: crate::Settings) -> Result<crate::Settings, Check
     s.temperature = s
         .temperature
         .clamp(TEMPERATURE_RANGE.0, TEMPERATURE_RANGE.1);
+    if !gg_agent::IMAGE_TOKEN_BUDGETS.contains(&s.image_tokens) {
+        return Err(CheckError::ImageTokens(s.image_tokens));
+    }
     s.model_source = s.model_source.trim().to_owned();
     if s.model_source
         .chars()
@@ -452,6 +459,14 @@ mod tests {
         };
         assert!(bad(|s| s.model_size = "E9B".into()).contains("model size"));
         assert!(bad(|s| s.temperature = f32::NAN).contains("temperature"));
+        assert!(bad(|s| s.image_tokens = 300).contains("300 soft tokens"));
+        for n in gg_agent::IMAGE_TOKEN_BUDGETS {
+            let s = crate::Settings {
+                image_tokens: n,
+                ..crate::Settings::default()
+            };
+            assert_eq!(checked_settings(s).unwrap().image_tokens, n);
+        }
         assert!(bad(|s| s.model_source = "http://mirror.example/m".into()).contains("Confirm"));
         let ok = checked_settings(crate::Settings {
             model_source: "http://mirror.example/m".into(),

@@ -94,8 +94,18 @@ fn overlay_requests() {
         r#"{"type":"activate_overlay","token":"ab"}"#,
     );
     wire(
-        ChatSend { text: "hi".into() },
+        ChatSend {
+            text: "hi".into(),
+            images: Vec::new(),
+        },
         r#"{"type":"chat_send","text":"hi"}"#,
+    );
+    wire(
+        ChatSend {
+            text: "".into(),
+            images: vec![gg_agent::ImagePart::png(vec![137, 80, 78, 71])],
+        },
+        r#"{"type":"chat_send","text":"","images":[{"mime_type":"image/png","data":"iVBORw=="}]}"#,
     );
     wire(ChatStop, r#"{"type":"chat_stop"}"#);
     wire(ChatNew, r#"{"type":"chat_new"}"#);
@@ -116,7 +126,7 @@ fn overlay_requests() {
                 ..Settings::default()
             },
         },
-        r#"{"type":"save_settings","settings":{"modelSize":"E2B","thinking":false,"maxIterations":10,"temperature":1.0,"modelSource":"https://m.example","confirmedHttpMirror":""}}"#,
+        r#"{"type":"save_settings","settings":{"modelSize":"E2B","thinking":false,"maxIterations":10,"temperature":1.0,"modelSource":"https://m.example","confirmedHttpMirror":"","imageTokens":280}}"#,
     );
     wire(
         SetSiteDisabled {
@@ -296,6 +306,8 @@ fn offscreen_commands_and_replies() {
         RunTurn {
             tab_id: 4,
             text: "hi".into(),
+            images: Vec::new(),
+            image_tokens: 280,
             model_source: "m".into(),
             model_size: "E2B".into(),
             max_iterations: 3,
@@ -307,7 +319,7 @@ fn offscreen_commands_and_replies() {
                 origin: "https://a.example".into(),
             },
         },
-        r#"{"type":"run_turn","tab_id":4,"text":"hi","model_source":"m","model_size":"E2B","max_iterations":3,"thinking":false,"temperature":0.5,"site_permissions":{},"binding":{"document_id":"D","origin":"https://a.example"}}"#,
+        r#"{"type":"run_turn","tab_id":4,"text":"hi","image_tokens":280,"model_source":"m","model_size":"E2B","max_iterations":3,"thinking":false,"temperature":0.5,"site_permissions":{},"binding":{"document_id":"D","origin":"https://a.example"}}"#,
     );
     wire(
         PageChanged {
@@ -522,7 +534,10 @@ fn envelopes_keep_their_wire_form() {
     let env = Envelope::new(
         RequestId(77),
         Context::Overlay,
-        OverlayRequest::ChatSend { text: "hi".into() },
+        OverlayRequest::ChatSend {
+            text: "hi".into(),
+            images: Vec::new(),
+        },
     );
     let text = r#"{"protocol":"gemma-gem/1","id":77,"from":"overlay","body":{"type":"chat_send","text":"hi"}}"#;
     assert_eq!(serde_json::to_string(&env).unwrap(), text);

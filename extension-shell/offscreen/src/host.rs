@@ -103,6 +103,10 @@ pub enum HostError {
     NoTurn(u64),
     #[error("no approval is pending under that nonce; answer for call {0} ignored")]
     NoSuchNonce(u64),
+    #[error("the message was not sent: {0}")]
+    Images(String),
+    #[error("{0} soft tokens per image is not a budget the model supports")]
+    ImageTokens(u32),
 }
 
 fn new_agent(max_iterations: u32, thinking: bool) -> Agent {
@@ -120,6 +124,8 @@ pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostErr
         OffscreenCommand::RunTurn {
             tab_id,
             text,
+            images,
+            image_tokens,
             model_source,
             model_size,
             max_iterations,
@@ -130,6 +136,10 @@ pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostErr
         } => {
             if binding.document_id.is_empty() {
                 return Err(HostError::Unbound);
+            }
+            gg_agent::ImagePart::check_user_images(&images).map_err(HostError::Images)?;
+            if !gg_agent::IMAGE_TOKEN_BUDGETS.contains(&image_tokens) {
+                return Err(HostError::ImageTokens(image_tokens));
             }
             // Stored by the overlays; a damaged value must not stop the user from chatting.
             let permissions = match site_permissions {
@@ -165,6 +175,7 @@ pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostErr
                 agent.config_mut().max_iterations = max_iterations.max(1);
                 agent.config_mut().options.thinking = thinking;
                 agent.config_mut().options.temperature = temperature.clamp(0.0, 2.0);
+                agent.config_mut().options.image_tokens = image_tokens;
                 agent.set_permissions(permissions);
                 agent
             });
@@ -203,7 +214,8 @@ pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostErr
                         }
                     },
                 };
-                run_turn(tab_id, binding, agent, backend, text, cancel).await;
+                let message = ChatMessage::user_with_images(text, images);
+                run_turn(tab_id, binding, agent, backend, message, cancel).await;
             });
             Ok(OffscreenReply::Ack)
         }
@@ -402,7 +414,7 @@ async fn run_turn(
     binding: PageBinding,
     mut agent: Agent,
     backend: Rc<dyn ModelBackend>,
-    text: String,
+    message: ChatMessage,
     cancel: CancellationToken,
 ) {
     let binding_origin = binding.origin.clone();
@@ -422,7 +434,7 @@ async fn run_turn(
             tokens,
             cancel,
         };
-        let mut events = gg_agent::run_agent_loop(&mut agent, ChatMessage::user(text), env);
+        let mut events = gg_agent::run_agent_loop(&mut agent, message, env);
         while let Some(event) = events.next().await {
             if let AgentEvent::AwaitingApproval { request } = &event {
                 let nonce = request.nonce.clone();

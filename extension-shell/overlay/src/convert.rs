@@ -195,7 +195,11 @@ pub fn conversation(messages: &[AgentMessage]) -> Vec<ChatMessage> {
         match m.role {
             AgentRole::System => {}
             AgentRole::User => {
-                out.push(ChatMessage::user(out.len() as u64 + 1, m.text()));
+                out.push(ChatMessage::user_with_images(
+                    out.len() as u64 + 1,
+                    m.text(),
+                    m.images().cloned().collect(),
+                ));
                 in_turn = false;
             }
             AgentRole::Model => {

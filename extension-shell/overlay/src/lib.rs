@@ -350,9 +350,9 @@ pub fn on_settings_changed() {
 
 async fn send_intent(intent: UiIntent) {
     let body = match intent {
-        UiIntent::Send { text } => {
+        UiIntent::Send { text, images } => {
             session(|s| s.sent = true);
-            OverlayRequest::ChatSend { text }
+            OverlayRequest::ChatSend { text, images }
         }
         UiIntent::Stop => OverlayRequest::ChatStop,
         UiIntent::NewChat => OverlayRequest::ChatNew,

@@ -99,6 +99,7 @@ pub fn to_ui(stored: &Stored) -> gg_components::Settings {
         model_source: ui_source(s),
         confirmed_http_mirror: (!s.confirmed_http_mirror.is_empty())
             .then(|| s.confirmed_http_mirror.clone()),
+        image_tokens: s.image_tokens,
     }
 }
 
@@ -173,6 +174,12 @@ pub fn from_ui(ui: &gg_components::Settings, stored: &Stored) -> Changes {
             .filter(|c| *c == model_source)
             .unwrap_or_default(),
         model_source,
+        // Only a budget the model supports is stored; anything else keeps the stored one.
+        image_tokens: if gg_agent::IMAGE_TOKEN_BUDGETS.contains(&ui.image_tokens) {
+            ui.image_tokens
+        } else {
+            stored.settings.image_tokens
+        },
     };
     Changes {
         settings: (next != stored.settings).then_some(next),
@@ -328,6 +335,8 @@ mod tests {
         ui.thinking = true;
         ui.max_iterations = 500;
         ui.temperature = f32::NAN;
+        assert_eq!(ui.image_tokens, 280);
+        ui.image_tokens = 1120;
         ui.disabled_sites = vec![
             "https://a.example/page".into(),
             "a.example".into(),
@@ -341,6 +350,7 @@ mod tests {
         assert!(next.thinking);
         assert_eq!(next.max_iterations, 50);
         assert_eq!(next.temperature, 1.0);
+        assert_eq!(next.image_tokens, 1120);
         assert_eq!(next.model_source, "script:http://127.0.0.1:1/turns.json");
         assert_eq!(
             changes.disabled,
