@@ -84,7 +84,7 @@ use crate::backend::{BackendError, FinishReason, GenerateOptions, ModelBackend, 
 use crate::budget::{budgeted_call, fit_tool_output};
 use crate::builtin::{BuiltinCall, builtin_tools};
 use crate::cancel::CancellationToken;
-use crate::context::{ContextOverflow, TokenCounter, trim_to_budget};
+use crate::context::{ContextOverflow, ImageBudget, TokenCounter, trim_to_budget};
 use crate::emit::{Emitter, event_stream};
 use crate::gate::{
     ApprovalDecision, ApprovalRequest, Approver, RiskClass, classify_builtin, classify_custom,
@@ -547,11 +547,16 @@ impl Run<'_, '_> {
             let budget = config
                 .context_window
                 .saturating_sub(config.options.max_new_tokens as usize);
+            // Images count by the soft tokens the model is run with.
+            let counter = ImageBudget {
+                inner: self.env.tokens,
+                soft_tokens: config.options.image_tokens,
+            };
             if let Err(overflow) = trim_to_budget(
                 &mut self.agent.messages,
                 &self.agent.config.tools,
                 budget,
-                self.env.tokens,
+                &counter,
             ) {
                 return End::Failed(overflow.into());
             }

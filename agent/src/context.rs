@@ -1,10 +1,17 @@
 //! Keeping the conversation within the model's context: counting tokens and trimming history.
 //!
-//! [`trim_to_budget`] always keeps the system prompt and the tool declarations, then drops the
-//! oldest exchanges (a user message and everything up to the next one) until the rest fits. If
-//! the current exchange alone is too large, its oldest tool outputs are replaced by a short note
+//! [`trim_to_budget`] always keeps the system prompt and the tool declarations. Over budget, it
+//! first drops images, oldest first (each costs hundreds of soft tokens), leaving a note where
+//! each was: in a tool response a key [`IMAGE_OMITTED_KEY`] that asks the model to take the
+//! screenshot again if it still needs it, in a user message a text part. The images of the last
+//! user message are kept (they are what the user is asking about). Then it drops the oldest
+//! exchanges (a user message and everything up to the next one) until the rest fits. If the
+//! current exchange alone is too large, its oldest tool outputs are replaced by a short note
 //! asking the model to call the tool again with a narrower request; if even that is not enough,
 //! it fails with [`ContextOverflow`].
+//!
+//! [`ImageBudget`] makes any counter count each image by the soft tokens the model will see
+//! (the image budget in use, plus its begin and end markers).
 //!
 //! The count comes from a [`TokenCounter`]: the runtime implements it with the real tokenizer
 //! and chat template; [`ApproxTokenCounter`] estimates from characters.
@@ -29,7 +36,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::message::{ChatMessage, Part, Role};
+use crate::message::{ChatMessage, Part, Role, ToolResponse};
 use crate::tool::ToolDefinition;
 
 /// Counts tokens the way the model will see them.
@@ -53,12 +60,55 @@ pub struct ApproxTokenCounter {
 }
 
 impl Default for ApproxTokenCounter {
+    /// 4 characters per token, 4 tokens per message, images at Gemma 4's default budget (280
+    /// soft tokens and the image's begin and end markers).
     fn default() -> Self {
         Self {
             chars_per_token: 4,
             per_message: 4,
-            per_image: 256,
+            per_image: ImageBudget::tokens_per_image(crate::backend::DEFAULT_IMAGE_TOKENS),
         }
+    }
+}
+
+/// A counter that counts each image as `soft_tokens` + 2 (`<|image>` ... `<image|>`) and
+/// everything else as `inner` does: the context budget then follows the image budget the
+/// model is run with ([`crate::GenerateOptions::image_tokens`]).
+pub struct ImageBudget<'a> {
+    /// The counter of everything but images.
+    pub inner: &'a dyn TokenCounter,
+    /// Soft tokens per image.
+    pub soft_tokens: u32,
+}
+
+impl ImageBudget<'_> {
+    /// Prompt tokens of one image at a budget of `soft_tokens`: at most that many soft tokens
+    /// (Gemma 4's processor may give a few fewer) plus the begin and end markers.
+    pub fn tokens_per_image(soft_tokens: u32) -> usize {
+        soft_tokens as usize + 2
+    }
+}
+
+impl TokenCounter for ImageBudget<'_> {
+    fn count_message(&self, message: &ChatMessage) -> usize {
+        let images = message.images().count();
+        if images == 0 {
+            return self.inner.count_message(message);
+        }
+        let text_only = ChatMessage {
+            parts: message
+                .parts
+                .iter()
+                .filter(|p| matches!(p, Part::Text { .. }))
+                .cloned()
+                .collect(),
+            ..message.clone_without_parts()
+        };
+        self.inner.count_message(&text_only) + images * Self::tokens_per_image(self.soft_tokens)
+    }
+
+    fn count_tools(&self, tools: &[ToolDefinition]) -> usize {
+        self.inner.count_tools(tools)
     }
 }
 
@@ -118,6 +168,8 @@ pub struct ContextOverflow {
 /// What [`trim_to_budget`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct TrimReport {
+    /// Images removed (oldest first), each replaced by a note.
+    pub removed_images: usize,
     /// Messages dropped from the start of the history.
     pub removed_messages: usize,
     /// Tool outputs of the current exchange replaced by a note.
@@ -128,6 +180,47 @@ pub struct TrimReport {
 
 /// The key marking a tool output that was dropped to fit the context.
 pub const OMITTED_KEY: &str = "omitted_to_fit_context";
+
+/// The key added to a tool response whose image was dropped to fit the context.
+pub const IMAGE_OMITTED_KEY: &str = "image_omitted_to_fit_context";
+
+/// The text left in a user message where an image was dropped to fit the context.
+pub const USER_IMAGE_OMITTED: &str = "[An image attached here was removed to fit the context.]";
+
+/// Removes the first image of `message`, leaving a note where it was. `false` if it has none.
+fn drop_first_image(message: &mut ChatMessage) -> bool {
+    let Some(index) = message
+        .parts
+        .iter()
+        .position(|p| matches!(p, Part::Image(_)))
+    else {
+        return false;
+    };
+    match &mut message.tool_response {
+        Some(ToolResponse { response, .. }) => {
+            message.parts.remove(index);
+            let note = Value::String(
+                "The image this tool returned was removed to fit the context; call the tool \
+                 again if you still need to see it."
+                    .to_owned(),
+            );
+            match response {
+                Value::Object(map) => {
+                    map.insert(IMAGE_OMITTED_KEY.to_owned(), note);
+                }
+                other => {
+                    *other = json!({ "result": other.take(), IMAGE_OMITTED_KEY: note });
+                }
+            }
+        }
+        None => {
+            message.parts[index] = Part::Text {
+                text: USER_IMAGE_OMITTED.to_owned(),
+            };
+        }
+    }
+    true
+}
 
 fn omitted(message: &ChatMessage) -> bool {
     message
@@ -163,6 +256,17 @@ pub fn trim_to_budget(
         }
         let history = &messages[start..];
         let last_user = history.iter().rposition(|m| m.role == Role::User);
+        // Images first, oldest first; the last user message keeps its own.
+        let with_image = history
+            .iter()
+            .enumerate()
+            .position(|(i, m)| Some(i) != last_user && m.images().next().is_some());
+        if let Some(i) = with_image {
+            drop_first_image(&mut messages[start + i]);
+            counts[i] = counter.count_message(&messages[start + i]);
+            report.removed_images += 1;
+            continue;
+        }
         match last_user {
             Some(last_user) if last_user > 0 => {
                 // Drop the oldest exchange: up to (not including) the next user message.
@@ -258,6 +362,7 @@ mod tests {
         assert_eq!(
             report,
             TrimReport {
+                removed_images: 0,
                 removed_messages: 0,
                 shortened_tool_outputs: 0,
                 tokens: 42
@@ -302,6 +407,72 @@ mod tests {
         );
     }
 
+    fn png() -> ImagePart {
+        ImagePart::png(b"\x89PNG\r\n\x1a\n".to_vec())
+    }
+
+    #[test]
+    fn images_go_first_oldest_first_with_a_note_and_the_question_keeps_its_own() {
+        let counter = ImageBudget {
+            inner: &CharCounter,
+            soft_tokens: 498,
+        };
+        // Each image costs 500 (more than any note).
+        let mut messages = vec![
+            ChatMessage::user_with_images("u1", vec![png()]),
+            ChatMessage::model_with_calls("", vec![ToolCall::from_value("shot", json!({}))]),
+            ChatMessage::tool("shot", json!({"width": 8}), vec![png()]),
+            ChatMessage::model("m1"),
+            ChatMessage::user_with_images("u2", vec![png(), png()]),
+        ];
+        let total = |m: &[ChatMessage]| m.iter().map(|m| counter.count_message(m)).sum::<usize>();
+        assert_eq!(
+            total(&messages),
+            2 + 500 + (json!({"width": 8}).to_string().len() + 500) + 2 + 2 + 1000
+        );
+        // Just over budget: the oldest image (the first user message's) goes.
+        let budget = total(&messages) - 1;
+        let report = trim_to_budget(&mut messages, &[], budget, &counter).unwrap();
+        assert_eq!((report.removed_images, report.removed_messages), (1, 0));
+        assert_eq!(messages[0].images().count(), 0);
+        assert_eq!(messages[0].text(), format!("u1{USER_IMAGE_OMITTED}"));
+        assert_eq!(messages[2].images().count(), 1);
+        // Then the screenshot; its response says so and keeps its value.
+        let budget = total(&messages) - 1;
+        let report = trim_to_budget(&mut messages, &[], budget, &counter).unwrap();
+        assert_eq!((report.removed_images, report.removed_messages), (1, 0));
+        assert_eq!(messages[2].images().count(), 0);
+        let response = &messages[2].tool_response.as_ref().unwrap().response;
+        assert_eq!(response["width"], 8);
+        assert!(
+            response[IMAGE_OMITTED_KEY]
+                .as_str()
+                .unwrap()
+                .contains("call the tool again")
+        );
+        // With no image left but the question's, whole exchanges go.
+        let budget = total(&messages) - 1;
+        let report = trim_to_budget(&mut messages, &[], budget, &counter).unwrap();
+        assert_eq!((report.removed_images, report.removed_messages), (0, 4));
+        assert_eq!(messages.len(), 1);
+        assert_eq!(
+            messages[0].images().count(),
+            2,
+            "the question keeps its images"
+        );
+        assert!(trim_to_budget(&mut messages, &[], 1000, &counter).is_err());
+    }
+
+    #[test]
+    fn a_tool_response_that_is_not_an_object_keeps_its_value_beside_the_note() {
+        let mut message = ChatMessage::tool("t", json!("ok"), vec![png()]);
+        assert!(drop_first_image(&mut message));
+        let response = &message.tool_response.as_ref().unwrap().response;
+        assert_eq!(response["result"], "ok");
+        assert!(response[IMAGE_OMITTED_KEY].is_string());
+        assert!(!drop_first_image(&mut message));
+    }
+
     #[test]
     fn approx_counter_counts_text_images_and_calls() {
         let counter = ApproxTokenCounter::default();
@@ -311,7 +482,7 @@ mod tests {
                 "",
                 vec![ImagePart::png(vec![])]
             )),
-            4 + 256
+            4 + 282
         );
         let call =
             ChatMessage::model_with_calls("", vec![ToolCall::from_value("ab", json!({"k": 1}))]);

@@ -57,7 +57,9 @@ pub use builtin::{
     ScrollDirection, TypeTextArgs, builtin_tools,
 };
 pub use cancel::{CancellationToken, Cancelled};
-pub use context::{ApproxTokenCounter, ContextOverflow, TokenCounter, TrimReport, trim_to_budget};
+pub use context::{
+    ApproxTokenCounter, ContextOverflow, ImageBudget, TokenCounter, TrimReport, trim_to_budget,
+};
 pub use gate::{
     ActionKind, ApprovalDecision, ApprovalRequest, Approver, Classification, DenyAll, ElementFacts,
     FieldFacts, FormFacts, RiskClass, SensitiveField, SensitiveReason,

@@ -306,6 +306,17 @@ impl ChatMessage {
             .collect()
     }
 
+    /// This message with no parts (the role, calls, response and thinking kept).
+    pub fn clone_without_parts(&self) -> Self {
+        Self {
+            role: self.role,
+            parts: Vec::new(),
+            tool_calls: self.tool_calls.clone(),
+            tool_response: self.tool_response.clone(),
+            thinking: self.thinking.clone(),
+        }
+    }
+
     /// The images in this message.
     pub fn images(&self) -> impl Iterator<Item = &ImagePart> {
         self.parts.iter().filter_map(|part| match part {
