@@ -8,6 +8,8 @@
 //!   (`present.*` fed back as `past_key_values.*`), the next token sampled on the GPU
 //!   ([`Sampling`]), only its id read back.
 //! - [`TextStream`]: text per token with end ids, `max_new_tokens` and cancellation.
+//! - [`image`](mod@image): image bytes → the vision encoder's patches and positions, exactly as
+//!   transformers' Gemma 4 image processor.
 //! - [`bench`](mod@bench): the prefill and decode measurements of `gemma-gem bench` and the browser bench.
 //! - [`GemmaBackend`]: the agent's `ModelBackend` (and a tokenizer-exact `TokenCounter`).
 //!
@@ -30,6 +32,7 @@ pub mod bench;
 pub mod config;
 pub mod error;
 pub mod generate;
+pub mod image;
 pub mod model;
 pub mod sampler;
 pub mod source;
