@@ -5,8 +5,9 @@
 
 use crate::config::{DECODER, Dtype, EMBED, ModelConfig, Package, external_chunk_names};
 use crate::error::{LlmError, Result};
+use crate::image::ImageConfig;
 use crate::source::ModelRepo;
-use gg_gemma::{ChatTemplate, GemmaTokenizer};
+use gg_gemma::{ChatTemplate, GemmaTokenizer, ImageTokens};
 use gg_runtime::model::{Dim, Graph, ValueInfo};
 use gg_runtime::{DType, Gpu, Session};
 use std::rc::Rc;
@@ -155,6 +156,9 @@ impl DecoderLayout {
     }
 }
 
+/// The embedding graph's input for image features (mobius split packages).
+pub const IMAGE_FEATURES: &str = "image_features";
+
 /// An optional input of the embedding graph fed empty: a split package's `image_features` /
 /// `audio_features` `[0, hidden]` (text only).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,6 +234,14 @@ pub struct GemmaModel {
     pub decoder: Session,
     /// Decoder inputs and the cache layout.
     pub layout: DecoderLayout,
+    /// The image tokens (`None`: the tokenizer has none, the model takes no images).
+    pub image_tokens: Option<ImageTokens>,
+    /// The image preprocessing numbers, from `image_processor.json` (ONNX Runtime GenAI),
+    /// `preprocessor_config.json` or `processor_config.json` (transformers); `None` without one.
+    pub image_config: Option<ImageConfig>,
+    /// The pad id: fed to an embedding graph without a feature input at the image tokens (the
+    /// per-layer inputs are the pad's there).
+    pub pad_id: Option<u32>,
 }
 
 impl std::fmt::Debug for GemmaModel {
@@ -283,6 +295,22 @@ impl GemmaModel {
             tokenizer_config.as_deref(),
         )?;
         drop(tokenizer_json);
+        let image_tokens = ImageTokens::from_tokenizer(&tokenizer).ok();
+        let pad_id = tokenizer.special().pad.as_ref().map(|p| p.id);
+        let mut image_config = None;
+        for file in [
+            "image_processor.json",
+            "preprocessor_config.json",
+            "processor_config.json",
+        ] {
+            if let Some(bytes) = repo.read_optional(file).await {
+                image_config = Some(ImageConfig::parse(&bytes).map_err(|e| LlmError::File {
+                    path: file.into(),
+                    message: e.to_string(),
+                })?);
+                break;
+            }
+        }
         let template_src = match repo.read("chat_template.jinja").await {
             Ok(t) => String::from_utf8(t)
                 .map_err(|_| LlmError::Model("chat_template.jinja is not UTF-8".into()))?,
@@ -392,7 +420,17 @@ impl GemmaModel {
             embed_empty,
             decoder,
             layout,
+            image_tokens,
+            image_config,
+            pad_id,
         })
+    }
+
+    /// Whether the embedding graph takes the image features itself (a mobius split package's
+    /// `image_features` input); otherwise they are written into `inputs_embeds`
+    /// ([`crate::merge`]).
+    pub fn embedding_takes_images(&self) -> bool {
+        self.embed_empty.iter().any(|e| e.name == IMAGE_FEATURES)
     }
 
     /// The variant as shown to users: `q4` / `q4f16` in the onnx-community layout; for an ONNX
