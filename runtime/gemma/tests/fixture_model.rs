@@ -219,9 +219,10 @@ fn image_placeholders_expand_with_the_config_ids() {
     );
     assert_eq!(tok.piece(t.begin).as_deref(), Some("<|image>"));
     assert_eq!(tok.piece(t.end).as_deref(), Some("<image|>"));
-    let template =
-        ChatTemplate::new(std::fs::read_to_string(dir.join("chat_template.jinja")).unwrap())
-            .unwrap();
+    let template = ChatTemplate::new(
+        std::fs::read_to_string(dir.join("chat_template.jinja")).expect("fixture"),
+    )
+    .expect("fixture");
     let img = || gg_agent::ImagePart::png(vec![0x89, b'P', b'N', b'G']);
     let conv = vec![gg_agent::ChatMessage::user_with_images(
         "compare",
@@ -238,13 +239,16 @@ fn image_placeholders_expand_with_the_config_ids() {
             },
             &tok.template_tokens(),
         )
-        .unwrap();
+        .expect("fixture");
     assert_eq!(text.matches("<|image|>").count(), 2, "{text}");
-    let ids = tok.encode_prompt(&text).unwrap();
-    let expanded = t.expand(&ids, &[3, 5]).unwrap();
+    let ids = tok.encode_prompt(&text).expect("fixture");
+    let expanded = t.expand(&ids, &[3, 5]).expect("fixture");
     assert_eq!(expanded.len(), ids.len() + 3 + 5 + 2);
     assert_eq!(t.positions(&expanded).len(), 8);
-    let begin = expanded.iter().position(|&i| i == t.begin).unwrap();
+    let begin = expanded
+        .iter()
+        .position(|&i| i == t.begin)
+        .expect("fixture");
     assert_eq!(
         &expanded[begin..begin + 5],
         &[t.begin, t.image, t.image, t.image, t.end]

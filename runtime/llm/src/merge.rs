@@ -183,7 +183,7 @@ mod tests {
     #[test]
     fn rows_follow_the_image_tokens() {
         assert_eq!(
-            feature_rows(&[2, 9, 9, 5, 9], 9, 3).unwrap(),
+            feature_rows(&[2, 9, 9, 5, 9], 9, 3).expect("rows"),
             [-1, 0, 1, -1, 2]
         );
         let e = feature_rows(&[2, 9, 9], 9, 3).unwrap_err().to_string();

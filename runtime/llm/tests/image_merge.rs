@@ -45,8 +45,8 @@ fn load(gpu: &Rc<Gpu>, name: &str) -> GemmaModel {
         // the features of the mobius package with the same weights, preprocessed likewise
         let cfg =
             std::fs::read(root().join("models/mobius-tiny-gqa-int4-split/image_processor.json"))
-                .unwrap();
-        model.image_config = Some(ImageConfig::parse(&cfg).unwrap());
+                .expect("image fixture");
+        model.image_config = Some(ImageConfig::parse(&cfg).expect("image fixture"));
     }
     model
 }
@@ -71,19 +71,23 @@ impl ImageEncoder for OrtFeatures {
 
 fn messages(case: &Json) -> Vec<gg_gemma::ChatMessage> {
     let dir = root().join("images");
-    let mut images = case["images"].as_array().unwrap().iter();
+    let mut images = case["images"].as_array().expect("image fixture").iter();
     let parts = case["messages"][0]["content"]
         .as_array()
-        .unwrap()
+        .expect("image fixture")
         .iter()
-        .map(|p| match p["type"].as_str().unwrap() {
+        .map(|p| match p["type"].as_str().expect("image fixture") {
             "text" => gg_agent::Part::Text {
-                text: p["text"].as_str().unwrap().into(),
+                text: p["text"].as_str().expect("image fixture").into(),
             },
             _ => {
-                let f = images.next().unwrap().as_str().unwrap();
+                let f = images
+                    .next()
+                    .expect("image fixture")
+                    .as_str()
+                    .expect("image fixture");
                 gg_agent::Part::Image(gg_agent::ImagePart::png(
-                    std::fs::read(dir.join(f)).unwrap(),
+                    std::fs::read(dir.join(f)).expect("image fixture"),
                 ))
             }
         })
@@ -96,10 +100,15 @@ fn messages(case: &Json) -> Vec<gg_gemma::ChatMessage> {
 fn image_inputs(case: &Json) -> Vec<ImageInput> {
     case["images"]
         .as_array()
-        .unwrap()
+        .expect("image fixture")
         .iter()
         .map(|f| ImageInput {
-            bytes: std::fs::read(root().join("images").join(f.as_str().unwrap())).unwrap(),
+            bytes: std::fs::read(
+                root()
+                    .join("images")
+                    .join(f.as_str().expect("image fixture")),
+            )
+            .expect("image fixture"),
         })
         .collect()
 }
@@ -114,13 +123,18 @@ fn greedy_with_images_equals_onnx_runtime() {
     for name in FIXTURES {
         let model = load(&gpu, name);
         let dir = root().join("models").join(name).join("reference");
-        let reference: Json =
-            serde_json::from_slice(&std::fs::read(dir.join("ort.image.json")).unwrap()).unwrap();
-        let budget = reference["image_tokens"].as_u64().unwrap() as usize;
-        for case in reference["cases"].as_array().unwrap() {
-            let cname = case["name"].as_str().unwrap();
-            let counts: Vec<usize> = serde_json::from_value(case["soft_tokens"].clone()).unwrap();
-            let prepared = model.prepare_images(&image_inputs(case), budget).unwrap();
+        let reference: Json = serde_json::from_slice(
+            &std::fs::read(dir.join("ort.image.json")).expect("image fixture"),
+        )
+        .expect("image fixture");
+        let budget = reference["image_tokens"].as_u64().expect("image fixture") as usize;
+        for case in reference["cases"].as_array().expect("image fixture") {
+            let cname = case["name"].as_str().expect("image fixture");
+            let counts: Vec<usize> =
+                serde_json::from_value(case["soft_tokens"].clone()).expect("image fixture");
+            let prepared = model
+                .prepare_images(&image_inputs(case), budget)
+                .expect("image fixture");
             assert_eq!(
                 prepared.iter().map(|p| p.soft_tokens).collect::<Vec<_>>(),
                 counts,
@@ -129,15 +143,18 @@ fn greedy_with_images_equals_onnx_runtime() {
             let msgs = messages(case);
             let prompt = model
                 .prompt_ids_with_images(&msgs, &[], false, &prepared)
-                .unwrap();
+                .expect("image fixture");
             assert_eq!(
                 prompt,
                 ids(&case["input_ids"]),
                 "{name} {cname}: prompt ids"
             );
-            let file = case["features"].as_str().unwrap();
-            let all =
-                gg_runtime::npy::parse(file, &std::fs::read(dir.join(file)).unwrap()).unwrap();
+            let file = case["features"].as_str().expect("image fixture");
+            let all = gg_runtime::npy::parse(
+                file,
+                &std::fs::read(dir.join(file)).expect("image fixture"),
+            )
+            .expect("image fixture");
             let hidden = all.shape[1];
             let flat = all.to_f32();
             let mut rows = Vec::new();
@@ -151,15 +168,16 @@ fn greedy_with_images_equals_onnx_runtime() {
                 hidden,
                 next: Cell::new(0),
             };
-            let features = pollster::block_on(model.encode_images(&prepared, &encoder)).unwrap();
+            let features = pollster::block_on(model.encode_images(&prepared, &encoder))
+                .expect("image fixture");
             let want = ids(&case["greedy_tokens"]);
             let mut g = Generator::new(&model, &prompt, Sampling::Greedy)
-                .unwrap()
+                .expect("image fixture")
                 .with_image_features(features)
-                .unwrap();
+                .expect("image fixture");
             let mut got = Vec::new();
             for _ in 0..want.len() {
-                got.push(pollster::block_on(g.next_token()).unwrap());
+                got.push(pollster::block_on(g.next_token()).expect("image fixture"));
             }
             assert_eq!(got, want, "{name} {cname}: greedy tokens");
             eprintln!(
@@ -183,9 +201,9 @@ fn greedy_with_images_equals_onnx_runtime() {
                     stop_ids: vec![],
                 },
             ))
-            .unwrap();
+            .expect("image fixture");
             let mut streamed = Vec::new();
-            while let Some(t) = pollster::block_on(stream.next()).unwrap() {
+            while let Some(t) = pollster::block_on(stream.next()).expect("image fixture") {
                 streamed.push(t.id);
             }
             let n = streamed.len();
@@ -208,7 +226,7 @@ fn feature_rows_must_match_the_image_tokens() {
             ))]
         };
         let e = Generator::new(&model, &prompt, Sampling::Greedy)
-            .unwrap()
+            .expect("image fixture")
             .with_image_features(features(2))
             .unwrap_err()
             .to_string();
@@ -218,14 +236,14 @@ fn feature_rows_must_match_the_image_tokens() {
         );
         assert!(
             Generator::new(&model, &prompt, Sampling::Greedy)
-                .unwrap()
+                .expect("image fixture")
                 .with_image_features(features(3))
                 .is_ok()
         );
-        let one = std::fs::read(root().join("images/square_120.png")).unwrap();
+        let one = std::fs::read(root().join("images/square_120.png")).expect("image fixture");
         let prepared = model
             .prepare_images(&[ImageInput { bytes: one }], 70)
-            .unwrap();
+            .expect("image fixture");
         let e = model
             .prompt_ids_with_images(
                 &[gg_gemma::ChatMessage::user("no image here")],

@@ -67,9 +67,10 @@ fn preprocessing_equals_transformers() {
             None => ours,
             Some(decoded) => {
                 // Pillow's decode of the same JPEG, through our pipeline: must be exact below
-                let pil = decode_rgb(&std::fs::read(dir().join(decoded)).unwrap()).unwrap();
-                let ref_img = preprocess_rgb(&pil, &cfg).unwrap();
-                let rgb = decode_rgb(&bytes).unwrap();
+                let pil = decode_rgb(&std::fs::read(dir().join(decoded)).expect("image reference"))
+                    .expect("image reference");
+                let ref_img = preprocess_rgb(&pil, &cfg).expect("image reference");
+                let rgb = decode_rgb(&bytes).expect("image reference");
                 let dec_diff = rgb
                     .data
                     .iter()
@@ -93,17 +94,17 @@ fn preprocessing_equals_transformers() {
                 ref_img
             }
         };
-        let want_w = c["resized"][0].as_u64().unwrap() as usize;
-        let want_h = c["resized"][1].as_u64().unwrap() as usize;
+        let want_w = c["resized"][0].as_u64().expect("image reference") as usize;
+        let want_h = c["resized"][1].as_u64().expect("image reference") as usize;
         assert_eq!(
             (img.width, img.height),
             (want_w, want_h),
             "{label}: resized size"
         );
-        let input_w = c["input_size"][0].as_u64().unwrap() as usize;
-        let input_h = c["input_size"][1].as_u64().unwrap() as usize;
+        let input_w = c["input_size"][0].as_u64().expect("image reference") as usize;
+        let input_h = c["input_size"][1].as_u64().expect("image reference") as usize;
         assert_eq!(
-            target_size(input_h, input_w, &cfg).unwrap(),
+            target_size(input_h, input_w, &cfg).expect("image reference"),
             (want_h, want_w),
             "{label}"
         );
@@ -114,7 +115,7 @@ fn preprocessing_equals_transformers() {
             "{label}: soft tokens"
         );
         assert_eq!(
-            cfg.soft_tokens(input_h, input_w).unwrap(),
+            cfg.soft_tokens(input_h, input_w).expect("image reference"),
             img.soft_tokens,
             "{label}"
         );
@@ -138,9 +139,9 @@ fn preprocessing_equals_transformers() {
                 .collect();
             let want: Vec<i64> = c["row_sums"]
                 .as_array()
-                .unwrap()
+                .expect("image reference")
                 .iter()
-                .map(|v| v.as_i64().unwrap())
+                .map(|v| v.as_i64().expect("image reference"))
                 .collect();
             let first = sums.iter().zip(&want).position(|(a, b)| a != b);
             failures.push(format!(
@@ -159,8 +160,8 @@ fn processor_configs_parse() {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../../tests/fixtures/models/mobius-tiny-gqa-int4-split/image_processor.json"),
     )
-    .unwrap();
-    let cfg = ImageConfig::parse(&genai).unwrap();
+    .expect("image reference");
+    let cfg = ImageConfig::parse(&genai).expect("image reference");
     assert_eq!(
         (cfg.patch_size, cfg.pooling_kernel_size, cfg.max_soft_tokens),
         (4, 3, 280)
@@ -169,17 +170,27 @@ fn processor_configs_parse() {
     let hf = br#"{"image_processor_type": "Gemma4ImageProcessor", "patch_size": 16,
         "pooling_kernel_size": 3, "max_soft_tokens": 280, "rescale_factor": 0.00392156862745098,
         "do_normalize": false}"#;
-    let cfg = ImageConfig::parse(hf).unwrap();
+    let cfg = ImageConfig::parse(hf).expect("image reference");
     assert_eq!(
         (cfg.patch_size, cfg.max_patches(), cfg.patch_dim()),
         (16, 2520, 768)
     );
     // processor_config.json nests them
     let nested = br#"{"image_processor": {"patch_size": 16, "max_soft_tokens": 560}, "image_seq_length": 280}"#;
-    assert_eq!(ImageConfig::parse(nested).unwrap().max_soft_tokens, 560);
+    assert_eq!(
+        ImageConfig::parse(nested)
+            .expect("image reference")
+            .max_soft_tokens,
+        560
+    );
     let err = cfg.with_max_soft_tokens(100).unwrap_err().to_string();
     assert!(err.contains("70, 140, 280, 560, 1120"), "{err}");
-    assert_eq!(cfg.with_max_soft_tokens(1120).unwrap().max_patches(), 10080);
+    assert_eq!(
+        cfg.with_max_soft_tokens(1120)
+            .expect("image reference")
+            .max_patches(),
+        10080
+    );
 }
 
 #[test]
@@ -192,7 +203,7 @@ fn bad_images_give_clear_errors() {
     let gif = b"GIF89a\x01\x00\x01\x00\x00\x00\x00;";
     let e = preprocess(gif, &cfg).unwrap_err().to_string();
     assert!(e.contains("PNG, JPEG and WebP are supported"), "{e}");
-    let png = std::fs::read(dir().join("square_120.png")).unwrap();
+    let png = std::fs::read(dir().join("square_120.png")).expect("image reference");
     let e = preprocess(&png[..png.len() / 2], &cfg)
         .unwrap_err()
         .to_string();
@@ -202,6 +213,9 @@ fn bad_images_give_clear_errors() {
     let e = target_size(100_000, 100_000, &cfg).unwrap_err().to_string();
     assert!(e.contains("megapixels"), "{e}");
     // a 1×2 image is scaled up to the budget
-    let small = cfg.with_max_soft_tokens(70).unwrap();
-    assert_eq!(target_size(1, 2, &small).unwrap(), (240, 528));
+    let small = cfg.with_max_soft_tokens(70).expect("image reference");
+    assert_eq!(
+        target_size(1, 2, &small).expect("image reference"),
+        (240, 528)
+    );
 }
