@@ -236,8 +236,10 @@ pub struct GemmaModel {
     pub layout: DecoderLayout,
     /// The image tokens (`None`: the tokenizer has none, the model takes no images).
     pub image_tokens: Option<ImageTokens>,
-    /// The image preprocessing numbers, from `image_processor.json` (ONNX Runtime GenAI),
-    /// `preprocessor_config.json` or `processor_config.json` (transformers); `None` without one.
+    /// The image preprocessing numbers, where the model declares a vision encoder: from the file
+    /// `genai_config.json` names (`model.vision.config_filename`, mobius: `image_processor.json`),
+    /// or, when `config.json` has a `vision_config`, `preprocessor_config.json` (else
+    /// `processor_config.json`); `None` otherwise or when the file is unusable.
     pub image_config: Option<ImageConfig>,
     /// The pad id: fed to an embedding graph without a feature input at the image tokens (the
     /// per-layer inputs are the pad's there).
@@ -269,8 +271,19 @@ impl GemmaModel {
         progress(LoadStage::TextFiles);
         let genai = repo.read_optional("genai_config.json").await;
         let generation = repo.read_optional("generation_config.json").await;
+        // where the image preprocessing numbers are, if the model declares a vision encoder
+        let json = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).ok();
+        let image_files: Vec<String>;
         let config = match &genai {
             Some(g) => {
+                image_files = json(g)
+                    .and_then(|v| {
+                        v.pointer("/model/vision/config_filename")?
+                            .as_str()
+                            .map(str::to_owned)
+                    })
+                    .into_iter()
+                    .collect();
                 let cfg = repo.read_optional("config.json").await;
                 ModelConfig::parse_genai(g, cfg.as_deref(), generation.as_deref())?
             }
@@ -284,6 +297,15 @@ impl GemmaModel {
                     },
                     other => other,
                 })?;
+                image_files =
+                    if json(&config_bytes).is_some_and(|v| v.get("vision_config").is_some()) {
+                        vec![
+                            "preprocessor_config.json".into(),
+                            "processor_config.json".into(),
+                        ]
+                    } else {
+                        Vec::new()
+                    };
                 ModelConfig::parse(&config_bytes, generation.as_deref())?
             }
         };
@@ -297,17 +319,15 @@ impl GemmaModel {
         drop(tokenizer_json);
         let image_tokens = ImageTokens::from_tokenizer(&tokenizer).ok();
         let pad_id = tokenizer.special().pad.as_ref().map(|p| p.id);
+        // A text-only user never needs these: an unreadable file leaves the model without
+        // images (prepare_images says so) rather than failing the load.
         let mut image_config = None;
-        for file in [
-            "image_processor.json",
-            "preprocessor_config.json",
-            "processor_config.json",
-        ] {
+        for file in &image_files {
             if let Some(bytes) = repo.read_optional(file).await {
-                image_config = Some(ImageConfig::parse(&bytes).map_err(|e| LlmError::File {
-                    path: file.into(),
-                    message: e.to_string(),
-                })?);
+                match ImageConfig::parse(&bytes) {
+                    Ok(c) => image_config = Some(c),
+                    Err(e) => log::warn!("{file}: {e}; the model will take no images"),
+                }
                 break;
             }
         }
