@@ -379,7 +379,8 @@ fn taps(input: usize, output: usize) -> Taps {
 /// One pass over an axis of `[outer, len, inner]` bytes (`inner` = the stride of the axis).
 fn resample_axis(src: &[u8], outer: usize, len: usize, inner: usize, new_len: usize) -> Vec<u8> {
     let t = taps(len, new_len);
-    let round = 1i32 << (t.precision - 1).min(31);
+    // the precision is at least 14 bits for any scale (weights are at most ~1.1)
+    let round = 1i64 << t.precision.saturating_sub(1);
     let mut out = vec![0u8; outer * new_len * inner];
     for o in 0..outer {
         let base = o * len * inner;
@@ -388,7 +389,7 @@ fn resample_axis(src: &[u8], outer: usize, len: usize, inner: usize, new_len: us
             for k in 0..inner {
                 let mut acc = round;
                 for (j, wj) in w.iter().enumerate() {
-                    acc += i32::from(src[base + (first + j) * inner + k]) * wj;
+                    acc += i64::from(src[base + (first + j) * inner + k]) * i64::from(*wj);
                 }
                 out[obase + i * inner + k] = (acc >> t.precision).clamp(0, 255) as u8;
             }
