@@ -238,7 +238,7 @@ pub struct GemmaModel {
     pub image_tokens: Option<ImageTokens>,
     /// The image preprocessing numbers, where the model declares a vision encoder: from the file
     /// `genai_config.json` names (`model.vision.config_filename`, mobius: `image_processor.json`),
-    /// or, when `config.json` has a `vision_config`, `preprocessor_config.json` (else
+    /// or, when `config.json` has a `vision_config` object, `preprocessor_config.json` (else
     /// `processor_config.json`); `None` otherwise or when the file is unusable.
     pub image_config: Option<ImageConfig>,
     /// The pad id: fed to an embedding graph without a feature input at the image tokens (the
@@ -297,15 +297,16 @@ impl GemmaModel {
                     },
                     other => other,
                 })?;
-                image_files =
-                    if json(&config_bytes).is_some_and(|v| v.get("vision_config").is_some()) {
-                        vec![
-                            "preprocessor_config.json".into(),
-                            "processor_config.json".into(),
-                        ]
-                    } else {
-                        Vec::new()
-                    };
+                image_files = if json(&config_bytes)
+                    .is_some_and(|v| v.get("vision_config").is_some_and(|c| c.is_object()))
+                {
+                    vec![
+                        "preprocessor_config.json".into(),
+                        "processor_config.json".into(),
+                    ]
+                } else {
+                    Vec::new()
+                };
                 ModelConfig::parse(&config_bytes, generation.as_deref())?
             }
         };
