@@ -56,12 +56,15 @@ struct OrtFeatures {
     rows: Vec<Vec<f32>>,
     hidden: usize,
     next: Cell<usize>,
+    /// The soft tokens of each image asked for.
+    asked: std::cell::RefCell<Vec<usize>>,
 }
 
 impl ImageEncoder for OrtFeatures {
     fn encode<'a>(&'a self, image: &'a PreparedImage) -> LocalBoxFuture<'a, gg_llm::Result<Value>> {
         let i = self.next.get();
         self.next.set(i + 1);
+        self.asked.borrow_mut().push(image.soft_tokens);
         let rows = &self.rows[i];
         assert_eq!(rows.len(), image.soft_tokens * self.hidden, "image {i}");
         let t = HostTensor::from_f32(vec![image.soft_tokens, self.hidden], rows);
@@ -167,6 +170,7 @@ fn greedy_with_images_equals_onnx_runtime() {
                 rows,
                 hidden,
                 next: Cell::new(0),
+                asked: Default::default(),
             };
             let features = pollster::block_on(model.encode_images(&prepared, &encoder))
                 .expect("image fixture");
@@ -267,4 +271,71 @@ fn feature_rows_must_match_the_image_tokens() {
         let e = model.prepare_images(&[], 100).unwrap_err().to_string();
         assert!(e.contains("70, 140, 280, 560, 1120"), "{name}: {e}");
     }
+}
+
+/// The agent backend with an encoder: the conversation's images (agent messages) are
+/// preprocessed at the options' budget, encoded in order and generation ends normally; without
+/// an encoder they are dropped.
+#[test]
+fn backend_feeds_the_conversation_images() {
+    use futures::StreamExt;
+    use gg_agent::{GenerateOptions, ModelBackend, StreamChunk};
+    let gpu = Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter"));
+    let name = "mobius-tiny-gqa-int4-split";
+    let model = Rc::new(load(&gpu, name));
+    let dir = root().join("models").join(name).join("reference");
+    let reference: Json =
+        serde_json::from_slice(&std::fs::read(dir.join("ort.image.json")).expect("image fixture"))
+            .expect("image fixture");
+    let case = &reference["cases"][1];
+    let counts: Vec<usize> =
+        serde_json::from_value(case["soft_tokens"].clone()).expect("image fixture");
+    let file = case["features"].as_str().expect("image fixture");
+    let all = gg_runtime::npy::parse(file, &std::fs::read(dir.join(file)).expect("image fixture"))
+        .expect("image fixture");
+    let (hidden, flat) = (all.shape[1], all.to_f32());
+    let encoder = Rc::new(OrtFeatures {
+        rows: vec![
+            flat[..counts[0] * hidden].to_vec(),
+            flat[counts[0] * hidden..].to_vec(),
+        ],
+        hidden,
+        next: Cell::new(0),
+        asked: Default::default(),
+    });
+    let images = image_inputs(case);
+    let mut m = gg_agent::ChatMessage::user("");
+    m.parts = vec![
+        gg_agent::Part::Text {
+            text: "Compare".into(),
+        },
+        gg_agent::Part::Image(gg_agent::ImagePart::png(images[0].bytes.clone())),
+        gg_agent::Part::Text { text: "and".into() },
+        gg_agent::Part::Image(gg_agent::ImagePart::png(images[1].bytes.clone())),
+    ];
+    let conversation = [m];
+    let options = GenerateOptions {
+        temperature: 0.0,
+        max_new_tokens: 4,
+        image_tokens: reference["image_tokens"].as_u64().expect("image fixture") as u32,
+        ..GenerateOptions::default()
+    };
+    for with_encoder in [true, false] {
+        let mut backend = gg_llm::GemmaBackend::new(model.clone());
+        if with_encoder {
+            backend = backend.with_image_encoder(encoder.clone());
+        }
+        let chunks: Vec<_> =
+            pollster::block_on(backend.generate(&conversation, &[], &options).collect());
+        assert!(
+            chunks.iter().all(|c| c.is_ok()),
+            "{with_encoder}: {:?}",
+            chunks.iter().find(|c| c.is_err())
+        );
+        assert!(
+            matches!(chunks.last(), Some(Ok(StreamChunk::Done { .. }))),
+            "{with_encoder}: {chunks:?}"
+        );
+    }
+    assert_eq!(*encoder.asked.borrow(), counts, "images encoded in order");
 }
