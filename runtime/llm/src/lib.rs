@@ -14,7 +14,8 @@
 //!   [`ImageEncoder`], their placeholders expanded, the features merged into the embeddings
 //!   ([`merge`](mod@merge): by the embedding graph's `image_features` input, or on the GPU).
 //! - [`bench`](mod@bench): the prefill and decode measurements of `gemma-gem bench` and the browser bench.
-//! - [`GemmaBackend`]: the agent's `ModelBackend` (and a tokenizer-exact `TokenCounter`).
+//! - [`GemmaBackend`]: the agent's `ModelBackend` (and a tokenizer-exact `TokenCounter`); with
+//!   [`GemmaBackend::with_image_encoder`] it feeds the conversation's images.
 //!
 //! ```no_run
 //! # async fn demo(gpu: std::rc::Rc<gg_runtime::Gpu>, fetch: std::rc::Rc<dyn gg_llm::source::Fetch>) -> gg_llm::Result<()> {
