@@ -26,6 +26,9 @@ pub enum TextError {
         /// The token texts that were looked up and not found.
         missing: Vec<String>,
     },
+    /// Images and their placeholders in the prompt do not agree.
+    #[error("images: {0}")]
+    Images(String),
     /// The chat template failed to compile or to render.
     #[error("chat template: {0}")]
     Template(String),

@@ -20,6 +20,8 @@
 //! - [`constrain`]: the grammar of a tool call and the token-level matcher that restricts
 //!   sampling to valid calls of the declared tools once `<|tool_call>` is written.
 //! - [`untrusted`]: spans of the prompt tokenized as plain text (no added token can be formed).
+//! - [`image`](mod@image): each image placeholder of a rendered prompt expanded to the image's
+//!   begin marker, one token per soft token and the end marker ([`ImageTokens`]).
 //! - [`agent`]: the agent crate's conversation and tool definitions converted to template
 //!   messages and declarations.
 //!
@@ -30,6 +32,7 @@ mod chat;
 pub mod constrain;
 mod detok;
 mod error;
+pub mod image;
 mod model;
 mod output;
 mod special;
@@ -43,6 +46,7 @@ pub use chat::{
 };
 pub use detok::IncrementalDecoder;
 pub use error::{Result, TextError};
+pub use image::ImageTokens;
 pub use model::{GemmaText, Prompt, TextFiles};
 pub use output::{EndMarker, OutputEvent, OutputParser};
 pub use special::{SpecialToken, SpecialTokens, Vocabulary, text as markers};

@@ -198,3 +198,64 @@ fn gemma_text_turns_a_conversation_into_the_reference_prompt() {
     .expect_err("no template");
     assert!(err.to_string().contains("no chat template"), "{err}");
 }
+
+/// Images: the template writes `<|image|>` per image part; the expansion gives each image its
+/// begin marker, soft tokens and end marker, with the ids config.json names.
+#[test]
+fn image_placeholders_expand_with_the_config_ids() {
+    use gg_gemma::ImageTokens;
+    let dir = model_dir();
+    let tok = GemmaTokenizer::from_dir(&dir).expect("tokenizer");
+    let config = json(&dir.join("config.json"));
+    let t = ImageTokens::from_tokenizer(&tok).expect("image tokens");
+    let id = |k: &str| {
+        config[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("config.json {k}")) as u32
+    };
+    assert_eq!(
+        (t.image, t.begin, t.end),
+        (id("image_token_id"), id("boi_token_id"), id("eoi_token_id"))
+    );
+    assert_eq!(tok.piece(t.begin).as_deref(), Some("<|image>"));
+    assert_eq!(tok.piece(t.end).as_deref(), Some("<image|>"));
+    let template = ChatTemplate::new(
+        std::fs::read_to_string(dir.join("chat_template.jinja")).expect("fixture"),
+    )
+    .expect("fixture");
+    let img = || gg_agent::ImagePart::png(vec![0x89, b'P', b'N', b'G']);
+    let conv = vec![gg_agent::ChatMessage::user_with_images(
+        "compare",
+        vec![img(), img()],
+    )];
+    let msgs = gg_gemma::agent::messages_from_agent(&conv, true);
+    let text = template
+        .render(
+            &msgs,
+            &[],
+            PromptOptions {
+                add_generation_prompt: true,
+                enable_thinking: false,
+            },
+            &tok.template_tokens(),
+        )
+        .expect("fixture");
+    assert_eq!(text.matches("<|image|>").count(), 2, "{text}");
+    let ids = tok.encode_prompt(&text).expect("fixture");
+    let expanded = t.expand(&ids, &[3, 5]).expect("fixture");
+    assert_eq!(expanded.len(), ids.len() + 3 + 5 + 2);
+    assert_eq!(t.positions(&expanded).len(), 8);
+    let begin = expanded
+        .iter()
+        .position(|&i| i == t.begin)
+        .expect("fixture");
+    assert_eq!(
+        &expanded[begin..begin + 5],
+        &[t.begin, t.image, t.image, t.image, t.end]
+    );
+    let e = t.expand(&ids, &[3]).unwrap_err().to_string();
+    assert!(
+        e.contains("2 image placeholder(s) (<|image|>) but 1 image(s)"),
+        "{e}"
+    );
+}

@@ -5,28 +5,52 @@
 
 use crate::error::LlmError;
 use crate::generate::StopReason;
+use crate::images::{ImageEncoder, ImageInput};
 use crate::model::GemmaModel;
 use crate::sampler::Sampling;
 use crate::stream::{TextOptions, TextStream, fresh_seed};
 use futures::StreamExt;
 use gg_agent::context::TokenCounter;
 use gg_agent::{
-    BackendError, ChatMessage, ChunkStream, FinishReason, GenerateOptions, ModelBackend,
+    BackendError, ChatMessage, ChunkStream, FinishReason, GenerateOptions, ModelBackend, Role,
     StreamChunk, ToolDefinition,
 };
 use gg_gemma::{OutputEvent, OutputParser};
 use std::rc::Rc;
 
 /// Gemma 4 as an agent model backend.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct GemmaBackend {
     model: Rc<GemmaModel>,
+    /// The vision encoder; without one, images in the conversation are dropped.
+    encoder: Option<Rc<dyn ImageEncoder>>,
+}
+
+impl std::fmt::Debug for GemmaBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GemmaBackend")
+            .field("model", &self.model)
+            .field("images", &self.encoder.is_some())
+            .finish()
+    }
 }
 
 impl GemmaBackend {
     /// Wraps a loaded model.
     pub fn new(model: Rc<GemmaModel>) -> Self {
-        Self { model }
+        Self {
+            model,
+            encoder: None,
+        }
+    }
+
+    /// Gives the model its vision encoder: the images of the conversation's system, user and
+    /// model messages (in order; tools' images have no place in Gemma's tool-response syntax)
+    /// are then preprocessed at [`GenerateOptions::image_tokens`], encoded and fed at their
+    /// placeholders ([`GemmaModel::stream_with_images`]).
+    pub fn with_image_encoder(mut self, encoder: Rc<dyn ImageEncoder>) -> Self {
+        self.encoder = Some(encoder);
+        self
     }
 
     /// The model.
@@ -97,25 +121,64 @@ impl ModelBackend for GemmaBackend {
         options: &'a GenerateOptions,
     ) -> ChunkStream<'a> {
         let model: &'a GemmaModel = &self.model;
-        let start = (|| {
-            let msgs = gg_gemma::agent::messages_from_agent(messages, false);
+        let encoder = self.encoder.clone();
+        let start = async move {
+            // the images the template will write placeholders for, in order
+            let images: Vec<ImageInput> = match encoder {
+                Some(_) => messages
+                    .iter()
+                    .filter(|m| m.role != Role::Tool)
+                    .flat_map(|m| m.images())
+                    .map(|i| ImageInput {
+                        bytes: i.data.clone(),
+                    })
+                    .collect(),
+                None => Vec::new(),
+            };
+            let msgs = gg_gemma::agent::messages_from_agent(messages, !images.is_empty());
             let decls = gg_gemma::agent::tools_from_agent(tools);
-            let ids = model.prompt_ids(&msgs, &decls, options.thinking)?;
-            TextStream::new(
-                model,
-                &ids,
-                TextOptions {
-                    max_new_tokens: options.max_new_tokens as usize,
-                    sampling: sampling_of(options),
-                    cancel: None,
-                    stop_ids: Vec::new(),
-                },
-            )
-        })();
-        let text = match start {
-            Ok(t) => t,
-            Err(e) => return futures::stream::iter([Err(backend_error(e))]).boxed_local(),
+            let text_options = TextOptions {
+                max_new_tokens: options.max_new_tokens as usize,
+                sampling: sampling_of(options),
+                cancel: None,
+                stop_ids: Vec::new(),
+            };
+            match encoder {
+                Some(enc) if !images.is_empty() => {
+                    model
+                        .stream_with_images(
+                            &msgs,
+                            &decls,
+                            options.thinking,
+                            &images,
+                            options.image_tokens as usize,
+                            enc.as_ref(),
+                            text_options,
+                        )
+                        .await
+                }
+                _ => {
+                    let ids = model.prompt_ids(&msgs, &decls, options.thinking)?;
+                    TextStream::new(model, &ids, text_options)
+                }
+            }
         };
+        futures::stream::once(start)
+            .flat_map(move |started| match started {
+                Ok(text) => Self::chunks(model, text),
+                Err(e) => futures::stream::iter([Err(backend_error(e))]).boxed_local(),
+            })
+            .boxed_local()
+    }
+
+    fn token_counter(&self) -> Option<&dyn TokenCounter> {
+        Some(self)
+    }
+}
+
+impl GemmaBackend {
+    /// The chunks of a started generation.
+    fn chunks<'a>(model: &'a GemmaModel, text: TextStream<'a>) -> ChunkStream<'a> {
         let state = State {
             text,
             parser: OutputParser::new(),
@@ -165,10 +228,6 @@ impl ModelBackend for GemmaBackend {
         })
         .flatten()
         .boxed_local()
-    }
-
-    fn token_counter(&self) -> Option<&dyn TokenCounter> {
-        Some(self)
     }
 }
 

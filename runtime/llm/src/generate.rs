@@ -17,7 +17,7 @@
 //! dropped. [`Generator::last_token`] takes a token without running ahead.
 
 use crate::error::{LlmError, Result};
-use crate::model::GemmaModel;
+use crate::model::{GemmaModel, IMAGE_FEATURES};
 use crate::sampler::{self, Sampling};
 use gg_runtime::exec::{Ctx, PendingRead};
 use gg_runtime::gpu::CounterSnapshot;
@@ -154,6 +154,9 @@ pub struct Generator<'m> {
     /// The step submitted ahead, fed with the last sampled id on the GPU.
     in_flight: Option<InFlight<'m>>,
     run_ahead: bool,
+    /// Image features for the prompt's image tokens (per image `[rows, hidden]`), fed with the
+    /// prompt.
+    images: Vec<Value>,
     stats: GenerationStats,
     /// Decoder runs so far (prefill counts as one; a step run ahead counts when recorded).
     pub steps_run: usize,
@@ -206,6 +209,7 @@ impl<'m> Generator<'m> {
             pending: prompt.to_vec(),
             in_flight: None,
             run_ahead: model.gpu.tuning.submits_overlap,
+            images: Vec::new(),
             stats: GenerationStats {
                 prefill_tokens: prompt.len(),
                 ..GenerationStats::default()
@@ -223,6 +227,40 @@ impl<'m> Generator<'m> {
         self
     }
 
+    /// Feeds the prompt's image tokens (`<|image|>`, one per soft token, already expanded:
+    /// [`GemmaModel::prompt_ids_with_images`]) with `features`: each image's encoder output
+    /// (`[rows, hidden]`, host or GPU, float32 or float16), in prompt order. The rows together
+    /// must equal the image tokens. A mobius split package's embedding graph takes them as its
+    /// `image_features` input; otherwise they replace the `inputs_embeds` rows of the image
+    /// tokens on the GPU and the embedding sees the pad id there ([`crate::merge`]).
+    pub fn with_image_features(mut self, features: Vec<Value>) -> Result<Self> {
+        let tokens = self.model.image_tokens.ok_or_else(|| {
+            LlmError::Model("the tokenizer has no image tokens: this model takes no images".into())
+        })?;
+        if self.model.embed.is_none() {
+            return Err(LlmError::Model(
+                "this package has no embedding graph to take image features (a single model.onnx)"
+                    .into(),
+            ));
+        }
+        if !self.model.embedding_takes_images() && self.model.pad_id.is_none() {
+            return Err(LlmError::Model(
+                "the tokenizer names no pad token, which the embedding needs at image tokens"
+                    .into(),
+            ));
+        }
+        if let Some(f) = features.iter().find(|f| f.shape().len() != 2) {
+            return Err(LlmError::Options(format!(
+                "image features of shape {:?}; expected [rows, hidden]",
+                f.shape()
+            )));
+        }
+        let rows = features.iter().map(|f| f.shape()[0]).sum();
+        crate::merge::feature_rows(&self.pending, tokens.image, rows)?;
+        self.images = features;
+        Ok(self)
+    }
+
     /// Tokens in the cache (a step running ahead included).
     pub fn position(&self) -> usize {
         self.past
@@ -237,10 +275,28 @@ impl<'m> Generator<'m> {
     /// the GPU): one row, or, from a decoder without `num_logits_to_keep`, a row per fed token
     /// (the sampler reads the last).
     async fn forward(&mut self, cx: &mut Ctx<'_>, input: StepInput) -> Result<GpuTensor> {
+        // the prompt's image features, with the ids the embedding gets and each row's feature
+        let mut images = None;
         let ids: Value = match input {
             StepInput::Host(ids) => {
                 if ids.is_empty() {
                     return Err(LlmError::Options("no token ids to feed".into()));
+                }
+                let features = std::mem::take(&mut self.images);
+                if let (false, Some(tokens)) = (features.is_empty(), self.model.image_tokens) {
+                    let features = crate::merge::concat_rows(cx, features)?;
+                    let rows = crate::merge::feature_rows(
+                        &ids,
+                        tokens.image,
+                        features.shape().first().copied().unwrap_or(0),
+                    )?;
+                    let embed_ids = match (self.model.embedding_takes_images(), self.model.pad_id) {
+                        (false, Some(pad)) => {
+                            crate::merge::pad_image_tokens(&ids, tokens.image, pad)
+                        }
+                        _ => ids.clone(),
+                    };
+                    images = Some((features, rows, embed_ids));
                 }
                 let ids64: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
                 Value::Host(HostTensor::from_i64(vec![1, ids.len()], &ids64))
@@ -275,20 +331,46 @@ impl<'m> Generator<'m> {
             inputs.push(("input_ids".into(), ids));
         }
         if let (Some(embed), Some(ids)) = (&self.model.embed, for_embed) {
+            let takes_images = self.model.embedding_takes_images();
+            let (mut features, mut merge) = (None, None);
+            let ids = match images {
+                Some((f, rows, embed_ids)) => {
+                    let ids64: Vec<i64> = embed_ids.iter().map(|&i| i64::from(i)).collect();
+                    if takes_images {
+                        features = Some(f);
+                    } else {
+                        merge = Some((f, rows));
+                    }
+                    Value::Host(HostTensor::from_i64(vec![1, embed_ids.len()], &ids64))
+                }
+                None => ids,
+            };
             let mut feeds = Vec::with_capacity(1 + self.model.embed_empty.len());
             feeds.push(("input_ids".to_string(), ids));
             for e in &self.model.embed_empty {
-                feeds.push((
-                    e.name.clone(),
-                    Value::Host(HostTensor::from_i64_as(e.dtype, e.shape.clone(), &[])),
-                ));
+                let value = match features.take() {
+                    Some(f) if e.name == IMAGE_FEATURES => as_dtype(f, e.dtype)?,
+                    other => {
+                        features = other;
+                        Value::Host(HostTensor::from_i64_as(e.dtype, e.shape.clone(), &[]))
+                    }
+                };
+                feeds.push((e.name.clone(), value));
             }
             for (name, v) in embed.run_in(cx, feeds).await? {
                 let wanted = (name == "inputs_embeds" && layout.inputs_embeds)
                     || (name == "per_layer_inputs" && layout.per_layer_inputs);
-                if wanted {
-                    inputs.push((name, v));
+                if !wanted {
+                    continue;
                 }
+                let v = match (&merge, name.as_str()) {
+                    (Some((f, rows)), "inputs_embeds") => {
+                        let embeds = cx.to_gpu(&v)?;
+                        Value::Gpu(crate::merge::record(cx, &embeds, f, rows)?)
+                    }
+                    _ => v,
+                };
+                inputs.push((name, v));
             }
         }
         inputs.push((
@@ -472,6 +554,28 @@ impl<'m> Generator<'m> {
         // Without num_logits_to_keep the decoder gives a row per fed token: the last one.
         let v = logits.shape.last().copied().unwrap_or(host.len()).max(1);
         Ok(host[host.len() - v.min(host.len())..].to_vec())
+    }
+}
+
+/// Host image features converted to the embedding input's dtype; GPU ones must have it.
+fn as_dtype(features: Value, dtype: DType) -> Result<Value> {
+    if features.dtype() == dtype {
+        return Ok(features);
+    }
+    match features {
+        Value::Host(h) if h.dtype.is_float() && dtype.is_float() => {
+            let v = h.to_f64();
+            Ok(Value::Host(HostTensor::from_f64_as(
+                dtype,
+                h.shape.clone(),
+                &v,
+            )))
+        }
+        other => Err(LlmError::Options(format!(
+            "image features are {}, the embedding graph takes {}",
+            other.dtype().name(),
+            dtype.name()
+        ))),
     }
 }
 

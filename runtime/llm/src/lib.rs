@@ -8,8 +8,14 @@
 //!   (`present.*` fed back as `past_key_values.*`), the next token sampled on the GPU
 //!   ([`Sampling`]), only its id read back.
 //! - [`TextStream`]: text per token with end ids, `max_new_tokens` and cancellation.
+//! - [`image`](mod@image): image bytes → the vision encoder's patches and positions, exactly as
+//!   transformers' Gemma 4 image processor.
+//! - [`images`](mod@images): prompts with images: [`ImageInput`]s preprocessed, encoded by an
+//!   [`ImageEncoder`], their placeholders expanded, the features merged into the embeddings
+//!   ([`merge`](mod@merge): by the embedding graph's `image_features` input, or on the GPU).
 //! - [`bench`](mod@bench): the prefill and decode measurements of `gemma-gem bench` and the browser bench.
-//! - [`GemmaBackend`]: the agent's `ModelBackend` (and a tokenizer-exact `TokenCounter`).
+//! - [`GemmaBackend`]: the agent's `ModelBackend` (and a tokenizer-exact `TokenCounter`); with
+//!   [`GemmaBackend::with_image_encoder`] it feeds the conversation's images.
 //!
 //! ```no_run
 //! # async fn demo(gpu: std::rc::Rc<gg_runtime::Gpu>, fetch: std::rc::Rc<dyn gg_llm::source::Fetch>) -> gg_llm::Result<()> {
@@ -30,6 +36,9 @@ pub mod bench;
 pub mod config;
 pub mod error;
 pub mod generate;
+pub mod image;
+pub mod images;
+pub mod merge;
 pub mod model;
 pub mod sampler;
 pub mod source;
@@ -40,6 +49,7 @@ pub use backend::GemmaBackend;
 pub use config::{Dtype, ModelConfig};
 pub use error::{LlmError, Result};
 pub use generate::{GenerationStats, Generator, StopReason};
+pub use images::{ImageEncoder, ImageInput};
 pub use model::{GemmaModel, LoadOptions, LoadStage};
 pub use sampler::Sampling;
 pub use source::ModelRepo;

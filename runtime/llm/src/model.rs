@@ -5,8 +5,9 @@
 
 use crate::config::{DECODER, Dtype, EMBED, ModelConfig, Package, external_chunk_names};
 use crate::error::{LlmError, Result};
+use crate::image::ImageConfig;
 use crate::source::ModelRepo;
-use gg_gemma::{ChatTemplate, GemmaTokenizer};
+use gg_gemma::{ChatTemplate, GemmaTokenizer, ImageTokens};
 use gg_runtime::model::{Dim, Graph, ValueInfo};
 use gg_runtime::{DType, Gpu, Session};
 use std::rc::Rc;
@@ -155,6 +156,9 @@ impl DecoderLayout {
     }
 }
 
+/// The embedding graph's input for image features (mobius split packages).
+pub const IMAGE_FEATURES: &str = "image_features";
+
 /// An optional input of the embedding graph fed empty: a split package's `image_features` /
 /// `audio_features` `[0, hidden]` (text only).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -230,6 +234,16 @@ pub struct GemmaModel {
     pub decoder: Session,
     /// Decoder inputs and the cache layout.
     pub layout: DecoderLayout,
+    /// The image tokens (`None`: the tokenizer has none, the model takes no images).
+    pub image_tokens: Option<ImageTokens>,
+    /// The image preprocessing numbers, where the model declares a vision encoder: from the file
+    /// `genai_config.json` names (`model.vision.config_filename`, mobius: `image_processor.json`),
+    /// or, when `config.json` has a `vision_config` object, `preprocessor_config.json` (else
+    /// `processor_config.json`); `None` otherwise or when the file is unusable.
+    pub image_config: Option<ImageConfig>,
+    /// The pad id: fed to an embedding graph without a feature input at the image tokens (the
+    /// per-layer inputs are the pad's there).
+    pub pad_id: Option<u32>,
 }
 
 impl std::fmt::Debug for GemmaModel {
@@ -257,8 +271,19 @@ impl GemmaModel {
         progress(LoadStage::TextFiles);
         let genai = repo.read_optional("genai_config.json").await;
         let generation = repo.read_optional("generation_config.json").await;
+        // where the image preprocessing numbers are, if the model declares a vision encoder
+        let json = |b: &[u8]| serde_json::from_slice::<serde_json::Value>(b).ok();
+        let image_files: Vec<String>;
         let config = match &genai {
             Some(g) => {
+                image_files = json(g)
+                    .and_then(|v| {
+                        v.pointer("/model/vision/config_filename")?
+                            .as_str()
+                            .map(str::to_owned)
+                    })
+                    .into_iter()
+                    .collect();
                 let cfg = repo.read_optional("config.json").await;
                 ModelConfig::parse_genai(g, cfg.as_deref(), generation.as_deref())?
             }
@@ -272,6 +297,16 @@ impl GemmaModel {
                     },
                     other => other,
                 })?;
+                image_files = if json(&config_bytes)
+                    .is_some_and(|v| v.get("vision_config").is_some_and(|c| c.is_object()))
+                {
+                    vec![
+                        "preprocessor_config.json".into(),
+                        "processor_config.json".into(),
+                    ]
+                } else {
+                    Vec::new()
+                };
                 ModelConfig::parse(&config_bytes, generation.as_deref())?
             }
         };
@@ -283,6 +318,20 @@ impl GemmaModel {
             tokenizer_config.as_deref(),
         )?;
         drop(tokenizer_json);
+        let image_tokens = ImageTokens::from_tokenizer(&tokenizer).ok();
+        let pad_id = tokenizer.special().pad.as_ref().map(|p| p.id);
+        // A text-only user never needs these: an unreadable file leaves the model without
+        // images (prepare_images says so) rather than failing the load.
+        let mut image_config = None;
+        for file in &image_files {
+            if let Some(bytes) = repo.read_optional(file).await {
+                match ImageConfig::parse(&bytes) {
+                    Ok(c) => image_config = Some(c),
+                    Err(e) => log::warn!("{file}: {e}; the model will take no images"),
+                }
+                break;
+            }
+        }
         let template_src = match repo.read("chat_template.jinja").await {
             Ok(t) => String::from_utf8(t)
                 .map_err(|_| LlmError::Model("chat_template.jinja is not UTF-8".into()))?,
@@ -392,7 +441,17 @@ impl GemmaModel {
             embed_empty,
             decoder,
             layout,
+            image_tokens,
+            image_config,
+            pad_id,
         })
+    }
+
+    /// Whether the embedding graph takes the image features itself (a mobius split package's
+    /// `image_features` input); otherwise they are written into `inputs_embeds`
+    /// ([`crate::merge`]).
+    pub fn embedding_takes_images(&self) -> bool {
+        self.embed_empty.iter().any(|e| e.name == IMAGE_FEATURES)
     }
 
     /// The variant as shown to users: `q4` / `q4f16` in the onnx-community layout; for an ONNX

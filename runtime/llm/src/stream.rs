@@ -65,6 +65,19 @@ impl<'m> TextStream<'m> {
         })
     }
 
+    /// [`TextStream::new`] with the prompt's image features (each image's, in prompt order; see
+    /// [`Generator::with_image_features`]).
+    pub fn with_image_features(
+        model: &'m GemmaModel,
+        prompt: &[u32],
+        options: TextOptions,
+        features: Vec<gg_runtime::Value>,
+    ) -> Result<Self> {
+        let mut s = Self::new(model, prompt, options)?;
+        s.generator = s.generator.with_image_features(features)?;
+        Ok(s)
+    }
+
     /// The next token, or `None` once stopped.
     pub async fn next(&mut self) -> Result<Option<Token>> {
         if self.stopped.is_some() {

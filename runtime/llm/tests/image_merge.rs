@@ -1,0 +1,341 @@
+//! Prompts with images against ONNX Runtime's full chain (`reference/ort.image.json`, written by
+//! `tools/fixtures/gen_image_merge_refs.py`): the conversation rendered by the model's chat
+//! template, each image preprocessed (70 soft tokens at the fixtures' patch 4), its placeholder
+//! expanded, and ONNX Runtime's vision-encoder features fed with the prompt; 8 greedy tokens
+//! equal ONNX Runtime's embedding-with-features → decoder. Both merge layouts: the mobius split
+//! packages' embedding graph takes `image_features` (int4 GQA and fp32 Attention), and the
+//! onnx-community layout (`gemma4-tiny`, `embed_tokens` with `input_ids` only) gets the features
+//! written into `inputs_embeds` on the GPU with the pad id at the image tokens. One image and
+//! two images in one prompt.
+//!
+//! GPU: whatever wgpu picks (in CI `WGPU_BACKEND=vulkan` = Mesa lavapipe).
+
+use futures::future::LocalBoxFuture;
+use gg_llm::image::{ImageConfig, PreparedImage};
+use gg_llm::{GemmaModel, Generator, ImageEncoder, ImageInput, LoadOptions, ModelRepo, Sampling};
+use gg_runtime::{Gpu, HostTensor, Value};
+use serde_json::Value as Json;
+use std::cell::Cell;
+use std::path::PathBuf;
+use std::rc::Rc;
+
+const FIXTURES: &[&str] = &[
+    "mobius-tiny-gqa-int4-split",
+    "mobius-tiny-attn-fp32-split",
+    "gemma4-tiny",
+];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+fn load(gpu: &Rc<Gpu>, name: &str) -> GemmaModel {
+    let dir = root().join("models").join(name);
+    let repo = ModelRepo::open(dir.to_str().expect("utf-8 path")).expect("repo");
+    let mut model = pollster::block_on(GemmaModel::load(
+        gpu.clone(),
+        &repo,
+        &LoadOptions {
+            dtype: Some(gg_llm::Dtype::Q4),
+        },
+    ))
+    .unwrap_or_else(|e| panic!("{name}: {e}"));
+    if model.image_config.is_none() {
+        // the onnx-community-layout fixture has no vision encoder nor processor config: it takes
+        // the features of the mobius package with the same weights, preprocessed likewise
+        let cfg =
+            std::fs::read(root().join("models/mobius-tiny-gqa-int4-split/image_processor.json"))
+                .expect("image fixture");
+        model.image_config = Some(ImageConfig::parse(&cfg).expect("image fixture"));
+    }
+    model
+}
+
+/// ONNX Runtime's features, handed out image by image.
+struct OrtFeatures {
+    rows: Vec<Vec<f32>>,
+    hidden: usize,
+    next: Cell<usize>,
+    /// The soft tokens of each image asked for.
+    asked: std::cell::RefCell<Vec<usize>>,
+}
+
+impl ImageEncoder for OrtFeatures {
+    fn encode<'a>(&'a self, image: &'a PreparedImage) -> LocalBoxFuture<'a, gg_llm::Result<Value>> {
+        let i = self.next.get();
+        self.next.set(i + 1);
+        self.asked.borrow_mut().push(image.soft_tokens);
+        let rows = &self.rows[i];
+        assert_eq!(rows.len(), image.soft_tokens * self.hidden, "image {i}");
+        let t = HostTensor::from_f32(vec![image.soft_tokens, self.hidden], rows);
+        Box::pin(async move { Ok(Value::Host(t)) })
+    }
+}
+
+fn messages(case: &Json) -> Vec<gg_gemma::ChatMessage> {
+    let dir = root().join("images");
+    let mut images = case["images"].as_array().expect("image fixture").iter();
+    let parts = case["messages"][0]["content"]
+        .as_array()
+        .expect("image fixture")
+        .iter()
+        .map(|p| match p["type"].as_str().expect("image fixture") {
+            "text" => gg_agent::Part::Text {
+                text: p["text"].as_str().expect("image fixture").into(),
+            },
+            _ => {
+                let f = images
+                    .next()
+                    .expect("image fixture")
+                    .as_str()
+                    .expect("image fixture");
+                gg_agent::Part::Image(gg_agent::ImagePart::png(
+                    std::fs::read(dir.join(f)).expect("image fixture"),
+                ))
+            }
+        })
+        .collect();
+    let mut m = gg_agent::ChatMessage::user("");
+    m.parts = parts;
+    gg_gemma::agent::messages_from_agent(&[m], true)
+}
+
+fn image_inputs(case: &Json) -> Vec<ImageInput> {
+    case["images"]
+        .as_array()
+        .expect("image fixture")
+        .iter()
+        .map(|f| ImageInput {
+            bytes: std::fs::read(
+                root()
+                    .join("images")
+                    .join(f.as_str().expect("image fixture")),
+            )
+            .expect("image fixture"),
+        })
+        .collect()
+}
+
+fn ids(v: &Json) -> Vec<u32> {
+    serde_json::from_value(v.clone()).expect("ids")
+}
+
+#[test]
+fn greedy_with_images_equals_onnx_runtime() {
+    let gpu = Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter"));
+    for name in FIXTURES {
+        let model = load(&gpu, name);
+        let dir = root().join("models").join(name).join("reference");
+        let reference: Json = serde_json::from_slice(
+            &std::fs::read(dir.join("ort.image.json")).expect("image fixture"),
+        )
+        .expect("image fixture");
+        let budget = reference["image_tokens"].as_u64().expect("image fixture") as usize;
+        for case in reference["cases"].as_array().expect("image fixture") {
+            let cname = case["name"].as_str().expect("image fixture");
+            let counts: Vec<usize> =
+                serde_json::from_value(case["soft_tokens"].clone()).expect("image fixture");
+            let prepared = model
+                .prepare_images(&image_inputs(case), budget)
+                .expect("image fixture");
+            assert_eq!(
+                prepared.iter().map(|p| p.soft_tokens).collect::<Vec<_>>(),
+                counts,
+                "{name} {cname}: soft tokens"
+            );
+            let msgs = messages(case);
+            let prompt = model
+                .prompt_ids_with_images(&msgs, &[], false, &prepared)
+                .expect("image fixture");
+            assert_eq!(
+                prompt,
+                ids(&case["input_ids"]),
+                "{name} {cname}: prompt ids"
+            );
+            let file = case["features"].as_str().expect("image fixture");
+            let all = gg_runtime::npy::parse(
+                file,
+                &std::fs::read(dir.join(file)).expect("image fixture"),
+            )
+            .expect("image fixture");
+            let hidden = all.shape[1];
+            let flat = all.to_f32();
+            let mut rows = Vec::new();
+            let mut at = 0;
+            for n in &counts {
+                rows.push(flat[at * hidden..(at + n) * hidden].to_vec());
+                at += n;
+            }
+            let encoder = OrtFeatures {
+                rows,
+                hidden,
+                next: Cell::new(0),
+                asked: Default::default(),
+            };
+            let features = pollster::block_on(model.encode_images(&prepared, &encoder))
+                .expect("image fixture");
+            let want = ids(&case["greedy_tokens"]);
+            let mut g = Generator::new(&model, &prompt, Sampling::Greedy)
+                .expect("image fixture")
+                .with_image_features(features)
+                .expect("image fixture");
+            let mut got = Vec::new();
+            for _ in 0..want.len() {
+                got.push(pollster::block_on(g.next_token()).expect("image fixture"));
+            }
+            assert_eq!(got, want, "{name} {cname}: greedy tokens");
+            eprintln!(
+                "{name} {cname}: {} prompt ids ({counts:?} soft tokens), {} greedy tokens equal ONNX Runtime's",
+                prompt.len(),
+                got.len()
+            );
+            // the same through the stream entry (preprocess, expand, encode, generate)
+            encoder.next.set(0);
+            let mut stream = pollster::block_on(model.stream_with_images(
+                &msgs,
+                &[],
+                false,
+                &image_inputs(case),
+                budget,
+                &encoder,
+                gg_llm::TextOptions {
+                    max_new_tokens: want.len(),
+                    sampling: Sampling::Greedy,
+                    cancel: None,
+                    stop_ids: vec![],
+                },
+            ))
+            .expect("image fixture");
+            let mut streamed = Vec::new();
+            while let Some(t) = pollster::block_on(stream.next()).expect("image fixture") {
+                streamed.push(t.id);
+            }
+            let n = streamed.len();
+            assert_eq!(streamed, want[..n], "{name} {cname}: streamed tokens");
+        }
+    }
+}
+
+#[test]
+fn feature_rows_must_match_the_image_tokens() {
+    let gpu = Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter"));
+    for name in ["mobius-tiny-gqa-int4-split", "gemma4-tiny"] {
+        let model = load(&gpu, name);
+        let t = model.image_tokens.expect("image tokens");
+        let prompt = [2, t.begin, t.image, t.image, t.image, t.end, 105];
+        let features = |rows: usize| {
+            vec![Value::Host(HostTensor::from_f32(
+                vec![rows, 64],
+                &vec![0.5; rows * 64],
+            ))]
+        };
+        let e = Generator::new(&model, &prompt, Sampling::Greedy)
+            .expect("image fixture")
+            .with_image_features(features(2))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("3 image tokens") && e.contains("2 rows"),
+            "{name}: {e}"
+        );
+        assert!(
+            Generator::new(&model, &prompt, Sampling::Greedy)
+                .expect("image fixture")
+                .with_image_features(features(3))
+                .is_ok()
+        );
+        let one = std::fs::read(root().join("images/square_120.png")).expect("image fixture");
+        let prepared = model
+            .prepare_images(&[ImageInput { bytes: one }], 70)
+            .expect("image fixture");
+        let e = model
+            .prompt_ids_with_images(
+                &[gg_gemma::ChatMessage::user("no image here")],
+                &[],
+                false,
+                &prepared,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("0 image placeholder(s)"), "{name}: {e}");
+        let e = model
+            .prepare_images(
+                &[ImageInput {
+                    bytes: vec![1, 2, 3],
+                }],
+                70,
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("image 1: the image is not a PNG"), "{name}: {e}");
+        let e = model.prepare_images(&[], 100).unwrap_err().to_string();
+        assert!(e.contains("70, 140, 280, 560, 1120"), "{name}: {e}");
+    }
+}
+
+/// The agent backend with an encoder: the conversation's images (agent messages) are
+/// preprocessed at the options' budget, encoded in order and generation ends normally; without
+/// an encoder they are dropped.
+#[test]
+fn backend_feeds_the_conversation_images() {
+    use futures::StreamExt;
+    use gg_agent::{GenerateOptions, ModelBackend, StreamChunk};
+    let gpu = Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter"));
+    let name = "mobius-tiny-gqa-int4-split";
+    let model = Rc::new(load(&gpu, name));
+    let dir = root().join("models").join(name).join("reference");
+    let reference: Json =
+        serde_json::from_slice(&std::fs::read(dir.join("ort.image.json")).expect("image fixture"))
+            .expect("image fixture");
+    let case = &reference["cases"][1];
+    let counts: Vec<usize> =
+        serde_json::from_value(case["soft_tokens"].clone()).expect("image fixture");
+    let file = case["features"].as_str().expect("image fixture");
+    let all = gg_runtime::npy::parse(file, &std::fs::read(dir.join(file)).expect("image fixture"))
+        .expect("image fixture");
+    let (hidden, flat) = (all.shape[1], all.to_f32());
+    let encoder = Rc::new(OrtFeatures {
+        rows: vec![
+            flat[..counts[0] * hidden].to_vec(),
+            flat[counts[0] * hidden..].to_vec(),
+        ],
+        hidden,
+        next: Cell::new(0),
+        asked: Default::default(),
+    });
+    let images = image_inputs(case);
+    let mut m = gg_agent::ChatMessage::user("");
+    m.parts = vec![
+        gg_agent::Part::Text {
+            text: "Compare".into(),
+        },
+        gg_agent::Part::Image(gg_agent::ImagePart::png(images[0].bytes.clone())),
+        gg_agent::Part::Text { text: "and".into() },
+        gg_agent::Part::Image(gg_agent::ImagePart::png(images[1].bytes.clone())),
+    ];
+    let conversation = [m];
+    let options = GenerateOptions {
+        temperature: 0.0,
+        max_new_tokens: 4,
+        image_tokens: reference["image_tokens"].as_u64().expect("image fixture") as u32,
+        ..GenerateOptions::default()
+    };
+    for with_encoder in [true, false] {
+        let mut backend = gg_llm::GemmaBackend::new(model.clone());
+        if with_encoder {
+            backend = backend.with_image_encoder(encoder.clone());
+        }
+        let chunks: Vec<_> =
+            pollster::block_on(backend.generate(&conversation, &[], &options).collect());
+        assert!(
+            chunks.iter().all(|c| c.is_ok()),
+            "{with_encoder}: {:?}",
+            chunks.iter().find(|c| c.is_err())
+        );
+        assert!(
+            matches!(chunks.last(), Some(Ok(StreamChunk::Done { .. }))),
+            "{with_encoder}: {chunks:?}"
+        );
+    }
+    assert_eq!(*encoder.asked.borrow(), counts, "images encoded in order");
+}
