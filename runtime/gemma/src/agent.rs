@@ -12,8 +12,10 @@
 //!   as `<|tool_response>response:NAME{key:value,...}<tool_response|>` for object results, and
 //!   the model's turn stays open after it, as it was when the model generated the calls;
 //! - images become `<|image|>` placeholders when `with_images` is set and are dropped otherwise
-//!   (a model without its vision encoder cannot use them); images returned by tools are dropped
-//!   (the tool-response syntax has no place for them);
+//!   (a model without its vision encoder cannot use them); images returned by tools have no
+//!   place in the tool-response syntax: the template drops them, and a model with a vision
+//!   encoder gets them after the tool's `<tool_response|>` instead ([`conversation_images`],
+//!   [`crate::ImageTokens::splice_tool_images`]);
 //! - every string but the system prompt's (user and model text, thinking, tool-call names and
 //!   arguments, tool responses with their keys) is marked as an [untrusted](crate::untrusted)
 //!   span, so it is tokenized as plain text: only what the template writes becomes a marker.
@@ -197,6 +199,49 @@ pub fn messages_from_agent(messages: &[agent::ChatMessage], with_images: bool) -
     out
 }
 
+/// The images of a conversation in the order the model reads them, for a prompt rendered from
+/// [`messages_from_agent`] with images on.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct ConversationImages<'a> {
+    /// Every image, in prompt order: those of system, user and model messages at the
+    /// template's placeholders, those tools returned after their tool response.
+    pub images: Vec<&'a agent::ImagePart>,
+    /// For each tool response the template renders (in order), how many images its tool
+    /// returned ([`crate::ImageTokens::splice_tool_images`]).
+    pub tool_images: Vec<usize>,
+}
+
+/// Lists the images of `messages` as the prompt places them. The template writes a model
+/// message's tool responses before its own content, so a model message's images (if it had
+/// any) come after the images of the tool responses folded into it.
+pub fn conversation_images(messages: &[agent::ChatMessage]) -> ConversationImages<'_> {
+    let mut out = ConversationImages::default();
+    // images of the last model message, written after its tool responses
+    let mut held: Vec<&agent::ImagePart> = Vec::new();
+    for m in messages {
+        match m.role {
+            agent::Role::System | agent::Role::User => {
+                out.images.append(&mut held);
+                out.images.extend(m.images());
+            }
+            agent::Role::Model => {
+                out.images.append(&mut held);
+                held.extend(m.images());
+            }
+            agent::Role::Tool => {
+                if m.tool_response.is_none() {
+                    continue; // not rendered (messages_from_agent skips it)
+                }
+                let before = out.images.len();
+                out.images.extend(m.images());
+                out.tool_images.push(out.images.len() - before);
+            }
+        }
+    }
+    out.images.append(&mut held);
+    out
+}
+
 fn with_content(
     mut msg: ChatMessage,
     m: &agent::ChatMessage,
@@ -319,5 +364,36 @@ mod tests {
         // The system prompt is ours: not marked.
         let system = messages_from_agent(&[agent::ChatMessage::system("rules")], false);
         assert_eq!(system[0].content, Some(Content::Text("rules".into())));
+    }
+
+    #[test]
+    fn conversation_images_in_prompt_order() {
+        let img = |b: u8| agent::ImagePart::png(vec![b]);
+        let mut model = agent::ChatMessage::model_with_calls(
+            "",
+            vec![
+                agent::ToolCall::from_value("take_screenshot", json!({})),
+                agent::ToolCall::from_value("get_page_title", json!({})),
+            ],
+        );
+        // a model message's own images are written after its tool responses
+        model.parts.push(agent::Part::Image(img(9)));
+        let conv = vec![
+            agent::ChatMessage::user_with_images("look", vec![img(1), img(2)]),
+            model,
+            agent::ChatMessage::tool("take_screenshot", json!({"width": 4}), vec![img(3)]),
+            agent::ChatMessage::tool("get_page_title", json!("t"), vec![]),
+            agent::ChatMessage::user_with_images("and this", vec![img(4)]),
+        ];
+        let found = conversation_images(&conv);
+        let bytes: Vec<u8> = found.images.iter().map(|i| i.data[0]).collect();
+        assert_eq!(bytes, [1, 2, 3, 9, 4]);
+        assert_eq!(found.tool_images, [1, 0]);
+        // one entry per tool response the template renders
+        let rendered: usize = messages_from_agent(&conv, true)
+            .iter()
+            .map(|m| m.tool_responses.len())
+            .sum();
+        assert_eq!(rendered, found.tool_images.len());
     }
 }

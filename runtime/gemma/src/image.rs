@@ -78,6 +78,43 @@ impl ImageTokens {
         Ok(out)
     }
 
+    /// Places the images tools returned (a screenshot): the template has no place for them in
+    /// Gemma's tool-response syntax, so after the rendering, `tool_images[k]` placeholders
+    /// (`<|image|>`) are inserted right after the k-th `<tool_response|>` (`response_end`) of the
+    /// rendered prompt `ids`, inside the model's turn, where the tool's result ends — what
+    /// the model reads next is the screenshot. Every tool response the template rendered must
+    /// have its entry (0 for none); a count mismatch is an error (the prompt and the list of
+    /// tool responses disagree). Tool responses are untrusted text that never becomes a
+    /// `<tool_response|>` token, so only the template's own markers are counted.
+    pub fn splice_tool_images(
+        &self,
+        ids: &[u32],
+        response_end: u32,
+        tool_images: &[usize],
+    ) -> Result<Vec<u32>> {
+        if tool_images.iter().all(|&n| n == 0) {
+            return Ok(ids.to_vec());
+        }
+        let ends = ids.iter().filter(|&&i| i == response_end).count();
+        if ends != tool_images.len() {
+            return Err(TextError::Images(format!(
+                "the prompt has {ends} tool response(s) but images were given for {}",
+                tool_images.len()
+            )));
+        }
+        let extra: usize = tool_images.iter().sum();
+        let mut out = Vec::with_capacity(ids.len() + extra);
+        let mut next = tool_images.iter();
+        for &id in ids {
+            out.push(id);
+            if id == response_end {
+                let n = *next.next().unwrap_or(&0);
+                out.extend(std::iter::repeat_n(self.image, n));
+            }
+        }
+        Ok(out)
+    }
+
     /// Positions of the soft tokens in an expanded prompt (where the features go, in order).
     pub fn positions(&self, ids: &[u32]) -> Vec<usize> {
         ids.iter()
@@ -110,6 +147,31 @@ mod tests {
         );
         assert_eq!(T.positions(&out), [4, 5, 9, 10, 11]);
         assert_eq!(T.expand(&[2, 7], &[]).expect("expansion"), [2, 7]);
+    }
+
+    #[test]
+    fn tool_images_follow_their_response() {
+        // 50/51: <|tool_response> / <tool_response|>
+        let ids = [2, 48, 9, 49, 50, 7, 51, 50, 8, 51];
+        let out = T.splice_tool_images(&ids, 51, &[0, 2]).expect("splice");
+        assert_eq!(out, [2, 48, 9, 49, 50, 7, 51, 50, 8, 51, 110, 110]);
+        let out = T.splice_tool_images(&ids, 51, &[1, 0]).expect("splice");
+        assert_eq!(out, [2, 48, 9, 49, 50, 7, 51, 110, 50, 8, 51]);
+        // no images: the ids as they are, whatever the count
+        assert_eq!(T.splice_tool_images(&ids, 51, &[]).expect("none"), ids);
+        let e = T
+            .splice_tool_images(&ids, 51, &[1])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("2 tool response(s)"), "{e}");
+        // then expanded like any placeholder
+        let out = T
+            .splice_tool_images(&[50, 7, 51], 51, &[1])
+            .expect("splice");
+        assert_eq!(
+            T.expand(&out, &[2]).expect("expand"),
+            [50, 7, 51, 113, 110, 110, 114]
+        );
     }
 
     #[test]

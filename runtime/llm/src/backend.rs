@@ -12,7 +12,7 @@ use crate::stream::{TextOptions, TextStream, fresh_seed};
 use futures::StreamExt;
 use gg_agent::context::TokenCounter;
 use gg_agent::{
-    BackendError, ChatMessage, ChunkStream, FinishReason, GenerateOptions, ModelBackend, Role,
+    BackendError, ChatMessage, ChunkStream, FinishReason, GenerateOptions, ModelBackend,
     StreamChunk, ToolDefinition,
 };
 use gg_gemma::{OutputEvent, OutputParser};
@@ -44,9 +44,9 @@ impl GemmaBackend {
         }
     }
 
-    /// Gives the model its vision encoder: the images of the conversation's system, user and
-    /// model messages (in order; tools' images have no place in Gemma's tool-response syntax)
-    /// are then preprocessed at [`GenerateOptions::image_tokens`], encoded and fed at their
+    /// Gives the model its vision encoder: the images of the conversation (those of system,
+    /// user and model messages at the template's placeholders, those tools returned — a
+    /// screenshot — right after their tool response) are then preprocessed at [`GenerateOptions::image_tokens`], encoded and fed at their
     /// placeholders ([`GemmaModel::stream_with_images`]).
     pub fn with_image_encoder(mut self, encoder: Rc<dyn ImageEncoder>) -> Self {
         self.encoder = Some(encoder);
@@ -123,17 +123,21 @@ impl ModelBackend for GemmaBackend {
         let model: &'a GemmaModel = &self.model;
         let encoder = self.encoder.clone();
         let start = async move {
-            // the images the template will write placeholders for, in order
-            let images: Vec<ImageInput> = match encoder {
-                Some(_) => messages
-                    .iter()
-                    .filter(|m| m.role != Role::Tool)
-                    .flat_map(|m| m.images())
-                    .map(|i| ImageInput {
-                        bytes: i.data.clone(),
-                    })
-                    .collect(),
-                None => Vec::new(),
+            // every image in the order the prompt reads them: the template's placeholders,
+            // and the tools' images after their tool responses
+            let (images, tool_images): (Vec<ImageInput>, Vec<usize>) = match encoder {
+                Some(_) => {
+                    let found = gg_gemma::agent::conversation_images(messages);
+                    let images = found
+                        .images
+                        .iter()
+                        .map(|i| ImageInput {
+                            bytes: i.data.clone(),
+                        })
+                        .collect();
+                    (images, found.tool_images)
+                }
+                None => (Vec::new(), Vec::new()),
             };
             let msgs = gg_gemma::agent::messages_from_agent(messages, !images.is_empty());
             let decls = gg_gemma::agent::tools_from_agent(tools);
@@ -151,6 +155,7 @@ impl ModelBackend for GemmaBackend {
                             &decls,
                             options.thinking,
                             &images,
+                            &tool_images,
                             options.image_tokens as usize,
                             enc.as_ref(),
                             text_options,

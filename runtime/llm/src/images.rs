@@ -82,6 +82,22 @@ impl GemmaModel {
         thinking: bool,
         images: &[PreparedImage],
     ) -> Result<Vec<u32>> {
+        self.prompt_ids_with_tool_images(messages, tools, thinking, images, &[])
+    }
+
+    /// [`GemmaModel::prompt_ids_with_images`] for a conversation whose tools returned images
+    /// too: `tool_images[k]` placeholders go after the k-th tool response
+    /// ([`gg_gemma::ImageTokens::splice_tool_images`]; the counts come from
+    /// [`gg_gemma::agent::conversation_images`]), and `images` are all the images in the
+    /// order the prompt then reads them.
+    pub fn prompt_ids_with_tool_images(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDeclaration],
+        thinking: bool,
+        images: &[PreparedImage],
+        tool_images: &[usize],
+    ) -> Result<Vec<u32>> {
         let ids = self.prompt_ids(messages, tools, thinking)?;
         if images.is_empty() {
             return Ok(ids);
@@ -89,6 +105,8 @@ impl GemmaModel {
         let tokens = self.image_tokens.ok_or_else(|| {
             LlmError::Model("the tokenizer has no image tokens: this model takes no images".into())
         })?;
+        let response_end = self.tokenizer.special().tool_response_end.id;
+        let ids = tokens.splice_tool_images(&ids, response_end, tool_images)?;
         let counts: Vec<usize> = images.iter().map(|i| i.soft_tokens).collect();
         let ids = tokens.expand(&ids, &counts)?;
         if let Some(limit) = self.context_limit()
@@ -137,12 +155,14 @@ impl GemmaModel {
         tools: &[ToolDeclaration],
         thinking: bool,
         images: &[ImageInput],
+        tool_images: &[usize],
         max_soft_tokens: usize,
         encoder: &dyn ImageEncoder,
         options: TextOptions,
     ) -> Result<TextStream<'_>> {
         let prepared = self.prepare_images(images, max_soft_tokens)?;
-        let ids = self.prompt_ids_with_images(messages, tools, thinking, &prepared)?;
+        let ids =
+            self.prompt_ids_with_tool_images(messages, tools, thinking, &prepared, tool_images)?;
         let features = self.encode_images(&prepared, encoder).await?;
         TextStream::with_image_features(self, &ids, options, features)
     }

@@ -196,6 +196,7 @@ fn greedy_with_images_equals_onnx_runtime() {
                 &[],
                 false,
                 &image_inputs(case),
+                &[],
                 budget,
                 &encoder,
                 gg_llm::TextOptions {
@@ -338,4 +339,108 @@ fn backend_feeds_the_conversation_images() {
         );
     }
     assert_eq!(*encoder.asked.borrow(), counts, "images encoded in order");
+}
+
+/// A screenshot a tool returned reaches the model right after its tool response (the template
+/// has no place for it), inside the model's turn, in prompt order with the user's images.
+#[test]
+fn backend_places_a_screenshot_after_its_tool_response() {
+    use futures::StreamExt;
+    use gg_agent::{GenerateOptions, ModelBackend, StreamChunk};
+    let gpu = Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter"));
+    let name = "mobius-tiny-gqa-int4-split";
+    let model = Rc::new(load(&gpu, name));
+    let dir = root().join("models").join(name).join("reference");
+    let reference: Json =
+        serde_json::from_slice(&std::fs::read(dir.join("ort.image.json")).expect("image fixture"))
+            .expect("image fixture");
+    let case = &reference["cases"][1];
+    let counts: Vec<usize> =
+        serde_json::from_value(case["soft_tokens"].clone()).expect("image fixture");
+    let file = case["features"].as_str().expect("image fixture");
+    let all = gg_runtime::npy::parse(file, &std::fs::read(dir.join(file)).expect("image fixture"))
+        .expect("image fixture");
+    let (hidden, flat) = (all.shape[1], all.to_f32());
+    let images = image_inputs(case);
+    // the user's image is images[1]; the screenshot the tool returns is images[0]
+    let conversation = [
+        gg_agent::ChatMessage::user_with_images(
+            "What is on this page?",
+            vec![gg_agent::ImagePart::png(images[1].bytes.clone())],
+        ),
+        gg_agent::ChatMessage::model_with_calls(
+            "",
+            vec![gg_agent::ToolCall::from_value(
+                "take_screenshot",
+                serde_json::json!({}),
+            )],
+        ),
+        gg_agent::ChatMessage::tool(
+            "take_screenshot",
+            serde_json::json!({"width": 64, "height": 48, "format": "png"}),
+            vec![gg_agent::ImagePart::png(images[0].bytes.clone())],
+        ),
+    ];
+    let image_tokens = reference["image_tokens"].as_u64().expect("image fixture") as usize;
+
+    // the prompt: the screenshot's tokens follow the <tool_response|> and end the prompt
+    let found = gg_gemma::agent::conversation_images(&conversation);
+    assert_eq!(found.tool_images, [1]);
+    let inputs: Vec<ImageInput> = found
+        .images
+        .iter()
+        .map(|i| ImageInput {
+            bytes: i.data.clone(),
+        })
+        .collect();
+    let prepared = model
+        .prepare_images(&inputs, image_tokens)
+        .expect("preprocess");
+    let ids = model
+        .prompt_ids_with_tool_images(
+            &gg_gemma::agent::messages_from_agent(&conversation, true),
+            &[],
+            false,
+            &prepared,
+            &found.tool_images,
+        )
+        .expect("prompt");
+    let tokens = model.image_tokens.expect("image tokens");
+    let end = model.tokenizer.special().tool_response_end.id;
+    let at = ids.iter().position(|&i| i == end).expect("a tool response");
+    let n = counts[0];
+    assert_eq!(ids[at + 1], tokens.begin);
+    assert!(ids[at + 2..at + 2 + n].iter().all(|&i| i == tokens.image));
+    assert_eq!(ids[at + 2 + n], tokens.end);
+    assert_eq!(ids.len(), at + 3 + n, "the screenshot ends the prompt");
+    assert_eq!(
+        ids.iter().filter(|&&i| i == tokens.image).count(),
+        counts[0] + counts[1]
+    );
+
+    // the backend encodes the user's image, then the screenshot
+    let encoder = Rc::new(OrtFeatures {
+        rows: vec![
+            flat[counts[0] * hidden..].to_vec(),
+            flat[..counts[0] * hidden].to_vec(),
+        ],
+        hidden,
+        next: Cell::new(0),
+        asked: Default::default(),
+    });
+    let backend = gg_llm::GemmaBackend::new(model.clone()).with_image_encoder(encoder.clone());
+    let options = GenerateOptions {
+        temperature: 0.0,
+        max_new_tokens: 4,
+        image_tokens: image_tokens as u32,
+        ..GenerateOptions::default()
+    };
+    let chunks: Vec<_> =
+        pollster::block_on(backend.generate(&conversation, &[], &options).collect());
+    assert!(chunks.iter().all(|c| c.is_ok()), "{chunks:?}");
+    assert!(
+        matches!(chunks.last(), Some(Ok(StreamChunk::Done { .. }))),
+        "{chunks:?}"
+    );
+    assert_eq!(*encoder.asked.borrow(), [counts[1], counts[0]]);
 }
