@@ -62,6 +62,9 @@ const CASES: &[Case] = &[
     case!("std_tanh_float32", [0], [0]),
     case!("std_transpose_float32", [0], [0]),
     case!("std_where_float32", [0, 1, 2], [0]),
+    // Variadic Max (5 inputs: two dispatches, NaNs) and OneHot with a depth computed at run time.
+    case!("std_max_variadic_nan_float32", [0, 1, 2, 3, 4], [0]),
+    case!("std_onehot_runtime_depth", [0], [0]),
     case!("matmulnbits_b4_blk32_k64_n24_m1_zp_float32", [0, 1, 2, 3], [0]),
     case!("matmulnbits_b4_blk32_k72_n20_m11_zp_float32_bias", [0, 1, 2, 3, 4], [0]),
     case!("matmulnbits_b8_blk64_k64_n10_m1_zp_float16_bias", [0, 1, 2, 3, 4], [0]),
@@ -171,6 +174,8 @@ async fn op_families_match_onnx_runtime_on_webgpu() {
         "std_reducemean",
         "std_layernorm",
         "std_slice",
+        "std_max",
+        "std_onehot",
         "matmulnbits",
         "gqa",
         "rotaryembedding",

@@ -1,6 +1,8 @@
 //! com.microsoft ops (MatMulNBits, GatherBlockQuantized, SimplifiedLayerNormalization,
 //! SkipSimplifiedLayerNormalization, GroupQueryAttention (also with zero new K/V tokens:
-//! `gqa_shared_*`), RotaryEmbedding, MultiHeadAttention), Gelu, ai.onnx RMSNormalization and a
+//! `gqa_shared_*`), RotaryEmbedding, MultiHeadAttention), Gelu, ai.onnx RMSNormalization, the
+//! variadic Max / Min / Mean beyond the node suite (more inputs than one dispatch, NaNs), OneHot
+//! (float indices, a depth computed at run time), a representative case per standard family and a
 //! model with model-local functions against ONNX Runtime CPU references in tests/fixtures/ops
 //! (regenerate with `.venv/bin/python tools/onnx/gen_contrib_refs.py`). Tolerances per case in
 //! case.json: f32 rtol=atol=1e-4, f16 rtol=atol=5e-3 (the MultiHeadAttention cases `mha_*`

@@ -656,6 +656,52 @@ def model_local_functions(out):
     write_case(out, "function_model_local_inlined", model, feeds, F32_TOL)
 
 
+def variadic_and_onehot(out):
+    """ai.onnx Max / Min / Mean with more inputs than one dispatch combines (3), broadcast shapes
+    and NaNs (ONNX Runtime propagates them in Max / Min); OneHot with float indices and float16
+    values, and a graph whose OneHot depth is computed at run time from its input (ReduceMax,
+    Add, as the Gemma 4 vision pooler's soft-token count), negative and out-of-range indices
+    included. Own generator so the earlier cases stay byte-identical."""
+    rng = np.random.default_rng(3141)
+    f32, f16 = np.float32, np.float16
+    shapes = [(2, 3, 4), (4,), (3, 1), (1, 3, 4), (2, 1, 1)]
+    xs = [rng.standard_normal(s).astype(f32) for s in shapes]
+    xs[0][0, 1, 2] = np.nan
+    xs[1][3] = np.nan
+    names = [f"x{i}" for i in range(len(xs))]
+    save(out, "std_max_variadic_nan_float32", helper.make_node("Max", names, ["y"]),
+         list(zip(names, xs)), [("y", f32)], F32_TOL, opset=13)
+    hs = [rng.standard_normal(s).astype(f16) for s in [(3, 5), (5,), (3, 1), (1, 5)]]
+    hn = names[:4]
+    save(out, "std_min_variadic_float16", helper.make_node("Min", hn, ["y"]),
+         list(zip(hn, hs)), [("y", f16)], F16_TOL, opset=13)
+    save(out, "std_mean_variadic_float32", helper.make_node("Mean", hn, ["y"]),
+         list(zip(hn, [rng.standard_normal(s).astype(f32) for s in [(2, 3), (3,), (2, 1), (1, 3)]])),
+         [("y", f32)], F32_TOL, opset=13)
+    # Float indices are truncated toward zero (-1.5 -> -1 -> depth - 1), the depth 4.7 -> 4.
+    idx = np.array([[0.0, 2.9, -1.5], [3.2, -4.0, 7.0]], f32)
+    save(out, "std_onehot_float_indices_float16", helper.make_node("OneHot", ["i", "depth", "values"], ["y"], axis=0),
+         [("i", idx), ("depth", np.array(4.7, f32)), ("values", np.array([-2.0, 0.5], f16))], [("y", f16)],
+         F16_TOL, opset=11)
+    # depth = max(pos) + 1 at run time; indices = pos - 1 (one negative per row, counted from depth).
+    nodes = [
+        helper.make_node("ReduceMax", ["pos"], ["m"], keepdims=0),
+        helper.make_node("Add", ["m", "one"], ["depth"]),
+        helper.make_node("Sub", ["pos", "one"], ["idx"]),
+        helper.make_node("OneHot", ["idx", "depth", "values"], ["y"], axis=-2),
+    ]
+    graph = helper.make_graph(
+        nodes, "onehot_runtime_depth",
+        [helper.make_tensor_value_info("pos", TensorProto.INT64, ["b", "p"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(np.array(1, np.int64), "one"),
+                     numpy_helper.from_array(np.array([0.0, 1.0 / 9.0], f32), "values")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    model.ir_version = 10
+    pos = np.array([[0, 3, 5, 6, 1], [2, 0, 4, 9, 8]], np.int64)
+    write_case(out, "std_onehot_runtime_depth", model, {"pos": pos}, F32_TOL)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures/ops")
@@ -665,7 +711,7 @@ def main():
     os.makedirs(args.out)
     for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard, mha, attention, tiled, gqa_packed,
                 register_block, gqa_cache_inits, f16_odd_columns, gqa_shared_kv, rms_normalization,
-                matmul_nbits_accuracy_level, model_local_functions):
+                matmul_nbits_accuracy_level, model_local_functions, variadic_and_onehot):
         gen(args.out)
     print(f"wrote {len(os.listdir(args.out))} cases to {args.out}")
 

@@ -37,6 +37,8 @@ const WASM_TESTS: &[(&str, &str)] = &[
     ("gg-runtime", "browser_ops"),
     // Gemma 4 greedy generation on WebGPU, against ONNX Runtime's tokens.
     ("gg-llm", "browser_greedy"),
+    // Gemma 4's vision encoder on WebGPU, against ONNX Runtime's features.
+    ("gg-llm", "browser_vision"),
 ];
 /// Features for the wasm test invocation: the components' client-side renderer.
 const WASM_TEST_FEATURES: &str = "gg-components/csr";

@@ -1,6 +1,7 @@
 //! Benchmark steps shared by the native bench (`gemma-gem bench`) and the browser bench
 //! (`bench/wasm`): a prefill of `n` synthetic prompt tokens (time to first token), and decode steps
-//! after a given context, with the work counters per decoded token.
+//! after a given context, with the work counters per decoded token; the vision encoder on a
+//! synthetic image of a given number of soft tokens ([`vision_encode`]).
 //!
 //! Prompts are synthetic ids ([`prompt_ids`]): the bench measures the runtime, not the text, and
 //! the browser bench feeds onnxruntime-web the very same ids (the formula is mirrored in
@@ -225,4 +226,74 @@ mod tests {
         };
         assert_eq!(d.tok_s(), 0.0);
     }
+}
+
+/// One vision encoder measurement: an image of `soft_tokens` soft tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VisionRun {
+    /// Soft tokens the image gives (the features' rows).
+    pub soft_tokens: usize,
+    /// Patch slots fed (`soft_tokens · pool²`: every slot a real patch).
+    pub slots: usize,
+    /// Seconds from the host patches to the features downloaded (so the GPU has finished; the
+    /// download is `soft_tokens · hidden` floats, a small part).
+    pub encode_s: f64,
+    /// GPU dispatches of the encode.
+    pub dispatches: u64,
+    /// Queue submits of the encode and the download.
+    pub submits: u64,
+}
+
+/// A synthetic image of `soft_tokens` soft tokens for an encoder with `pool`×`pool` pooling:
+/// the pooled grid as square as `soft_tokens` allows (280 -> 20 × 14 cells, 60 × 42 patches),
+/// patches row by row with positions (x, y), values in [0, 1) from a fixed formula. Returns the
+/// pixel values, the positions and the slot count.
+pub fn synthetic_image(
+    soft_tokens: usize,
+    patch_values: usize,
+    pool: usize,
+) -> (Vec<f32>, Vec<i64>, usize) {
+    let rows_cells = (1..=soft_tokens)
+        .filter(|r| soft_tokens.is_multiple_of(*r) && r * r <= soft_tokens)
+        .max()
+        .unwrap_or(1);
+    let (cols, rows) = (soft_tokens / rows_cells * pool, rows_cells * pool);
+    let slots = cols * rows;
+    let pixels = (0..slots * patch_values)
+        .map(|i| (i.wrapping_mul(2_654_435_761) % 1000) as f32 / 1000.0)
+        .collect();
+    let positions = (0..slots)
+        .flat_map(|k| [(k % cols) as i64, (k / cols) as i64])
+        .collect();
+    (pixels, positions, slots)
+}
+
+/// Encodes a [`synthetic_image`] of `soft_tokens` and times it to the features on the host.
+pub async fn vision_encode(
+    encoder: &crate::vision::VisionEncoder,
+    soft_tokens: usize,
+    pool: usize,
+) -> Result<VisionRun> {
+    let (pixels, positions, slots) =
+        synthetic_image(soft_tokens, encoder.layout().patch_values, pool);
+    let gpu = &encoder.session().gpu;
+    let before = gpu.counters.snapshot();
+    let t0 = now_s();
+    let features = encoder.encode(&pixels, &positions, slots).await?;
+    let host = encoder.read(&features).await?;
+    let encode_s = now_s() - t0;
+    let after = gpu.counters.snapshot();
+    if host.shape.first() != Some(&soft_tokens) {
+        return Err(LlmError::Model(format!(
+            "the vision encoder gave {:?} features for an image of {soft_tokens} soft tokens (pooling {pool}×{pool})",
+            host.shape
+        )));
+    }
+    Ok(VisionRun {
+        soft_tokens,
+        slots,
+        encode_s,
+        dispatches: after.dispatches - before.dispatches,
+        submits: after.submits - before.submits,
+    })
 }

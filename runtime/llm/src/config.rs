@@ -9,7 +9,11 @@
 //!   `x.onnx_data`, `x.onnx_data_1`, ...;
 //! - ONNX Runtime GenAI: `genai_config.json` naming `model.decoder.filename` (a single
 //!   `model.onnx` taking `input_ids`) and optionally `model.embedding.filename` (the split
-//!   `embedding/` + `decoder/` package); one variant, external data named inside each graph.
+//!   `embedding/` + `decoder/` package) and `model.vision.filename` (the vision encoder); one
+//!   variant, external data named inside each graph.
+//!
+//! The vision encoder ([`ModelConfig::vision_file`]) is not among the text model's files: it is
+//! loaded, and downloaded, on the first image only ([`ModelConfig::vision_files`]).
 
 use crate::error::{LlmError, Result};
 use serde_json::Value;
@@ -73,6 +77,8 @@ impl std::fmt::Display for Dtype {
 pub const EMBED: &str = "embed_tokens";
 /// The decoder session.
 pub const DECODER: &str = "decoder_model_merged";
+/// The vision encoder session (onnx-community layout: `onnx/vision_encoder{suffix}.onnx`).
+pub const VISION: &str = "vision_encoder";
 
 /// How a repository lays out the text model.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +92,8 @@ pub enum Package {
         decoder: String,
         /// `model.embedding.filename` of a split package (`embedding/model.onnx`).
         embedding: Option<String>,
+        /// `model.vision.filename`: the vision encoder (`vision_encoder/model.onnx`), if any.
+        vision: Option<String>,
         /// `model.type` (`gemma4_text`, `gemma4`).
         model_type: String,
     },
@@ -236,6 +244,7 @@ impl ModelConfig {
         let decoder = file_of("decoder")?
             .ok_or_else(|| bad("no model.decoder section (the text decoder's graph)".into()))?;
         let embedding = file_of("embedding")?;
+        let vision = file_of("vision")?;
         let num = |v: Option<&Value>| {
             v.and_then(Value::as_u64)
                 .and_then(|n| usize::try_from(n).ok())
@@ -271,6 +280,7 @@ impl ModelConfig {
         base.package = Package::Genai {
             decoder,
             embedding,
+            vision,
             model_type: model
                 .get("type")
                 .and_then(Value::as_str)
@@ -306,6 +316,33 @@ impl ModelConfig {
                 decoder, embedding, ..
             } => embedding.iter().chain([decoder]).cloned().collect(),
         }
+    }
+
+    /// The vision encoder's graph, repository-relative: `model.vision.filename` of a GenAI
+    /// package (`None` when it names none), `onnx/vision_encoder{suffix}.onnx` in the
+    /// onnx-community layout (whether the repository has it shows when it is read).
+    pub fn vision_file(&self, dtype: Dtype) -> Option<String> {
+        match &self.package {
+            Package::OnnxCommunity => Some(format!("onnx/{}", Self::onnx_file(VISION, dtype))),
+            Package::Genai { vision, .. } => vision.clone(),
+        }
+    }
+
+    /// The files of the vision encoder that the configuration names, repository-relative: its
+    /// graph and, in the onnx-community layout, its external data chunks (a GenAI package names
+    /// its external data inside the graph: add [`external_data_files`] of the downloaded graph).
+    /// Empty when the model has no vision encoder.
+    pub fn vision_files(&self, dtype: Dtype) -> Vec<String> {
+        let Some(graph) = self.vision_file(dtype) else {
+            return Vec::new();
+        };
+        let mut out = vec![graph.clone()];
+        if let Package::OnnxCommunity = self.package {
+            let onnx = Self::onnx_file(VISION, dtype);
+            let n = self.chunks_of(&onnx).unwrap_or(0);
+            out.extend(external_chunk_names(&onnx, n).map(|c| format!("onnx/{c}")));
+        }
+        out
     }
 
     /// Every file of the text model in this variant that the configuration names,
@@ -402,6 +439,25 @@ mod tests {
         assert!(!files.contains(&"onnx/embed_tokens_q4.onnx_data_3".to_string()));
         assert!(files.contains(&"onnx/decoder_model_merged_q4.onnx_data".to_string()));
         assert!(!files.contains(&"onnx/decoder_model_merged_q4.onnx_data_1".to_string()));
+        assert!(!files.iter().any(|f| f.contains("vision")));
+        let with_vision = ModelConfig::parse(
+            br#"{"transformers.js_config": {"use_external_data_format":
+                {"vision_encoder_q4f16.onnx": 2}}}"#,
+            None,
+        )
+        .expect("parses");
+        assert_eq!(
+            with_vision.vision_files(Dtype::Q4F16),
+            [
+                "onnx/vision_encoder_q4f16.onnx",
+                "onnx/vision_encoder_q4f16.onnx_data",
+                "onnx/vision_encoder_q4f16.onnx_data_1"
+            ]
+        );
+        assert_eq!(
+            with_vision.vision_files(Dtype::Q4),
+            ["onnx/vision_encoder_q4.onnx"]
+        );
         let global = ModelConfig::parse(
             br#"{"transformers.js_config": {"use_external_data_format": true}}"#,
             None,
@@ -430,9 +486,12 @@ mod tests {
             Package::Genai {
                 decoder: "model.onnx".into(),
                 embedding: None,
+                vision: None,
                 model_type: "gemma4_text".into()
             }
         );
+        assert_eq!(c.vision_file(Dtype::Q4), None);
+        assert!(c.vision_files(Dtype::Q4).is_empty());
         assert_eq!(c.max_positions, Some(2048));
         assert_eq!(c.vocab_size, Some(1024));
         assert_eq!(c.sampling.top_k, 1);
@@ -444,6 +503,7 @@ mod tests {
         // generation_config.json wins over search; config.json narrows the context
         let split = br#"{"model": {"context_length": 4096,
             "embedding": {"filename": "embedding/model.onnx"},
+            "vision": {"filename": "vision_encoder/model.onnx"},
             "decoder": {"filename": "./decoder/model.onnx"}}}"#;
         let c = ModelConfig::parse_genai(
             split,
@@ -457,6 +517,13 @@ mod tests {
             c.graph_files(Dtype::Q4),
             ["embedding/model.onnx", "decoder/model.onnx"]
         );
+        // The vision encoder is not a text file: listed on its own.
+        assert_eq!(
+            c.vision_file(Dtype::Q4).as_deref(),
+            Some("vision_encoder/model.onnx")
+        );
+        assert_eq!(c.vision_files(Dtype::Q4), ["vision_encoder/model.onnx"]);
+        assert!(!c.files(Dtype::Q4).iter().any(|f| f.contains("vision")));
         for bad in [
             &br#"{"model": {}}"#[..],
             br#"{"search": {}}"#,

@@ -16,6 +16,8 @@
 //! - [`bench`](mod@bench): the prefill and decode measurements of `gemma-gem bench` and the browser bench.
 //! - [`GemmaBackend`]: the agent's `ModelBackend` (and a tokenizer-exact `TokenCounter`); with
 //!   [`GemmaBackend::with_image_encoder`] it feeds the conversation's images.
+//! - [`VisionEncoder`]: Gemma 4's vision encoder, loaded on the first image; patches and
+//!   positions in, soft-token features out, kept on the GPU (it implements [`ImageEncoder`]).
 //!
 //! ```no_run
 //! # async fn demo(gpu: std::rc::Rc<gg_runtime::Gpu>, fetch: std::rc::Rc<dyn gg_llm::source::Fetch>) -> gg_llm::Result<()> {
@@ -44,6 +46,7 @@ pub mod sampler;
 pub mod source;
 pub mod stream;
 mod synthetic;
+pub mod vision;
 
 pub use backend::GemmaBackend;
 pub use config::{Dtype, ModelConfig};
@@ -54,3 +57,4 @@ pub use model::{GemmaModel, LoadOptions, LoadStage};
 pub use sampler::Sampling;
 pub use source::ModelRepo;
 pub use stream::{TextOptions, TextStream, Token};
+pub use vision::{VisionEncoder, VisionLayout};

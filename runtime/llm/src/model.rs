@@ -205,7 +205,41 @@ pub fn embedding_extra_inputs(g: &Graph) -> Result<Vec<EmptyInput>> {
     Ok(out)
 }
 
-fn names(v: &[ValueInfo]) -> String {
+/// Loads one graph of the repository (`path` repository-relative) into a session, its weights
+/// streamed from the files next to it; in the onnx-community layout the external data it reads
+/// must be the chunks `config.json` lists for it.
+pub(crate) async fn load_session(
+    gpu: &Rc<Gpu>,
+    repo: &ModelRepo,
+    config: &ModelConfig,
+    path: &str,
+) -> Result<Session> {
+    let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
+    let source = repo.subdir(dir);
+    let bytes = gg_runtime::source::read_all(&source, file)
+        .await
+        .map_err(|e| LlmError::File {
+            path: format!("{}/{path}", repo.name().trim_end_matches('/')),
+            message: e.to_string(),
+        })?;
+    let graph = Graph::decode(&bytes, file)?;
+    drop(bytes);
+    if let Some(n) = config.chunks_of(file) {
+        let listed: Vec<String> = external_chunk_names(file, n).collect();
+        if let Some(extra) = graph
+            .external_files()
+            .into_iter()
+            .find(|f| !listed.contains(f))
+        {
+            return Err(LlmError::Model(format!(
+                "{file} reads external data {extra}, but config.json lists {n} chunk(s)"
+            )));
+        }
+    }
+    Ok(Session::from_graph(gpu.clone(), graph, &source).await?)
+}
+
+pub(crate) fn names(v: &[ValueInfo]) -> String {
     v.iter()
         .map(|i| i.name.as_str())
         .collect::<Vec<_>>()
@@ -349,35 +383,14 @@ impl GemmaModel {
             .filter(|_| !genai_package)
             .unwrap_or_else(|| Dtype::for_adapter(gpu.has_shader_f16));
         let mut load = async |path: &str| -> Result<Session> {
-            let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
-            let source = repo.subdir(dir);
             // a GenAI package's graphs are all model.onnx: name them by their path
+            let file = path.rsplit_once('/').map_or(path, |(_, f)| f);
             progress(LoadStage::Session(if genai_package {
                 path.to_string()
             } else {
                 file.to_string()
             }));
-            let bytes = gg_runtime::source::read_all(&source, file)
-                .await
-                .map_err(|e| LlmError::File {
-                    path: format!("{}/{path}", repo.name().trim_end_matches('/')),
-                    message: e.to_string(),
-                })?;
-            let graph = Graph::decode(&bytes, file)?;
-            drop(bytes);
-            if let Some(n) = config.chunks_of(file) {
-                let listed: Vec<String> = external_chunk_names(file, n).collect();
-                if let Some(extra) = graph
-                    .external_files()
-                    .into_iter()
-                    .find(|f| !listed.contains(f))
-                {
-                    return Err(LlmError::Model(format!(
-                        "{file} reads external data {extra}, but config.json lists {n} chunk(s)"
-                    )));
-                }
-            }
-            Ok(Session::from_graph(gpu.clone(), graph, &source).await?)
+            load_session(&gpu, repo, &config, path).await
         };
         let (embed, decoder) = match &config.package {
             Package::OnnxCommunity => {

@@ -444,3 +444,75 @@ fn backend_places_a_screenshot_after_its_tool_response() {
     );
     assert_eq!(*encoder.asked.borrow(), [counts[1], counts[0]]);
 }
+
+/// The whole chain on our runtime: transformers-exact preprocessing, our vision encoder
+/// (`VisionEncoder`, loaded from the package like the backend loads it), the merge and the
+/// decoder: the greedy tokens equal ONNX Runtime's full chain (its encoder's features →
+/// embedding → decoder) for one and two images, and the features agree within 1e-4.
+#[test]
+fn greedy_with_our_vision_encoder_equals_onnx_runtime() {
+    use gg_llm::VisionEncoder;
+    let gpu = Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter"));
+    for name in ["mobius-tiny-gqa-int4-split", "mobius-tiny-attn-fp32-split"] {
+        let model = load(&gpu, name);
+        let dir = root().join("models").join(name);
+        let repo = ModelRepo::open(dir.to_str().expect("utf-8 path")).expect("repo");
+        let encoder = pollster::block_on(VisionEncoder::load(
+            gpu.clone(),
+            &repo,
+            &model.config,
+            model.dtype,
+        ))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let reference: Json = serde_json::from_slice(
+            &std::fs::read(dir.join("reference/ort.image.json")).expect("image fixture"),
+        )
+        .expect("image fixture");
+        let budget = reference["image_tokens"].as_u64().expect("image fixture") as usize;
+        for case in reference["cases"].as_array().expect("image fixture") {
+            let cname = case["name"].as_str().expect("image fixture");
+            let prepared = model
+                .prepare_images(&image_inputs(case), budget)
+                .expect("image fixture");
+            let features = pollster::block_on(model.encode_images(&prepared, &encoder))
+                .unwrap_or_else(|e| panic!("{name} {cname}: {e}"));
+            // features against ONNX Runtime's
+            let file = case["features"].as_str().expect("image fixture");
+            let want = gg_runtime::npy::parse(
+                file,
+                &std::fs::read(dir.join("reference").join(file)).expect("image fixture"),
+            )
+            .expect("image fixture")
+            .to_f32();
+            let mut got = Vec::new();
+            for f in &features {
+                let Value::Gpu(t) = f else {
+                    panic!("{name} {cname}: features not on the GPU")
+                };
+                got.extend(pollster::block_on(encoder.read(t)).expect("read").to_f32());
+            }
+            assert_eq!(got.len(), want.len(), "{name} {cname}: feature count");
+            let worst = got
+                .iter()
+                .zip(&want)
+                .map(|(a, b)| (a - b).abs() / (1.0 + b.abs()))
+                .fold(0f32, f32::max);
+            assert!(worst <= 1e-4, "{name} {cname}: features differ by {worst}");
+            let prompt = ids(&case["input_ids"]);
+            let want = ids(&case["greedy_tokens"]);
+            let mut g = Generator::new(&model, &prompt, Sampling::Greedy)
+                .expect("image fixture")
+                .with_image_features(features)
+                .expect("image fixture");
+            let mut got = Vec::new();
+            for _ in 0..want.len() {
+                got.push(pollster::block_on(g.next_token()).expect("image fixture"));
+            }
+            assert_eq!(got, want, "{name} {cname}: greedy tokens");
+            eprintln!(
+                "{name} {cname}: features within {worst:e} of ONNX Runtime's, {} greedy tokens equal",
+                got.len()
+            );
+        }
+    }
+}

@@ -1,5 +1,6 @@
-//! Elementwise ops (unary, binary with broadcasting, Where, Cast, Clip): one broadcasting WGSL
-//! kernel (`kernels/elementwise/ew.wgsl`) parameterised by an expression; int64/f64 math on the host.
+//! Elementwise ops (unary, binary with broadcasting, Where, Cast, Clip, the variadic Max, Min, Sum
+//! and Mean): one broadcasting WGSL kernel (`kernels/elementwise/ew.wgsl`) parameterised by an
+//! expression; int64/f64 math on the host.
 
 use super::host;
 use super::{Attrs, MS, Op, Registry, all_host, host_dtype, opt_host, req};
@@ -471,6 +472,115 @@ pub fn register(r: &mut Registry) {
         }))
     });
     r.register("", "Clip", clip);
+    r.register("", "Max", |_a| Ok(Box::new(Variadic::Max)));
+    r.register("", "Min", |_a| Ok(Box::new(Variadic::Min)));
+    r.register("", "Sum", |_a| Ok(Box::new(Variadic::Sum)));
+    r.register("", "Mean", |_a| Ok(Box::new(Variadic::Mean)));
+}
+
+/// ai.onnx `Max`, `Min`, `Sum`, `Mean`: one or more inputs, broadcast together (numpy rules), the
+/// result of the inputs' type. Max and Min propagate NaN (as ONNX Runtime does: a NaN in any
+/// input gives NaN). On the GPU up to three inputs are combined per dispatch; integer and float64
+/// values on the host are combined there (integers exactly, in i64).
+#[derive(Clone, Copy)]
+enum Variadic {
+    Max,
+    Min,
+    Sum,
+    Mean,
+}
+
+impl Variadic {
+    /// The WGSL combining two values (`ew.wgsl`'s NaN-propagating `max_`/`min_`).
+    fn wgsl2(self, x: &str, y: &str) -> String {
+        match self {
+            Self::Max => format!("max_({x}, {y})"),
+            Self::Min => format!("min_({x}, {y})"),
+            Self::Sum | Self::Mean => format!("({x} + {y})"),
+        }
+    }
+    fn int(self, v: &[i64]) -> i64 {
+        match self {
+            Self::Max => v.iter().copied().max().unwrap_or(0),
+            Self::Min => v.iter().copied().min().unwrap_or(0),
+            Self::Sum => v.iter().fold(0i64, |a, &b| a.wrapping_add(b)),
+            // Mean is defined for floats only; integers divide truncating, as C++ would.
+            Self::Mean => v.iter().fold(0i64, |a, &b| a.wrapping_add(b)) / v.len().max(1) as i64,
+        }
+    }
+    fn float(self, v: &[f64]) -> f64 {
+        let nan = v.iter().any(|x| x.is_nan());
+        match self {
+            Self::Max if nan => f64::NAN,
+            Self::Min if nan => f64::NAN,
+            Self::Max => v.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+            Self::Min => v.iter().copied().fold(f64::INFINITY, f64::min),
+            Self::Sum => v.iter().sum(),
+            Self::Mean => v.iter().sum::<f64>() / v.len() as f64,
+        }
+    }
+}
+
+impl Op for Variadic {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let ins: Vec<&Value> = inputs.iter().flatten().copied().collect();
+        let Some(first) = ins.first() else {
+            return Err(op_err("expected at least one input"));
+        };
+        let dtype = first.dtype();
+        if let Some(v) = ins.iter().find(|v| v.dtype() != dtype) {
+            return Err(op_err(format!(
+                "inputs must share one type: {} and {}",
+                dtype.name(),
+                v.dtype().name()
+            )));
+        }
+        let shapes: Vec<&[usize]> = ins.iter().map(|v| v.shape()).collect();
+        let out_shape = host::broadcast(&shapes)?;
+        if all_host(inputs) && (host_dtype(dtype) || !dtype.is_float()) || dtype == DType::F64 {
+            let hs: Vec<&crate::tensor::HostTensor> = ins
+                .iter()
+                .map(|v| {
+                    v.host()
+                        .ok_or_else(|| op_err("float64 tensors must be on the host"))
+                })
+                .collect::<Result<_>>()?;
+            let kind = *self;
+            let fi: host::IntFn<'_> = &move |v| kind.int(v);
+            let ff = move |v: &[f64]| kind.float(v);
+            return Ok(vec![Value::Host(host::map(&hs, dtype, Some(fi), &ff)?)]);
+        }
+        if ins.len() == 1 {
+            return Ok(vec![(*first).clone()]);
+        }
+        let ts: Vec<GpuTensor> = ins.iter().map(|v| cx.to_gpu(v)).collect::<Result<_>>()?;
+        // The first dispatch combines up to three inputs, each next one the result so far and
+        // up to two more.
+        let mut acc: Option<GpuTensor> = None;
+        let mut rest = ts.as_slice();
+        while !rest.is_empty() {
+            let prev = acc.take();
+            let take = if prev.is_some() { 2 } else { 3 }.min(rest.len());
+            let (now, later) = rest.split_at(take);
+            let views: Vec<View<'_>> = prev
+                .iter()
+                .chain(now)
+                .map(|t| View::bcast(t, &out_shape))
+                .collect();
+            let names = &EW_INPUTS[..views.len()];
+            let mut expr = names[0].to_string();
+            for n in &names[1..] {
+                expr = self.wgsl2(&expr, n);
+            }
+            if later.is_empty() && matches!(self, Self::Mean) {
+                expr = format!("{expr} / {}", crate::gpu::wgsl_f32(ts.len() as f32));
+            }
+            acc = Some(ew_gpu(cx, &expr, &views, &out_shape, dtype)?);
+            rest = later;
+        }
+        let out = acc.ok_or_else(|| op_err("no inputs were combined"))?;
+        Ok(vec![Value::Gpu(out)])
+    }
 }
 
 struct Clip {

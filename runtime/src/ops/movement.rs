@@ -1,4 +1,4 @@
-//! Data movement: Transpose, Slice, Expand, Concat, Split, Gather, Tile. Views (transpose, slice,
+//! Data movement: Transpose, Slice, Expand, Concat, Split, Gather, OneHot. Views (transpose, slice,
 //! expand, split) are one strided copy each through the elementwise kernel.
 
 use super::elementwise::{View, copy_view};
@@ -7,10 +7,11 @@ use crate::error::{Result, op_err};
 use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Features, Kernel, KernelSpec, Storage};
 use crate::ops::host;
-use crate::tensor::{HostTensor, numel, strides};
+use crate::tensor::{DType, HostTensor, numel, strides};
 
 const GATHER: &str = include_str!("../kernels/movement/gather.wgsl");
 const CONCAT: &str = include_str!("../kernels/movement/concat.wgsl");
+const ONEHOT: &str = include_str!("../kernels/movement/onehot.wgsl");
 
 /// A strided view of a value, materialised on its side (host or GPU).
 fn view_value(
@@ -463,4 +464,155 @@ pub fn register(r: &mut Registry) {
             axis: a.i_or("axis", 0),
         }))
     });
+    r.register("", "OneHot", |a| {
+        Ok(Box::new(OneHot {
+            axis: a.i_or("axis", -1),
+        }))
+    });
+}
+
+/// ai.onnx `OneHot` (opsets 9, 11): `depth` and `values` are read on the host, so the depth (the
+/// output's new axis) may be computed at run time (the Gemma 4 vision pooler's soft-token count).
+/// Indices of any numeric type, float ones truncated toward zero and `depth` cast to an integer
+/// (as ONNX Runtime does); negative indices count from `depth`, any other outside `[0, depth)`
+/// gives a row of `off`. The result has the values' type: on the GPU (one dispatch), except
+/// float64 values (host only) and int64 values of host indices, computed on the host.
+struct OneHot {
+    axis: i64,
+}
+
+impl Op for OneHot {
+    fn host_inputs(&self) -> &[usize] {
+        &[1, 2]
+    }
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        let idx = req(inputs, 0)?;
+        let depth_t = host_in(inputs, 1)?;
+        let values = host_in(inputs, 2)?;
+        if depth_t.numel() != 1 {
+            return Err(op_err(format!(
+                "depth must be a scalar or hold one element, not shape {:?}",
+                depth_t.shape
+            )));
+        }
+        // Non-integer depths are cast to int64 (truncated), as the spec says.
+        let depth = match depth_t.dtype {
+            d if d.is_float() => depth_t.to_f64()[0] as i64,
+            _ => depth_t.to_i64()[0],
+        };
+        if depth < 1 {
+            return Err(op_err(format!("depth must be positive, got {depth}")));
+        }
+        if values.shape.len() != 1 || values.numel() != 2 {
+            return Err(op_err(format!(
+                "values must be [off, on] (shape [2]), not shape {:?}",
+                values.shape
+            )));
+        }
+        let r = idx.shape().len();
+        let ax = if self.axis < 0 {
+            self.axis + r as i64 + 1
+        } else {
+            self.axis
+        };
+        if ax < 0 || ax > r as i64 {
+            return Err(op_err(format!(
+                "axis {} out of range for indices of rank {r}",
+                self.axis
+            )));
+        }
+        let ax = ax as usize;
+        let depth_u = usize::try_from(depth).map_err(|_| op_err("depth too large"))?;
+        let mut shape = idx.shape().to_vec();
+        shape.insert(ax, depth_u);
+        let inner = numel(&idx.shape()[ax..]);
+        let dtype = values.dtype;
+        let host_result = dtype == DType::F64 || (dtype == DType::I64 && idx.host().is_some());
+        if host_result {
+            let ids = idx
+                .host()
+                .ok_or_else(|| op_err("float64 values need indices on the host"))?;
+            let ids: Vec<i64> = if ids.dtype.is_float() {
+                ids.to_f64().iter().map(|&v| v as i64).collect()
+            } else {
+                ids.to_i64()
+            };
+            let n = numel(&shape);
+            let hit = |i: usize| {
+                let (o, d, j) = (i / (inner * depth_u), (i / inner) % depth_u, i % inner);
+                let q = ids[o * inner + j];
+                (if q < 0 { q + depth } else { q }) == d as i64
+            };
+            let t = if dtype == DType::F64 {
+                let v = values.to_f64();
+                let out: Vec<f64> = (0..n).map(|i| if hit(i) { v[1] } else { v[0] }).collect();
+                HostTensor::from_f64_as(dtype, shape, &out)
+            } else {
+                let v = values.to_i64();
+                let out: Vec<i64> = (0..n).map(|i| if hit(i) { v[1] } else { v[0] }).collect();
+                HostTensor::from_i64_as(dtype, shape, &out)
+            };
+            return Ok(vec![Value::Host(t)]);
+        }
+        // Host indices go up as i32 (floats truncated here, int64 narrowed by the upload, which
+        // saturates: an index beyond i32 is out of range either way).
+        let i = match idx {
+            Value::Host(h) if h.dtype == DType::F64 => {
+                let v: Vec<i64> = h.to_f64().iter().map(|&x| x as i64).collect();
+                cx.upload(&HostTensor::from_i64(h.shape.clone(), &v))?
+            }
+            v => cx.to_gpu(v)?,
+        };
+        let out = cx.alloc(dtype, shape)?;
+        let n = out.numel();
+        if n == 0 {
+            return Ok(vec![Value::Gpu(out)]);
+        }
+        let v = values.to_f64();
+        let k = cx.gpu.kernel(&OneHotSpec {
+            idx: i.storage(),
+            y: out.storage(),
+        })?;
+        let p = OneHotParams {
+            n: n as u32,
+            inner: inner as u32,
+            depth: u32::try_from(depth).map_err(|_| op_err("depth too large"))?,
+            pad: 0,
+            off: v[0] as f32,
+            on: v[1] as f32,
+        };
+        cx.launch_mapped(k.bind("idx", &i).bind("y", &out), &p, n, &out)?;
+        Ok(vec![Value::Gpu(out)])
+    }
+}
+
+crate::gpu_params! {
+    /// OneHot: y viewed as `[outer, depth, inner]`, `off` / `on` its two values.
+    struct OneHotParams {
+        n: u32,
+        inner: u32,
+        depth: u32,
+        pad: u32,
+        off: f32,
+        on: f32,
+    }
+}
+
+/// The OneHot kernel (`onehot.wgsl`): the storages.
+#[derive(Hash)]
+struct OneHotSpec {
+    idx: Storage,
+    y: Storage,
+}
+
+impl KernelSpec for OneHotSpec {
+    const NAME: &'static str = "onehot";
+    const WGSL: &'static [&'static str] = &[ONEHOT];
+    fn build(&self, _: &Features) -> Kernel {
+        Kernel::new("onehot", ONEHOT)
+            .params::<OneHotParams>()
+            .input("idx", self.idx)
+            .output("y", self.y)
+            .mapped("y")
+    }
 }

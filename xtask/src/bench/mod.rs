@@ -8,6 +8,9 @@
 //!   `buffers_created_per_token`, `bytes_uploaded_per_token`, `bind_groups_created_per_token`,
 //!   `record_ms_per_token`, `gpu_memory_after_load_bytes`, `gpu_memory_peak_bytes`, `adapter`,
 //!   `dtype`, `skipped`);
+//! - `native_vision`: the vision encoder (`gemma-gem bench-vision` on the mobius split fixture's
+//!   tiny tower) for an image of 280 soft tokens: `encode_ms_median`, `runs_ms`, `dispatches`,
+//!   `submits`, `slots`, `adapter`;
 //! - `browser`: `browser_version`, `adapter`, `config`, and `models.<model>` with `ours` and
 //!   `onnxruntime_web` (medians of each metric in [`report::BROWSER_METRICS`]) and one
 //!   `<metric>_ratio` (ours / theirs) per metric: `decode_tok_s_ratio`, `prefill_tok_s_ratio`,
@@ -245,14 +248,44 @@ fn layers_of(model: &BenchModel) -> Option<u64> {
         .and_then(Value::as_u64)
 }
 
-fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(Value, Value)> {
-    let bin = match &args.gemma_gem {
+/// The `gemma-gem` binary: `--gemma-gem`, or built (release).
+fn gemma_gem_bin(args: &BenchArgs) -> Result<PathBuf> {
+    Ok(match &args.gemma_gem {
         Some(b) => b.clone(),
         None => {
             exec(cargo().args(["build", "--release", "-p", "gg-cli", "--bin", "gemma-gem"]))?;
             target_dir().join("release/gemma-gem")
         }
-    };
+    })
+}
+
+/// The fixture whose vision encoder the native bench measures (mobius-onnx's tiny Gemma 4
+/// vision tower: patch 4, pooling 3×3, positions up to 63, so 280 soft tokens = 60 × 42
+/// patches fit).
+const VISION_FIXTURE: &str = "tests/fixtures/models/mobius-tiny-gqa-int4-split";
+/// Soft tokens of the measured image (Gemma 4's default budget).
+const VISION_SOFT_TOKENS: usize = 280;
+
+/// `gemma-gem bench-vision` on [`VISION_FIXTURE`]: the encoder's time for an image of
+/// [`VISION_SOFT_TOKENS`] soft tokens.
+fn run_native_vision(args: &BenchArgs) -> Result<Value> {
+    let bin = gemma_gem_bin(args)?;
+    let mut cmd = Command::new(&bin);
+    cmd.arg("bench-vision")
+        .arg("--model")
+        .arg(root().join(VISION_FIXTURE))
+        .args(["--soft-tokens", &VISION_SOFT_TOKENS.to_string()])
+        .args(["--runs", &args.runs.to_string()]);
+    if let Some(a) = &args.adapter {
+        cmd.args(["--adapter", a]);
+    }
+    eprintln!("xtask: native bench of the vision encoder ({VISION_SOFT_TOKENS} soft tokens)");
+    let out = output(cmd.stderr(std::process::Stdio::inherit()))?;
+    serde_json::from_str(&out).context("gemma-gem bench-vision printed no JSON")
+}
+
+fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(Value, Value)> {
+    let bin = gemma_gem_bin(args)?;
     let list = |v: &[usize]| {
         v.iter()
             .map(ToString::to_string)
@@ -498,6 +531,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         doc.insert("native_config".into(), plan.to_json());
         doc.insert("native".into(), summary);
         raw.insert("native".into(), r);
+        doc.insert("native_vision".into(), run_native_vision(args)?);
     }
     if browser {
         let (summary, r) = run_browser(args, &plan, &models)?;

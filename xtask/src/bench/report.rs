@@ -402,6 +402,22 @@ pub fn markdown(doc: &Value) -> String {
         }
         s.push('\n');
     }
+    if let Some(v) = doc.get("native_vision") {
+        let g = |k: &str| v.get(k).and_then(Value::as_f64);
+        s.push_str("## Vision encoder (native)\n\n");
+        s.push_str("| model | adapter | soft tokens | patch slots | encode (median) | dispatches | submits |\n");
+        s.push_str("|---|---|---|---|---|---|---|\n");
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n\n",
+            text(v, "model").rsplit('/').next().unwrap_or_default(),
+            text(v, "adapter"),
+            g("soft_tokens").map_or("–".into(), |x| format!("{x}")),
+            g("slots").map_or("–".into(), |x| format!("{x}")),
+            g("encode_ms_median").map_or("–".into(), |x| format!("{x:.1} ms")),
+            g("dispatches").map_or("–".into(), |x| format!("{x}")),
+            g("submits").map_or("–".into(), |x| format!("{x}")),
+        ));
+    }
     if let Some(browser) = doc.get("browser") {
         s.push_str("## Browser: ours (wasm) vs onnxruntime-web (WebGPU EP)\n\n");
         s.push_str(&format!(
@@ -571,7 +587,15 @@ mod tests {
         assert_eq!(s["dispatches_per_layer_per_token"], json!(10.0));
         assert_eq!(s["gpu_memory_peak_bytes"], json!(2097152));
         assert_eq!(s["skipped"], json!(["prefill 512: too long"]));
-        let md = markdown(&json!({"date": "d", "native": {"tiny": s}}));
+        let md = markdown(&json!({"date": "d", "native": {"tiny": s},
+            "native_vision": {"model": "/x/mobius-tiny-gqa-int4-split", "adapter": "llvmpipe",
+                "soft_tokens": 280, "slots": 2520, "encode_ms_median": 41.31, "dispatches": 75, "submits": 2}}));
+        assert!(
+            md.contains(
+                "| mobius-tiny-gqa-int4-split | llvmpipe | 280 | 2520 | 41.3 ms | 75 | 2 |"
+            ),
+            "{md}"
+        );
         assert!(md.contains("| tiny | llvmpipe | q4 | 500 ms | 20.0 tok/s | – | 6.40 s | 5.0 tok/s | – | 60.0 | 10.0 | 3.0 | 4.0 | 1.23 ms | 1.0 MiB / 2.0 MiB |"), "{md}");
         assert!(md.contains("tiny: skipped prefill 512: too long"), "{md}");
     }

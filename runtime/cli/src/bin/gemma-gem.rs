@@ -24,6 +24,33 @@ enum Cmd {
     /// Measure prefill and decode speed and the work per decoded token; prints one JSON document
     /// (used by `cargo xtask bench --native`).
     Bench(BenchArgs),
+    /// Measure the vision encoder on a synthetic image of a given number of soft tokens; prints
+    /// one JSON document (used by `cargo xtask bench --native`).
+    BenchVision(BenchVisionArgs),
+}
+
+#[derive(Args)]
+struct BenchVisionArgs {
+    /// Model folder with a vision encoder (genai_config.json's model.vision, or
+    /// onnx/vision_encoder_*.onnx).
+    #[arg(long)]
+    model: String,
+    /// Soft tokens of the image (Gemma 4: 70, 140, 280, 560 or 1120).
+    #[arg(long, default_value_t = 280)]
+    soft_tokens: usize,
+    /// Measured runs (after one unmeasured warm-up run).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Weight variant of the onnx-community layout (default: q4f16 if the adapter has
+    /// shader-f16, else q4).
+    #[arg(long)]
+    dtype: Option<Dtype>,
+    /// Adapter to use: a case-insensitive substring of its description.
+    #[arg(long)]
+    adapter: Option<String>,
+    /// Print the dispatches per node kind of one encode and the fused groups on stderr.
+    #[arg(long)]
+    dispatch_profile: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -140,6 +167,7 @@ fn main() -> ExitCode {
     let res = match cli.cmd {
         Cmd::Generate(args) => pollster::block_on(generate(args)),
         Cmd::Bench(args) => pollster::block_on(bench(args)),
+        Cmd::BenchVision(args) => pollster::block_on(bench_vision(args)),
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
@@ -379,6 +407,110 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "gpu_memory_peak": memory(peak),
         "prefill": prefill,
         "decode": decode,
+    });
+    println!("{}", serde_json::to_string_pretty(&doc)?);
+    Ok(())
+}
+
+/// `pooling_kernel_size` wherever the image processor's config has it (GenAI packages:
+/// `image_processor.json`'s transform attributes; onnx-community: `preprocessor_config.json` or
+/// `processor_config.json`).
+async fn pooling_of(repo: &ModelRepo) -> anyhow::Result<usize> {
+    fn find(v: &serde_json::Value) -> Option<u64> {
+        match v {
+            serde_json::Value::Object(m) => m
+                .get("pooling_kernel_size")
+                .and_then(serde_json::Value::as_u64)
+                .or_else(|| m.values().find_map(find)),
+            serde_json::Value::Array(a) => a.iter().find_map(find),
+            _ => None,
+        }
+    }
+    for file in [
+        "image_processor.json",
+        "preprocessor_config.json",
+        "processor_config.json",
+    ] {
+        if let Some(bytes) = repo.read_optional(file).await
+            && let Ok(doc) = serde_json::from_slice::<serde_json::Value>(&bytes)
+            && let Some(k) = find(&doc)
+        {
+            return Ok(usize::try_from(k)?);
+        }
+    }
+    anyhow::bail!(
+        "{}: no pooling_kernel_size in image_processor.json, preprocessor_config.json or processor_config.json",
+        repo.name()
+    )
+}
+
+async fn bench_vision(args: BenchVisionArgs) -> anyhow::Result<()> {
+    use gg_llm::{VisionEncoder, bench, config::ModelConfig};
+    use serde_json::json;
+    anyhow::ensure!(args.runs > 0, "--runs must be at least 1");
+    anyhow::ensure!(args.soft_tokens > 0, "--soft-tokens must be at least 1");
+    let gpu = Rc::new(
+        gg_runtime::Gpu::with_tuning(args.adapter.as_deref(), gg_runtime::Tuning::from_env).await?,
+    );
+    let repo = ModelRepo::open(&args.model)?;
+    let config = match repo.read_optional("genai_config.json").await {
+        Some(g) => ModelConfig::parse_genai(&g, None, None)?,
+        None => ModelConfig::parse(&repo.read("config.json").await?, None)?,
+    };
+    let dtype = args
+        .dtype
+        .unwrap_or_else(|| Dtype::for_adapter(gpu.has_shader_f16));
+    let pool = pooling_of(&repo).await?;
+    let t0 = std::time::Instant::now();
+    let encoder = VisionEncoder::load(gpu.clone(), &repo, &config, dtype).await?;
+    let load_s = t0.elapsed().as_secs_f64();
+    let n = args.soft_tokens;
+    eprintln!("gemma-gem bench-vision: {n} soft tokens: warm-up");
+    bench::vision_encode(&encoder, n, pool).await?;
+    let mut runs = Vec::new();
+    for r in 0..args.runs {
+        let run = bench::vision_encode(&encoder, n, pool).await?;
+        eprintln!(
+            "gemma-gem bench-vision: {n} soft tokens ({} patch slots), run {}: {:.1} ms, {} dispatches, {} submits",
+            run.slots,
+            r + 1,
+            run.encode_s * 1e3,
+            run.dispatches,
+            run.submits
+        );
+        runs.push(run);
+    }
+    if args.dispatch_profile {
+        encoder.session().set_profiling(true);
+        bench::vision_encode(&encoder, n, pool).await?;
+        let mut rows = encoder.session().profile();
+        encoder.session().set_profiling(false);
+        rows.sort_by_key(|r| std::cmp::Reverse(r.1.micros));
+        for (kind, p) in rows.iter().filter(|(_, p)| p.dispatches > 0) {
+            eprintln!(
+                "  {kind:<48} {:>4} dispatches {:>9.1} ms",
+                p.dispatches,
+                p.micros as f64 / 1e3
+            );
+        }
+        for f in encoder.session().fused() {
+            eprintln!("  fused: {f}");
+        }
+    }
+    let mut ms: Vec<f64> = runs.iter().map(|r| r.encode_s * 1e3).collect();
+    ms.sort_by(f64::total_cmp);
+    let doc = json!({
+        "model": args.model,
+        "adapter": gpu.adapter,
+        "soft_tokens": n,
+        "slots": runs[0].slots,
+        "pooling": pool,
+        "patch_values": encoder.layout().patch_values,
+        "load_s": load_s,
+        "encode_ms_median": ms[ms.len() / 2],
+        "dispatches": runs[0].dispatches,
+        "submits": runs[0].submits,
+        "runs_ms": runs.iter().map(|r| r.encode_s * 1e3).collect::<Vec<_>>(),
     });
     println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())

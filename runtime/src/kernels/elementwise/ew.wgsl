@@ -48,6 +48,20 @@ fn pow_(a: f32, b: f32) -> f32 {
     return r;
 }
 
+// NaN tested on the bits (WGSL lets compilers assume floats are never NaN, so `x != x` may fold).
+fn is_nan_(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// Max and Min that give NaN when either input is NaN (ONNX Runtime's Max / Min).
+fn max_(a: f32, b: f32) -> f32 {
+    return select(max(a, b), f32_bits(0x7fc00000u), is_nan_(a) || is_nan_(b));
+}
+
+fn min_(a: f32, b: f32) -> f32 {
+    return select(min(a, b), f32_bits(0x7fc00000u), is_nan_(a) || is_nan_(b));
+}
+
 fn b2f(c: bool) -> f32 {
     return select(0.0, 1.0, c);
 }
