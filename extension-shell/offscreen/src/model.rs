@@ -18,7 +18,10 @@ use futures::stream::StreamExt;
 use gg_agent::{ChatMessage, ChunkStream, GenerateOptions, ModelBackend, ToolDefinition};
 use gg_chrome::log;
 use gg_llm::config::{Package, external_data_files};
-use gg_llm::{Dtype, GemmaBackend, GemmaModel, LoadOptions, LoadStage, ModelConfig, ModelRepo};
+use gg_llm::{
+    Dtype, GemmaBackend, GemmaModel, ImageEncoder, LoadOptions, LoadStage, ModelConfig, ModelRepo,
+    VisionEncoder,
+};
 use gg_messages::{
     Broadcast, Context, ModelErrorKind, ModelReport, ModelState, OffscreenAnswer, RequestId,
 };
@@ -347,16 +350,139 @@ async fn load_inner(repo: &str, model_size: &str) -> Result<Rc<Loaded>, LoadErro
             unverified.join(", ")
         ));
     }
+    let model = Rc::new(model);
+    let mut inner = GemmaBackend::new(model.clone());
+    // A model with image tokens, a processor config and a vision encoder in its files sees
+    // images; the encoder is downloaded and loaded on the first one.
+    if model.image_tokens.is_some()
+        && model.image_config.is_some()
+        && model.config.vision_file(model.dtype).is_some()
+    {
+        inner = inner.with_image_encoder(Rc::new(LazyVision {
+            repo: repo.to_owned(),
+            model_size: model_size.to_owned(),
+            cache: cache.clone(),
+            gpu: model.gpu.clone(),
+            config: model.config.clone(),
+            dtype: model.dtype,
+            variant: model.variant(),
+            adapter: adapter.clone(),
+            encoder: Mutex::new(None),
+        }));
+    }
     Ok(Rc::new(Loaded {
         repo: repo.to_owned(),
         adapter,
         unverified,
         backend: Rc::new(QueuedBackend {
-            inner: GemmaBackend::new(Rc::new(model)),
+            inner,
             turn: Mutex::new(()),
             lost,
         }),
     }))
+}
+
+/// The vision encoder of the loaded model: its files are part of the model's file list but are
+/// downloaded (with progress, into the same cache) and loaded into GPU memory only when the first
+/// image reaches the model, so text-only use pays nothing. Kept for later images.
+struct LazyVision {
+    repo: String,
+    model_size: String,
+    cache: Rc<ModelCache>,
+    gpu: Rc<gg_runtime::Gpu>,
+    config: ModelConfig,
+    dtype: Dtype,
+    /// The loaded model's variant and adapter, for the ready report after the encoder's load.
+    variant: String,
+    adapter: String,
+    encoder: Mutex<Option<Rc<VisionEncoder>>>,
+}
+
+impl LazyVision {
+    /// The encoder, downloaded and loaded on first use (one load even if images queue).
+    async fn encoder(&self) -> gg_llm::Result<Rc<VisionEncoder>> {
+        let mut slot = self.encoder.lock().await;
+        if let Some(e) = &*slot {
+            return Ok(e.clone());
+        }
+        let loaded = self.load().await;
+        // whatever happened, the overlays show the text model's state again
+        report(
+            &self.model_size,
+            &self.repo,
+            ModelState::Ready {
+                dtype: self.variant.clone(),
+                adapter: self.adapter.clone(),
+                unverified: self.cache.unverified(),
+            },
+        );
+        let e = Rc::new(loaded?);
+        *slot = Some(e.clone());
+        Ok(e)
+    }
+
+    async fn load(&self) -> gg_llm::Result<VisionEncoder> {
+        let failed = |e: LoadError| {
+            gg_llm::LlmError::Model(format!(
+                "the vision encoder (to see images) could not be downloaded: {e}"
+            ))
+        };
+        let mut paths = self.config.vision_files(self.dtype);
+        if let Package::Genai { .. } = self.config.package {
+            // a GenAI package names the encoder's external data inside its graph
+            let graph = paths
+                .first()
+                .cloned()
+                .ok_or_else(|| gg_llm::LlmError::Model("the model has no vision encoder".into()))?;
+            let mut meta = self.cache.meta(&graph).await;
+            self.cache
+                .download(&graph, &mut meta, false, &mut |_| {})
+                .await
+                .map_err(failed)?;
+            let bytes = ModelRepo::new(
+                Rc::new(CacheFetch {
+                    cache: self.cache.clone(),
+                }),
+                &self.repo,
+            )
+            .read(&graph)
+            .await?;
+            paths.extend(external_data_files(&graph, &bytes)?);
+        }
+        log::info(&format!(
+            "the first image: loading the vision encoder ({})",
+            paths.join(", ")
+        ));
+        download_files(&self.cache, &self.repo, &self.model_size, paths, &|_| false)
+            .await
+            .map_err(failed)?;
+        report(
+            &self.model_size,
+            &self.repo,
+            ModelState::Initializing {
+                stage: "loading the vision encoder into GPU memory".to_owned(),
+            },
+        );
+        let repo = ModelRepo::new(
+            Rc::new(CacheFetch {
+                cache: self.cache.clone(),
+            }),
+            &self.repo,
+        );
+        VisionEncoder::load(self.gpu.clone(), &repo, &self.config, self.dtype).await
+    }
+}
+
+impl ImageEncoder for LazyVision {
+    fn encode<'a>(
+        &'a self,
+        image: &'a gg_llm::image::PreparedImage,
+    ) -> futures::future::LocalBoxFuture<'a, gg_llm::Result<gg_runtime::Value>> {
+        Box::pin(async move {
+            let encoder = self.encoder().await?;
+            ImageEncoder::encode(encoder.as_ref(), image).await
+        })
+    }
 }
 
 /// The GPU went away: drop the model (it reloads with the next message) and tell every overlay.
@@ -504,12 +630,29 @@ async fn download_all(
     } else {
         OPTIONAL_FILES
     };
+    // the image processor's config (small) is read at load; the vision encoder itself is
+    // downloaded on the first image ([`LazyVision`])
+    let image_configs = config.image_config_files();
+    paths.extend(image_configs.iter().cloned());
+    let optional =
+        |path: &str| optional_files.contains(&path) || image_configs.iter().any(|f| f == path);
+    download_files(cache, repo, model_size, paths, &optional).await
+}
 
+/// Downloads each of `paths` that the cache lacks (an `optional` one may be absent), checking
+/// the quota first and broadcasting progress.
+async fn download_files(
+    cache: &Rc<ModelCache>,
+    repo: &str,
+    model_size: &str,
+    paths: Vec<String>,
+    optional_file: &dyn Fn(&str) -> bool,
+) -> Result<(), LoadError> {
     let mut files = Vec::new();
     let mut tracker = Tracker::default();
     for path in paths {
         let mut meta = cache.meta(&path).await;
-        let optional = optional_files.contains(&path.as_str());
+        let optional = optional_file(&path);
         if !meta.complete && !meta.missing && meta.size.is_none() {
             match cache.probe(&path).await {
                 Ok(size) => meta.size = size,

@@ -94,6 +94,9 @@ pub enum Package {
         embedding: Option<String>,
         /// `model.vision.filename`: the vision encoder (`vision_encoder/model.onnx`), if any.
         vision: Option<String>,
+        /// `model.vision.config_filename`: the image processor's config
+        /// (`image_processor.json`), if any.
+        vision_config: Option<String>,
         /// `model.type` (`gemma4_text`, `gemma4`).
         model_type: String,
     },
@@ -245,6 +248,22 @@ impl ModelConfig {
             .ok_or_else(|| bad("no model.decoder section (the text decoder's graph)".into()))?;
         let embedding = file_of("embedding")?;
         let vision = file_of("vision")?;
+        // the image processor's config sits next to genai_config.json
+        let vision_config = match model.pointer("/vision/config_filename") {
+            None => None,
+            Some(v) => {
+                let f = v
+                    .as_str()
+                    .ok_or_else(|| bad("model.vision.config_filename is not a string".into()))?
+                    .trim_start_matches("./");
+                if f.is_empty() || f.starts_with('/') || f.split('/').any(|c| c == "..") {
+                    return Err(bad(format!(
+                        "model.vision.config_filename {f:?} is not a path inside the package"
+                    )));
+                }
+                Some(f.to_string())
+            }
+        };
         let num = |v: Option<&Value>| {
             v.and_then(Value::as_u64)
                 .and_then(|n| usize::try_from(n).ok())
@@ -281,6 +300,7 @@ impl ModelConfig {
             decoder,
             embedding,
             vision,
+            vision_config,
             model_type: model
                 .get("type")
                 .and_then(Value::as_str)
@@ -343,6 +363,28 @@ impl ModelConfig {
             out.extend(external_chunk_names(&onnx, n).map(|c| format!("onnx/{c}")));
         }
         out
+    }
+
+    /// The image processor's config files the model may have, repository-relative (small; read
+    /// at load, so they go with the text files): `model.vision.config_filename` of a GenAI
+    /// package; `preprocessor_config.json` and `processor_config.json` in the onnx-community
+    /// layout (either may be absent). Empty for a GenAI package without a vision encoder.
+    pub fn image_config_files(&self) -> Vec<String> {
+        match &self.package {
+            Package::OnnxCommunity => vec![
+                "preprocessor_config.json".into(),
+                "processor_config.json".into(),
+            ],
+            Package::Genai {
+                vision,
+                vision_config,
+                ..
+            } => vision
+                .as_ref()
+                .and(vision_config.clone())
+                .into_iter()
+                .collect(),
+        }
     }
 
     /// Every file of the text model in this variant that the configuration names,
@@ -487,6 +529,7 @@ mod tests {
                 decoder: "model.onnx".into(),
                 embedding: None,
                 vision: None,
+                vision_config: None,
                 model_type: "gemma4_text".into()
             }
         );
@@ -503,7 +546,8 @@ mod tests {
         // generation_config.json wins over search; config.json narrows the context
         let split = br#"{"model": {"context_length": 4096,
             "embedding": {"filename": "embedding/model.onnx"},
-            "vision": {"filename": "vision_encoder/model.onnx"},
+            "vision": {"filename": "vision_encoder/model.onnx",
+                       "config_filename": "image_processor.json"},
             "decoder": {"filename": "./decoder/model.onnx"}}}"#;
         let c = ModelConfig::parse_genai(
             split,
@@ -524,6 +568,14 @@ mod tests {
         );
         assert_eq!(c.vision_files(Dtype::Q4), ["vision_encoder/model.onnx"]);
         assert!(!c.files(Dtype::Q4).iter().any(|f| f.contains("vision")));
+        assert_eq!(c.image_config_files(), ["image_processor.json"]);
+        let no_vision = ModelConfig::parse_genai(
+            br#"{"model": {"decoder": {"filename": "model.onnx"},
+                "vision": {"filename": "v.onnx", "config_filename": "../p.json"}}}"#,
+            None,
+            None,
+        );
+        assert!(no_vision.is_err(), "a config path outside the package");
         for bad in [
             &br#"{"model": {}}"#[..],
             br#"{"search": {}}"#,
