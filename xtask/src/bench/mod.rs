@@ -17,6 +17,7 @@
 //! - `raw`: every run as measured.
 
 mod pages;
+mod paired;
 mod report;
 
 use crate::util::{cargo, exec, output, root, target_dir, which};
@@ -44,7 +45,7 @@ pub struct BenchArgs {
     /// into bench/cache/), or both.
     #[arg(long, value_enum, default_value_t = ModelChoice::All)]
     pub model: ModelChoice,
-    /// Measured runs per configuration (browser: per runtime, alternating A/B/A/B).
+    /// Native: measured runs per configuration (the browser measures --pairs).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Where the results go (JSON + Markdown, named by date and time).
@@ -71,6 +72,27 @@ pub struct BenchArgs {
     /// picks by the same rule for both runtimes.
     #[arg(long)]
     pub dtype: Option<String>,
+    /// Browser: pairs measured per model; each pair runs every runtime once, in an order shuffled
+    /// with --seed.
+    #[arg(long, default_value_t = 5)]
+    pub pairs: usize,
+    /// Browser: the seed of the per-pair order (default: from the clock; recorded either way).
+    #[arg(long)]
+    pub seed: Option<u32>,
+    /// Browser: the peers measured against ours (comma-separated: ort_web, transformers_js).
+    #[arg(long, value_delimiter = ',', default_value = "ort_web,transformers_js")]
+    pub peers: Vec<String>,
+    /// Browser: fail unless Chromium's WebGPU adapter is a hardware one (not SwiftShader).
+    #[arg(long)]
+    pub require_gpu: bool,
+    /// Browser: extra Chromium flags (repeatable), e.g. the real-GPU flags of bench/device.sh.
+    #[arg(long = "chromium-arg", allow_hyphen_values = true)]
+    pub chromium_args: Vec<String>,
+    /// Native: also measure ONNX Runtime's WebGPU plug-in EP (`bench/native/ort_ep.py`, PyPI
+    /// onnxruntime-ep-webgpu; its Python from GEMMA_GEM_ORT_EP_PYTHON, else python3) as peer
+    /// `ort_webgpu_ep`: --pairs pairs, each running both once in an order shuffled with --seed.
+    #[arg(long)]
+    pub ort_ep: bool,
     /// Port of the local server for the browser bench.
     #[arg(long, default_value_t = 8093)]
     pub port: u16,
@@ -151,15 +173,44 @@ impl Plan {
         })
     }
 
-    /// The browser's single configuration: the longest prefill, the shortest decode context.
-    fn browser(&self) -> (usize, usize, usize) {
-        (
-            self.prefill.iter().copied().max().unwrap_or(128),
-            self.decode_context.iter().copied().min().unwrap_or(128),
-            self.decode_tokens,
-        )
+    /// The browser's configuration for a model of context `limit` (None: unbounded): its prefill
+    /// lengths and (context, tokens) decode runs that fit, and a note per one that does not.
+    fn browser(&self, limit: Option<usize>) -> (Vec<usize>, Vec<(usize, usize)>, Vec<String>) {
+        let fits = |n: usize| limit.is_none_or(|l| n <= l);
+        let mut skipped = Vec::new();
+        let prefill = self
+            .prefill
+            .iter()
+            .copied()
+            .filter(|&n| {
+                let ok = fits(n + 1);
+                if !ok {
+                    skipped.push(format!("prefill {n}: over the model's context"));
+                }
+                ok
+            })
+            .collect();
+        let decode = self
+            .decode_context
+            .iter()
+            .map(|&c| (c, self.decode_tokens))
+            .filter(|&(c, t)| {
+                let ok = fits(c + t + 1);
+                if !ok {
+                    skipped.push(format!(
+                        "decode {t} after {c}: {} tokens over the model's context",
+                        c + t + 1
+                    ));
+                }
+                ok
+            })
+            .collect();
+        (prefill, decode, skipped)
     }
 }
+
+/// The runtimes of the browser bench: ours first, then the peers asked for.
+pub const BROWSER_PEERS: [&str; 2] = ["ort_web", "transformers_js"];
 
 impl BenchArgs {
     /// (native, browser): both when neither flag is given.
@@ -190,6 +241,19 @@ impl BenchArgs {
             && d != "q4f16"
         {
             bail!("--dtype must be q4 or q4f16 (got {d})");
+        }
+        if self.pairs == 0 {
+            bail!("--pairs must be at least 1");
+        }
+        if let Some(p) = self
+            .peers
+            .iter()
+            .find(|p| !BROWSER_PEERS.contains(&p.as_str()))
+        {
+            bail!(
+                "--peers: unknown peer {p} (known: {})",
+                BROWSER_PEERS.join(", ")
+            );
         }
         Ok(())
     }
@@ -236,13 +300,18 @@ fn ensure_model(model: &BenchModel) -> Result<()> {
     .context("generating the E2B-shaped bench model")
 }
 
-fn layers_of(model: &BenchModel) -> Option<u64> {
+/// A number of the model's text config (`config.json`, `text_config` or the top level).
+fn text_config_u64(model: &BenchModel, key: &str) -> Option<u64> {
     let cfg: Value =
         serde_json::from_slice(&std::fs::read(model.dir.join("config.json")).ok()?).ok()?;
     cfg.get("text_config")
         .unwrap_or(&cfg)
-        .get("num_hidden_layers")
+        .get(key)
         .and_then(Value::as_u64)
+}
+
+fn layers_of(model: &BenchModel) -> Option<u64> {
+    text_config_u64(model, "num_hidden_layers")
 }
 
 fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(Value, Value)> {
@@ -260,22 +329,27 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
             .join(",")
     };
     let mut summary = Map::new();
-    let mut raw = Map::new();
-    for m in models {
+    let mut raw = Value::Object(Map::new());
+    // `gemma-gem bench` on `m` with the plan's configuration (the caller adds --runs).
+    let base_cmd = |m: &BenchModel| {
         let mut cmd = Command::new(&bin);
         cmd.arg("bench")
             .arg("--model")
             .arg(&m.dir)
             .args(["--prefill", &list(&plan.prefill)])
             .args(["--decode-context", &list(&plan.decode_context)])
-            .args(["--decode-tokens", &plan.decode_tokens.to_string()])
-            .args(["--runs", &args.runs.to_string()]);
+            .args(["--decode-tokens", &plan.decode_tokens.to_string()]);
         if let Some(a) = &args.adapter {
             cmd.args(["--adapter", a]);
         }
         if let Some(d) = &args.dtype {
             cmd.args(["--dtype", d]);
         }
+        cmd
+    };
+    for m in models {
+        let mut cmd = base_cmd(m);
+        cmd.args(["--runs", &args.runs.to_string()]);
         eprintln!(
             "xtask: native bench of {} ({} configuration)",
             m.name, plan.name
@@ -284,9 +358,89 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
         let doc: Value = serde_json::from_str(&out)
             .with_context(|| format!("gemma-gem bench printed no JSON for {}", m.name))?;
         summary.insert(m.name.into(), report::native_model(&doc, layers_of(m)));
-        raw.insert(m.name.into(), doc);
+        raw[m.name] = doc;
+        if args.ort_ep {
+            let (peer, pairs) = native_pairs(args, plan, m, &base_cmd(m))?;
+            if let Some(Value::Object(o)) = summary.get_mut(m.name) {
+                o.insert("ort_webgpu_ep".into(), peer);
+            }
+            raw[m.name]["ort_webgpu_ep_pairs"] = pairs;
+        }
     }
-    Ok((Value::Object(summary), Value::Object(raw)))
+    Ok((Value::Object(summary), raw))
+}
+
+/// Ours (`ours`: `gemma-gem bench --runs 1 --token-ids`) and ONNX Runtime's WebGPU EP
+/// (`bench/native/ort_ep.py`) on model `m`, --pairs times, each pair in a seeded shuffled order;
+/// returns the paired summary (peer `ort_webgpu_ep`) and the raw documents.
+fn native_pairs(
+    args: &BenchArgs,
+    plan: &Plan,
+    m: &BenchModel,
+    ours: &Command,
+) -> Result<(Value, Value)> {
+    let python = std::env::var_os("GEMMA_GEM_ORT_EP_PYTHON").unwrap_or_else(|| "python3".into());
+    let list = |v: &[usize]| {
+        v.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let dtype = args.dtype.clone().unwrap_or_else(|| "q4f16".into());
+    let mut seed = args.seed.unwrap_or(0x5eed) as u64 | 1;
+    let mut pairs = Vec::new();
+    for pair in 0..args.pairs {
+        // xorshift64: a reproducible order per pair from the recorded seed.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let order: [&str; 2] = if seed & 1 == 0 {
+            ["ours", "ort_webgpu_ep"]
+        } else {
+            ["ort_webgpu_ep", "ours"]
+        };
+        let mut runs = Map::new();
+        for who in order {
+            eprintln!(
+                "xtask: native pair {}/{} of {}: {who}",
+                pair + 1,
+                args.pairs,
+                m.name
+            );
+            let mut cmd = if who == "ours" {
+                let mut c = Command::new(ours.get_program());
+                c.args(ours.get_args())
+                    .args(["--runs", "1", "--token-ids", "--dtype", &dtype]);
+                c
+            } else {
+                let mut c = Command::new(&python);
+                c.arg(root().join("bench/native/ort_ep.py"))
+                    .arg("--model")
+                    .arg(&m.dir)
+                    .args(["--prefill", &list(&plan.prefill)])
+                    .args(["--decode-context", &list(&plan.decode_context)])
+                    .args(["--decode-tokens", &plan.decode_tokens.to_string()])
+                    .args(["--runs", "1", "--token-ids", "--dtype", &dtype]);
+                c
+            };
+            let run = output(cmd.stderr(std::process::Stdio::inherit()))
+                .and_then(|out| {
+                    serde_json::from_str::<Value>(&out)
+                        .with_context(|| format!("{who} printed no JSON"))
+                })
+                .map(|doc| paired::native_run(&doc))
+                .unwrap_or_else(|e| json!({"error": format!("{e:#}")}));
+            runs.insert(who.into(), run);
+        }
+        pairs.push(json!({"order": order, "runs": runs}));
+    }
+    let raw = json!({"dtype": dtype, "seed": args.seed.unwrap_or(0x5eed), "pairs": pairs});
+    let mut summary = paired::browser_model(&raw, &["ort_webgpu_ep".to_string()]);
+    let peer = summary["ort_webgpu_ep"].take();
+    let mut out = peer.as_object().cloned().unwrap_or_default();
+    out.insert("runtimes".into(), summary["runtimes"].take());
+    out.insert("pairs".into(), json!(args.pairs));
+    Ok((Value::Object(out), raw))
 }
 
 fn find_chromium() -> Result<PathBuf> {
@@ -322,11 +476,29 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
             .arg(stage.join("pkg"))
             .arg(target_dir().join("wasm32-unknown-unknown/release/gg_bench_wasm.wasm")),
     )?;
-    let ort_dist = bench_dir.join("node_modules/onnxruntime-web/dist");
-    let mut mounts = vec![crate::serve::Mount {
-        prefix: "/ort/".into(),
-        dir: ort_dist,
-    }];
+    let node_modules = bench_dir.join("node_modules");
+    let tjs = node_modules.join("@huggingface/transformers");
+    let mut mounts = vec![
+        crate::serve::Mount {
+            prefix: "/ort/".into(),
+            dir: node_modules.join("onnxruntime-web/dist"),
+        },
+        crate::serve::Mount {
+            prefix: "/tjs/".into(),
+            dir: tjs.join("dist"),
+        },
+        // transformers.js's own onnxruntime-web (its pinned build; a CDN otherwise).
+        crate::serve::Mount {
+            prefix: "/tjs-ort/".into(),
+            dir: [
+                tjs.join("node_modules/onnxruntime-web/dist"),
+                node_modules.join("onnxruntime-web/dist"),
+            ]
+            .into_iter()
+            .find(|d| d.is_dir())
+            .unwrap_or_default(),
+        },
+    ];
     for m in models {
         mounts.push(crate::serve::Mount {
             prefix: format!("/models/{}/", m.name),
@@ -337,17 +509,41 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
         prefix: "/".into(),
         dir: stage.clone(),
     });
-    let _server = crate::serve::start(args.port, mounts)?;
+    // Cross-origin isolated: onnxruntime-web and transformers.js may use wasm threads.
+    let _server = crate::serve::start_with(args.port, mounts, true)?;
     let base = format!("http://127.0.0.1:{}/", args.port);
-    let (prefill, decode_context, decode_tokens) = plan.browser();
+    let mut runtimes = vec!["ours".to_string()];
+    runtimes.extend(args.peers.iter().cloned());
+    let mut model_cfg = Vec::new();
+    for m in models {
+        let limit = text_config_u64(m, "max_position_embeddings").map(|l| l as usize);
+        let (prefill, decode, skipped) = plan.browser(limit);
+        model_cfg.push(json!({
+            "name": m.name,
+            "url": format!("{base}models/{}/", m.name),
+            "vocab": text_config_u64(m, "vocab_size"),
+            "prefill": prefill,
+            "decode": decode.iter().map(|&(context, tokens)| json!({"context": context, "tokens": tokens})).collect::<Vec<_>>(),
+            "skipped": skipped,
+        }));
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos() ^ d.as_secs() as u32)
+            .unwrap_or(1)
+            & 0x7fff_ffff
+    });
     let config = json!({
         "url": base,
         "chromium": find_chromium()?,
-        "runs": args.runs,
-        "prefill": prefill,
-        "decodeContext": decode_context,
-        "decodeTokens": decode_tokens,
-        "models": models.iter().map(|m| json!({"name": m.name, "url": format!("{base}models/{}/", m.name)})).collect::<Vec<_>>(),
+        "chromiumArgs": args.chromium_args,
+        "pairs": args.pairs,
+        "seed": seed,
+        "runtimes": runtimes,
+        "requireGpu": args.require_gpu,
+        "dtype": args.dtype,
+        "models": model_cfg,
     });
     let cfg_path = stage.join("config.json");
     let raw_path = stage.join("raw.json");
@@ -364,15 +560,28 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
     let mut per_model = Map::new();
     if let Some(ms) = raw.get("models").and_then(Value::as_object) {
         for (name, r) in ms {
-            per_model.insert(name.clone(), report::browser_model(r));
+            let mut summary = paired::browser_model(r, &args.peers);
+            if let Some(skipped) = model_cfg
+                .iter()
+                .find(|c| c["name"] == name.as_str())
+                .map(|c| c["skipped"].clone())
+            {
+                summary["skipped"] = skipped;
+            }
+            per_model.insert(name.clone(), summary);
         }
     }
     let summary = json!({
         "browser_version": raw.get("browser_version"),
         "user_agent": raw.get("user_agent"),
         "adapter": raw.get("adapter"),
-        "config": {"prefill": prefill, "decode_context": decode_context, "decode_tokens": decode_tokens, "runs": args.runs,
-                   "order": "alternating ours / onnxruntime-web, a fresh page each run"},
+        "adapter_info": raw.get("adapter_info"),
+        "cross_origin_isolated": raw.get("cross_origin_isolated"),
+        "config": {"prefill": plan.prefill, "decode_context": plan.decode_context, "decode_tokens": plan.decode_tokens,
+                   "pairs": args.pairs, "seed": raw.get("seed"), "runtimes": runtimes,
+                   "order": "per pair every runtime once, a fresh page each, in an order shuffled by a PRNG seeded with `seed`",
+                   "clock": "performance.now() in the bench page around the same awaited calls for every runtime; decode timed from the first token on the CPU (nothing of ours in flight) to the last"},
+        "ort_web_static": {"measured": false, "why": "these graphs' attention concatenates past and new keys (present = Concat(past, new)), so the KV cache grows each step: no fixed-capacity cache, and graph capture needs fixed shapes. It needs GroupQueryAttention with a shared past/present buffer (the exporters' form)."},
         "models": per_model,
     });
     Ok((summary, raw))
@@ -551,6 +760,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         json_path.display(),
         md_path.display()
     );
+    // The peers must compute the same greedy tokens as ours, or the speeds compare other work.
+    let failures = doc
+        .get("browser")
+        .map(paired::token_failures)
+        .unwrap_or_default();
+    if !failures.is_empty() {
+        bail!(
+            "the runtimes disagree on the greedy tokens (results kept in {}):\n  {}",
+            json_path.display(),
+            failures.join("\n  ")
+        );
+    }
     Ok(())
 }
 
@@ -598,7 +819,14 @@ mod tests {
         assert_eq!(full.prefill, vec![128, 512]);
         assert_eq!(full.decode_context, vec![128, 1024]);
         assert_eq!(full.decode_tokens, 32);
-        assert_eq!(full.browser(), (512, 128, 32));
+        assert_eq!(
+            full.browser(None),
+            (vec![128, 512], vec![(128, 32), (1024, 32)], vec![])
+        );
+        let (prefill, decode, skipped) = full.browser(Some(1024));
+        assert_eq!(prefill, vec![128, 512]);
+        assert_eq!(decode, vec![(128, 32)]);
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
         let quick = Plan::of(&parse(&["--quick"]));
         assert_eq!(quick.name, "quick");
         assert_eq!(quick.prefill, vec![128]);
