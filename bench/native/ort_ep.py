@@ -13,6 +13,9 @@ as onnxruntime-web in the browser bench), graph optimizations all. Timed with ti
 around the same steps as ours: TTFT from the prompt ids to the first id on the CPU, decode from
 then to the last of --decode-tokens further ids, nothing in flight before.
 
+`--ep cpu`: ONNX Runtime's CPU EP (no plug-in needed), the reference the benches consult when
+the runtimes' greedy ids differ.
+
 Without a GPU: ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1 and a Vulkan ICD Dawn accepts (Chromium's
 SwiftShader, VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json; Dawn refuses lavapipe),
 for checking the script, not for speed.
@@ -26,9 +29,6 @@ import time
 
 import numpy as np
 import onnxruntime as ort
-import onnxruntime_ep_webgpu as webgpu_ep
-
-DEVICE = "webgpu"
 
 
 def prompt_ids(n: int, vocab: int) -> list[int]:
@@ -41,20 +41,27 @@ NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
 class Model:
-    def __init__(self, folder: str, dtype: str | None):
+    def __init__(self, folder: str, dtype: str | None, ep: str):
         with open(f"{folder}/config.json") as f:
             cfg = json.load(f)
         text = cfg.get("text_config", cfg)
         self.vocab = text["vocab_size"]
         self.limit = text.get("max_position_embeddings")
-        ort.register_execution_provider_library(DEVICE, webgpu_ep.get_library_path())
-        devices = [d for d in ort.get_ep_devices() if d.ep_name == webgpu_ep.get_ep_name()]
-        if not devices:
-            raise SystemExit(
-                "ort_ep.py: no WebGPU EP device (no GPU adapter; without one set "
-                "ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1 and a Vulkan ICD that Dawn accepts)"
-            )
-        self.device = devices[0]
+        self.ep = ep
+        # Where the cache and the embeddings live between steps.
+        self.where = "webgpu" if ep == "webgpu" else "cpu"
+        self.device = None
+        if ep == "webgpu":
+            import onnxruntime_ep_webgpu as webgpu_ep
+
+            ort.register_execution_provider_library("webgpu", webgpu_ep.get_library_path())
+            devices = [d for d in ort.get_ep_devices() if d.ep_name == webgpu_ep.get_ep_name()]
+            if not devices:
+                raise SystemExit(
+                    "ort_ep.py: no WebGPU EP device (no GPU adapter; without one set "
+                    "ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1 and a Vulkan ICD that Dawn accepts)"
+                )
+            self.device = devices[0]
         self.dtype = dtype or "q4f16"
         t0 = time.perf_counter()
         self.embed = self._session(f"{folder}/onnx/embed_tokens_{self.dtype}.onnx")
@@ -71,6 +78,8 @@ class Model:
     def _session(self, path: str) -> ort.InferenceSession:
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if self.device is None:
+            return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
         so.add_provider_for_devices([self.device], {})
         return ort.InferenceSession(path, sess_options=so)
 
@@ -88,7 +97,7 @@ class Generation:
         eb = m.embed.io_binding()
         eb.bind_cpu_input("input_ids", np.asarray([ids], dtype=np.int64))
         for name in m.embed_outputs:
-            eb.bind_output(name, DEVICE)
+            eb.bind_output(name, m.where)
         m.embed.run_with_iobinding(eb)
         emb = dict(zip(m.embed_outputs, eb.get_outputs()))
         b = m.decoder.io_binding()
@@ -108,7 +117,7 @@ class Generation:
                 b.bind_ortvalue_input(name, self.cache[k])
         out_names = [o.name for o in m.decoder.get_outputs()]
         for name in out_names:
-            b.bind_output(name, "cpu" if name == "logits" else DEVICE)
+            b.bind_output(name, "cpu" if name == "logits" else m.where)
         m.decoder.run_with_iobinding(b)
         outs = dict(zip(out_names, b.get_outputs()))
         self.cache = [outs[present] for _name, present, _info in m.cache]
@@ -139,8 +148,14 @@ def main() -> None:
     ap.add_argument("--decode-tokens", type=int, default=32)
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--token-ids", action="store_true")
+    ap.add_argument(
+        "--ep",
+        choices=["webgpu", "cpu"],
+        default="webgpu",
+        help="cpu: ONNX Runtime's CPU EP, the reference the benches' token check falls back on",
+    )
     a = ap.parse_args()
-    m = Model(a.model, a.dtype)
+    m = Model(a.model, a.dtype, a.ep)
     log = lambda s: print(f"ort_ep: {s}", file=sys.stderr, flush=True)  # noqa: E731
     fits = lambda n: m.limit is None or n <= m.limit  # noqa: E731
     prefill = []
@@ -173,16 +188,17 @@ def main() -> None:
         if a.token_ids:
             entry["ids"] = ids
         decode.append(entry)
+    dev = m.device
     doc = {
-        "runtime": "ort_webgpu_ep",
+        "runtime": "ort_webgpu_ep" if a.ep == "webgpu" else "ort_cpu",
         "onnxruntime": ort.__version__,
-        "adapter": " ".join(
-            str(x) for x in [m.device.device.vendor, dict(m.device.device.metadata) or "", m.device.device.type] if x
+        "adapter": "cpu" if dev is None else " ".join(
+            str(x) for x in [dev.device.vendor, dict(dev.device.metadata) or "", dev.device.type] if x
         ),
-        "ep_metadata": dict(m.device.ep_metadata),
+        "ep_metadata": {} if dev is None else dict(dev.ep_metadata),
         "dtype": m.dtype,
         "load_s": m.load_s,
-        "kv_on_device": True,
+        "kv_on_device": a.ep == "webgpu",
         "prefill": prefill,
         "decode": decode,
     }

@@ -13,7 +13,7 @@ T.env.allowLocalModels = true;
 T.env.localModelPath = '/models/';
 // Its own onnxruntime-web build's wasm files, served locally (by default it fetches them from a CDN).
 T.env.backends.onnx.wasm.wasmPaths = '/tjs-ort/';
-T.env.backends.onnx.webgpu = { ...(T.env.backends.onnx.webgpu ?? {}), powerPreference: 'high-performance' };
+if (T.env.backends.onnx.webgpu) T.env.backends.onnx.webgpu.powerPreference = 'high-performance';
 
 export function settings() {
   return {

@@ -370,6 +370,47 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
     Ok((Value::Object(summary), raw))
 }
 
+/// The greedy ids of ONNX Runtime's CPU EP on `m` for the plan's configurations
+/// (`bench/native/ort_ep.py --ep cpu`), in the shape of [`paired::native_run`]: the referee when
+/// the runtimes' ids differ. Its Python: GEMMA_GEM_ORT_EP_PYTHON, else the repo's .venv.
+fn cpu_reference(plan: &Plan, m: &BenchModel, dtype: &str) -> Result<Value> {
+    let python = match std::env::var_os("GEMMA_GEM_ORT_EP_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => crate::install::ensure_python_venv()?,
+    };
+    let list = |v: &[usize]| {
+        v.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    eprintln!(
+        "xtask: the greedy ids differ: ONNX Runtime's CPU EP as the reference for {}",
+        m.name
+    );
+    let out = output(
+        Command::new(python)
+            .arg(root().join("bench/native/ort_ep.py"))
+            .args([
+                "--ep",
+                "cpu",
+                "--runs",
+                "1",
+                "--token-ids",
+                "--dtype",
+                dtype,
+            ])
+            .arg("--model")
+            .arg(&m.dir)
+            .args(["--prefill", &list(&plan.prefill)])
+            .args(["--decode-context", &list(&plan.decode_context)])
+            .args(["--decode-tokens", &plan.decode_tokens.to_string()])
+            .stderr(std::process::Stdio::inherit()),
+    )?;
+    let doc: Value = serde_json::from_str(&out).context("ort_ep.py --ep cpu printed no JSON")?;
+    Ok(paired::native_run(&doc))
+}
+
 /// Ours (`ours`: `gemma-gem bench --runs 1 --token-ids`) and ONNX Runtime's WebGPU EP
 /// (`bench/native/ort_ep.py`) on model `m`, --pairs times, each pair in a seeded shuffled order;
 /// returns the paired summary (peer `ort_webgpu_ep`) and the raw documents.
@@ -437,10 +478,17 @@ fn native_pairs(
     let raw = json!({"dtype": dtype, "seed": args.seed.unwrap_or(0x5eed), "pairs": pairs});
     let mut summary = paired::browser_model(&raw, &["ort_webgpu_ep".to_string()]);
     let peer = summary["ort_webgpu_ep"].take();
-    let mut out = peer.as_object().cloned().unwrap_or_default();
-    out.insert("runtimes".into(), summary["runtimes"].take());
-    out.insert("pairs".into(), json!(args.pairs));
-    Ok((Value::Object(out), raw))
+    let mut out = json!({ "ort_webgpu_ep": peer });
+    if out["ort_webgpu_ep"]["tokens_match"] == json!(false) {
+        match cpu_reference(plan, m, &dtype) {
+            Ok(reference) => paired::annotate_with_reference(&mut out, &reference),
+            Err(e) => eprintln!("xtask: note: no CPU reference for {}: {e:#}", m.name),
+        }
+    }
+    let mut out = out["ort_webgpu_ep"].take();
+    out["runtimes"] = summary["runtimes"].take();
+    out["pairs"] = json!(args.pairs);
+    Ok((out, raw))
 }
 
 fn find_chromium() -> Result<PathBuf> {
@@ -567,6 +615,19 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
                 .map(|c| c["skipped"].clone())
             {
                 summary["skipped"] = skipped;
+            }
+            let mismatch = args
+                .peers
+                .iter()
+                .any(|p| summary[p.as_str()]["tokens_match"] == json!(false));
+            if let Some(m) = models.iter().find(|m| m.name == name.as_str())
+                && mismatch
+            {
+                let dtype = r["dtype"].as_str().unwrap_or("q4").to_string();
+                match cpu_reference(plan, m, &dtype) {
+                    Ok(reference) => paired::annotate_with_reference(&mut summary, &reference),
+                    Err(e) => eprintln!("xtask: note: no CPU reference for {name}: {e:#}"),
+                }
             }
             per_model.insert(name.clone(), summary);
         }
@@ -761,10 +822,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         md_path.display()
     );
     // The peers must compute the same greedy tokens as ours, or the speeds compare other work.
-    let failures = doc
+    let mut failures = doc
         .get("browser")
         .map(paired::token_failures)
         .unwrap_or_default();
+    if let Some(native) = doc.get("native") {
+        failures.extend(paired::token_failures(&json!({ "models": native })));
+    }
     if !failures.is_empty() {
         bail!(
             "the runtimes disagree on the greedy tokens (results kept in {}):\n  {}",

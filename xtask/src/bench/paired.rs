@@ -130,7 +130,7 @@ pub fn stats(samples: &[Option<f64>]) -> Value {
 }
 
 /// The greedy ids of a run: `prefill <n>` and `decode <t> after <c>` -> ids.
-fn ids_of(run: &Value) -> Vec<(String, Vec<Value>)> {
+pub fn ids_of(run: &Value) -> Vec<(String, Vec<Value>)> {
     let mut out = Vec::new();
     let list = |k: &str| {
         run.get(k)
@@ -376,6 +376,39 @@ pub fn browser_model(raw: &Value, peers: &[String]) -> Value {
     Value::Object(out)
 }
 
+/// Annotates each token mismatch of `summary` (one model's, from [`browser_model`]) with the
+/// reference ids (`reference`: a run of ONNX Runtime's CPU EP in the shape of [`native_run`]):
+/// `reference_ids`, `ours_matches_reference`, `peer_matches_reference`; and each peer with
+/// `ours_matches_reference` over all its mismatches.
+pub fn annotate_with_reference(summary: &mut Value, reference: &Value) {
+    let refs: Map<String, Value> = ids_of(reference)
+        .into_iter()
+        .map(|(k, v)| (k, Value::Array(v)))
+        .collect();
+    let Some(obj) = summary.as_object_mut() else {
+        return;
+    };
+    for (_, p) in obj.iter_mut() {
+        let Some(list) = p.get_mut("token_mismatches").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        let mut ours_all = true;
+        for mm in list.iter_mut() {
+            let what = mm["what"].as_str().unwrap_or("").to_string();
+            if let Some(r) = refs.get(&what) {
+                let ours = mm["ours"] == *r;
+                ours_all &= ours;
+                mm["reference_ids"] = r.clone();
+                mm["ours_matches_reference"] = json!(ours);
+                mm["peer_matches_reference"] = json!(mm["peer"] == *r);
+            } else {
+                ours_all = false;
+            }
+        }
+        p["ours_matches_reference"] = json!(ours_all);
+    }
+}
+
 /// The peers whose greedy ids differed from ours (with the first difference), over all models.
 pub fn token_failures(browser: &Value) -> Vec<String> {
     let mut out = Vec::new();
@@ -399,8 +432,13 @@ pub fn token_failures(browser: &Value) -> Vec<String> {
                         )
                     })
                     .unwrap_or_default();
+                let reference = match p.get("ours_matches_reference") {
+                    Some(Value::Bool(true)) => "; ours match ONNX Runtime's CPU EP",
+                    Some(Value::Bool(false)) => "; ours differ from ONNX Runtime's CPU EP too",
+                    _ => "",
+                };
                 out.push(format!(
-                    "{name}: {peer} computed other greedy tokens than ours ({first})"
+                    "{name}: {peer} computed other greedy tokens than ours ({first}{reference})"
                 ));
             }
         }
@@ -638,6 +676,25 @@ mod tests {
         assert_eq!(p["tokens_match"], json!(true));
         // Only the decode ids exist on both sides.
         assert_eq!(p["token_sequences_compared"], json!(1));
+    }
+
+    #[test]
+    fn mismatches_are_checked_against_the_reference() {
+        let raw = json!({"dtype": "q4", "pairs": [
+            {"order": ["ours", "ort_web"], "runs": {"ours": run(1.0, 0.5, 1.0, &[5, 6, 7]), "ort_web": run(1.0, 0.5, 1.0, &[5, 9, 7])}}
+        ]});
+        let mut s = browser_model(&raw, &["ort_web".to_string()]);
+        let reference = native_run(
+            &json!({"decode": [{"context": 16, "tokens": 2, "runs": [{"tok_s": 1.0}], "ids": [5, 6, 7]}]}),
+        );
+        annotate_with_reference(&mut s, &reference);
+        assert_eq!(s["ort_web"]["ours_matches_reference"], json!(true));
+        assert_eq!(
+            s["ort_web"]["token_mismatches"][0]["peer_matches_reference"],
+            json!(false)
+        );
+        let f = token_failures(&json!({"models": {"tiny": s}}));
+        assert!(f[0].contains("ours match ONNX Runtime's CPU EP"), "{f:?}");
     }
 
     #[test]
