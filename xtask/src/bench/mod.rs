@@ -1,5 +1,7 @@
-//! `cargo xtask bench`: our runtime natively (`gemma-gem bench`) and in headless Chromium against
-//! onnxruntime-web on the same ONNX files; results as JSON + Markdown under `bench/results/`.
+//! `cargo xtask bench`: our runtime natively (`gemma-gem bench`, against ONNX Runtime's WebGPU EP
+//! with `--ort-ep`) and in headless Chromium against onnxruntime-web and transformers.js on the
+//! same ONNX files, timed by one clock in seeded, shuffled pairs (issue 33); results as JSON +
+//! Markdown under `bench/results/`.
 //!
 //! Results document (`bench/results/<date>-<time>.json`):
 //! - `date`, `note`, `native_config`, `native.<model>`: medians per configuration
@@ -8,10 +10,15 @@
 //!   `buffers_created_per_token`, `bytes_uploaded_per_token`, `bind_groups_created_per_token`,
 //!   `record_ms_per_token`, `gpu_memory_after_load_bytes`, `gpu_memory_peak_bytes`, `adapter`,
 //!   `dtype`, `skipped`);
-//! - `browser`: `browser_version`, `adapter`, `config`, and `models.<model>` with `ours` and
-//!   `onnxruntime_web` (medians of each metric in [`report::BROWSER_METRICS`]) and one
-//!   `<metric>_ratio` (ours / theirs) per metric: `decode_tok_s_ratio`, `prefill_tok_s_ratio`,
-//!   `ttft_ratio`, `cold_ttft_ratio`, `load_ratio`, `peak_heap_ratio`;
+//!   with `--ort-ep` also `ort_webgpu_ep` (the paired summary below, against ONNX Runtime's
+//!   WebGPU plug-in EP: `bench/native/ort_ep.py`);
+//! - `browser`: `browser_version`, `adapter`, `adapter_info`, `cross_origin_isolated`, `config`
+//!   (with the pairs' `seed`), `ort_web_static` (why it is not measured), and per model
+//!   `models.<model>` ([`paired::browser_model`]): `runtimes.<runtime>` with every sample and its
+//!   median / min / max, and per peer (`ort_web`, `transformers_js`) `decode_tok_s_ratio`,
+//!   `prefill_tok_s_ratio`, `ttft_ratio` (ours / peer, medians of the per-pair ratios), `runs`,
+//!   `tokens_match` and `pair_ratios`; a peer whose greedy ids differ fails the bench after the
+//!   results are written, with ONNX Runtime's CPU EP as the referee;
 //! - `sizes`: shipped bundles, raw and gzip;
 //! - `pages`: the page tools on the real-page corpus and the stress pages ([`pages`]);
 //! - `raw`: every run as measured.
@@ -360,7 +367,9 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
         summary.insert(m.name.into(), report::native_model(&doc, layers_of(m)));
         raw[m.name] = doc;
         if args.ort_ep {
-            let (peer, pairs) = native_pairs(args, plan, m, &base_cmd(m))?;
+            // The weight variant ours chose (or --dtype), for both.
+            let dtype = raw[m.name]["dtype"].as_str().unwrap_or("q4").to_string();
+            let (peer, pairs) = native_pairs(args, plan, m, &base_cmd(m), &dtype)?;
             if let Some(Value::Object(o)) = summary.get_mut(m.name) {
                 o.insert("ort_webgpu_ep".into(), peer);
             }
@@ -419,6 +428,7 @@ fn native_pairs(
     plan: &Plan,
     m: &BenchModel,
     ours: &Command,
+    dtype: &str,
 ) -> Result<(Value, Value)> {
     let python = std::env::var_os("GEMMA_GEM_ORT_EP_PYTHON").unwrap_or_else(|| "python3".into());
     let list = |v: &[usize]| {
@@ -427,7 +437,7 @@ fn native_pairs(
             .collect::<Vec<_>>()
             .join(",")
     };
-    let dtype = args.dtype.clone().unwrap_or_else(|| "q4f16".into());
+    let dtype = dtype.to_string();
     let mut seed = args.seed.unwrap_or(0x5eed) as u64 | 1;
     let mut pairs = Vec::new();
     for pair in 0..args.pairs {
@@ -450,8 +460,10 @@ fn native_pairs(
             );
             let mut cmd = if who == "ours" {
                 let mut c = Command::new(ours.get_program());
-                c.args(ours.get_args())
-                    .args(["--runs", "1", "--token-ids", "--dtype", &dtype]);
+                c.args(ours.get_args()).args(["--runs", "1", "--token-ids"]);
+                if args.dtype.is_none() {
+                    c.args(["--dtype", &dtype]);
+                }
                 c
             } else {
                 let mut c = Command::new(&python);

@@ -591,7 +591,8 @@ pub fn markdown_model(name: &str, m: &Value, software: bool) -> String {
             .and_then(Value::as_f64)
             .map_or("–".into(), |x| format!("{x:.1}"))
     };
-    s.push_str(&format!(
+    if o.get("dispatches_per_token").is_some() {
+        s.push_str(&format!(
         "- ours per decoded token: {} dispatches, {} submits, {} bytes read back, {} bytes uploaded, {} ms of host recording.\n",
         plain("dispatches_per_token"),
         plain("submits_per_token"),
@@ -599,6 +600,7 @@ pub fn markdown_model(name: &str, m: &Value, software: bool) -> String {
         plain("bytes_uploaded_per_token"),
         o.get("record_ms_per_token").and_then(Value::as_f64).map_or("–".into(), |x| format!("{x:.2}")),
     ));
+    }
     for why in m
         .get("skipped")
         .and_then(Value::as_array)

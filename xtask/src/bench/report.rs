@@ -343,6 +343,25 @@ pub fn markdown(doc: &Value) -> String {
             s.push_str(&extra);
         }
         s.push('\n');
+        for (name, m) in native {
+            // Ours vs ONNX Runtime's WebGPU EP (--ort-ep): the paired table.
+            if let Some(peer) = m.get("ort_webgpu_ep") {
+                let software = ["swiftshader", "llvmpipe", "lavapipe"]
+                    .iter()
+                    .any(|a| text(m, "adapter").to_lowercase().contains(a));
+                let view = json!({
+                    "dtype": m.get("dtype"),
+                    "pairs": peer.get("pairs"),
+                    "runtimes": peer.get("runtimes"),
+                    "ort_webgpu_ep": peer,
+                });
+                s.push_str(&super::paired::markdown_model(
+                    &format!("{name}: ours vs ort_webgpu_ep (native)"),
+                    &view,
+                    software,
+                ));
+            }
+        }
     }
     if let Some(browser) = doc.get("browser") {
         s.push_str(
