@@ -89,7 +89,6 @@ prepare)
     strip "$PACKED/$b" 2>/dev/null || true
     xz -9 -T0 -f "$PACKED/$b"
   done
-  grep -qx '/.whl/' .git/info/exclude 2>/dev/null || echo /.whl/ >> "$(git rev-parse --git-path info/exclude)"
   mkdir -p .gl .whl /tmp/amd64/partial
   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
   # shellcheck disable=SC2086
