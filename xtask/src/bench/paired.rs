@@ -591,7 +591,10 @@ pub fn markdown_model(name: &str, m: &Value, software: bool) -> String {
             .and_then(Value::as_f64)
             .map_or("–".into(), |x| format!("{x:.1}"))
     };
-    if o.get("dispatches_per_token").and_then(Value::as_f64).is_some() {
+    if o.get("dispatches_per_token")
+        .and_then(Value::as_f64)
+        .is_some()
+    {
         s.push_str(&format!(
         "- ours per decoded token: {} dispatches, {} submits, {} bytes read back, {} bytes uploaded, {} ms of host recording.\n",
         plain("dispatches_per_token"),
