@@ -1,77 +1,181 @@
 #!/usr/bin/env bash
-# The native bench on a lent GPU machine (the `device` tool), within ~8 minutes.
+# The bench on a real GPU (issue 33): ours vs ONNX Runtime's WebGPU EP natively on a lent GPU
+# machine (the `device` tool), and ours vs onnxruntime-web vs transformers.js in Chromium on any
+# machine with a GPU, Chromium, Node and Rust. Software adapters are refused: the GPU runs are the
+# speed claims, everything measured on SwiftShader / lavapipe is a regression indicator.
 #
-# That machine has no Rust toolchain and no network, but has python3 with numpy + onnx. So:
+# Lent GPU machine (no Rust, no Node, no Chromium, no network; python3 3.12 with numpy, onnx and
+# onnxruntime >= 1.24.4; everything it needs travels in `carry`, 64 MiB in all):
 #   1. here:   bench/device.sh prepare
-#              builds gemma-gem and xtask (release, x86-64) into bench/device-bin/ and downloads
-#              the Vulkan loader packages into .gl/ (both git-ignored; ~30 MB in all);
-#   2. device: run(command: "bash bench/device.sh run", carry: ["bench/device-bin", ".gl"],
-#                  timeout_s: 540)
-#              unpacks the loader, generates the E2B-shaped model (~30 s), runs
-#              `xtask bench --native` (both models, full configuration, 3 runs), then decode
-#              after 128 with `--run-ahead off` and `on` alternating (2 each, each after the
-#              extension's kernel warm-up: `warm_up` in its JSON), and writes the results
-#              (JSON + Markdown, run-ahead-*.json) to $OUT/;
-#   3. here:   copy the two files from the returned folder into bench/results/ and commit them.
+#              builds gemma-gem and xtask (release, x86-64, xz) into bench/device-bin/, downloads the
+#              Vulkan loader into .gl/ and the onnxruntime-ep-webgpu wheel (cp312) into .whl/
+#              (all git-ignored), then runs `bench/device.sh check`;
+#   2. device: run(command: "bash bench/device.sh run", carry: ["bench/device-bin", ".gl", ".whl"],
+#                  timeout_s: 560)
+#              installs the wheel into /tmp/site, unpacks the loader, points Vulkan at the NVIDIA
+#              driver, checks that wgpu's adapter is not a software one, generates the E2B-shaped
+#              model (~30 s), then (within ~9 minutes):
+#                - `xtask bench --native --ort-ep`, E2B-shaped, full configuration (prefill 128 and
+#                  512, 32 decode steps after 128 and after 1024), q4f16 (PAIRS, default 5) and q4
+#                  (PAIRS_Q4, default 3): ours vs `ort_webgpu_ep` in seeded shuffled pairs, the
+#                  greedy ids compared (the command fails when they differ);
+#                - decode after 128 with run-ahead off / on alternating (NO_RUN_AHEAD_AB=1 skips);
+#              and writes the results (JSON + Markdown, the adapter and driver in device-env.txt)
+#              to $OUT/;
+#   3. here:   copy the returned files into bench/results/ and commit them.
+#
+# Browser (a machine with an NVIDIA / AMD / Intel GPU, Chromium, Node 20+ and Rust):
+#   bench/device.sh browser [extra xtask bench arguments]
+#   runs `cargo xtask bench --browser --model e2b-bench --require-gpu` (5 pairs, full configuration,
+#   q4f16 then q4) with Chromium flags that use the GPU (Vulkan through ANGLE, the GPU blocklist
+#   ignored, no software rasterizer); --require-gpu fails the run when Chromium's WebGPU adapter is
+#   SwiftShader or another fallback adapter.
+#
+#   bench/device.sh check     (here) the prepared files exist, run, and fit the 64 MiB carry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-BIN=$ROOT/bench/device-bin
+# Carried xz-compressed (the carry is 64 MiB in all); unpacked into $BIN where they run.
+PACKED=$ROOT/bench/device-bin
+BIN=${DEVICE_BIN:-/tmp/gg-device-bin}
+CARRY_LIMIT=$((64 * 1024 * 1024))
+# Chromium on a real GPU, headless: WebGPU on, Vulkan through ANGLE, no blocklist, no SwiftShader.
+GPU_FLAGS=(--enable-unsafe-webgpu --ignore-gpu-blocklist --enable-gpu --use-angle=vulkan
+  --enable-features=Vulkan,VulkanFromANGLE,WebGPUService --disable-vulkan-surface
+  --disable-software-rasterizer --disable-gpu-sandbox)
+
+unpack() {
+  mkdir -p "$BIN"
+  for b in gemma-gem xtask; do
+    [ -f "$PACKED/$b.xz" ] || { echo "$PACKED/$b.xz is missing: run 'bench/device.sh prepare' here and carry bench/device-bin" >&2; exit 2; }
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$PACKED/$b.xz" "$BIN/$b"
+    chmod +x "$BIN/$b"
+  done
+}
+
+check() {
+  local ok=1
+  unpack
+  ls .gl/libvulkan1_*.deb >/dev/null 2>&1 || { echo "check: .gl/libvulkan1_*.deb is missing" >&2; ok=0; }
+  ls .whl/onnxruntime_ep_webgpu-*.whl >/dev/null 2>&1 || { echo "check: .whl/onnxruntime_ep_webgpu-*.whl is missing" >&2; ok=0; }
+  [ "$ok" = 1 ] || exit 1
+  "$BIN/gemma-gem" bench --help >/dev/null
+  "$BIN/xtask" bench --help | grep -q -- '--ort-ep' || { echo "check: $BIN/xtask predates --ort-ep: prepare again" >&2; exit 1; }
+  python3 - "$ROOT" <<'PY'
+import sys, zipfile, glob
+for w in glob.glob(sys.argv[1] + "/.whl/onnxruntime_ep_webgpu-*.whl"):
+    names = zipfile.ZipFile(w).namelist()
+    assert any(n.endswith("libonnxruntime_providers_webgpu.so") for n in names), f"{w}: no Linux library"
+PY
+  # What travels: the tracked and untracked-not-ignored tree plus the carried folders.
+  local tree carried total
+  tree=$(git ls-files -co --exclude-standard -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)
+  carried=$(du -cb "$PACKED" .gl .whl | tail -1 | cut -f1)
+  total=$((tree + carried))
+  echo "check: working tree $((tree / 1048576)) MiB + carried $((carried / 1048576)) MiB = $((total / 1048576)) MiB (limit 64)"
+  [ "$total" -lt "$CARRY_LIMIT" ] || { echo "check: over the 64 MiB the device tool carries" >&2; exit 1; }
+  bash -n "$0"
+  echo "check: ready: run(command: \"bash bench/device.sh run\", carry: [\"bench/device-bin\", \".gl\", \".whl\"], timeout_s: 560)"
+}
 
 case "${1:-}" in
 prepare)
   export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$ROOT/target}
   cargo build --release -p gg-cli --bin gemma-gem
   cargo build --release -p xtask
-  mkdir -p "$BIN"
-  cp "$CARGO_TARGET_DIR/release/gemma-gem" "$CARGO_TARGET_DIR/release/xtask" "$BIN/"
-  strip "$BIN/gemma-gem" "$BIN/xtask" 2>/dev/null || true
-  mkdir -p .gl /tmp/amd64/partial
+  rm -rf "$PACKED" && mkdir -p "$PACKED"
+  for b in gemma-gem xtask; do
+    cp "$CARGO_TARGET_DIR/release/$b" "$PACKED/$b"
+    strip "$PACKED/$b" 2>/dev/null || true
+    xz -9 -T0 -f "$PACKED/$b"
+  done
+  mkdir -p .gl .whl /tmp/amd64/partial
   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
   # shellcheck disable=SC2086
   apt-get $o update -qq
   # shellcheck disable=SC2086
   (cd .gl && apt-get $o download libvulkan1)
-  du -sh "$BIN" .gl
-  echo "prepared: now run 'bash bench/device.sh run' on the device with carry [bench/device-bin, .gl]"
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux2014_x86_64 -d .whl "onnxruntime-ep-webgpu==${ORT_EP_VERSION:-0.4.0}"
+  du -sh "$PACKED" .gl .whl
+  check
+  ;;
+check)
+  check
   ;;
 run)
-  [ -x "$BIN/gemma-gem" ] && [ -x "$BIN/xtask" ] || { echo "bench/device-bin is missing: run 'bench/device.sh prepare' here and carry it" >&2; exit 2; }
+  unpack
+  OUTDIR=${OUT:-$ROOT/bench/results}
+  mkdir -p "$OUTDIR"
+  LOG=$OUTDIR/device-log.txt
   if ls .gl/*.deb >/dev/null 2>&1; then
     for f in .gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
+  fi
+  if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   fi
   if [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
   fi
   export WGPU_BACKEND=${WGPU_BACKEND:-vulkan}
-  export GEMMA_GEM_ROOT=$ROOT GEMMA_GEM_PYTHON=${GEMMA_GEM_PYTHON:-python3}
-  OUTDIR=${OUT:-$ROOT/bench/results}
-  mkdir -p "$OUTDIR"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
+  export GEMMA_GEM_ROOT=$ROOT GEMMA_GEM_PYTHON=${GEMMA_GEM_PYTHON:-python3} GEMMA_GEM_ORT_EP_PYTHON=${GEMMA_GEM_ORT_EP_PYTHON:-python3}
+  export PYTHONUNBUFFERED=1
+  {
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 || true
+    python3 -c 'import onnxruntime, onnxruntime_ep_webgpu; print("onnxruntime", onnxruntime.__version__, "ep", onnxruntime_ep_webgpu.get_library_path())' 2>&1
+  } | tee "$OUTDIR/device-env.txt"
+  # The adapter wgpu picks must be the GPU, not lavapipe / llvmpipe / SwiftShader.
+  "$BIN/gemma-gem" bench --model tests/fixtures/models/gemma4-tiny --prefill 8 --decode-context 8 \
+    --decode-tokens 2 --runs 1 ${ADAPTER:+--adapter "$ADAPTER"} > "$OUTDIR/adapter-check.json" 2>>"$LOG"
+  adapter=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["adapter"])' "$OUTDIR/adapter-check.json")
+  echo "adapter: $adapter" | tee -a "$OUTDIR/device-env.txt"
+  if echo "$adapter" | grep -qiE 'llvmpipe|lavapipe|swiftshader'; then
+    echo "the adapter is a software one ($adapter): no GPU driver found; not benching" >&2
+    exit 3
+  fi
   set -o pipefail
   shift
   # Extra arguments go to `xtask bench` (e.g. `--model tiny --quick` to try this script here).
-  "$BIN/xtask" bench --native --runs "${RUNS:-3}" --gemma-gem "$BIN/gemma-gem" \
-    --out "$OUTDIR" ${ADAPTER:+--adapter "$ADAPTER"} "$@" 2>&1 | tee "$OUTDIR/device-log.txt"
-  # Run-ahead side by side (off, on, off, on): decode after 128 tokens on the E2B-shaped model
-  # the bench generated, each after `--warm-up` (what compiling the kernels at load costs on this
-  # GPU); JSON per run in $OUT/run-ahead-<on|off>-<i>.json.
+  for dtype in q4f16 q4; do
+    pairs=${PAIRS:-5}
+    [ "$dtype" = q4 ] && pairs=${PAIRS_Q4:-3}
+    "$BIN/xtask" bench --native --ort-ep --model e2b-bench --dtype "$dtype" --runs "${RUNS:-3}" \
+      --pairs "$pairs" --seed "${SEED:-33}" --gemma-gem "$BIN/gemma-gem" --out "$OUTDIR" \
+      ${ADAPTER:+--adapter "$ADAPTER"} "$@" 2>&1 | tee -a "$LOG"
+  done
+  # Run-ahead side by side (off, on, off, on): decode after 128 tokens on the E2B-shaped model,
+  # each after `--warm-up` (what compiling the kernels at load costs on this GPU); JSON per run in
+  # $OUT/run-ahead-<on|off>-<i>.json.
   E2B=$ROOT/bench/cache/gemma4-e2b-bench
   if [ -f "$E2B/config.json" ] && [ -z "${NO_RUN_AHEAD_AB:-}" ]; then
     for i in 1 2; do
       for ra in off on; do
         timeout 120 "$BIN/gemma-gem" bench --model "$E2B" --prefill 16 --decode-context 128 \
           --decode-tokens 64 --runs 1 --run-ahead "$ra" --warm-up ${ADAPTER:+--adapter "$ADAPTER"} \
-          > "$OUTDIR/run-ahead-$ra-$i.json" 2>>"$OUTDIR/device-log.txt" || echo "run-ahead $ra $i failed" >&2
+          > "$OUTDIR/run-ahead-$ra-$i.json" 2>>"$LOG" || echo "run-ahead $ra $i failed" >&2
         grep -h '"tok_s"' "$OUTDIR/run-ahead-$ra-$i.json" | tail -1 | sed "s/^/run-ahead $ra $i decode: /"
       done
     done
   fi
   ;;
+browser)
+  shift
+  args=()
+  for f in "${GPU_FLAGS[@]}"; do args+=("--chromium-arg=$f"); done
+  for dtype in q4f16 q4; do
+    cargo xtask bench --browser --model e2b-bench --dtype "$dtype" --pairs "${PAIRS:-5}" \
+      --seed "${SEED:-33}" --require-gpu --no-release-build "${args[@]}" "$@"
+  done
+  ;;
 *)
-  echo "usage: bench/device.sh prepare   (here: build the binaries, fetch the Vulkan loader)" >&2
-  echo "       bench/device.sh run       (on the GPU machine: generate the model, bench, write \$OUT)" >&2
+  echo "usage: bench/device.sh prepare   (here: build, fetch the loader and the EP wheel, check)" >&2
+  echo "       bench/device.sh check     (here: the prepared files exist and fit the carry)" >&2
+  echo "       bench/device.sh run       (on the lent GPU machine: native ours vs ort_webgpu_ep)" >&2
+  echo "       bench/device.sh browser   (a GPU machine with Chromium + Node + Rust: the browser bench)" >&2
   exit 2
   ;;
 esac

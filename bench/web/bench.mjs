@@ -1,6 +1,13 @@
-// The bench page: the same measurements for our runtime (wasm, ./pkg) and onnxruntime-web
-// (./ort.mjs). The driver (bench/run-browser.mjs) opens a fresh page per run and calls
-// window.bench.load(...) then window.bench.measure(...). Timing is performance.now() here for both.
+// The bench page: the same measurements for our runtime (wasm, ./pkg), onnxruntime-web (./ort.mjs)
+// and transformers.js (./tjs.mjs). The driver (bench/run-browser.mjs) opens a fresh page per
+// runtime and pair and calls window.bench.load(...) then window.bench.measure(...).
+//
+// One clock for all: performance.now() on this page, around the same awaited calls. A generation
+// is timed as
+//   t0 -> first token id on the CPU (TTFT) -> t1 -> N decode steps, the last id on the CPU -> t2
+// with nothing of ours in flight at t1 (our prompt step never runs ahead; each decode step but the
+// last runs the next one ahead, as a text stream does, and the last leaves nothing in flight), so
+// decode = N / (t2 - t1) for every runtime, and the ids are returned for the token check.
 import init, * as ours from './pkg/gg_bench_wasm.js';
 import * as ort from './ort.mjs';
 
@@ -11,76 +18,115 @@ function status(text) {
   document.getElementById('status').textContent = text;
 }
 
-/** 'q4f16' when the adapter has shader-f16 (our runtime's own rule), otherwise 'q4'. */
-async function defaultDtype() {
-  const adapter = await navigator.gpu?.requestAdapter();
-  if (!adapter) throw new Error('this browser has no WebGPU adapter (run Chromium with --enable-unsafe-webgpu)');
-  return adapter.features.has('shader-f16') ? 'q4f16' : 'q4';
+/** The same prompt ids for every runtime: <bos>, then 3 + (i * 7919) mod (vocab - 3)
+ * (gg_llm::bench::prompt_ids). */
+export function promptIds(n, vocab) {
+  const span = Math.max(vocab - 3, 1);
+  return Array.from({ length: n }, (_, i) => (i === 0 ? 2 : 3 + ((i * 7919) % span)));
 }
 
-async function adapterName() {
-  const a = await navigator.gpu.requestAdapter();
-  const i = a.info || {};
-  return [i.vendor, i.architecture, i.device, i.description].filter(Boolean).join(' ') || 'unknown';
+async function requestAdapter() {
+  const adapter = await navigator.gpu?.requestAdapter({ powerPreference: 'high-performance' });
+  if (!adapter) throw new Error('this browser has no WebGPU adapter (run Chromium with --enable-unsafe-webgpu)');
+  return adapter;
+}
+
+/** 'q4f16' when the adapter has shader-f16 (our runtime's own rule), otherwise 'q4'. */
+async function defaultDtype() {
+  return (await requestAdapter()).features.has('shader-f16') ? 'q4f16' : 'q4';
+}
+
+async function adapterInfo() {
+  const i = (await requestAdapter()).info || {};
+  const name = [i.vendor, i.architecture, i.device, i.description].filter(Boolean).join(' ') || 'unknown';
+  return { name, vendor: i.vendor ?? null, architecture: i.architecture ?? null, device: i.device ?? null,
+    description: i.description ?? null, isFallbackAdapter: i.isFallbackAdapter ?? null };
+}
+
+/** Generation handles with the same shape for each runtime: pull (first / next) or, for
+ * transformers.js, its own loop reporting a timestamp per token. */
+async function timed(runtime, handle, ids, decodeTokens) {
+  if (runtime === 'transformers_js') {
+    const tjs = await import('./tjs.mjs');
+    const r = await tjs.run(handle, ids, decodeTokens + 1);
+    if (r.stamps.length !== decodeTokens + 1) {
+      throw new Error(`transformers.js generated ${r.stamps.length} tokens, asked for ${decodeTokens + 1}`);
+    }
+    return { ttft_s: (r.stamps[0] - r.t0) / 1000, decode_s: (r.stamps.at(-1) - r.stamps[0]) / 1000, ids: r.tokens };
+  }
+  const g = runtime === 'ours' ? handle.generation(Uint32Array.from(ids)) : ort.generation(handle, ids);
+  try {
+    const t0 = performance.now();
+    const out = [await g.first()];
+    const t1 = performance.now();
+    for (let i = 0; i < decodeTokens; i++) out.push(await g.next(i === decodeTokens - 1));
+    const t2 = performance.now();
+    const counters = runtime === 'ours' && decodeTokens > 0 ? JSON.parse(g.counters()) : undefined;
+    return { ttft_s: (t1 - t0) / 1000, decode_s: (t2 - t1) / 1000, ids: out, counters };
+  } finally {
+    if (runtime === 'ours') g.free(); else g.dispose();
+  }
 }
 
 window.bench = {
   defaultDtype,
-  adapterName,
-  /** Loads `model` (a URL of a Hugging Face layout folder) with `runtime` 'ours' or 'ort'. */
+  adapterInfo,
+  promptIds,
+  async settings(runtime) {
+    if (runtime === 'ort_web') return ort.settings();
+    if (runtime === 'transformers_js') return (await import('./tjs.mjs')).settings();
+    return { crossOriginIsolated: globalThis.crossOriginIsolated === true, run_ahead: 'as the adapter tunes it (next steps only)' };
+  },
+  /** Loads `model` ({ name, url }: a Hugging Face layout folder) with `runtime`. */
   async load({ runtime, model, dtype }) {
-    status(`${runtime}: loading ${model}`);
+    status(`${runtime}: loading ${model.url}`);
     const t0 = performance.now();
     let handle;
     if (runtime === 'ours') {
       wasm = await init();
-      handle = await ours.load(model, dtype);
+      handle = await ours.load(model.url, dtype);
+    } else if (runtime === 'ort_web') {
+      handle = await ort.load(model.url, dtype);
+    } else if (runtime === 'transformers_js') {
+      handle = await (await import('./tjs.mjs')).load(model.name, dtype);
     } else {
-      handle = await ort.load(model, dtype);
+      throw new Error(`unknown runtime ${runtime}`);
     }
     const load_s = (performance.now() - t0) / 1000;
     loaded = { runtime, handle };
     const wasm_memory_bytes = wasm ? wasm.memory.buffer.byteLength : null;
     return { load_s, wasm_memory_bytes };
   },
-  /** Cold and warm prefill of `prefill` tokens, then `decodeTokens` steps after `decodeContext`. */
-  async measure({ prefill, decodeContext, decodeTokens }) {
+  /** onnxruntime-web's node placement: loads both sessions with verbose logging (the driver
+   * keeps the console). */
+  async placement({ model, dtype }) {
+    await ort.load(model.url, dtype, true);
+    return true;
+  },
+  /** For each prefill length a cold and a warm prompt (TTFT); then one short warm-up generation
+   * and each decode configuration: `tokens` steps after `context` prompt tokens. */
+  async measure({ prefill, decode, vocab }) {
     const { runtime, handle } = loaded;
-    const ms = async (f) => {
-      const t0 = performance.now();
-      const r = await f();
-      return [(performance.now() - t0) / 1000, r];
-    };
-    status(`${runtime}: prefill ${prefill}`);
-    let cold, warm, decode;
-    if (runtime === 'ours') {
-      [cold] = await ms(() => handle.prefill(prefill));
-      [warm] = await ms(() => handle.prefill(prefill));
-      status(`${runtime}: decode`);
-      await handle.decode(8, 2); // warm-up: decode pipelines
-      const r = JSON.parse(await handle.decode(decodeContext, decodeTokens));
-      decode = { decode_s: r.decode_s, tokens: r.tokens, dispatches_per_token: r.dispatches_per_token,
-        submits_per_token: r.submits_per_token, bytes_read_back_per_token: r.bytes_read_back_per_token,
-        buffers_created_per_token: r.buffers_created_per_token, bytes_uploaded_per_token: r.bytes_uploaded_per_token,
-        bind_groups_created_per_token: r.bind_groups_created_per_token, record_ms_per_token: r.record_ms_per_token };
-    } else {
-      [cold] = await ms(() => ort.prefill(handle, prefill));
-      [warm] = await ms(() => ort.prefill(handle, prefill));
-      status(`${runtime}: decode`);
-      await ort.decode(handle, 8, 2);
-      decode = await ort.decode(handle, decodeContext, decodeTokens);
+    const out = { prefill: [], decode: [] };
+    for (const n of prefill) {
+      status(`${runtime}: prefill ${n}`);
+      const ids = promptIds(n, vocab);
+      const cold = await timed(runtime, handle, ids, 0);
+      const warm = await timed(runtime, handle, ids, 0);
+      out.prefill.push({ tokens: n, cold_ttft_s: cold.ttft_s, ttft_s: warm.ttft_s, prefill_tok_s: n / warm.ttft_s, ids: warm.ids });
     }
-    const wasm_memory_bytes = wasm ? wasm.memory.buffer.byteLength : null;
+    status(`${runtime}: decode warm-up`);
+    await timed(runtime, handle, promptIds(8, vocab), 2);
+    for (const { context, tokens } of decode) {
+      status(`${runtime}: decode ${tokens} after ${context}`);
+      const r = await timed(runtime, handle, promptIds(context, vocab), tokens);
+      out.decode.push({ context, tokens, ttft_s: r.ttft_s, decode_s: r.decode_s, decode_tok_s: tokens / r.decode_s,
+        ids: r.ids, ...(r.counters ? { counters: r.counters } : {}) });
+    }
+    out.wasm_memory_bytes_after = wasm ? wasm.memory.buffer.byteLength : null;
+    out.dtype = runtime === 'ours' ? handle.dtype() : handle.dtype;
     status(`${runtime}: done`);
-    return {
-      cold_ttft_s: cold,
-      ttft_s: warm,
-      prefill_tok_s: prefill / warm,
-      decode_tok_s: decode.tokens / decode.decode_s,
-      decode,
-      wasm_memory_bytes_after: wasm_memory_bytes,
-      dtype: runtime === 'ours' ? handle.dtype() : handle.dtype,
-    };
+    return out;
   },
 };
 status('ready');

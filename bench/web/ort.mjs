@@ -1,20 +1,34 @@
-// onnxruntime-web side of the browser bench: the same embed_tokens -> decoder_model_merged loop
-// as our runtime, on the WebGPU execution provider with its best settings for a growing KV cache:
+// onnxruntime-web side of the browser bench (`ort_web`): the same embed_tokens ->
+// decoder_model_merged loop as our runtime, on the WebGPU execution provider at its best settings
+// for these graphs:
+// - the adapter asked for with powerPreference 'high-performance', WebGPU validation off
+//   (validationMode 'disabled', onnxruntime-web >= 1.22), graph optimizations 'all';
+// - threads: the bench server sends COOP/COEP, so the page is cross-origin isolated and
+//   onnxruntime-web picks its default thread count (ort.env.wasm.numThreads left unset);
 // - every present.* output and both embed outputs stay on the GPU (preferredOutputLocation
 //   'gpu-buffer') and are fed back as inputs, so the cache never visits the CPU;
 // - only the logits are read back (getData, argmax on the CPU: greedy, as in ours).
-// Graph capture (enableGraphCapture) needs fixed shapes and every input on the GPU; the KV cache
-// grows each step, so it cannot apply to this loop and is left off.
+// A fixed-capacity cache with graph capture (`ort_web_static`) does not apply to these graphs:
+// their attention concatenates past and new keys (present = Concat(past, new)), so the cache
+// grows every step and no shape is fixed; it needs GroupQueryAttention with a shared
+// past/present buffer (the exporters' form), see bench/README.md.
 import * as ort from '/ort/ort.webgpu.min.mjs';
 
 ort.env.wasm.wasmPaths = '/ort/';
-ort.env.wasm.numThreads = 1; // the page is not cross-origin isolated: no threads
+ort.env.webgpu.powerPreference = 'high-performance';
 ort.env.logLevel = 'error';
 
-/** The same prompt ids as gg_llm::bench::prompt_ids: <bos>, then 3 + (i * 7919) mod (vocab - 3). */
-export function promptIds(n, vocab) {
-  const span = Math.max(vocab - 3, 1);
-  return Array.from({ length: n }, (_, i) => (i === 0 ? 2 : 3 + ((i * 7919) % span)));
+/** The settings in effect (recorded with the results). */
+export function settings() {
+  return {
+    version: ort.env.versions?.web ?? null,
+    powerPreference: ort.env.webgpu.powerPreference,
+    validationMode: 'disabled',
+    crossOriginIsolated: globalThis.crossOriginIsolated === true,
+    numThreads: ort.env.wasm.numThreads ?? null,
+    preferredOutputLocation: 'gpu-buffer',
+    graphCapture: false,
+  };
 }
 
 function chunkNames(file, n) {
@@ -31,13 +45,15 @@ function chunksOf(config, file) {
   return v === true ? 1 : typeof v === 'number' ? v : 0;
 }
 
-async function session(base, config, name, dtype) {
+async function session(base, config, name, dtype, verbose) {
   const file = `${name}_${dtype}.onnx`;
   const externalData = chunkNames(file, chunksOf(config, file)).map((path) => ({ path, data: `${base}onnx/${path}` }));
   try {
     return await ort.InferenceSession.create(`${base}onnx/${file}`, {
-      executionProviders: ['webgpu'],
+      executionProviders: [{ name: 'webgpu', validationMode: 'disabled' }],
       graphOptimizationLevel: 'all',
+      // Verbose: the node placement ("Node(s) placed on [...]") goes to the console.
+      ...(verbose ? { logSeverityLevel: 0, logVerbosityLevel: 0 } : {}),
       externalData,
       // Every output stays on the GPU; the logits are downloaded explicitly (getData).
       preferredOutputLocation: 'gpu-buffer',
@@ -47,12 +63,15 @@ async function session(base, config, name, dtype) {
   }
 }
 
-export async function load(model, dtype) {
+/** Loads both sessions; `verbose` logs onnxruntime's node placement to the console. */
+export async function load(model, dtype, verbose = false) {
   const base = model.endsWith('/') ? model : `${model}/`;
   const config = await (await fetch(`${base}config.json`)).json();
   const vocab = config.text_config?.vocab_size ?? config.vocab_size;
-  const embed = await session(base, config, 'embed_tokens', dtype);
-  const decoder = await session(base, config, 'decoder_model_merged', dtype);
+  if (verbose) ort.env.logLevel = 'verbose';
+  const embed = await session(base, config, 'embed_tokens', dtype, verbose);
+  const decoder = await session(base, config, 'decoder_model_merged', dtype, verbose);
+  if (verbose) ort.env.logLevel = 'error';
   const meta = Object.fromEntries((decoder.inputMetadata ?? []).map((m) => [m.name, m]));
   const cache = decoder.inputNames.filter((n) => n.startsWith('past_key_values.')).map((name) => {
     const m = meta[name];
@@ -125,20 +144,14 @@ class Gen {
   }
 }
 
-/** Prefill of `n` prompt tokens to the first token id. */
-export async function prefill(h, n) {
+/** A generation on `ids`, stepped by the bench page: first() is the prompt's step, next() one
+ * decode step; each resolves to the greedy id once it is on the CPU. */
+export function generation(h, ids) {
   const g = new Gen(h);
-  await g.step(promptIds(n, h.vocab));
-  g.dispose();
-}
-
-/** Prefills `context` tokens, then times `tokens` decode steps. */
-export async function decode(h, context, tokens) {
-  const g = new Gen(h);
-  let id = await g.step(promptIds(context, h.vocab));
-  const t0 = performance.now();
-  for (let i = 0; i < tokens; i++) id = await g.step([id]);
-  const decode_s = (performance.now() - t0) / 1000;
-  g.dispose();
-  return { decode_s, tokens };
+  let id = null;
+  return {
+    first: async () => (id = await g.step(ids)),
+    next: async () => (id = await g.step([id])),
+    dispose: () => g.dispose(),
+  };
 }

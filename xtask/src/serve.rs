@@ -16,6 +16,10 @@ pub struct ServeArgs {
     /// Directory served at `/` (default: dist/demo-site).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Send COOP/COEP/CORP headers, so that pages are cross-origin isolated (SharedArrayBuffer:
+    /// onnxruntime-web's threads). The bench server always sends them.
+    #[arg(long)]
+    pub cross_origin_isolated: bool,
 }
 
 /// A URL prefix and the directory it maps to.
@@ -30,7 +34,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
         .dir
         .clone()
         .unwrap_or_else(|| crate::util::root().join("dist/demo-site"));
-    let server = start(args.port, default_mounts(dir))?;
+    let server = start_with(args.port, default_mounts(dir), args.cross_origin_isolated)?;
     eprintln!(
         "xtask: serving on http://127.0.0.1:{} (Ctrl-C to stop)",
         args.port
@@ -67,6 +71,19 @@ impl Running {
 
 /// Starts serving on 127.0.0.1:`port` with a few worker threads.
 pub fn start(port: u16, mounts: Vec<Mount>) -> Result<Running> {
+    start_with(port, mounts, false)
+}
+
+/// The headers that make a page cross-origin isolated (`crossOriginIsolated`: SharedArrayBuffer,
+/// so wasm threads), on every response of a server started with `isolated`.
+pub const ISOLATION_HEADERS: [(&str, &str); 3] = [
+    ("Cross-Origin-Opener-Policy", "same-origin"),
+    ("Cross-Origin-Embedder-Policy", "require-corp"),
+    ("Cross-Origin-Resource-Policy", "same-origin"),
+];
+
+/// [`start`], with [`ISOLATION_HEADERS`] on every response when `isolated`.
+pub fn start_with(port: u16, mounts: Vec<Mount>, isolated: bool) -> Result<Running> {
     let server = Arc::new(
         Server::http(("127.0.0.1", port))
             .map_err(|e| anyhow::anyhow!("{e}"))
@@ -79,7 +96,7 @@ pub fn start(port: u16, mounts: Vec<Mount>) -> Result<Running> {
             let mounts = Arc::clone(&mounts);
             std::thread::spawn(move || {
                 for request in server.incoming_requests() {
-                    handle(request, &mounts);
+                    handle(request, &mounts, isolated);
                 }
             })
         })
@@ -142,7 +159,7 @@ pub fn parse_range(value: &str, len: u64) -> Option<(u64, u64)> {
     (start <= end && start < len).then_some((start, end))
 }
 
-fn handle(request: Request, mounts: &[Mount]) {
+fn handle(request: Request, mounts: &[Mount], isolated: bool) {
     let Some(file_path) = resolve(mounts, request.url()) else {
         let _ = request.respond(Response::from_string("not found").with_status_code(404));
         return;
@@ -164,6 +181,9 @@ fn handle(request: Request, mounts: &[Mount]) {
         .into_iter()
         .flatten()
         .collect();
+        if isolated {
+            headers.extend(ISOLATION_HEADERS.iter().filter_map(|(k, v)| header(k, v)));
+        }
         match range {
             Some(r) => match parse_range(&r, len) {
                 Some((start, end)) => {

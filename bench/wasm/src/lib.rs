@@ -1,7 +1,8 @@
 //! The browser bench's entry into our runtime: `load(base_url, dtype)` streams a model in the
-//! Hugging Face layout from `fetch` into WebGPU, `prefill(n)` and `decode(context, tokens)` run
-//! the same measurements as `gemma-gem bench` ([`gg_llm::bench`]). The bench page
-//! (`bench/web/index.html`) calls these; nothing here is part of the extension.
+//! Hugging Face layout from `fetch` into WebGPU; `generation(ids)` starts a greedy generation
+//! whose `first()` / `next(last)` steps the bench page (`bench/web/bench.mjs`) awaits and times
+//! with `performance.now()`, exactly as it times onnxruntime-web and transformers.js. Nothing here
+//! is part of the extension.
 //!
 //! Only wasm32 has an implementation; natively this crate is empty.
 

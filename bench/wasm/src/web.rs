@@ -3,9 +3,10 @@
 
 use futures::future::LocalBoxFuture;
 use gg_llm::source::Fetch;
-use gg_llm::{Dtype, GemmaModel, LoadOptions, ModelRepo};
+use gg_llm::{Dtype, GemmaModel, Generator, LoadOptions, ModelRepo, Sampling};
 use gg_runtime::source::ByteStream;
 use js_sys::{Promise, Reflect, Uint8Array};
+use std::cell::RefCell;
 use std::rc::Rc;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -100,10 +101,11 @@ impl Fetch for HttpFetch {
     }
 }
 
-/// A loaded model.
+/// A loaded model. It lives as long as the page (leaked at load: the bench opens a fresh page
+/// per run), so that a [`BenchGeneration`] can hold a generator borrowing it across awaits.
 #[wasm_bindgen]
 pub struct BenchModel {
-    model: Rc<GemmaModel>,
+    model: &'static GemmaModel,
 }
 
 /// Loads the model whose files are under `base_url` (`config.json`, `onnx/...`) with weight
@@ -126,7 +128,7 @@ pub async fn load(base_url: String, dtype: String) -> Result<BenchModel, JsValue
         .await
         .map_err(js_err)?;
     Ok(BenchModel {
-        model: Rc::new(model),
+        model: Box::leak(Box::new(model)),
     })
 }
 
@@ -144,40 +146,78 @@ impl BenchModel {
 
     /// Vocabulary size the prompts are drawn from.
     pub fn vocab(&self) -> usize {
-        gg_llm::bench::vocab_of(&self.model)
+        gg_llm::bench::vocab_of(self.model)
     }
 
-    /// Prefill of `n` synthetic tokens; resolves to `{"tokens", "ttft_s"}`.
-    pub fn prefill(&self, n: usize) -> Promise {
-        let model = self.model.clone();
-        future_to_promise(async move {
-            let r = gg_llm::bench::prefill(&model, n).await.map_err(js_err)?;
-            let doc = serde_json::json!({"tokens": r.tokens, "ttft_s": r.ttft_s});
-            Ok(JsValue::from_str(&doc.to_string()))
+    /// Starts a greedy generation on the prompt `ids`; the bench page times its steps with
+    /// `performance.now()` around the returned promises, as it does onnxruntime-web's.
+    pub fn generation(&self, ids: Vec<u32>) -> Result<BenchGeneration, JsValue> {
+        let g = Generator::new(self.model, &ids, Sampling::Greedy).map_err(js_err)?;
+        Ok(BenchGeneration {
+            generator: Rc::new(RefCell::new(Some(g))),
         })
     }
+}
 
-    /// `tokens` decode steps after `context` tokens; resolves to a JSON string with the time and
-    /// the counters per decoded token.
-    pub fn decode(&self, context: usize, tokens: usize) -> Promise {
-        let model = self.model.clone();
+/// One greedy generation driven step by step from JS.
+#[wasm_bindgen]
+pub struct BenchGeneration {
+    /// Taken out while a step runs (steps are awaited one at a time).
+    generator: Rc<RefCell<Option<Generator<'static>>>>,
+}
+
+impl BenchGeneration {
+    fn step(&self, ahead: bool) -> Promise {
+        let cell = self.generator.clone();
         future_to_promise(async move {
-            let r = gg_llm::bench::decode(&model, context, tokens, None)
-                .await
-                .map_err(js_err)?;
-            let doc = serde_json::json!({
-                "context": r.context,
-                "tokens": r.tokens,
-                "decode_s": r.decode_s,
-                "dispatches_per_token": r.dispatches_per_token,
-                "submits_per_token": r.submits_per_token,
-                "bytes_read_back_per_token": r.bytes_read_back_per_token,
-                "buffers_created_per_token": r.buffers_created_per_token,
-                "bytes_uploaded_per_token": r.bytes_uploaded_per_token,
-                "bind_groups_created_per_token": r.bind_groups_created_per_token,
-                "record_ms_per_token": r.record_ms_per_token,
-            });
-            Ok(JsValue::from_str(&doc.to_string()))
+            let mut g = cell
+                .borrow_mut()
+                .take()
+                .ok_or_else(|| js_err("a step of this generation is already running"))?;
+            let r = if ahead {
+                g.next_token().await
+            } else {
+                g.last_token().await
+            };
+            *cell.borrow_mut() = Some(g);
+            Ok(JsValue::from(r.map_err(js_err)?))
         })
+    }
+}
+
+#[wasm_bindgen]
+impl BenchGeneration {
+    /// The first token id (the prompt's step). Nothing runs ahead of it, so when it resolves no
+    /// step of this generation is in flight: the decode clock starts from an idle queue.
+    pub fn first(&self) -> Promise {
+        self.step(false)
+    }
+
+    /// The next token id: with `last` false the step after it runs ahead where the adapter's
+    /// submits overlap (as a text stream decodes); with `last` true nothing is left in flight.
+    pub fn next(&self, last: bool) -> Promise {
+        self.step(!last)
+    }
+
+    /// The work counters per decoded token so far (JSON): dispatches, submits, bytes read back
+    /// and uploaded, buffers and bind groups created, host recording milliseconds.
+    pub fn counters(&self) -> Result<String, JsValue> {
+        let cell = self.generator.borrow();
+        let g = cell
+            .as_ref()
+            .ok_or_else(|| js_err("a step of this generation is running"))?;
+        let s = g.stats();
+        let per = |v: u64| v as f64 / s.decode_tokens.max(1) as f64;
+        Ok(serde_json::json!({
+            "decode_tokens": s.decode_tokens,
+            "dispatches_per_token": per(s.decode_dispatches),
+            "submits_per_token": per(s.decode_submits),
+            "bytes_read_back_per_token": per(s.decode_bytes_read_back),
+            "buffers_created_per_token": per(s.decode_buffers_created),
+            "bytes_uploaded_per_token": per(s.decode_bytes_uploaded),
+            "bind_groups_created_per_token": per(s.decode_bind_groups_created),
+            "record_ms_per_token": s.record_ms_per_token(),
+        })
+        .to_string())
     }
 }

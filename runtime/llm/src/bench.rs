@@ -98,7 +98,9 @@ pub async fn prefill(model: &GemmaModel, n: usize) -> Result<PrefillRun> {
 
 /// Prefills `context` tokens, then times `tokens` decode steps, each but the last running the
 /// next one ahead as a text stream does (`run_ahead`: `None` as the generator chooses for the
-/// adapter, `Some(false)` none does, `Some(true)` each does).
+/// adapter, `Some(false)` none does, `Some(true)` each does). The prompt's step does not run
+/// ahead, so no decode step is in flight before the decode clock starts, and the last step
+/// leaves none in flight: the time covers exactly `tokens` steps (issue 33).
 pub async fn decode(
     model: &GemmaModel,
     context: usize,
@@ -113,10 +115,14 @@ pub async fn decode(
     if let Some(on) = run_ahead {
         g = g.run_ahead(on);
     }
-    for _ in 0..tokens {
-        g.next_token().await?;
-    }
     g.last_token().await?;
+    for i in 0..tokens {
+        if i + 1 < tokens {
+            g.next_token().await?;
+        } else {
+            g.last_token().await?;
+        }
+    }
     let s = g.stats();
     let per = |v: u64| v as f64 / s.decode_tokens.max(1) as f64;
     Ok(DecodeRun {
@@ -131,6 +137,18 @@ pub async fn decode(
         bind_groups_created_per_token: per(s.decode_bind_groups_created),
         record_ms_per_token: s.record_ms_per_token(),
     })
+}
+
+/// The greedy ids of a decode run: the first token after the synthetic prompt of `context` tokens
+/// and `tokens` more (what another runtime must compute too; the browser and native benches
+/// compare them). Not timed.
+pub async fn greedy_ids(model: &GemmaModel, context: usize, tokens: usize) -> Result<Vec<u32>> {
+    let mut g = greedy_on_prompt(model, context, context + tokens + 1)?;
+    let mut ids = Vec::with_capacity(tokens + 1);
+    for _ in 0..=tokens {
+        ids.push(g.last_token().await?);
+    }
+    Ok(ids)
 }
 
 /// Dispatches of one decode step after `context` prompt tokens, per kind of node (the decoder's

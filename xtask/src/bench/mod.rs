@@ -1,5 +1,7 @@
-//! `cargo xtask bench`: our runtime natively (`gemma-gem bench`) and in headless Chromium against
-//! onnxruntime-web on the same ONNX files; results as JSON + Markdown under `bench/results/`.
+//! `cargo xtask bench`: our runtime natively (`gemma-gem bench`, against ONNX Runtime's WebGPU EP
+//! with `--ort-ep`) and in headless Chromium against onnxruntime-web and transformers.js on the
+//! same ONNX files, timed by one clock in seeded, shuffled pairs (issue 33); results as JSON +
+//! Markdown under `bench/results/`.
 //!
 //! Results document (`bench/results/<date>-<time>.json`):
 //! - `date`, `note`, `native_config`, `native.<model>`: medians per configuration
@@ -8,18 +10,24 @@
 //!   `buffers_created_per_token`, `bytes_uploaded_per_token`, `bind_groups_created_per_token`,
 //!   `record_ms_per_token`, `gpu_memory_after_load_bytes`, `gpu_memory_peak_bytes`, `adapter`,
 //!   `dtype`, `skipped`);
+//!   with `--ort-ep` also `ort_webgpu_ep` (the paired summary below, against ONNX Runtime's
+//!   WebGPU plug-in EP: `bench/native/ort_ep.py`);
 //! - `native_vision`: the vision encoder (`gemma-gem bench-vision` on the mobius split fixture's
 //!   tiny tower) for an image of 280 soft tokens: `encode_ms_median`, `runs_ms`, `dispatches`,
 //!   `submits`, `slots`, `adapter`;
-//! - `browser`: `browser_version`, `adapter`, `config`, and `models.<model>` with `ours` and
-//!   `onnxruntime_web` (medians of each metric in [`report::BROWSER_METRICS`]) and one
-//!   `<metric>_ratio` (ours / theirs) per metric: `decode_tok_s_ratio`, `prefill_tok_s_ratio`,
-//!   `ttft_ratio`, `cold_ttft_ratio`, `load_ratio`, `peak_heap_ratio`;
+//! - `browser`: `browser_version`, `adapter`, `adapter_info`, `cross_origin_isolated`, `config`
+//!   (with the pairs' `seed`), `ort_web_static` (why it is not measured), and per model
+//!   `models.<model>` ([`paired::browser_model`]): `runtimes.<runtime>` with every sample and its
+//!   median / min / max, and per peer (`ort_web`, `transformers_js`) `decode_tok_s_ratio`,
+//!   `prefill_tok_s_ratio`, `ttft_ratio` (ours / peer, medians of the per-pair ratios), `runs`,
+//!   `tokens_match` and `pair_ratios`; a peer whose greedy ids differ fails the bench after the
+//!   results are written, with ONNX Runtime's CPU EP as the referee;
 //! - `sizes`: shipped bundles, raw and gzip;
 //! - `pages`: the page tools on the real-page corpus and the stress pages ([`pages`]);
 //! - `raw`: every run as measured.
 
 mod pages;
+mod paired;
 mod report;
 
 use crate::util::{cargo, exec, output, root, target_dir, which};
@@ -47,7 +55,7 @@ pub struct BenchArgs {
     /// into bench/cache/), or both.
     #[arg(long, value_enum, default_value_t = ModelChoice::All)]
     pub model: ModelChoice,
-    /// Measured runs per configuration (browser: per runtime, alternating A/B/A/B).
+    /// Native: measured runs per configuration (the browser measures --pairs).
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Where the results go (JSON + Markdown, named by date and time).
@@ -74,6 +82,27 @@ pub struct BenchArgs {
     /// picks by the same rule for both runtimes.
     #[arg(long)]
     pub dtype: Option<String>,
+    /// Browser: pairs measured per model; each pair runs every runtime once, in an order shuffled
+    /// with --seed.
+    #[arg(long, default_value_t = 5)]
+    pub pairs: usize,
+    /// Browser: the seed of the per-pair order (default: from the clock; recorded either way).
+    #[arg(long)]
+    pub seed: Option<u32>,
+    /// Browser: the peers measured against ours (comma-separated: ort_web, transformers_js).
+    #[arg(long, value_delimiter = ',', default_value = "ort_web,transformers_js")]
+    pub peers: Vec<String>,
+    /// Browser: fail unless Chromium's WebGPU adapter is a hardware one (not SwiftShader).
+    #[arg(long)]
+    pub require_gpu: bool,
+    /// Browser: extra Chromium flags (repeatable), e.g. the real-GPU flags of bench/device.sh.
+    #[arg(long = "chromium-arg", allow_hyphen_values = true)]
+    pub chromium_args: Vec<String>,
+    /// Native: also measure ONNX Runtime's WebGPU plug-in EP (`bench/native/ort_ep.py`, PyPI
+    /// onnxruntime-ep-webgpu; its Python from GEMMA_GEM_ORT_EP_PYTHON, else python3) as peer
+    /// `ort_webgpu_ep`: --pairs pairs, each running both once in an order shuffled with --seed.
+    #[arg(long)]
+    pub ort_ep: bool,
     /// Port of the local server for the browser bench.
     #[arg(long, default_value_t = 8093)]
     pub port: u16,
@@ -154,15 +183,44 @@ impl Plan {
         })
     }
 
-    /// The browser's single configuration: the longest prefill, the shortest decode context.
-    fn browser(&self) -> (usize, usize, usize) {
-        (
-            self.prefill.iter().copied().max().unwrap_or(128),
-            self.decode_context.iter().copied().min().unwrap_or(128),
-            self.decode_tokens,
-        )
+    /// The browser's configuration for a model of context `limit` (None: unbounded): its prefill
+    /// lengths and (context, tokens) decode runs that fit, and a note per one that does not.
+    fn browser(&self, limit: Option<usize>) -> (Vec<usize>, Vec<(usize, usize)>, Vec<String>) {
+        let fits = |n: usize| limit.is_none_or(|l| n <= l);
+        let mut skipped = Vec::new();
+        let prefill = self
+            .prefill
+            .iter()
+            .copied()
+            .filter(|&n| {
+                let ok = fits(n + 1);
+                if !ok {
+                    skipped.push(format!("prefill {n}: over the model's context"));
+                }
+                ok
+            })
+            .collect();
+        let decode = self
+            .decode_context
+            .iter()
+            .map(|&c| (c, self.decode_tokens))
+            .filter(|&(c, t)| {
+                let ok = fits(c + t + 1);
+                if !ok {
+                    skipped.push(format!(
+                        "decode {t} after {c}: {} tokens over the model's context",
+                        c + t + 1
+                    ));
+                }
+                ok
+            })
+            .collect();
+        (prefill, decode, skipped)
     }
 }
+
+/// The runtimes of the browser bench: ours first, then the peers asked for.
+pub const BROWSER_PEERS: [&str; 2] = ["ort_web", "transformers_js"];
 
 impl BenchArgs {
     /// (native, browser): both when neither flag is given.
@@ -193,6 +251,19 @@ impl BenchArgs {
             && d != "q4f16"
         {
             bail!("--dtype must be q4 or q4f16 (got {d})");
+        }
+        if self.pairs == 0 {
+            bail!("--pairs must be at least 1");
+        }
+        if let Some(p) = self
+            .peers
+            .iter()
+            .find(|p| !BROWSER_PEERS.contains(&p.as_str()))
+        {
+            bail!(
+                "--peers: unknown peer {p} (known: {})",
+                BROWSER_PEERS.join(", ")
+            );
         }
         Ok(())
     }
@@ -239,13 +310,18 @@ fn ensure_model(model: &BenchModel) -> Result<()> {
     .context("generating the E2B-shaped bench model")
 }
 
-fn layers_of(model: &BenchModel) -> Option<u64> {
+/// A number of the model's text config (`config.json`, `text_config` or the top level).
+fn text_config_u64(model: &BenchModel, key: &str) -> Option<u64> {
     let cfg: Value =
         serde_json::from_slice(&std::fs::read(model.dir.join("config.json")).ok()?).ok()?;
     cfg.get("text_config")
         .unwrap_or(&cfg)
-        .get("num_hidden_layers")
+        .get(key)
         .and_then(Value::as_u64)
+}
+
+fn layers_of(model: &BenchModel) -> Option<u64> {
+    text_config_u64(model, "num_hidden_layers")
 }
 
 /// The `gemma-gem` binary: `--gemma-gem`, or built (release).
@@ -293,22 +369,27 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
             .join(",")
     };
     let mut summary = Map::new();
-    let mut raw = Map::new();
-    for m in models {
+    let mut raw = Value::Object(Map::new());
+    // `gemma-gem bench` on `m` with the plan's configuration (the caller adds --runs).
+    let base_cmd = |m: &BenchModel| {
         let mut cmd = Command::new(&bin);
         cmd.arg("bench")
             .arg("--model")
             .arg(&m.dir)
             .args(["--prefill", &list(&plan.prefill)])
             .args(["--decode-context", &list(&plan.decode_context)])
-            .args(["--decode-tokens", &plan.decode_tokens.to_string()])
-            .args(["--runs", &args.runs.to_string()]);
+            .args(["--decode-tokens", &plan.decode_tokens.to_string()]);
         if let Some(a) = &args.adapter {
             cmd.args(["--adapter", a]);
         }
         if let Some(d) = &args.dtype {
             cmd.args(["--dtype", d]);
         }
+        cmd
+    };
+    for m in models {
+        let mut cmd = base_cmd(m);
+        cmd.args(["--runs", &args.runs.to_string()]);
         eprintln!(
             "xtask: native bench of {} ({} configuration)",
             m.name, plan.name
@@ -317,9 +398,142 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
         let doc: Value = serde_json::from_str(&out)
             .with_context(|| format!("gemma-gem bench printed no JSON for {}", m.name))?;
         summary.insert(m.name.into(), report::native_model(&doc, layers_of(m)));
-        raw.insert(m.name.into(), doc);
+        raw[m.name] = doc;
+        if args.ort_ep {
+            // The weight variant ours chose (or --dtype), for both.
+            let dtype = raw[m.name]["dtype"].as_str().unwrap_or("q4").to_string();
+            let (peer, pairs) = native_pairs(args, plan, m, &base_cmd(m), &dtype)?;
+            if let Some(Value::Object(o)) = summary.get_mut(m.name) {
+                o.insert("ort_webgpu_ep".into(), peer);
+            }
+            raw[m.name]["ort_webgpu_ep_pairs"] = pairs;
+        }
     }
-    Ok((Value::Object(summary), Value::Object(raw)))
+    Ok((Value::Object(summary), raw))
+}
+
+/// The greedy ids of ONNX Runtime's CPU EP on `m` for the plan's configurations
+/// (`bench/native/ort_ep.py --ep cpu`), in the shape of [`paired::native_run`]: the referee when
+/// the runtimes' ids differ. Its Python: GEMMA_GEM_ORT_EP_PYTHON, else the repo's .venv.
+fn cpu_reference(plan: &Plan, m: &BenchModel, dtype: &str) -> Result<Value> {
+    let python = match std::env::var_os("GEMMA_GEM_ORT_EP_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => crate::install::ensure_python_venv()?,
+    };
+    let list = |v: &[usize]| {
+        v.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    eprintln!(
+        "xtask: the greedy ids differ: ONNX Runtime's CPU EP as the reference for {}",
+        m.name
+    );
+    let out = output(
+        Command::new(python)
+            .arg(root().join("bench/native/ort_ep.py"))
+            .args([
+                "--ep",
+                "cpu",
+                "--runs",
+                "1",
+                "--token-ids",
+                "--dtype",
+                dtype,
+            ])
+            .arg("--model")
+            .arg(&m.dir)
+            .args(["--prefill", &list(&plan.prefill)])
+            .args(["--decode-context", &list(&plan.decode_context)])
+            .args(["--decode-tokens", &plan.decode_tokens.to_string()])
+            .stderr(std::process::Stdio::inherit()),
+    )?;
+    let doc: Value = serde_json::from_str(&out).context("ort_ep.py --ep cpu printed no JSON")?;
+    Ok(paired::native_run(&doc))
+}
+
+/// Ours (`ours`: `gemma-gem bench --runs 1 --token-ids`) and ONNX Runtime's WebGPU EP
+/// (`bench/native/ort_ep.py`) on model `m`, --pairs times, each pair in a seeded shuffled order;
+/// returns the paired summary (peer `ort_webgpu_ep`) and the raw documents.
+fn native_pairs(
+    args: &BenchArgs,
+    plan: &Plan,
+    m: &BenchModel,
+    ours: &Command,
+    dtype: &str,
+) -> Result<(Value, Value)> {
+    let python = std::env::var_os("GEMMA_GEM_ORT_EP_PYTHON").unwrap_or_else(|| "python3".into());
+    let list = |v: &[usize]| {
+        v.iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    let dtype = dtype.to_string();
+    let mut seed = args.seed.unwrap_or(0x5eed) as u64 | 1;
+    let mut pairs = Vec::new();
+    for pair in 0..args.pairs {
+        // xorshift64: a reproducible order per pair from the recorded seed.
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let order: [&str; 2] = if seed & 1 == 0 {
+            ["ours", "ort_webgpu_ep"]
+        } else {
+            ["ort_webgpu_ep", "ours"]
+        };
+        let mut runs = Map::new();
+        for who in order {
+            eprintln!(
+                "xtask: native pair {}/{} of {}: {who}",
+                pair + 1,
+                args.pairs,
+                m.name
+            );
+            let mut cmd = if who == "ours" {
+                let mut c = Command::new(ours.get_program());
+                c.args(ours.get_args()).args(["--runs", "1", "--token-ids"]);
+                if args.dtype.is_none() {
+                    c.args(["--dtype", &dtype]);
+                }
+                c
+            } else {
+                let mut c = Command::new(&python);
+                c.arg(root().join("bench/native/ort_ep.py"))
+                    .arg("--model")
+                    .arg(&m.dir)
+                    .args(["--prefill", &list(&plan.prefill)])
+                    .args(["--decode-context", &list(&plan.decode_context)])
+                    .args(["--decode-tokens", &plan.decode_tokens.to_string()])
+                    .args(["--runs", "1", "--token-ids", "--dtype", &dtype]);
+                c
+            };
+            let run = output(cmd.stderr(std::process::Stdio::inherit()))
+                .and_then(|out| {
+                    serde_json::from_str::<Value>(&out)
+                        .with_context(|| format!("{who} printed no JSON"))
+                })
+                .map(|doc| paired::native_run(&doc))
+                .unwrap_or_else(|e| json!({"error": format!("{e:#}")}));
+            runs.insert(who.into(), run);
+        }
+        pairs.push(json!({"order": order, "runs": runs}));
+    }
+    let raw = json!({"dtype": dtype, "seed": args.seed.unwrap_or(0x5eed), "pairs": pairs});
+    let mut summary = paired::browser_model(&raw, &["ort_webgpu_ep".to_string()]);
+    let peer = summary["ort_webgpu_ep"].take();
+    let mut out = json!({ "ort_webgpu_ep": peer });
+    if out["ort_webgpu_ep"]["tokens_match"] == json!(false) {
+        match cpu_reference(plan, m, &dtype) {
+            Ok(reference) => paired::annotate_with_reference(&mut out, &reference),
+            Err(e) => eprintln!("xtask: note: no CPU reference for {}: {e:#}", m.name),
+        }
+    }
+    let mut out = out["ort_webgpu_ep"].take();
+    out["runtimes"] = summary["runtimes"].take();
+    out["pairs"] = json!(args.pairs);
+    Ok((out, raw))
 }
 
 fn find_chromium() -> Result<PathBuf> {
@@ -355,11 +569,29 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
             .arg(stage.join("pkg"))
             .arg(target_dir().join("wasm32-unknown-unknown/release/gg_bench_wasm.wasm")),
     )?;
-    let ort_dist = bench_dir.join("node_modules/onnxruntime-web/dist");
-    let mut mounts = vec![crate::serve::Mount {
-        prefix: "/ort/".into(),
-        dir: ort_dist,
-    }];
+    let node_modules = bench_dir.join("node_modules");
+    let tjs = node_modules.join("@huggingface/transformers");
+    let mut mounts = vec![
+        crate::serve::Mount {
+            prefix: "/ort/".into(),
+            dir: node_modules.join("onnxruntime-web/dist"),
+        },
+        crate::serve::Mount {
+            prefix: "/tjs/".into(),
+            dir: tjs.join("dist"),
+        },
+        // transformers.js's own onnxruntime-web (its pinned build; a CDN otherwise).
+        crate::serve::Mount {
+            prefix: "/tjs-ort/".into(),
+            dir: [
+                tjs.join("node_modules/onnxruntime-web/dist"),
+                node_modules.join("onnxruntime-web/dist"),
+            ]
+            .into_iter()
+            .find(|d| d.is_dir())
+            .unwrap_or_default(),
+        },
+    ];
     for m in models {
         mounts.push(crate::serve::Mount {
             prefix: format!("/models/{}/", m.name),
@@ -370,17 +602,41 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
         prefix: "/".into(),
         dir: stage.clone(),
     });
-    let _server = crate::serve::start(args.port, mounts)?;
+    // Cross-origin isolated: onnxruntime-web and transformers.js may use wasm threads.
+    let _server = crate::serve::start_with(args.port, mounts, true)?;
     let base = format!("http://127.0.0.1:{}/", args.port);
-    let (prefill, decode_context, decode_tokens) = plan.browser();
+    let mut runtimes = vec!["ours".to_string()];
+    runtimes.extend(args.peers.iter().cloned());
+    let mut model_cfg = Vec::new();
+    for m in models {
+        let limit = text_config_u64(m, "max_position_embeddings").map(|l| l as usize);
+        let (prefill, decode, skipped) = plan.browser(limit);
+        model_cfg.push(json!({
+            "name": m.name,
+            "url": format!("{base}models/{}/", m.name),
+            "vocab": text_config_u64(m, "vocab_size"),
+            "prefill": prefill,
+            "decode": decode.iter().map(|&(context, tokens)| json!({"context": context, "tokens": tokens})).collect::<Vec<_>>(),
+            "skipped": skipped,
+        }));
+    }
+    let seed = args.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos() ^ d.as_secs() as u32)
+            .unwrap_or(1)
+            & 0x7fff_ffff
+    });
     let config = json!({
         "url": base,
         "chromium": find_chromium()?,
-        "runs": args.runs,
-        "prefill": prefill,
-        "decodeContext": decode_context,
-        "decodeTokens": decode_tokens,
-        "models": models.iter().map(|m| json!({"name": m.name, "url": format!("{base}models/{}/", m.name)})).collect::<Vec<_>>(),
+        "chromiumArgs": args.chromium_args,
+        "pairs": args.pairs,
+        "seed": seed,
+        "runtimes": runtimes,
+        "requireGpu": args.require_gpu,
+        "dtype": args.dtype,
+        "models": model_cfg,
     });
     let cfg_path = stage.join("config.json");
     let raw_path = stage.join("raw.json");
@@ -397,15 +653,41 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
     let mut per_model = Map::new();
     if let Some(ms) = raw.get("models").and_then(Value::as_object) {
         for (name, r) in ms {
-            per_model.insert(name.clone(), report::browser_model(r));
+            let mut summary = paired::browser_model(r, &args.peers);
+            if let Some(skipped) = model_cfg
+                .iter()
+                .find(|c| c["name"] == name.as_str())
+                .map(|c| c["skipped"].clone())
+            {
+                summary["skipped"] = skipped;
+            }
+            let mismatch = args
+                .peers
+                .iter()
+                .any(|p| summary[p.as_str()]["tokens_match"] == json!(false));
+            if let Some(m) = models.iter().find(|m| m.name == name.as_str())
+                && mismatch
+            {
+                let dtype = r["dtype"].as_str().unwrap_or("q4").to_string();
+                match cpu_reference(plan, m, &dtype) {
+                    Ok(reference) => paired::annotate_with_reference(&mut summary, &reference),
+                    Err(e) => eprintln!("xtask: note: no CPU reference for {name}: {e:#}"),
+                }
+            }
+            per_model.insert(name.clone(), summary);
         }
     }
     let summary = json!({
         "browser_version": raw.get("browser_version"),
         "user_agent": raw.get("user_agent"),
         "adapter": raw.get("adapter"),
-        "config": {"prefill": prefill, "decode_context": decode_context, "decode_tokens": decode_tokens, "runs": args.runs,
-                   "order": "alternating ours / onnxruntime-web, a fresh page each run"},
+        "adapter_info": raw.get("adapter_info"),
+        "cross_origin_isolated": raw.get("cross_origin_isolated"),
+        "config": {"prefill": plan.prefill, "decode_context": plan.decode_context, "decode_tokens": plan.decode_tokens,
+                   "pairs": args.pairs, "seed": raw.get("seed"), "runtimes": runtimes,
+                   "order": "per pair every runtime once, a fresh page each, in an order shuffled by a PRNG seeded with `seed`",
+                   "clock": "performance.now() in the bench page around the same awaited calls for every runtime; decode timed from the first token on the CPU (nothing of ours in flight) to the last"},
+        "ort_web_static": {"measured": false, "why": "these graphs' attention concatenates past and new keys (present = Concat(past, new)), so the KV cache grows each step: no fixed-capacity cache, and graph capture needs fixed shapes. It needs GroupQueryAttention with a shared past/present buffer (the exporters' form)."},
         "models": per_model,
     });
     Ok((summary, raw))
@@ -585,6 +867,21 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         json_path.display(),
         md_path.display()
     );
+    // The peers must compute the same greedy tokens as ours, or the speeds compare other work.
+    let mut failures = doc
+        .get("browser")
+        .map(paired::token_failures)
+        .unwrap_or_default();
+    if let Some(native) = doc.get("native") {
+        failures.extend(paired::token_failures(&json!({ "models": native })));
+    }
+    if !failures.is_empty() {
+        bail!(
+            "the runtimes disagree on the greedy tokens (results kept in {}):\n  {}",
+            json_path.display(),
+            failures.join("\n  ")
+        );
+    }
     Ok(())
 }
 
@@ -632,7 +929,14 @@ mod tests {
         assert_eq!(full.prefill, vec![128, 512]);
         assert_eq!(full.decode_context, vec![128, 1024]);
         assert_eq!(full.decode_tokens, 32);
-        assert_eq!(full.browser(), (512, 128, 32));
+        assert_eq!(
+            full.browser(None),
+            (vec![128, 512], vec![(128, 32), (1024, 32)], vec![])
+        );
+        let (prefill, decode, skipped) = full.browser(Some(1024));
+        assert_eq!(prefill, vec![128, 512]);
+        assert_eq!(decode, vec![(128, 32)]);
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
         let quick = Plan::of(&parse(&["--quick"]));
         assert_eq!(quick.name, "quick");
         assert_eq!(quick.prefill, vec![128]);

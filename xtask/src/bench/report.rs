@@ -113,64 +113,6 @@ fn num(v: Option<f64>) -> Value {
     v.map_or(Value::Null, |x| json!(x))
 }
 
-/// Summary of one model's browser runs: per runtime the median of each metric, the ratios and
-/// the errors of failed runs.
-pub fn browser_model(raw: &Value) -> Value {
-    let runs = |rt: &str| {
-        raw.get(rt)
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default()
-    };
-    let (ours, theirs) = (runs("ours"), runs("ort"));
-    let mut out = Map::new();
-    out.insert(
-        "dtype".into(),
-        raw.get("dtype").cloned().unwrap_or(Value::Null),
-    );
-    let mut o = Map::new();
-    let mut t = Map::new();
-    for m in BROWSER_METRICS {
-        let a = median(&values(&ours, m.key));
-        let b = median(&values(&theirs, m.key));
-        o.insert(m.key.into(), num(a));
-        t.insert(m.key.into(), num(b));
-        out.insert(m.ratio_key.into(), num(ratio(a, b)));
-    }
-    for key in DECODE_COUNTERS {
-        let v: Vec<f64> = ours
-            .iter()
-            .filter_map(|r| {
-                r.get("decode")
-                    .and_then(|d| d.get(key))
-                    .and_then(Value::as_f64)
-            })
-            .collect();
-        o.insert(key.into(), num(median(&v)));
-    }
-    o.insert(
-        "wasm_memory_bytes".into(),
-        num(median(&values(&ours, "wasm_memory_bytes"))),
-    );
-    let ok = |v: &[Value]| v.iter().filter(|r| r.get("error").is_none()).count();
-    o.insert("runs".into(), json!(ok(&ours)));
-    t.insert("runs".into(), json!(ok(&theirs)));
-    let errors = |v: &[Value]| -> Vec<Value> {
-        v.iter()
-            .filter_map(|r| r.get("error").cloned())
-            .collect::<Vec<_>>()
-    };
-    if !errors(&ours).is_empty() {
-        o.insert("errors".into(), Value::Array(errors(&ours)));
-    }
-    if !errors(&theirs).is_empty() {
-        t.insert("errors".into(), Value::Array(errors(&theirs)));
-    }
-    out.insert("ours".into(), Value::Object(o));
-    out.insert("onnxruntime_web".into(), Value::Object(t));
-    Value::Object(out)
-}
-
 /// Summary of one model's native bench output (`gemma-gem bench`): medians per configuration.
 /// `layers` is the decoder's layer count (for dispatches per layer).
 pub fn native_model(raw: &Value, layers: Option<u64>) -> Value {
@@ -279,7 +221,7 @@ pub fn utc(unix_s: u64) -> (String, String) {
     )
 }
 
-fn fmt_num(v: Option<f64>, unit: Unit) -> String {
+pub(super) fn fmt_num(v: Option<f64>, unit: Unit) -> String {
     match v {
         None => "–".into(),
         Some(x) => match unit {
@@ -401,6 +343,25 @@ pub fn markdown(doc: &Value) -> String {
             s.push_str(&extra);
         }
         s.push('\n');
+        for (name, m) in native {
+            // Ours vs ONNX Runtime's WebGPU EP (--ort-ep): the paired table.
+            if let Some(peer) = m.get("ort_webgpu_ep") {
+                let software = ["swiftshader", "llvmpipe", "lavapipe"]
+                    .iter()
+                    .any(|a| text(m, "adapter").to_lowercase().contains(a));
+                let view = json!({
+                    "dtype": m.get("dtype"),
+                    "pairs": peer.get("pairs"),
+                    "runtimes": peer.get("runtimes"),
+                    "ort_webgpu_ep": peer,
+                });
+                s.push_str(&super::paired::markdown_model(
+                    &format!("{name}: ours vs ort_webgpu_ep (native)"),
+                    &view,
+                    software,
+                ));
+            }
+        }
     }
     if let Some(v) = doc.get("native_vision") {
         let g = |k: &str| v.get(k).and_then(Value::as_f64);
@@ -419,7 +380,9 @@ pub fn markdown(doc: &Value) -> String {
         ));
     }
     if let Some(browser) = doc.get("browser") {
-        s.push_str("## Browser: ours (wasm) vs onnxruntime-web (WebGPU EP)\n\n");
+        s.push_str(
+            "## Browser: ours (wasm) vs onnxruntime-web (WebGPU EP) and transformers.js\n\n",
+        );
         s.push_str(&format!(
             "Chromium {} (headless), adapter {}. Configuration: {}. Medians over the runs; ratio = ours / theirs.\n\n",
             text(browser, "browser_version"),
@@ -429,8 +392,20 @@ pub fn markdown(doc: &Value) -> String {
                 .map(Value::to_string)
                 .unwrap_or_default()
         ));
+        let software = ["swiftshader", "llvmpipe", "lavapipe"]
+            .iter()
+            .any(|a| text(browser, "adapter").to_lowercase().contains(a))
+            || get(browser, &["adapter_info", "isFallbackAdapter"]).is_some()
+                && browser["adapter_info"]["isFallbackAdapter"] == json!(true)
+            || text(browser, "adapter").trim().is_empty()
+            || text(browser, "adapter").contains("unknown");
         if let Some(models) = browser.get("models").and_then(Value::as_object) {
             for (name, m) in models {
+                if m.get("runtimes").is_some() {
+                    // Paired results (issue 33): every runtime, spreads, per-pair ratios.
+                    s.push_str(&super::paired::markdown_model(name, m, software));
+                    continue;
+                }
                 s.push_str(&format!("### {name} ({})\n\n", text(m, "dtype")));
                 s.push_str(
                     "| metric | ours | onnxruntime-web | ours / theirs |\n|---|---|---|---|\n",
@@ -533,41 +508,6 @@ mod tests {
         assert_eq!(utc(0), ("1970-01-01".into(), "00:00:00".into()));
         assert_eq!(utc(951_782_400), ("2000-02-29".into(), "00:00:00".into()));
         assert_eq!(utc(1_796_050_000), ("2026-11-30".into(), "14:46:40".into()));
-    }
-
-    #[test]
-    fn browser_summary_has_medians_ratios_and_errors() {
-        let raw = json!({
-            "dtype": "q4",
-            "ours": [
-                {"load_s": 1.0, "ttft_s": 0.2, "decode_tok_s": 30.0, "prefill_tok_s": 600.0,
-                 "decode": {"dispatches_per_token": 100.0, "bytes_read_back_per_token": 4.0}},
-                {"load_s": 3.0, "ttft_s": 0.4, "decode_tok_s": 10.0, "prefill_tok_s": 200.0},
-                {"error": "boom"}
-            ],
-            "ort": [
-                {"load_s": 2.0, "ttft_s": 0.5, "decode_tok_s": 10.0, "prefill_tok_s": 100.0},
-                {"load_s": 2.0, "ttft_s": 0.5, "decode_tok_s": 10.0, "prefill_tok_s": 100.0}
-            ]
-        });
-        let s = browser_model(&raw);
-        assert_eq!(s["ours"]["load_s"], json!(2.0));
-        assert_eq!(s["onnxruntime_web"]["load_s"], json!(2.0));
-        assert_eq!(s["load_ratio"], json!(1.0));
-        assert_eq!(s["decode_tok_s_ratio"], json!(2.0));
-        assert_eq!(s["prefill_tok_s_ratio"], json!(4.0));
-        assert_eq!(s["ttft_ratio"], json!(0.6000000000000001));
-        assert_eq!(s["ours"]["dispatches_per_token"], json!(100.0));
-        assert_eq!(s["ours"]["runs"], json!(2));
-        assert_eq!(s["ours"]["errors"], json!(["boom"]));
-        assert!(s["onnxruntime_web"].get("errors").is_none());
-        assert_eq!(s["peak_heap_ratio"], Value::Null);
-        let md = markdown(&json!({"date": "d", "browser": {"models": {"tiny": s}}}));
-        assert!(
-            md.contains("| decode (higher is better) | 20.0 tok/s | 10.0 tok/s | 2.00× |"),
-            "{md}"
-        );
-        assert!(md.contains("ours failed a run: boom"), "{md}");
     }
 
     #[test]

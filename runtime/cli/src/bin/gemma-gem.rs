@@ -103,6 +103,10 @@ struct BenchArgs {
     /// (`GemmaModel::warm_up`), and report its time and pipelines (`warm_up`).
     #[arg(long)]
     warm_up: bool,
+    /// Also record the greedy ids of each decode configuration (the first token and
+    /// --decode-tokens more, `ids` in its JSON), to check another runtime's tokens against.
+    #[arg(long)]
+    token_ids: bool,
     /// After the measurements, profile one decode step and a prompt (the first --prefill length)
     /// node by node, waiting for the GPU after every node: dispatches and wall time per kind of
     /// node, slowest first, and the fused groups, on stderr.
@@ -378,7 +382,11 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
                 "record_ms_per_token": run.record_ms_per_token,
             }));
         }
-        decode.push(json!({"context": c, "tokens": args.decode_tokens, "runs": runs}));
+        let mut entry = json!({"context": c, "tokens": args.decode_tokens, "runs": runs});
+        if args.token_ids {
+            entry["ids"] = json!(bench::greedy_ids(&model, c, args.decode_tokens).await?);
+        }
+        decode.push(entry);
     }
     if args.dispatch_profile {
         let (rows, total) = bench::decode_profile(&model, 8).await?;

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""The native peer of `gemma-gem bench`: ONNX Runtime with its WebGPU plug-in execution provider
+(PyPI `onnxruntime-ep-webgpu`: Dawn, the kernels of onnxruntime-web's WebGPU EP) on the same ONNX
+files, the same synthetic prompt ids and the same measurements, printed as the same JSON
+(`prefill[].runs[].{ttft_s, tok_s}`, `decode[].runs[].{decode_s, tok_s}`, `decode[].ids`).
+
+    python bench/native/ort_ep.py --model DIR [--dtype q4|q4f16] [--prefill 128,512]
+        [--decode-context 128,1024] [--decode-tokens 32] [--runs 1] [--token-ids]
+
+At its best: the KV cache and the embeddings stay on the device (IOBinding: present.* bound to
+'webgpu' and fed back as past_key_values.*), only the logits come back (argmax on the CPU, greedy,
+as onnxruntime-web in the browser bench), graph optimizations all. Timed with time.perf_counter
+around the same steps as ours: TTFT from the prompt ids to the first id on the CPU, decode from
+then to the last of --decode-tokens further ids, nothing in flight before.
+
+`--ep cpu`: ONNX Runtime's CPU EP (no plug-in needed), the reference the benches consult when
+the runtimes' greedy ids differ.
+
+Without a GPU: ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1 and a Vulkan ICD Dawn accepts (Chromium's
+SwiftShader, VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json; Dawn refuses lavapipe),
+for checking the script, not for speed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+
+def prompt_ids(n: int, vocab: int) -> list[int]:
+    """gg_llm::bench::prompt_ids: <bos>, then 3 + (i * 7919) mod (vocab - 3)."""
+    span = max(vocab - 3, 1)
+    return [2 if i == 0 else 3 + (i * 7919) % span for i in range(n)]
+
+
+NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
+class Model:
+    def __init__(self, folder: str, dtype: str | None, ep: str):
+        with open(f"{folder}/config.json") as f:
+            cfg = json.load(f)
+        text = cfg.get("text_config", cfg)
+        self.vocab = text["vocab_size"]
+        self.limit = text.get("max_position_embeddings")
+        self.ep = ep
+        # Where the cache and the embeddings live between steps.
+        self.where = "webgpu" if ep == "webgpu" else "cpu"
+        self.device = None
+        if ep == "webgpu":
+            import onnxruntime_ep_webgpu as webgpu_ep
+
+            ort.register_execution_provider_library("webgpu", webgpu_ep.get_library_path())
+            devices = [d for d in ort.get_ep_devices() if d.ep_name == webgpu_ep.get_ep_name()]
+            if not devices:
+                raise SystemExit(
+                    "ort_ep.py: no WebGPU EP device (no GPU adapter; without one set "
+                    "ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1 and a Vulkan ICD that Dawn accepts)"
+                )
+            self.device = devices[0]
+        self.dtype = dtype or "q4f16"
+        t0 = time.perf_counter()
+        self.embed = self._session(f"{folder}/onnx/embed_tokens_{self.dtype}.onnx")
+        self.decoder = self._session(f"{folder}/onnx/decoder_model_merged_{self.dtype}.onnx")
+        self.load_s = time.perf_counter() - t0
+        self.inputs = {i.name: i for i in self.decoder.get_inputs()}
+        self.cache = [
+            (name, name.replace("past_key_values.", "present."), i)
+            for name, i in self.inputs.items()
+            if name.startswith("past_key_values.")
+        ]
+        self.embed_outputs = [o.name for o in self.embed.get_outputs()]
+
+    def _session(self, path: str) -> ort.InferenceSession:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if self.device is None:
+            return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+        so.add_provider_for_devices([self.device], {})
+        return ort.InferenceSession(path, sess_options=so)
+
+
+class Generation:
+    def __init__(self, m: Model):
+        self.m = m
+        self.past = 0
+        self.cache = None  # OrtValues on the device after the first step
+
+    def step(self, ids: list[int]) -> int:
+        m = self.m
+        s = len(ids)
+        total = self.past + s
+        eb = m.embed.io_binding()
+        eb.bind_cpu_input("input_ids", np.asarray([ids], dtype=np.int64))
+        for name in m.embed_outputs:
+            eb.bind_output(name, m.where)
+        m.embed.run_with_iobinding(eb)
+        emb = dict(zip(m.embed_outputs, eb.get_outputs()))
+        b = m.decoder.io_binding()
+        b.bind_ortvalue_input("inputs_embeds", emb["inputs_embeds"])
+        if "per_layer_inputs" in m.inputs:
+            b.bind_ortvalue_input("per_layer_inputs", emb["per_layer_inputs"])
+        b.bind_cpu_input("attention_mask", np.ones((1, total), dtype=np.int64))
+        if "position_ids" in m.inputs:
+            b.bind_cpu_input("position_ids", np.arange(self.past, total, dtype=np.int64)[None, :])
+        if "num_logits_to_keep" in m.inputs:
+            b.bind_cpu_input("num_logits_to_keep", np.array(1, dtype=np.int64))
+        for k, (name, _present, info) in enumerate(m.cache):
+            if self.cache is None:
+                heads, dim = info.shape[1], info.shape[3]
+                b.bind_cpu_input(name, np.zeros((1, heads, 0, dim), dtype=NP[info.type]))
+            else:
+                b.bind_ortvalue_input(name, self.cache[k])
+        out_names = [o.name for o in m.decoder.get_outputs()]
+        for name in out_names:
+            b.bind_output(name, "cpu" if name == "logits" else m.where)
+        m.decoder.run_with_iobinding(b)
+        outs = dict(zip(out_names, b.get_outputs()))
+        self.cache = [outs[present] for _name, present, _info in m.cache]
+        self.past = total
+        logits = outs["logits"].numpy()
+        return int(np.argmax(logits.reshape(-1, logits.shape[-1])[-1]))
+
+
+def timed(m: Model, context: int, tokens: int) -> tuple[float, float, list[int]]:
+    """(ttft_s, decode_s, ids) of the first token after `context` prompt ids and `tokens` more."""
+    g = Generation(m)
+    t0 = time.perf_counter()
+    ids = [g.step(prompt_ids(context, m.vocab))]
+    t1 = time.perf_counter()
+    for _ in range(tokens):
+        ids.append(g.step([ids[-1]]))
+    t2 = time.perf_counter()
+    return t1 - t0, t2 - t1, ids
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--dtype", choices=["q4", "q4f16"])
+    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    ap.add_argument("--prefill", type=ints, default=[128, 512])
+    ap.add_argument("--decode-context", type=ints, default=[128, 1024])
+    ap.add_argument("--decode-tokens", type=int, default=32)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--token-ids", action="store_true")
+    ap.add_argument(
+        "--ep",
+        choices=["webgpu", "cpu"],
+        default="webgpu",
+        help="cpu: ONNX Runtime's CPU EP, the reference the benches' token check falls back on",
+    )
+    a = ap.parse_args()
+    m = Model(a.model, a.dtype, a.ep)
+    log = lambda s: print(f"ort_ep: {s}", file=sys.stderr, flush=True)  # noqa: E731
+    fits = lambda n: m.limit is None or n <= m.limit  # noqa: E731
+    prefill = []
+    for n in a.prefill:
+        if not fits(n + 1):
+            prefill.append({"tokens": n, "skipped": "over the model's context"})
+            continue
+        timed(m, n, 0)  # warm-up (shader compilation)
+        runs = []
+        for r in range(a.runs):
+            ttft, _, ids = timed(m, n, 0)
+            log(f"prefill {n}, run {r + 1}: {ttft:.3f} s ({n / ttft:.1f} tok/s)")
+            runs.append({"ttft_s": ttft, "tok_s": n / ttft})
+        prefill.append({"tokens": n, "runs": runs, "ids": ids})
+    decode = []
+    warm = False
+    for c in a.decode_context:
+        if not fits(c + a.decode_tokens + 1):
+            decode.append({"context": c, "tokens": a.decode_tokens, "skipped": "over the model's context"})
+            continue
+        if not warm:
+            timed(m, min(8, c), 2)
+            warm = True
+        runs = []
+        for r in range(a.runs):
+            _, dt, ids = timed(m, c, a.decode_tokens)
+            log(f"decode {a.decode_tokens} after {c}, run {r + 1}: {a.decode_tokens / dt:.2f} tok/s")
+            runs.append({"decode_s": dt, "tok_s": a.decode_tokens / dt})
+        entry = {"context": c, "tokens": a.decode_tokens, "runs": runs}
+        if a.token_ids:
+            entry["ids"] = ids
+        decode.append(entry)
+    dev = m.device
+    doc = {
+        "runtime": "ort_webgpu_ep" if a.ep == "webgpu" else "ort_cpu",
+        "onnxruntime": ort.__version__,
+        "adapter": "cpu" if dev is None else " ".join(
+            str(x) for x in [dev.device.vendor, dict(dev.device.metadata) or "", dev.device.type] if x
+        ),
+        "ep_metadata": {} if dev is None else dict(dev.ep_metadata),
+        "dtype": m.dtype,
+        "load_s": m.load_s,
+        "kv_on_device": a.ep == "webgpu",
+        "prefill": prefill,
+        "decode": decode,
+    }
+    print(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    main()

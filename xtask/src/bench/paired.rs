@@ -1,0 +1,720 @@
+//! The browser bench's paired summary: per runtime every sample with its median, min and max;
+//! per peer the per-pair ratios (ours / peer) with their median, min and max, and whether the
+//! greedy ids agreed. No I/O here (unit-tested).
+//!
+//! Raw input (`bench/run-browser.mjs`, one model): `{dtype, pairs: [{order, runs: {<runtime>:
+//! {load_s, peak_heap_bytes, settings, prefill: [{tokens, cold_ttft_s, ttft_s, prefill_tok_s,
+//! ids}], decode: [{context, tokens, ttft_s, decode_s, decode_tok_s, ids, counters?}]} or
+//! {error}}}], ort_web_placement}`.
+
+use super::report::{Unit, fmt_num, median, ratio};
+use serde_json::{Map, Value, json};
+
+/// The headline metrics and their ratio keys (ours / peer; for times below 1 is better).
+pub const HEADLINE: [(&str, &str, &str, Unit, bool); 6] = [
+    (
+        "decode_tok_s",
+        "decode_tok_s_ratio",
+        "decode (shortest context)",
+        Unit::TokPerS,
+        true,
+    ),
+    (
+        "prefill_tok_s",
+        "prefill_tok_s_ratio",
+        "prefill (longest prompt)",
+        Unit::TokPerS,
+        true,
+    ),
+    (
+        "ttft_s",
+        "ttft_ratio",
+        "time to first token (longest prompt)",
+        Unit::Seconds,
+        false,
+    ),
+    (
+        "cold_ttft_s",
+        "cold_ttft_ratio",
+        "first prompt after load (shader compilation)",
+        Unit::Seconds,
+        false,
+    ),
+    ("load_s", "load_ratio", "load time", Unit::Seconds, false),
+    (
+        "peak_heap_bytes",
+        "peak_heap_ratio",
+        "peak JS + wasm heap while loading",
+        Unit::Bytes,
+        false,
+    ),
+];
+
+/// The metrics of one run, flattened: `load_s`, `peak_heap_bytes`, `prefill_<n>_tok_s`,
+/// `ttft_<n>_s`, `cold_ttft_<n>_s`, `decode_<context>_tok_s`, and the headline aliases
+/// (`prefill_tok_s` / `ttft_s` of the longest prompt, `cold_ttft_s` of the first, `decode_tok_s`
+/// of the shortest context).
+pub fn flatten(run: &Value) -> Map<String, Value> {
+    let mut m = Map::new();
+    if run.get("error").is_some() {
+        return m;
+    }
+    for k in ["load_s", "peak_heap_bytes"] {
+        if let Some(v) = run.get(k).filter(|v| v.is_number()) {
+            m.insert(k.into(), v.clone());
+        }
+    }
+    let list = |k: &str| {
+        run.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let f = |v: &Value, k: &str| v.get(k).and_then(Value::as_f64);
+    let prefill = list("prefill");
+    for (i, p) in prefill.iter().enumerate() {
+        let n = p.get("tokens").and_then(Value::as_u64).unwrap_or(0);
+        for (key, val) in [
+            (format!("prefill_{n}_tok_s"), f(p, "prefill_tok_s")),
+            (format!("ttft_{n}_s"), f(p, "ttft_s")),
+            (format!("cold_ttft_{n}_s"), f(p, "cold_ttft_s")),
+        ] {
+            if let Some(x) = val {
+                m.insert(key, json!(x));
+            }
+        }
+        if i == 0
+            && let Some(x) = f(p, "cold_ttft_s")
+        {
+            m.insert("cold_ttft_s".into(), json!(x));
+        }
+    }
+    if let Some(p) = prefill
+        .iter()
+        .max_by_key(|p| p.get("tokens").and_then(Value::as_u64).unwrap_or(0))
+    {
+        for (key, src) in [("prefill_tok_s", "prefill_tok_s"), ("ttft_s", "ttft_s")] {
+            if let Some(x) = f(p, src) {
+                m.insert(key.into(), json!(x));
+            }
+        }
+    }
+    let decode = list("decode");
+    for d in &decode {
+        let c = d.get("context").and_then(Value::as_u64).unwrap_or(0);
+        if let Some(x) = f(d, "decode_tok_s") {
+            m.insert(format!("decode_{c}_tok_s"), json!(x));
+        }
+    }
+    if let Some(x) = decode
+        .iter()
+        .min_by_key(|d| d.get("context").and_then(Value::as_u64).unwrap_or(u64::MAX))
+        .and_then(|d| f(d, "decode_tok_s"))
+    {
+        m.insert("decode_tok_s".into(), json!(x));
+    }
+    m
+}
+
+/// `{median, min, max, samples}` of the finite values (samples keep `null` for failed runs).
+pub fn stats(samples: &[Option<f64>]) -> Value {
+    let ok: Vec<f64> = samples
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|x| x.is_finite())
+        .collect();
+    let min = ok.iter().copied().reduce(f64::min);
+    let max = ok.iter().copied().reduce(f64::max);
+    json!({"median": median(&ok), "min": min, "max": max, "samples": samples})
+}
+
+/// The greedy ids of a run: `prefill <n>` and `decode <t> after <c>` -> ids.
+pub fn ids_of(run: &Value) -> Vec<(String, Vec<Value>)> {
+    let mut out = Vec::new();
+    let list = |k: &str| {
+        run.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    for p in list("prefill") {
+        out.push((
+            format!("prefill {}", p.get("tokens").unwrap_or(&Value::Null)),
+            p.get("ids")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+        ));
+    }
+    for d in list("decode") {
+        out.push((
+            format!(
+                "decode {} after {}",
+                d.get("tokens").unwrap_or(&Value::Null),
+                d.get("context").unwrap_or(&Value::Null)
+            ),
+            d.get("ids")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+        ));
+    }
+    out.retain(|(_, ids)| !ids.is_empty());
+    out
+}
+
+/// A native bench document (`gemma-gem bench --runs 1` or `bench/native/ort_ep.py`) in the
+/// shape of a browser run, for [`browser_model`]: its first run of each configuration.
+pub fn native_run(doc: &Value) -> Value {
+    let list = |k: &str| {
+        doc.get(k)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let first = |e: &Value, k: &str| {
+        e.get("runs")
+            .and_then(|r| r.get(0))
+            .and_then(|r| r.get(k))
+            .cloned()
+    };
+    let prefill: Vec<Value> = list("prefill")
+        .iter()
+        .filter(|p| p.get("skipped").is_none())
+        .map(|p| {
+            json!({"tokens": p.get("tokens"), "ttft_s": first(p, "ttft_s"),
+                   "prefill_tok_s": first(p, "tok_s"), "ids": p.get("ids")})
+        })
+        .collect();
+    let decode: Vec<Value> = list("decode")
+        .iter()
+        .filter(|d| d.get("skipped").is_none())
+        .map(|d| {
+            json!({"context": d.get("context"), "tokens": d.get("tokens"),
+                   "decode_tok_s": first(d, "tok_s"), "decode_s": first(d, "decode_s"), "ids": d.get("ids")})
+        })
+        .collect();
+    json!({"load_s": doc.get("load_s"), "adapter": doc.get("adapter"), "prefill": prefill, "decode": decode})
+}
+
+/// The summary of one model's pairs, for ours and each of `peers`.
+pub fn browser_model(raw: &Value, peers: &[String]) -> Value {
+    let pairs = raw
+        .get("pairs")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let run_of = |p: &Value, rt: &str| p.get("runs").and_then(|r| r.get(rt)).cloned();
+    let mut runtimes = vec!["ours".to_string()];
+    runtimes.extend(peers.iter().cloned());
+    let mut out = Map::new();
+    out.insert(
+        "dtype".into(),
+        raw.get("dtype").cloned().unwrap_or(Value::Null),
+    );
+    out.insert("pairs".into(), json!(pairs.len()));
+    out.insert(
+        "orders".into(),
+        Value::Array(
+            pairs
+                .iter()
+                .map(|p| p.get("order").cloned().unwrap_or(Value::Null))
+                .collect(),
+        ),
+    );
+    // Per runtime: every metric's samples (one per pair) and stats.
+    let mut per_rt = Map::new();
+    for rt in &runtimes {
+        let runs: Vec<Map<String, Value>> = pairs
+            .iter()
+            .map(|p| run_of(p, rt).map(|r| flatten(&r)).unwrap_or_default())
+            .collect();
+        let mut keys: Vec<String> = runs.iter().flat_map(|r| r.keys().cloned()).collect();
+        keys.sort();
+        keys.dedup();
+        let mut m = Map::new();
+        for k in keys {
+            let samples: Vec<Option<f64>> = runs
+                .iter()
+                .map(|r| r.get(&k).and_then(Value::as_f64))
+                .collect();
+            m.insert(k, stats(&samples));
+        }
+        let errors: Vec<Value> = pairs
+            .iter()
+            .filter_map(|p| run_of(p, rt).and_then(|r| r.get("error").cloned()))
+            .collect();
+        let ok = pairs
+            .iter()
+            .filter(|p| run_of(p, rt).is_some_and(|r| r.get("error").is_none()))
+            .count();
+        m.insert("runs".into(), json!(ok));
+        if !errors.is_empty() {
+            m.insert("errors".into(), Value::Array(errors));
+        }
+        if let Some(s) = pairs
+            .iter()
+            .find_map(|p| run_of(p, rt).and_then(|r| r.get("settings").cloned()))
+        {
+            m.insert("settings".into(), s);
+        }
+        if rt == "ours" {
+            // Our work counters per decoded token (shortest context), medians over the pairs.
+            let mut counters = Map::new();
+            for p in &pairs {
+                let d = run_of(p, rt)
+                    .and_then(|r| r.get("decode").and_then(|d| d.get(0)).cloned())
+                    .and_then(|d| d.get("counters").cloned());
+                for (k, v) in d.as_ref().and_then(Value::as_object).into_iter().flatten() {
+                    if let Some(a) = counters
+                        .entry(k.clone())
+                        .or_insert_with(|| json!([]))
+                        .as_array_mut()
+                    {
+                        a.push(v.clone());
+                    }
+                }
+            }
+            for (k, v) in counters {
+                let xs: Vec<f64> = v
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_f64)
+                    .collect();
+                m.insert(k, json!(median(&xs)));
+            }
+        }
+        per_rt.insert(rt.clone(), Value::Object(m));
+    }
+    // Per peer: per-pair ratios, token agreement.
+    for peer in peers {
+        let mut ratios: Map<String, Value> = Map::new();
+        let mut pair_ratios: Map<String, Value> = Map::new();
+        let mut runs = 0;
+        let mut compared = 0;
+        let mut mismatches = Vec::new();
+        let mut keys: Vec<String> = Vec::new();
+        let both: Vec<(usize, Value, Value)> = pairs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| {
+                let (a, b) = (run_of(p, "ours")?, run_of(p, peer)?);
+                (a.get("error").is_none() && b.get("error").is_none()).then_some((i, a, b))
+            })
+            .collect();
+        for (_, a, b) in &both {
+            runs += 1;
+            let (fa, fb) = (flatten(a), flatten(b));
+            keys.extend(fa.keys().filter(|k| fb.contains_key(*k)).cloned());
+        }
+        keys.sort();
+        keys.dedup();
+        for k in &keys {
+            let rs: Vec<Option<f64>> = both
+                .iter()
+                .map(|(_, a, b)| {
+                    ratio(
+                        flatten(a).get(k).and_then(Value::as_f64),
+                        flatten(b).get(k).and_then(Value::as_f64),
+                    )
+                })
+                .collect();
+            let st = stats(&rs);
+            let name = HEADLINE
+                .iter()
+                .find(|h| h.0 == k)
+                .map_or_else(|| format!("{k}_ratio"), |h| h.1.to_string());
+            ratios.insert(name.clone(), st["median"].clone());
+            pair_ratios.insert(name, st);
+        }
+        for (i, a, b) in &both {
+            let theirs: Map<String, Value> = ids_of(b)
+                .into_iter()
+                .map(|(k, v)| (k, Value::Array(v)))
+                .collect();
+            for (what, ours) in ids_of(a) {
+                let Some(t) = theirs.get(&what).and_then(Value::as_array) else {
+                    continue;
+                };
+                compared += 1;
+                if &ours != t {
+                    let first = ours
+                        .iter()
+                        .zip(t.iter())
+                        .position(|(x, y)| x != y)
+                        .unwrap_or(ours.len().min(t.len()));
+                    mismatches.push(json!({"pair": i, "what": what, "first_difference": first, "ours": ours, "peer": t}));
+                }
+            }
+        }
+        let mut p = ratios;
+        p.insert("runs".into(), json!(runs));
+        p.insert(
+            "tokens_match".into(),
+            if compared == 0 {
+                Value::Null
+            } else {
+                json!(mismatches.is_empty())
+            },
+        );
+        p.insert("token_sequences_compared".into(), json!(compared));
+        if !mismatches.is_empty() {
+            p.insert("token_mismatches".into(), Value::Array(mismatches));
+        }
+        p.insert("pair_ratios".into(), Value::Object(pair_ratios));
+        out.insert(peer.clone(), Value::Object(p));
+    }
+    if let Some(pl) = raw.get("ort_web_placement") {
+        out.insert(
+            "ort_web_placement".into(),
+            json!({"providers": pl.get("providers"), "cpu_node_count": pl.get("cpu_node_count"), "cpu_nodes": pl.get("cpu_nodes")}),
+        );
+    }
+    out.insert("runtimes".into(), Value::Object(per_rt));
+    Value::Object(out)
+}
+
+/// Annotates each token mismatch of `summary` (one model's, from [`browser_model`]) with the
+/// reference ids (`reference`: a run of ONNX Runtime's CPU EP in the shape of [`native_run`]):
+/// `reference_ids`, `ours_matches_reference`, `peer_matches_reference`; and each peer with
+/// `ours_matches_reference` over all its mismatches.
+pub fn annotate_with_reference(summary: &mut Value, reference: &Value) {
+    let refs: Map<String, Value> = ids_of(reference)
+        .into_iter()
+        .map(|(k, v)| (k, Value::Array(v)))
+        .collect();
+    let Some(obj) = summary.as_object_mut() else {
+        return;
+    };
+    for (_, p) in obj.iter_mut() {
+        let Some(list) = p.get_mut("token_mismatches").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        let mut ours_all = true;
+        for mm in list.iter_mut() {
+            let what = mm["what"].as_str().unwrap_or("").to_string();
+            if let Some(r) = refs.get(&what) {
+                let ours = mm["ours"] == *r;
+                ours_all &= ours;
+                mm["reference_ids"] = r.clone();
+                mm["ours_matches_reference"] = json!(ours);
+                mm["peer_matches_reference"] = json!(mm["peer"] == *r);
+            } else {
+                ours_all = false;
+            }
+        }
+        p["ours_matches_reference"] = json!(ours_all);
+    }
+}
+
+/// The peers whose greedy ids differed from ours (with the first difference), over all models.
+pub fn token_failures(browser: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, m) in browser
+        .get("models")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        for (peer, p) in m.as_object().into_iter().flatten() {
+            if p.get("tokens_match") == Some(&json!(false)) {
+                let first = p
+                    .get("token_mismatches")
+                    .and_then(|v| v.get(0))
+                    .map(|v| {
+                        format!(
+                            "pair {}, {}: first difference at id {}",
+                            v["pair"],
+                            v["what"].as_str().unwrap_or(""),
+                            v["first_difference"]
+                        )
+                    })
+                    .unwrap_or_default();
+                let reference = match p.get("ours_matches_reference") {
+                    Some(Value::Bool(true)) => "; ours match ONNX Runtime's CPU EP",
+                    Some(Value::Bool(false)) => "; ours differ from ONNX Runtime's CPU EP too",
+                    _ => "",
+                };
+                out.push(format!(
+                    "{name}: {peer} computed other greedy tokens than ours ({first}{reference})"
+                ));
+            }
+        }
+    }
+    out
+}
+
+fn spread(v: &Value, unit: Unit) -> String {
+    let g = |k: &str| v.get(k).and_then(Value::as_f64);
+    match (g("median"), g("min"), g("max")) {
+        (Some(m), Some(lo), Some(hi)) => format!(
+            "{} ({}–{})",
+            fmt_num(Some(m), unit),
+            fmt_num(Some(lo), unit),
+            fmt_num(Some(hi), unit)
+        ),
+        _ => "–".into(),
+    }
+}
+
+fn ratio_spread(v: &Value) -> String {
+    let g = |k: &str| v.get(k).and_then(Value::as_f64);
+    match (g("median"), g("min"), g("max")) {
+        (Some(m), Some(lo), Some(hi)) => format!("{m:.2}× ({lo:.2}–{hi:.2})"),
+        _ => "–".into(),
+    }
+}
+
+/// The Markdown of one model's paired summary.
+pub fn markdown_model(name: &str, m: &Value, software: bool) -> String {
+    let mut s = String::new();
+    let rts: Vec<String> = m
+        .get("runtimes")
+        .and_then(Value::as_object)
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default();
+    let mut rts: Vec<String> = rts;
+    rts.sort_by_key(|r| (r != "ours", r.clone()));
+    let peers: Vec<&String> = rts.iter().filter(|r| *r != "ours").collect();
+    s.push_str(&format!(
+        "### {name} ({}, {} pairs){}\n\n",
+        m.get("dtype").and_then(Value::as_str).unwrap_or("?"),
+        m.get("pairs").unwrap_or(&Value::Null),
+        if software {
+            " — SwiftShader regression indicators, not speed claims"
+        } else {
+            ""
+        }
+    ));
+    s.push_str("Medians (min–max) over the pairs; ratios are ours / peer, the median (min–max) of the per-pair ratios.\n\n| metric |");
+    for r in &rts {
+        s.push_str(&format!(" {r} |"));
+    }
+    for p in &peers {
+        s.push_str(&format!(" ours / {p} |"));
+    }
+    s.push_str("\n|---|");
+    for _ in 0..rts.len() + peers.len() {
+        s.push_str("---|");
+    }
+    s.push('\n');
+    let mut keys: Vec<String> = m
+        .get("runtimes")
+        .and_then(|r| r.get("ours"))
+        .and_then(Value::as_object)
+        .map(|o| {
+            o.iter()
+                .filter(|(_, v)| v.get("median").is_some())
+                .map(|(k, _)| k.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    keys.sort();
+    for k in keys {
+        let unit = if k.ends_with("_tok_s") {
+            Unit::TokPerS
+        } else if k.ends_with("_bytes") {
+            Unit::Bytes
+        } else {
+            Unit::Seconds
+        };
+        s.push_str(&format!("| `{k}` |"));
+        for r in &rts {
+            let v = m
+                .get("runtimes")
+                .and_then(|x| x.get(r))
+                .and_then(|x| x.get(&k))
+                .cloned()
+                .unwrap_or(Value::Null);
+            s.push_str(&format!(" {} |", spread(&v, unit)));
+        }
+        let rk = HEADLINE
+            .iter()
+            .find(|h| h.0 == k)
+            .map_or_else(|| format!("{k}_ratio"), |h| h.1.to_string());
+        for p in &peers {
+            let v = m
+                .get(p.as_str())
+                .and_then(|x| x.get("pair_ratios"))
+                .and_then(|x| x.get(&rk))
+                .cloned()
+                .unwrap_or(Value::Null);
+            s.push_str(&format!(" {} |", ratio_spread(&v)));
+        }
+        s.push('\n');
+    }
+    s.push('\n');
+    for p in &peers {
+        let pv = m.get(p.as_str()).cloned().unwrap_or(Value::Null);
+        let tm = match pv.get("tokens_match") {
+            Some(Value::Bool(true)) => "identical greedy ids".to_string(),
+            Some(Value::Bool(false)) => "**greedy ids differ** (see token_mismatches)".to_string(),
+            _ => "no ids compared".to_string(),
+        };
+        s.push_str(&format!(
+            "- {p}: {} pairs with both runs, {tm} ({} sequences compared).\n",
+            pv.get("runs").unwrap_or(&Value::Null),
+            pv.get("token_sequences_compared").unwrap_or(&Value::Null)
+        ));
+    }
+    for r in &rts {
+        for e in m
+            .get("runtimes")
+            .and_then(|x| x.get(r))
+            .and_then(|x| x.get("errors"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            s.push_str(&format!(
+                "- {r} failed a run: {}\n",
+                e.as_str().unwrap_or("")
+            ));
+        }
+    }
+    if let Some(pl) = m.get("ort_web_placement") {
+        s.push_str(&format!(
+            "- onnxruntime-web node placement: {}; nodes on the CPU: {}\n",
+            pl.get("providers").unwrap_or(&Value::Null),
+            pl.get("cpu_node_count").unwrap_or(&Value::Null)
+        ));
+    }
+    let o = m
+        .get("runtimes")
+        .and_then(|x| x.get("ours"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let plain = |k: &str| {
+        o.get(k)
+            .and_then(Value::as_f64)
+            .map_or("–".into(), |x| format!("{x:.1}"))
+    };
+    if o.get("dispatches_per_token")
+        .and_then(Value::as_f64)
+        .is_some()
+    {
+        s.push_str(&format!(
+        "- ours per decoded token: {} dispatches, {} submits, {} bytes read back, {} bytes uploaded, {} ms of host recording.\n",
+        plain("dispatches_per_token"),
+        plain("submits_per_token"),
+        plain("bytes_read_back_per_token"),
+        plain("bytes_uploaded_per_token"),
+        o.get("record_ms_per_token").and_then(Value::as_f64).map_or("–".into(), |x| format!("{x:.2}")),
+    ));
+    }
+    for why in m
+        .get("skipped")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        s.push_str(&format!("- skipped: {}\n", why.as_str().unwrap_or("")));
+    }
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(load: f64, ttft: f64, decode_s: f64, ids: &[u32]) -> Value {
+        json!({
+            "load_s": load,
+            "prefill": [{"tokens": 16, "cold_ttft_s": ttft * 2.0, "ttft_s": ttft, "prefill_tok_s": 16.0 / ttft, "ids": [ids[0]]}],
+            "decode": [{"context": 16, "tokens": ids.len() - 1, "decode_s": decode_s,
+                        "decode_tok_s": (ids.len() - 1) as f64 / decode_s, "ids": ids,
+                        "counters": {"dispatches_per_token": 62.0}}]
+        })
+    }
+
+    #[test]
+    fn paired_ratios_spread_and_token_check() {
+        let raw = json!({
+            "dtype": "q4",
+            "pairs": [
+                {"order": ["ort_web", "ours"], "runs": {"ours": run(1.0, 0.5, 1.0, &[5, 6, 7]), "ort_web": run(2.0, 1.0, 4.0, &[5, 6, 7])}},
+                {"order": ["ours", "ort_web"], "runs": {"ours": run(1.0, 0.5, 2.0, &[5, 6, 7]), "ort_web": run(2.0, 1.0, 4.0, &[5, 6, 7])}},
+                {"order": ["ours", "ort_web"], "runs": {"ours": {"error": "boom"}, "ort_web": run(2.0, 1.0, 4.0, &[5, 6, 7])}}
+            ]
+        });
+        let s = browser_model(&raw, &["ort_web".to_string()]);
+        let p = &s["ort_web"];
+        // Per-pair decode ratios 4 and 2: median 3.
+        assert_eq!(p["decode_tok_s_ratio"], json!(3.0));
+        assert_eq!(p["pair_ratios"]["decode_tok_s_ratio"]["min"], json!(2.0));
+        assert_eq!(p["pair_ratios"]["decode_tok_s_ratio"]["max"], json!(4.0));
+        assert_eq!(p["ttft_ratio"], json!(0.5));
+        assert_eq!(p["prefill_tok_s_ratio"], json!(2.0));
+        assert_eq!(p["runs"], json!(2));
+        assert_eq!(p["tokens_match"], json!(true));
+        assert_eq!(s["runtimes"]["ours"]["runs"], json!(2));
+        assert_eq!(s["runtimes"]["ours"]["errors"], json!(["boom"]));
+        assert_eq!(
+            s["runtimes"]["ours"]["decode_16_tok_s"]["samples"],
+            json!([2.0, 1.0, null])
+        );
+        assert_eq!(s["runtimes"]["ours"]["dispatches_per_token"], json!(62.0));
+        assert!(token_failures(&json!({"models": {"tiny": s.clone()}})).is_empty());
+        let md = markdown_model("tiny", &s, true);
+        assert!(md.contains("| `decode_tok_s` | 1.5 tok/s (1.0 tok/s–2.0 tok/s) | 0.500 tok/s (0.500 tok/s–0.500 tok/s) | 3.00× (2.00–4.00) |"), "{md}");
+        assert!(md.contains("SwiftShader regression indicators"), "{md}");
+        assert!(md.contains("ours failed a run: boom"), "{md}");
+    }
+
+    #[test]
+    fn native_documents_pair_up() {
+        let ours = json!({"load_s": 1.0, "prefill": [{"tokens": 16, "runs": [{"ttft_s": 0.5, "tok_s": 32.0}]},
+                                                     {"tokens": 512, "skipped": "too long"}],
+                          "decode": [{"context": 16, "tokens": 2, "runs": [{"decode_s": 0.2, "tok_s": 10.0}], "ids": [4, 5, 6]}]});
+        let peer = json!({"load_s": 2.0, "prefill": [{"tokens": 16, "runs": [{"ttft_s": 1.0, "tok_s": 16.0}], "ids": [4]}],
+                          "decode": [{"context": 16, "tokens": 2, "runs": [{"decode_s": 0.4, "tok_s": 5.0}], "ids": [4, 5, 6]}]});
+        let raw = json!({"pairs": [{"order": ["ours", "ort_webgpu_ep"],
+                                    "runs": {"ours": native_run(&ours), "ort_webgpu_ep": native_run(&peer)}}]});
+        let s = browser_model(&raw, &["ort_webgpu_ep".to_string()]);
+        let p = &s["ort_webgpu_ep"];
+        assert_eq!(p["decode_tok_s_ratio"], json!(2.0));
+        assert_eq!(p["prefill_tok_s_ratio"], json!(2.0));
+        assert_eq!(p["ttft_ratio"], json!(0.5));
+        assert_eq!(p["tokens_match"], json!(true));
+        // Only the decode ids exist on both sides.
+        assert_eq!(p["token_sequences_compared"], json!(1));
+    }
+
+    #[test]
+    fn mismatches_are_checked_against_the_reference() {
+        let raw = json!({"dtype": "q4", "pairs": [
+            {"order": ["ours", "ort_web"], "runs": {"ours": run(1.0, 0.5, 1.0, &[5, 6, 7]), "ort_web": run(1.0, 0.5, 1.0, &[5, 9, 7])}}
+        ]});
+        let mut s = browser_model(&raw, &["ort_web".to_string()]);
+        let reference = native_run(
+            &json!({"decode": [{"context": 16, "tokens": 2, "runs": [{"tok_s": 1.0}], "ids": [5, 6, 7]}]}),
+        );
+        annotate_with_reference(&mut s, &reference);
+        assert_eq!(s["ort_web"]["ours_matches_reference"], json!(true));
+        assert_eq!(
+            s["ort_web"]["token_mismatches"][0]["peer_matches_reference"],
+            json!(false)
+        );
+        let f = token_failures(&json!({"models": {"tiny": s}}));
+        assert!(f[0].contains("ours match ONNX Runtime's CPU EP"), "{f:?}");
+    }
+
+    #[test]
+    fn differing_ids_fail_the_check() {
+        let raw = json!({"dtype": "q4", "pairs": [
+            {"order": ["ours", "transformers_js"], "runs": {"ours": run(1.0, 0.5, 1.0, &[5, 6, 7]), "transformers_js": run(1.0, 0.5, 1.0, &[5, 6, 8])}}
+        ]});
+        let s = browser_model(&raw, &["transformers_js".to_string()]);
+        assert_eq!(s["transformers_js"]["tokens_match"], json!(false));
+        assert_eq!(
+            s["transformers_js"]["token_mismatches"][0]["first_difference"],
+            json!(2)
+        );
+        let f = token_failures(&json!({"models": {"tiny": s}}));
+        assert_eq!(f.len(), 1);
+        assert!(f[0].contains("transformers_js"), "{f:?}");
+    }
+}
