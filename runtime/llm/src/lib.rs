@@ -8,6 +8,8 @@
 //!   (`present.*` fed back as `past_key_values.*`), the next token sampled on the GPU
 //!   ([`Sampling`]), only its id read back.
 //! - [`TextStream`]: text per token with end ids, `max_new_tokens` and cancellation.
+//! - [`constrain`]: tool calls sampled under the grammar of the declared tools
+//!   ([`CallConstraint`], the mask applied by the sampling kernel).
 //! - [`bench`](mod@bench): the prefill and decode measurements of `gemma-gem bench` and the browser bench.
 //! - [`GemmaBackend`]: the agent's `ModelBackend` (and a tokenizer-exact `TokenCounter`).
 //!
@@ -17,7 +19,7 @@
 //! let repo = ModelRepo::new(fetch, "gemma-4-E2B-it-ONNX");
 //! let model = GemmaModel::load(gpu, &repo, &LoadOptions::default()).await?;
 //! let prompt = model.prompt_ids(&[gg_gemma::ChatMessage::user("Hi")], &[], false)?;
-//! let mut text = model.stream(&prompt, TextOptions { max_new_tokens: 64, sampling: Sampling::Greedy, cancel: None, stop_ids: vec![] })?;
+//! let mut text = model.stream(&prompt, TextOptions { max_new_tokens: 64, sampling: Sampling::Greedy, cancel: None, stop_ids: vec![], constraint: None })?;
 //! while let Some(token) = text.next().await? {
 //!     print!("{}", token.text);
 //! }
@@ -28,6 +30,7 @@
 pub mod backend;
 pub mod bench;
 pub mod config;
+pub mod constrain;
 pub mod error;
 pub mod generate;
 pub mod model;
@@ -38,6 +41,7 @@ mod synthetic;
 
 pub use backend::GemmaBackend;
 pub use config::{Dtype, ModelConfig};
+pub use constrain::CallConstraint;
 pub use error::{LlmError, Result};
 pub use generate::{GenerationStats, Generator, StopReason};
 pub use model::{GemmaModel, LoadOptions, LoadStage};

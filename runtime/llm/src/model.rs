@@ -230,6 +230,8 @@ pub struct GemmaModel {
     pub decoder: Session,
     /// Decoder inputs and the cache layout.
     pub layout: DecoderLayout,
+    /// Constrained decoding's vocabulary and grammars ([`GemmaModel::call_matcher`]).
+    pub(crate) constrain: crate::constrain::ConstrainCache,
 }
 
 impl std::fmt::Debug for GemmaModel {
@@ -392,6 +394,7 @@ impl GemmaModel {
             embed_empty,
             decoder,
             layout,
+            constrain: Default::default(),
         })
     }
 

@@ -96,5 +96,5 @@ mod tests;
 
 pub use automaton::{CallState, MAX_EXP_DIGITS, MAX_FRAC_DIGITS, MAX_INT_DIGITS};
 pub use grammar::{GrammarError, MAX_PROPERTIES, Symbol, ToolGrammar};
-pub use mask::{Bitset, Refused, TokenMatcher};
+pub use mask::{Bitset, MatcherVocab, Refused, TokenMatcher};
 pub use vocab::VocabEntry;
