@@ -217,5 +217,10 @@ mod tests {
         assert!(options.thinking);
         assert_eq!(options.top_k, 64);
         assert_eq!(options.max_new_tokens, 1024);
+        // Options written before constrain_tool_calls existed constrain; it can be turned off.
+        assert!(options.constrain_tool_calls);
+        let off: GenerateOptions =
+            serde_json::from_value(json!({"constrain_tool_calls": false})).unwrap();
+        assert!(!off.constrain_tool_calls);
     }
 }
