@@ -333,7 +333,13 @@ fn offscreen_commands_and_replies() {
         r#"{"type":"run_turn","tab_id":4,"text":"hi","model_source":"m","max_iterations":3,"thinking":false,"site_permissions":{},"binding":{"document_id":"D","origin":"https://a.example"}}"#,
     )
     .expect("old run_turn");
-    assert!(matches!(old, RunTurn { constrain_tool_calls: true, .. }));
+    assert!(matches!(
+        old,
+        RunTurn {
+            constrain_tool_calls: true,
+            ..
+        }
+    ));
     wire(
         PageChanged {
             tab_id: 4,

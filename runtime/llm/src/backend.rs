@@ -53,7 +53,11 @@ pub fn sampling_of(options: &GenerateOptions) -> Sampling {
 /// The constraint of the agent's declarations (`None`, with a warning, when they cannot be
 /// compiled into a grammar: unconstrained generation).
 fn constraint_of(model: &GemmaModel, tools: &[ToolDefinition]) -> Option<CallConstraint> {
-    match tools.iter().map(serde_json::to_value).collect::<Result<Vec<_>, _>>() {
+    match tools
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<Vec<_>, _>>()
+    {
         Ok(values) => model.call_constraint(&values),
         Err(e) => {
             log::warn!("tool calls are not constrained: the declarations do not serialise: {e}");

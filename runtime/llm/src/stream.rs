@@ -2,8 +2,8 @@
 //! rules (end ids from the model files, `max_new_tokens`, cancellation between steps) and prompt
 //! rendering with the model's chat template.
 
-use crate::error::{LlmError, Result};
 use crate::constrain::CallConstraint;
+use crate::error::{LlmError, Result};
 use crate::generate::{GenerationStats, Generator, StopReason};
 use crate::model::GemmaModel;
 use crate::sampler::Sampling;

@@ -138,19 +138,26 @@ fn the_sampling_kernel_picks_only_allowed_tokens_in_every_mode() {
         let mut words = vec![0u32; v.div_ceil(32)];
         let dense = round % 2 == 1;
         for i in 0..v {
-            if (dense && r.next() % 2 == 0) || r.next() % 128 == 0 {
+            if (dense && r.next().is_multiple_of(2)) || r.next().is_multiple_of(128) {
                 words[i / 32] |= 1 << (i % 32);
             }
         }
         let allowed = |i: u32| words[i as usize / 32] & (1 << (i % 32)) != 0;
         let best = (0..v as u32)
             .filter(|&i| allowed(i))
-            .max_by(|&a, &b| logits[a as usize].total_cmp(&logits[b as usize]).then(b.cmp(&a)))
+            .max_by(|&a, &b| {
+                logits[a as usize]
+                    .total_cmp(&logits[b as usize])
+                    .then(b.cmp(&a))
+            })
             .expect("some token allowed");
         for mode in &modes {
             for step in 0..8 {
                 let id = pick(&model, &logits, mode, step, Some(&words)).expect("sample");
-                assert!(allowed(id), "round {round} {mode:?} step {step}: {id} is masked");
+                assert!(
+                    allowed(id),
+                    "round {round} {mode:?} step {step}: {id} is masked"
+                );
                 if *mode == Sampling::Greedy {
                     assert_eq!(id, best, "round {round}: greedy under the mask");
                 }
@@ -159,7 +166,10 @@ fn the_sampling_kernel_picks_only_allowed_tokens_in_every_mode() {
                     let better = (0..v as u32)
                         .filter(|&i| allowed(i) && logits[i as usize] > logits[id as usize])
                         .count();
-                    assert!(better < 5, "round {round} step {step}: {better} allowed tokens beat the top-5 pick");
+                    assert!(
+                        better < 5,
+                        "round {round} step {step}: {better} allowed tokens beat the top-5 pick"
+                    );
                 }
             }
         }
@@ -168,7 +178,10 @@ fn the_sampling_kernel_picks_only_allowed_tokens_in_every_mode() {
     let mut words = vec![0u32; v.div_ceil(32)];
     words[4321 / 32] |= 1 << (4321 % 32);
     for mode in &modes {
-        assert_eq!(pick(&model, &logits, mode, 3, Some(&words)).expect("sample"), 4321);
+        assert_eq!(
+            pick(&model, &logits, mode, 3, Some(&words)).expect("sample"),
+            4321
+        );
     }
     // Nothing allowed: an error naming the constraint, not a token.
     let none = vec![0u32; v.div_ceil(32)];
@@ -178,7 +191,10 @@ fn the_sampling_kernel_picks_only_allowed_tokens_in_every_mode() {
     }
     // Without a mask: the plain argmax.
     let argmax = reference::argmax(&logits);
-    assert_eq!(pick(&model, &logits, &Sampling::Greedy, 0, None).expect("greedy"), argmax);
+    assert_eq!(
+        pick(&model, &logits, &Sampling::Greedy, 0, None).expect("greedy"),
+        argmax
+    );
 }
 
 /// Tools whose calls are bounded (enums, booleans, integers of at most 18 digits; no free
@@ -380,18 +396,34 @@ fn constrained_calls_of_the_tiny_model_are_all_valid() {
     let bounded = bounded_tools();
     let t0 = std::time::Instant::now();
     let on = sample_calls(&model, &prompt, &bounded, 150, BOUNDED_CAP, true);
-    report("bounded tools, constraint on", &on, t0.elapsed().as_secs_f64());
+    report(
+        "bounded tools, constraint on",
+        &on,
+        t0.elapsed().as_secs_f64(),
+    );
     assert_eq!((on.closed, on.valid), (150, 150), "{on:?}");
     let t0 = std::time::Instant::now();
     let off = sample_calls(&model, &prompt, &bounded, 20, BUILTIN_CAP, false);
-    report("bounded tools, constraint off", &off, t0.elapsed().as_secs_f64());
+    report(
+        "bounded tools, constraint off",
+        &off,
+        t0.elapsed().as_secs_f64(),
+    );
     // The built-in tools (free strings): closed calls all valid, cut ones valid so far.
     let builtin = gg_agent::builtin_tools();
     let t0 = std::time::Instant::now();
     let on = sample_calls(&model, &prompt, &builtin, 50, BUILTIN_CAP, true);
-    report("built-in tools, constraint on", &on, t0.elapsed().as_secs_f64());
+    report(
+        "built-in tools, constraint on",
+        &on,
+        t0.elapsed().as_secs_f64(),
+    );
     assert_eq!(on.valid, on.closed, "{on:?}");
-    assert!(on.closed >= 8, "only {} built-in calls closed: {on:?}", on.closed);
+    assert!(
+        on.closed >= 8,
+        "only {} built-in calls closed: {on:?}",
+        on.closed
+    );
 }
 
 /// Generates `n` tokens (tokens only) with the given run-ahead and constraint.
@@ -449,9 +481,19 @@ fn run_ahead_gives_the_same_constrained_tokens() {
         let make = || Some(CallConstraint::new(matcher.clone(), opener));
         let (ahead, stats_ahead) = generate(&model, &prompt, sampling, true, make(), 24);
         let (plain, stats_plain) = generate(&model, &prompt, sampling, false, make(), 24);
-        assert_eq!(ahead, plain, "{sampling:?}: tokens with and without run-ahead");
-        assert_eq!(ahead[..=at], free[..=at], "{sampling:?}: tokens before the call");
-        assert_eq!(stats_ahead.resampled, 1, "{sampling:?}: the step run ahead is sampled again");
+        assert_eq!(
+            ahead, plain,
+            "{sampling:?}: tokens with and without run-ahead"
+        );
+        assert_eq!(
+            ahead[..=at],
+            free[..=at],
+            "{sampling:?}: tokens before the call"
+        );
+        assert_eq!(
+            stats_ahead.resampled, 1,
+            "{sampling:?}: the step run ahead is sampled again"
+        );
         assert_eq!(stats_plain.resampled, 0);
         assert!(stats_ahead.call_tokens > 0 && stats_ahead.call_tokens == stats_plain.call_tokens);
         // What follows the opener is a valid call prefix (accept would have failed otherwise);
@@ -461,7 +503,9 @@ fn run_ahead_gives_the_same_constrained_tokens() {
             if state.is_closed() {
                 break;
             }
-            matcher.advance(&mut state, t).expect("a token the grammar allows");
+            matcher
+                .advance(&mut state, t)
+                .expect("a token the grammar allows");
         }
     }
 }

@@ -237,6 +237,22 @@ pub fn native_model(raw: &Value, layers: Option<u64>) -> Value {
             out.insert("dispatches_per_layer_per_token".into(), num(per_layer));
         }
     }
+    // Decode inside a constrained tool call (the mask computed, uploaded and applied) against
+    // decode outside it, in the same generations.
+    let calls: Vec<Value> = list("decode_in_call")
+        .into_iter()
+        .filter(|r| r.get("skipped").is_none())
+        .collect();
+    if !calls.is_empty() {
+        for (key, from) in [
+            ("call_tok_s", "call_tok_s"),
+            ("call_free_tok_s", "free_tok_s"),
+            ("call_mask_ms_per_token", "mask_ms_per_token"),
+            ("call_tokens", "call_tokens"),
+        ] {
+            out.insert(key.into(), num(median(&values(&calls, from))));
+        }
+    }
     out.insert(
         "decoder_layers".into(),
         layers.map_or(Value::Null, |l| json!(l)),
@@ -382,6 +398,16 @@ pub fn markdown(doc: &Value) -> String {
                             fmt_num(v.as_f64(), unit)
                         ));
                     }
+                }
+                if let Some(inside) = obj.get("call_tok_s").and_then(Value::as_f64) {
+                    let g = |k: &str| obj.get(k).and_then(Value::as_f64);
+                    extra.push_str(&format!(
+                        "- {name}: decode inside a constrained tool call {} ({} tokens, {} of mask per token) vs {} outside it\n",
+                        fmt_num(Some(inside), Unit::TokPerS),
+                        g("call_tokens").map_or("–".into(), |x| format!("{x:.0}")),
+                        g("call_mask_ms_per_token").map_or("–".into(), |x| format!("{x:.3} ms")),
+                        fmt_num(g("call_free_tok_s"), Unit::TokPerS),
+                    ));
                 }
                 for why in m
                     .get("skipped")

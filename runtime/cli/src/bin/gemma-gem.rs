@@ -406,6 +406,39 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         }
         decode.push(json!({"context": c, "tokens": args.decode_tokens, "runs": runs}));
     }
+    let mut call = Vec::new();
+    if let Some(&c) = args.decode_context.first() {
+        if let Some(why) = too_long(c + args.decode_tokens + 2) {
+            call.push(json!({"context": c, "tokens": args.decode_tokens, "skipped": why}));
+        } else {
+            // Builds the matcher's vocabulary and grammar once, and compiles the masked sampler.
+            progress("decode in a tool call: warm-up");
+            bench::decode_in_call(&model, 8.min(c.max(1)), 2, args.run_ahead.choice()).await?;
+            for r in 0..args.runs {
+                let run =
+                    bench::decode_in_call(&model, c, args.decode_tokens, args.run_ahead.choice())
+                        .await?;
+                progress(&format!(
+                    "decode in a tool call after {c}, run {}: {} tokens inside at {:.1} tok/s ({:.3} ms mask/token), {} outside at {:.1} tok/s",
+                    r + 1,
+                    run.call_tokens,
+                    run.call_tok_s(),
+                    run.mask_ms_per_token,
+                    run.free_tokens,
+                    run.free_tok_s()
+                ));
+                call.push(json!({
+                    "context": run.context,
+                    "call_tokens": run.call_tokens,
+                    "call_tok_s": run.call_tok_s(),
+                    "free_tokens": run.free_tokens,
+                    "free_tok_s": (run.free_tokens > 0).then(|| run.free_tok_s()),
+                    "mask_ms_per_token": run.mask_ms_per_token,
+                    "bytes_uploaded_per_token": run.bytes_uploaded_per_token,
+                }));
+            }
+        }
+    }
     if args.dispatch_profile {
         let (rows, total) = bench::decode_profile(&model, 8).await?;
         print_profile("one decode step", &rows, total);
@@ -433,6 +466,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "gpu_memory_peak": memory(peak),
         "prefill": prefill,
         "decode": decode,
+        "decode_in_call": call,
     });
     println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())

@@ -262,7 +262,10 @@ impl TokenMatcher {
         }
         let mut mask = Bitset::empty(self.vocab.entries.len());
         self.walk_structural(state, &mut mask);
-        for (ids, symbol) in [(&self.vocab.delims, Symbol::Delim), (&self.vocab.ends, Symbol::End)] {
+        for (ids, symbol) in [
+            (&self.vocab.delims, Symbol::Delim),
+            (&self.vocab.ends, Symbol::End),
+        ] {
             if !ids.is_empty() && self.grammar.step(&mut state.clone(), symbol) {
                 for &t in ids {
                     mask.insert(t);
@@ -403,7 +406,6 @@ impl TokenMatcher {
             restore(&mut st, saved);
         }
     }
-
 }
 
 impl MatcherVocab {
