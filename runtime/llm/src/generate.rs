@@ -451,6 +451,7 @@ impl<'m> Generator<'m> {
         })?;
         let model = self.model;
         let t0 = now_s();
+        let counted = model.gpu.counters.snapshot();
         let mut cx = model.decoder.context();
         let id = sampler::record_masked(
             &mut cx,
@@ -465,6 +466,10 @@ impl<'m> Generator<'m> {
         // Returns the staging buffer of the unmasked read-back to the pool.
         cur.read.wait().await?;
         self.stats.resampled += 1;
+        if !cur.prefill {
+            // The second sampling's work (the step's own is counted from `before` to `after`).
+            add(&mut self.stats, &counted, &model.gpu.counters.snapshot());
+        }
         Ok(InFlight {
             read,
             id,
@@ -473,7 +478,7 @@ impl<'m> Generator<'m> {
             logits: None,
             sample_step: cur.sample_step,
             before: cur.before,
-            after: model.gpu.counters.snapshot(),
+            after: cur.after,
             record_s: cur.record_s + now_s() - t0,
         })
     }
