@@ -558,3 +558,34 @@ fn constrained_greedy_equals_onnx_runtime_where_the_constraint_allows_its_argmax
     eprintln!("{compared} constrained greedy steps equal ONNX Runtime's");
     assert!(compared >= 40);
 }
+
+#[test]
+fn declarations_the_grammar_cannot_express_generate_unconstrained() {
+    let gpu = gpu();
+    let model = load(&gpu, "gemma4-tiny", Dtype::Q4);
+    let decl = serde_json::json!({"name": "pick", "description": "Pick one.", "parameters": {
+        "type": "object",
+        "properties": {"x": {"anyOf": [{"type": "string"}, {"type": "integer"}]}}}});
+    let err = model
+        .call_matcher(std::slice::from_ref(&decl))
+        .expect_err("anyOf");
+    assert!(err.to_string().contains("anyOf"), "{err}");
+    assert!(model.call_constraint(std::slice::from_ref(&decl)).is_none());
+    // Through the agent's backend: a warning, and the generation runs as without the setting.
+    let backend = gg_llm::GemmaBackend::new(Rc::new(model));
+    let tools: Vec<gg_agent::ToolDefinition> = vec![serde_json::from_value(decl).expect("tool")];
+    let options = gg_agent::GenerateOptions {
+        max_new_tokens: 4,
+        temperature: 0.0,
+        ..Default::default()
+    };
+    assert!(options.constrain_tool_calls);
+    let messages = [gg_agent::ChatMessage::user("hi")];
+    let chunks: Vec<_> = pollster::block_on(futures::StreamExt::collect::<Vec<_>>(
+        gg_agent::ModelBackend::generate(&backend, &messages, &tools, &options),
+    ));
+    assert!(
+        matches!(chunks.last(), Some(Ok(gg_agent::StreamChunk::Done { .. }))),
+        "{chunks:?}"
+    );
+}
