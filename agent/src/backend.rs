@@ -60,6 +60,11 @@ pub struct GenerateOptions {
     /// Soft tokens each image becomes for the model (its vision encoder's budget: one of
     /// [`IMAGE_TOKEN_BUDGETS`]); more shows finer detail and costs more context.
     pub image_tokens: u32,
+    /// Restrict sampling inside a tool call to calls of the declared tools with valid
+    /// arguments (constrained decoding, where the backend supports it); off, the model writes
+    /// calls freely and malformed ones are reported back to it. Missing in older wire JSON:
+    /// on.
+    pub constrain_tool_calls: bool,
 }
 
 /// The soft-token budgets Gemma 4's image processor supports per image (`max_soft_tokens`).
@@ -70,7 +75,7 @@ pub const DEFAULT_IMAGE_TOKENS: u32 = 280;
 
 impl Default for GenerateOptions {
     /// Gemma 4's recommended sampling (temperature 1.0, top-k 64, top-p 0.95), 1024 new tokens,
-    /// thinking off, 280 soft tokens per image.
+    /// thinking off, 280 soft tokens per image, tool calls constrained.
     fn default() -> Self {
         Self {
             max_new_tokens: 1024,
@@ -80,6 +85,7 @@ impl Default for GenerateOptions {
             top_p: 0.95,
             seed: None,
             image_tokens: DEFAULT_IMAGE_TOKENS,
+            constrain_tool_calls: true,
         }
     }
 }
@@ -211,5 +217,10 @@ mod tests {
         assert!(options.thinking);
         assert_eq!(options.top_k, 64);
         assert_eq!(options.max_new_tokens, 1024);
+        // Options written before constrain_tool_calls existed constrain; it can be turned off.
+        assert!(options.constrain_tool_calls);
+        let off: GenerateOptions =
+            serde_json::from_value(json!({"constrain_tool_calls": false})).unwrap();
+        assert!(!off.constrain_tool_calls);
     }
 }

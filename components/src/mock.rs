@@ -224,6 +224,7 @@ pub fn settings() -> Settings {
         model_source: ModelSource::HuggingFace,
         confirmed_http_mirror: None,
         image_tokens: 560,
+        constrain_tool_calls: true,
     }
 }
 

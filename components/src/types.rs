@@ -274,10 +274,18 @@ pub struct Settings {
     /// Soft tokens each image becomes for the model (one of [`Settings::IMAGE_TOKENS`]).
     #[serde(default = "default_image_tokens")]
     pub image_tokens: u32,
+    /// Sample tool calls under the declared tools' grammar (constrained decoding), so that
+    /// every call is well formed with valid arguments.
+    #[serde(default = "default_constrain_tool_calls")]
+    pub constrain_tool_calls: bool,
 }
 
 fn default_image_tokens() -> u32 {
     gg_agent::DEFAULT_IMAGE_TOKENS
+}
+
+fn default_constrain_tool_calls() -> bool {
+    true
 }
 
 impl Settings {
@@ -299,6 +307,7 @@ impl Default for Settings {
             model_source: ModelSource::HuggingFace,
             confirmed_http_mirror: None,
             image_tokens: gg_agent::DEFAULT_IMAGE_TOKENS,
+            constrain_tool_calls: true,
         }
     }
 }

@@ -208,7 +208,8 @@ test('settings changed in one tab show at once in the other tabs, and are stored
   assert.equal(stored.thinking, true);
   assert.equal(stored.modelSize, 'E2B');
   assert.equal(stored.maxIterations, 10);
-  assert.deepEqual(Object.keys(stored).sort(), ['confirmedHttpMirror', 'imageTokens', 'maxIterations', 'modelSize', 'modelSource', 'temperature', 'thinking']);
+  assert.equal(stored.constrainToolCalls, true);
+  assert.deepEqual(Object.keys(stored).sort(), ['confirmedHttpMirror', 'constrainToolCalls', 'imageTokens', 'maxIterations', 'modelSize', 'modelSource', 'temperature', 'thinking']);
   await a.page.close();
   await b.page.close();
 });

@@ -40,6 +40,11 @@ pub(super) fn model_section(props: &ModelSectionProps) -> Html {
             .map(|checked| s.thinking = checked)
             .is_some()
     });
+    let on_constrain = change(settings, &props.on_change, |s, e| {
+        target_checked(e)
+            .map(|checked| s.constrain_tool_calls = checked)
+            .is_some()
+    });
     let on_iterations = change(settings, &props.on_change, |s, e| {
         let (min, max) = Settings::MAX_ITERATIONS_RANGE;
         match target_value(e).and_then(|v| v.trim().parse::<u32>().ok()) {
@@ -115,6 +120,13 @@ pub(super) fn model_section(props: &ModelSectionProps) -> Html {
                     <span class="gg-field-hint">{ "The model reasons before answering (slower, shows its thoughts)." }</span>
                 </span>
                 <input type="checkbox" class="gg-check" data-testid="gg-setting-thinking" checked={settings.thinking} onchange={on_thinking} />
+            </label>
+            <label class="gg-field">
+                <span>
+                    { "Well-formed tool calls" }
+                    <span class="gg-field-hint">{ "Restricts the model's tool calls to the tools and arguments that exist, so a call is never malformed." }</span>
+                </span>
+                <input type="checkbox" class="gg-check" data-testid="gg-setting-constrain-tool-calls" checked={settings.constrain_tool_calls} onchange={on_constrain} />
             </label>
             <label class="gg-field">
                 <span>

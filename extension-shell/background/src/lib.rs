@@ -365,6 +365,7 @@ async fn overlay_request(
                 text,
                 images,
                 image_tokens: s.image_tokens,
+                constrain_tool_calls: s.constrain_tool_calls,
                 model_source: s.model_source,
                 model_size: s.model_size,
                 max_iterations: s.max_iterations,

@@ -80,6 +80,9 @@ pub struct Settings {
     /// Soft tokens per image the model sees (screenshots, pasted images): one of
     /// [`gg_agent::IMAGE_TOKEN_BUDGETS`].
     pub image_tokens: u32,
+    /// Sample tool calls under the declared tools' grammar
+    /// ([`gg_agent::GenerateOptions::constrain_tool_calls`]).
+    pub constrain_tool_calls: bool,
 }
 
 impl Default for Settings {
@@ -92,6 +95,7 @@ impl Default for Settings {
             model_source: DEFAULT_MODEL_SOURCE.into(),
             confirmed_http_mirror: String::new(),
             image_tokens: gg_agent::DEFAULT_IMAGE_TOKENS,
+            constrain_tool_calls: true,
         }
     }
 }
@@ -347,6 +351,9 @@ pub enum OffscreenCommand {
         /// Soft tokens per image (settings `imageTokens`).
         #[serde(default = "default_image_tokens")]
         image_tokens: u32,
+        /// Constrained tool calls (settings `constrainToolCalls`; missing: on).
+        #[serde(default = "default_constrain")]
+        constrain_tool_calls: bool,
         model_source: String,
         /// `"E2B"` or `"E4B"` (picks the default repository; see [`model_repository`]).
         #[serde(default)]
@@ -538,6 +545,10 @@ fn default_temperature() -> f32 {
 
 fn default_image_tokens() -> u32 {
     gg_agent::DEFAULT_IMAGE_TOKENS
+}
+
+fn default_constrain() -> bool {
+    true
 }
 
 /// The page a turn is bound to: one tab's top-level document, as Chrome identifies it

@@ -126,8 +126,14 @@ fn overlay_requests() {
                 ..Settings::default()
             },
         },
-        r#"{"type":"save_settings","settings":{"modelSize":"E2B","thinking":false,"maxIterations":10,"temperature":1.0,"modelSource":"https://m.example","confirmedHttpMirror":"","imageTokens":280}}"#,
+        r#"{"type":"save_settings","settings":{"modelSize":"E2B","thinking":false,"maxIterations":10,"temperature":1.0,"modelSource":"https://m.example","confirmedHttpMirror":"","imageTokens":280,"constrainToolCalls":true}}"#,
     );
+    // Settings stored before constrainToolCalls existed read as on.
+    let old: Settings = serde_json::from_str(
+        r#"{"modelSize":"E2B","thinking":false,"maxIterations":10,"temperature":1.0,"modelSource":"https://m.example","confirmedHttpMirror":"","imageTokens":280}"#,
+    )
+    .expect("old settings");
+    assert!(old.constrain_tool_calls);
     wire(
         SetSiteDisabled {
             site: "https://a.example".into(),
@@ -308,6 +314,7 @@ fn offscreen_commands_and_replies() {
             text: "hi".into(),
             images: Vec::new(),
             image_tokens: 280,
+            constrain_tool_calls: false,
             model_source: "m".into(),
             model_size: "E2B".into(),
             max_iterations: 3,
@@ -319,8 +326,20 @@ fn offscreen_commands_and_replies() {
                 origin: "https://a.example".into(),
             },
         },
-        r#"{"type":"run_turn","tab_id":4,"text":"hi","image_tokens":280,"model_source":"m","model_size":"E2B","max_iterations":3,"thinking":false,"temperature":0.5,"site_permissions":{},"binding":{"document_id":"D","origin":"https://a.example"}}"#,
+        r#"{"type":"run_turn","tab_id":4,"text":"hi","image_tokens":280,"constrain_tool_calls":false,"model_source":"m","model_size":"E2B","max_iterations":3,"thinking":false,"temperature":0.5,"site_permissions":{},"binding":{"document_id":"D","origin":"https://a.example"}}"#,
     );
+    // A RunTurn without constrain_tool_calls (an older service worker) constrains.
+    let old: OffscreenCommand = serde_json::from_str(
+        r#"{"type":"run_turn","tab_id":4,"text":"hi","model_source":"m","max_iterations":3,"thinking":false,"site_permissions":{},"binding":{"document_id":"D","origin":"https://a.example"}}"#,
+    )
+    .expect("old run_turn");
+    assert!(matches!(
+        old,
+        RunTurn {
+            constrain_tool_calls: true,
+            ..
+        }
+    ));
     wire(
         PageChanged {
             tab_id: 4,

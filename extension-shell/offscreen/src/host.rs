@@ -126,6 +126,7 @@ pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostErr
             text,
             images,
             image_tokens,
+            constrain_tool_calls,
             model_source,
             model_size,
             max_iterations,
@@ -176,6 +177,7 @@ pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostErr
                 agent.config_mut().options.thinking = thinking;
                 agent.config_mut().options.temperature = temperature.clamp(0.0, 2.0);
                 agent.config_mut().options.image_tokens = image_tokens;
+                agent.config_mut().options.constrain_tool_calls = constrain_tool_calls;
                 agent.set_permissions(permissions);
                 agent
             });

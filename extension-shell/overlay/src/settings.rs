@@ -100,6 +100,7 @@ pub fn to_ui(stored: &Stored) -> gg_components::Settings {
         confirmed_http_mirror: (!s.confirmed_http_mirror.is_empty())
             .then(|| s.confirmed_http_mirror.clone()),
         image_tokens: s.image_tokens,
+        constrain_tool_calls: s.constrain_tool_calls,
     }
 }
 
@@ -180,6 +181,7 @@ pub fn from_ui(ui: &gg_components::Settings, stored: &Stored) -> Changes {
         } else {
             stored.settings.image_tokens
         },
+        constrain_tool_calls: ui.constrain_tool_calls,
     };
     Changes {
         settings: (next != stored.settings).then_some(next),
@@ -337,6 +339,8 @@ mod tests {
         ui.temperature = f32::NAN;
         assert_eq!(ui.image_tokens, 280);
         ui.image_tokens = 1120;
+        assert!(ui.constrain_tool_calls);
+        ui.constrain_tool_calls = false;
         ui.disabled_sites = vec![
             "https://a.example/page".into(),
             "a.example".into(),
@@ -351,6 +355,7 @@ mod tests {
         assert_eq!(next.max_iterations, 50);
         assert_eq!(next.temperature, 1.0);
         assert_eq!(next.image_tokens, 1120);
+        assert!(!next.constrain_tool_calls);
         assert_eq!(next.model_source, "script:http://127.0.0.1:1/turns.json");
         assert_eq!(
             changes.disabled,

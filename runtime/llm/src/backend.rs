@@ -3,6 +3,7 @@
 //! per poll, so dropping the stream stops generation), decoded incrementally and split by the
 //! Gemma output parser into answer text, thinking and tool calls.
 
+use crate::constrain::CallConstraint;
 use crate::error::LlmError;
 use crate::generate::StopReason;
 use crate::images::{ImageEncoder, ImageInput};
@@ -69,6 +70,22 @@ pub fn sampling_of(options: &GenerateOptions) -> Sampling {
             top_k: options.top_k,
             top_p: options.top_p,
             seed: options.seed.unwrap_or_else(fresh_seed),
+        }
+    }
+}
+
+/// The constraint of the agent's declarations (`None`, with a warning, when they cannot be
+/// compiled into a grammar: unconstrained generation).
+fn constraint_of(model: &GemmaModel, tools: &[ToolDefinition]) -> Option<CallConstraint> {
+    match tools
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(values) => model.call_constraint(&values),
+        Err(e) => {
+            log::warn!("tool calls are not constrained: the declarations do not serialise: {e}");
+            None
         }
     }
 }
@@ -146,6 +163,11 @@ impl ModelBackend for GemmaBackend {
                 sampling: sampling_of(options),
                 cancel: None,
                 stop_ids: Vec::new(),
+                constraint: if options.constrain_tool_calls {
+                    constraint_of(model, tools)
+                } else {
+                    None
+                },
             };
             match encoder {
                 Some(enc) if !images.is_empty() => {

@@ -5,7 +5,9 @@
 //!
 //! Prompts are synthetic ids ([`prompt_ids`]): the bench measures the runtime, not the text, and
 //! the browser bench feeds onnxruntime-web the very same ids (the formula is mirrored in
-//! `bench/web/ort.mjs`). Decoding is greedy and never stops at an end id.
+//! `bench/web/ort.mjs`). Decoding is greedy and never stops at an end id. [`decode_in_call`]
+//! measures decode steps inside a constrained tool call (the mask computed on the host,
+//! uploaded and applied by the sampling kernel) against steps outside it.
 
 use crate::error::{LlmError, Result};
 use crate::generate::{Generator, now_s};
@@ -149,6 +151,93 @@ pub async fn greedy_ids(model: &GemmaModel, context: usize, tokens: usize) -> Re
         ids.push(g.last_token().await?);
     }
     Ok(ids)
+}
+
+/// Decode steps inside a tool call against steps outside one, in the same generation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CallDecodeRun {
+    /// Tokens in the cache before the call opened (the synthetic prompt and `<|tool_call>`).
+    pub context: usize,
+    /// Decode steps sampled under the call's mask.
+    pub call_tokens: usize,
+    /// Seconds of those steps.
+    pub call_s: f64,
+    /// Decode steps outside the call (after it closed).
+    pub free_tokens: usize,
+    /// Seconds of those steps.
+    pub free_s: f64,
+    /// Host milliseconds computing the mask, per step inside the call.
+    pub mask_ms_per_token: f64,
+    /// Bytes uploaded per decode step, all steps (the mask: vocabulary / 8 bytes per step
+    /// inside the call).
+    pub bytes_uploaded_per_token: f64,
+}
+
+impl CallDecodeRun {
+    /// Tokens per second inside the call.
+    pub fn call_tok_s(&self) -> f64 {
+        if self.call_s > 0.0 {
+            self.call_tokens as f64 / self.call_s
+        } else {
+            0.0
+        }
+    }
+    /// Tokens per second outside it.
+    pub fn free_tok_s(&self) -> f64 {
+        if self.free_s > 0.0 {
+            self.free_tokens as f64 / self.free_s
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Prefills `context` synthetic tokens followed by `<|tool_call>`, then times `tokens` greedy
+/// decode steps under the constraint of the agent's built-in tools: every step is inside the
+/// call until the model closes it, unconstrained after. The matcher's vocabulary and grammar
+/// are built before (they are kept per model).
+pub async fn decode_in_call(
+    model: &GemmaModel,
+    context: usize,
+    tokens: usize,
+    run_ahead: Option<bool>,
+) -> Result<CallDecodeRun> {
+    if tokens == 0 {
+        return Err(LlmError::Options("decode needs at least one token".into()));
+    }
+    check_fits(model, context + tokens + 2)?;
+    let tools: Vec<serde_json::Value> = gg_agent::builtin_tools()
+        .iter()
+        .map(serde_json::to_value)
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| LlmError::Options(format!("tool declarations: {e}")))?;
+    let constraint = model.call_constraint(&tools).ok_or_else(|| {
+        LlmError::Constraint("the built-in tools did not compile into a grammar".into())
+    })?;
+    let mut prompt = prompt_ids(context, vocab_of(model));
+    prompt.push(model.tokenizer.special().tool_call_start.id);
+    let mut g = Generator::new(model, &prompt, Sampling::Greedy)?.constrained(Some(constraint));
+    if let Some(on) = run_ahead {
+        g = g.run_ahead(on);
+    }
+    for _ in 0..tokens {
+        g.next_token().await?;
+    }
+    g.last_token().await?;
+    let s = g.stats();
+    Ok(CallDecodeRun {
+        context: prompt.len(),
+        call_tokens: s.call_tokens,
+        call_s: s.call_s,
+        free_tokens: s.decode_tokens - s.call_tokens,
+        free_s: s.decode_s - s.call_s,
+        mask_ms_per_token: if s.call_tokens > 0 {
+            s.mask_s * 1000.0 / s.call_tokens as f64
+        } else {
+            0.0
+        },
+        bytes_uploaded_per_token: s.decode_bytes_uploaded as f64 / s.decode_tokens.max(1) as f64,
+    })
 }
 
 /// Dispatches of one decode step after `context` prompt tokens, per kind of node (the decoder's

@@ -28,6 +28,10 @@ pub enum LlmError {
         /// Context size.
         limit: usize,
     },
+    /// Constrained decoding could not go on (the grammar allows no token, or the sampler
+    /// picked one it refuses): a bug, reported instead of emitting a malformed call.
+    #[error("constrained decoding: {0}")]
+    Constraint(String),
     /// Bad generation options.
     #[error("invalid option: {0}")]
     Options(String),

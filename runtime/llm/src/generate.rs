@@ -15,10 +15,18 @@
 //! the host. The host learns id N afterwards (for the text and the stop rules). When the caller
 //! stops after id N (an end id, cancellation) step N+1 has run for nothing; its results are
 //! dropped. [`Generator::last_token`] takes a token without running ahead.
+//!
+//! Constrained tool calls ([`Generator::constrained`], [`crate::constrain`]): inside a call the
+//! mask of step N+1 depends on token N, so no step runs ahead there; a step run ahead just
+//! before a call opens (its token N was `<|tool_call>`) is sampled again from its kept logits
+//! under the mask, with the same random word. The tokens are the same with run-ahead and
+//! without it.
 
+use crate::constrain::CallConstraint;
 use crate::error::{LlmError, Result};
 use crate::model::{GemmaModel, IMAGE_FEATURES};
 use crate::sampler::{self, Sampling};
+use gg_gemma::constrain::Bitset;
 use gg_runtime::exec::{Ctx, PendingRead};
 use gg_runtime::gpu::CounterSnapshot;
 use gg_runtime::{DType, GpuTensor, HostTensor, Value};
@@ -51,6 +59,14 @@ pub struct GenerationStats {
     /// Host seconds spent recording and submitting decode steps (with run-ahead this overlaps
     /// the GPU's work on the step before).
     pub decode_record_s: f64,
+    /// Decode steps whose token was sampled under a tool-call mask (inside a call).
+    pub call_tokens: usize,
+    /// Seconds of those steps (part of `decode_s`).
+    pub call_s: f64,
+    /// Host seconds computing the masks (part of `call_s`).
+    pub mask_s: f64,
+    /// Steps run ahead unmasked whose token opened a call, sampled again under the mask.
+    pub resampled: usize,
 }
 
 impl GenerationStats {
@@ -61,6 +77,17 @@ impl GenerationStats {
     /// Generated tokens per second (decode steps only).
     pub fn decode_tok_s(&self) -> f64 {
         rate(self.decode_tokens, self.decode_s)
+    }
+    /// Decode tokens per second inside tool calls (sampled under the mask).
+    pub fn call_tok_s(&self) -> f64 {
+        rate(self.call_tokens, self.call_s)
+    }
+    /// Decode tokens per second outside tool calls.
+    pub fn free_tok_s(&self) -> f64 {
+        rate(
+            self.decode_tokens - self.call_tokens,
+            self.decode_s - self.call_s,
+        )
     }
     /// Dispatches per decoded token.
     pub fn dispatches_per_token(&self) -> f64 {
@@ -142,6 +169,13 @@ struct InFlight<'m> {
     id: GpuTensor,
     /// The prompt's step.
     prefill: bool,
+    /// Sampled under a tool-call mask.
+    masked: bool,
+    /// The logits, kept when the step ran ahead unmasked while a constraint is active (to
+    /// sample them again if the token before opens a call).
+    logits: Option<GpuTensor>,
+    /// The sampler's step index (its random word).
+    sample_step: u64,
     /// Counters before and after recording and submitting it.
     before: CounterSnapshot,
     after: CounterSnapshot,
@@ -168,6 +202,8 @@ pub struct Generator<'m> {
     /// Image features for the prompt's image tokens (per image `[rows, hidden]`), fed with the
     /// prompt.
     images: Vec<Value>,
+    /// Constrained tool calls.
+    constraint: Option<CallConstraint>,
     stats: GenerationStats,
     /// Decoder runs so far (prefill counts as one; a step run ahead counts when recorded).
     pub steps_run: usize,
@@ -221,6 +257,7 @@ impl<'m> Generator<'m> {
             in_flight: None,
             run_ahead: model.gpu.tuning.submits_overlap,
             images: Vec::new(),
+            constraint: None,
             stats: GenerationStats {
                 prefill_tokens: prompt.len(),
                 ..GenerationStats::default()
@@ -270,6 +307,22 @@ impl<'m> Generator<'m> {
         crate::merge::feature_rows(&self.pending, tokens.image, rows)?;
         self.images = features;
         Ok(self)
+    }
+
+    /// Samples tool calls under `constraint` (see the module docs); `None`: unconstrained.
+    /// Before the first token: the prompt is followed, so a prompt that ends inside an open
+    /// call starts constrained.
+    pub fn constrained(mut self, constraint: Option<CallConstraint>) -> Self {
+        self.constraint = constraint.map(|mut c| {
+            c.follow_prompt(&self.pending);
+            c
+        });
+        self
+    }
+
+    /// The constraint, if any.
+    pub fn constraint(&self) -> Option<&CallConstraint> {
+        self.constraint.as_ref()
     }
 
     /// Tokens in the cache (a step running ahead included).
@@ -437,22 +490,31 @@ impl<'m> Generator<'m> {
         }
     }
 
-    /// Records and submits one step on `input`, with the sampling kernel and the read-back of
-    /// its id.
-    async fn launch(&mut self, input: StepInput) -> Result<InFlight<'m>> {
+    /// Records and submits one step on `input`, with the sampling kernel (under `mask`, if
+    /// any) and the read-back of its id; `keep_logits` keeps the logits in the result.
+    async fn launch(
+        &mut self,
+        input: StepInput,
+        mask: Option<&Bitset>,
+        keep_logits: bool,
+    ) -> Result<InFlight<'m>> {
         let model = self.model;
         let before = model.gpu.counters.snapshot();
         let t0 = now_s();
         let prefill = self.launched == 0;
+        let sample_step = self.launched;
         // The embedding, the decoder and the sampling kernel go to the GPU in one submit, which
         // also starts the read-back of the id.
         let mut cx = model.decoder.context();
-        let id = self.record_step(&mut cx, input).await?;
+        let (id, logits) = self.record_step(&mut cx, input, mask).await?;
         let read = cx.read_later(&id)?;
         Ok(InFlight {
             read,
             id,
             prefill,
+            masked: mask.is_some(),
+            logits: keep_logits.then_some(logits),
+            sample_step,
             before,
             after: model.gpu.counters.snapshot(),
             record_s: now_s() - t0,
@@ -460,12 +522,70 @@ impl<'m> Generator<'m> {
     }
 
     /// Records one step on `input` and the sampling kernel into `cx`; returns the tensor the
-    /// token id goes to.
-    async fn record_step(&mut self, cx: &mut Ctx<'_>, input: StepInput) -> Result<GpuTensor> {
+    /// token id goes to, and the logits.
+    async fn record_step(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        input: StepInput,
+        mask: Option<&Bitset>,
+    ) -> Result<(GpuTensor, GpuTensor)> {
         let logits = self.forward(cx, input).await?;
-        let id = sampler::record(cx, &logits, &self.sampling, self.launched)?;
+        let mask = mask.map(|m| sampler::Mask { words: m.words() });
+        let id = sampler::record_masked(cx, &logits, &self.sampling, self.launched, mask)?;
         self.launched += 1;
-        Ok(id)
+        Ok((id, logits))
+    }
+
+    /// Samples the logits a step run ahead kept again, under `mask` (its token before opened a
+    /// call), with the same random word; the first sampling's read-back is awaited and dropped.
+    async fn resample(&mut self, cur: InFlight<'m>, mask: &Bitset) -> Result<InFlight<'m>> {
+        let logits = cur.logits.ok_or_else(|| {
+            LlmError::Constraint("a step ran ahead unmasked without keeping its logits".into())
+        })?;
+        let model = self.model;
+        let t0 = now_s();
+        let counted = model.gpu.counters.snapshot();
+        let mut cx = model.decoder.context();
+        let id = sampler::record_masked(
+            &mut cx,
+            &logits,
+            &self.sampling,
+            cur.sample_step,
+            Some(sampler::Mask {
+                words: mask.words(),
+            }),
+        )?;
+        let read = cx.read_later(&id)?;
+        // Returns the staging buffer of the unmasked read-back to the pool.
+        cur.read.wait().await?;
+        self.stats.resampled += 1;
+        if !cur.prefill {
+            // The second sampling's work (the step's own is counted from `before` to `after`).
+            add(&mut self.stats, &counted, &model.gpu.counters.snapshot());
+        }
+        Ok(InFlight {
+            read,
+            id,
+            prefill: cur.prefill,
+            masked: true,
+            logits: None,
+            sample_step: cur.sample_step,
+            before: cur.before,
+            after: cur.after,
+            record_s: cur.record_s + now_s() - t0,
+        })
+    }
+
+    /// The mask of the next token to be read (`None` outside calls), timed.
+    fn next_mask(&mut self) -> Option<Bitset> {
+        let c = self.constraint.as_ref()?;
+        if !c.inside() {
+            return None;
+        }
+        let t0 = now_s();
+        let mask = c.mask();
+        self.stats.mask_s += now_s() - t0;
+        mask
     }
 
     /// Feeds the pending ids (the prompt, then each token) and returns the next token, sampled on
@@ -484,36 +604,54 @@ impl<'m> Generator<'m> {
 
     async fn advance(&mut self, ahead: bool) -> Result<u32> {
         let t0 = now_s();
-        let cur = match self.in_flight.take() {
+        let mask = self.next_mask();
+        let mut cur = match self.in_flight.take() {
             Some(f) => f,
             None => {
                 let ids = std::mem::take(&mut self.pending);
-                self.launch(StepInput::Host(ids)).await?
+                self.launch(StepInput::Host(ids), mask.as_ref(), false)
+                    .await?
             }
         };
+        if let Some(mask) = &mask
+            && !cur.masked
+        {
+            cur = self.resample(cur, mask).await?;
+        }
         let room = self
             .model
             .context_limit()
             .is_none_or(|limit| self.past < limit);
-        if ahead && room {
-            let next = self.launch(StepInput::Gpu(cur.id.clone())).await?;
+        // Inside a call the next mask depends on this token: no step runs ahead.
+        if ahead && room && mask.is_none() {
+            let keep = self.constraint.is_some();
+            let next = self
+                .launch(StepInput::Gpu(cur.id.clone()), None, keep)
+                .await?;
             self.in_flight = Some(next);
         }
         let InFlight {
             read,
-            id: _,
             prefill,
             before,
             after,
             record_s,
+            ..
         } = cur;
         let waited = self.model.gpu.counters.snapshot();
         let id = sampler::id_of(&read.wait().await?)?;
+        if let Some(c) = &mut self.constraint {
+            c.accept(id)?;
+        }
         let done = self.model.gpu.counters.snapshot();
         let dt = now_s() - t0;
         if prefill {
             self.stats.prefill_s += dt;
         } else {
+            if mask.is_some() {
+                self.stats.call_tokens += 1;
+                self.stats.call_s += dt;
+            }
             self.stats.decode_tokens += 1;
             self.stats.decode_s += dt;
             self.stats.decode_record_s += record_s;
@@ -536,7 +674,7 @@ impl<'m> Generator<'m> {
         let ids = std::mem::take(&mut self.pending);
         let mut input = StepInput::Host(ids);
         for _ in 0..=decode {
-            input = StepInput::Gpu(self.record_step(&mut cx, input).await?);
+            input = StepInput::Gpu(self.record_step(&mut cx, input, None).await?.0);
         }
         Ok(())
     }

@@ -13,6 +13,8 @@
 //! - [`images`](mod@images): prompts with images: [`ImageInput`]s preprocessed, encoded by an
 //!   [`ImageEncoder`], their placeholders expanded, the features merged into the embeddings
 //!   ([`merge`](mod@merge): by the embedding graph's `image_features` input, or on the GPU).
+//! - [`constrain`]: tool calls sampled under the grammar of the declared tools
+//!   ([`CallConstraint`], the mask applied by the sampling kernel).
 //! - [`bench`](mod@bench): the prefill and decode measurements of `gemma-gem bench` and the browser bench.
 //! - [`GemmaBackend`]: the agent's `ModelBackend` (and a tokenizer-exact `TokenCounter`); with
 //!   [`GemmaBackend::with_image_encoder`] it feeds the conversation's images.
@@ -25,7 +27,7 @@
 //! let repo = ModelRepo::new(fetch, "gemma-4-E2B-it-ONNX");
 //! let model = GemmaModel::load(gpu, &repo, &LoadOptions::default()).await?;
 //! let prompt = model.prompt_ids(&[gg_gemma::ChatMessage::user("Hi")], &[], false)?;
-//! let mut text = model.stream(&prompt, TextOptions { max_new_tokens: 64, sampling: Sampling::Greedy, cancel: None, stop_ids: vec![] })?;
+//! let mut text = model.stream(&prompt, TextOptions { max_new_tokens: 64, sampling: Sampling::Greedy, cancel: None, stop_ids: vec![], constraint: None })?;
 //! while let Some(token) = text.next().await? {
 //!     print!("{}", token.text);
 //! }
@@ -36,6 +38,7 @@
 pub mod backend;
 pub mod bench;
 pub mod config;
+pub mod constrain;
 pub mod error;
 pub mod generate;
 pub mod image;
@@ -50,6 +53,7 @@ pub mod vision;
 
 pub use backend::GemmaBackend;
 pub use config::{Dtype, ModelConfig};
+pub use constrain::CallConstraint;
 pub use error::{LlmError, Result};
 pub use generate::{GenerationStats, Generator, StopReason};
 pub use images::{ImageEncoder, ImageInput};

@@ -278,6 +278,8 @@ pub struct GemmaModel {
     /// The pad id: fed to an embedding graph without a feature input at the image tokens (the
     /// per-layer inputs are the pad's there).
     pub pad_id: Option<u32>,
+    /// Constrained decoding's vocabulary and grammars ([`GemmaModel::call_matcher`]).
+    pub(crate) constrain: crate::constrain::ConstrainCache,
 }
 
 impl std::fmt::Debug for GemmaModel {
@@ -457,6 +459,7 @@ impl GemmaModel {
             image_tokens,
             image_config,
             pad_id,
+            constrain: Default::default(),
         })
     }
 

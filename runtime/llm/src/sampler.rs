@@ -1,5 +1,10 @@
 //! Token selection on the GPU: greedy (argmax), or temperature + top-k + top-p with a seeded
 //! random draw. One dispatch over the logits; the only read-back is the 4-byte token id.
+//!
+//! An optional mask (constrained decoding: [`Mask`], one bit per token id) restricts the pick to
+//! the tokens whose bit is set, for every mode alike: a masked token's logit counts as minus
+//! infinity (never the argmax, no weight, not counted by top-k). Without a mask the kernel
+//! variant without the binding runs: no upload, no extra work.
 
 use crate::error::{LlmError, Result};
 use gg_runtime::exec::{Ctx, GpuTensor};
@@ -60,6 +65,18 @@ pub fn random_word(seed: u64, step: u64) -> u32 {
     (z >> 32) as u32
 }
 
+/// The tokens the sampler may pick: bit `i % 32` of word `i / 32` is token `i` (32 KiB for a
+/// 262,144-token vocabulary; `gg_gemma::constrain::Bitset::words`).
+#[derive(Debug, Clone, Copy)]
+pub struct Mask<'a> {
+    /// The words; at least `vocabulary / 32` rounded up.
+    pub words: &'a [u32],
+}
+
+/// The id the kernel writes when the mask allows no token of the row (never a token id:
+/// vocabularies are far smaller).
+const NO_TOKEN: i64 = -1;
+
 /// Records the sampling kernel over the last row of `logits` (`[.., V]`, f32 or f16) into `cx`;
 /// returns the tensor that receives the token id: int64 `[1, 1]` (held as one i32 word, like
 /// every int64 tensor on the GPU), so that it can be the next step's `input_ids` as it is.
@@ -68,6 +85,19 @@ pub fn record(
     logits: &GpuTensor,
     sampling: &Sampling,
     step: u64,
+) -> Result<GpuTensor> {
+    record_masked(cx, logits, sampling, step, None)
+}
+
+/// [`record`] restricted to the tokens of `mask` (uploaded into a pooled buffer: 4 bytes per 32
+/// tokens). A mask that allows no token is an error here; the kernel would write
+/// [`id_of`]'s "no token" (an error too) rather than a token.
+pub fn record_masked(
+    cx: &mut Ctx<'_>,
+    logits: &GpuTensor,
+    sampling: &Sampling,
+    step: u64,
+    mask: Option<Mask<'_>>,
 ) -> Result<GpuTensor> {
     let v = *logits
         .shape
@@ -93,7 +123,34 @@ pub fn record(
             )));
         }
     };
-    let kernel = cx.gpu.kernel(&SampleSpec { logits: storage })?;
+    let mask = match mask {
+        None => None,
+        Some(m) => {
+            if m.words.len() < v.div_ceil(32) {
+                return Err(LlmError::Model(format!(
+                    "the token mask has {} words, the vocabulary of {v} tokens needs {}",
+                    m.words.len(),
+                    v.div_ceil(32)
+                )));
+            }
+            let words = &m.words[..v.div_ceil(32)];
+            if words.iter().all(|&w| w == 0) {
+                return Err(LlmError::Constraint(
+                    "the tool-call grammar allows no token here".into(),
+                ));
+            }
+            let host = HostTensor::new(
+                DType::I32,
+                vec![words.len()],
+                bytemuck::cast_slice(words).to_vec(),
+            )?;
+            Some(cx.upload(&host)?)
+        }
+    };
+    let kernel = cx.gpu.kernel(&SampleSpec {
+        logits: storage,
+        masked: mask.is_some(),
+    })?;
     let out = cx.alloc(DType::I64, vec![1, 1])?;
     let n = u32::try_from(v).map_err(|_| LlmError::Model(format!("vocabulary of {v}")))?;
     let p = match *sampling {
@@ -117,7 +174,8 @@ pub fn record(
             row,
         },
     };
-    cx.launch_groups(kernel.bind("logits", logits).bind("out", &out), &p, (1, 1))?;
+    let bound = kernel.bind("logits", logits).bind("out", &out);
+    cx.launch_groups(bound.bind_opt("mask", mask.as_ref()), &p, (1, 1))?;
     Ok(out)
 }
 
@@ -142,21 +200,30 @@ gg_runtime::gpu_params! {
     }
 }
 
-/// The sampling kernel: the logits' storage.
+/// The sampling kernel: the logits' storage, and whether a token mask is bound.
 #[derive(Hash)]
 struct SampleSpec {
     logits: Storage,
+    masked: bool,
 }
+
+/// `allowed(i)`'s body with a mask bound (bit `i % 32` of word `i / 32`), and without.
+const MASK_TEST: &str = "return (ldw_mask(i >> 5u) & (1u << (i & 31u))) != 0u;";
+const NO_MASK: &str = "return true;";
 
 impl KernelSpec for SampleSpec {
     const NAME: &'static str = "sample";
     const WGSL: &'static [&'static str] = &[SAMPLE];
     fn build(&self, _: &Features) -> Kernel {
-        Kernel::new("sample", SAMPLE)
+        let k = Kernel::new("sample", SAMPLE)
             .params::<SampleParams>()
-            .input("logits", self.logits)
-            .output("out", Storage::I32)
-            .workgroup(WG)
+            .input("logits", self.logits);
+        let k = if self.masked {
+            k.input("mask", Storage::I32).code("ALLOWED", MASK_TEST)
+        } else {
+            k.code("ALLOWED", NO_MASK)
+        };
+        k.output("out", Storage::I32).workgroup(WG)
     }
 }
 
@@ -184,5 +251,10 @@ pub fn id_of(host: &HostTensor) -> Result<u32> {
         .first()
         .copied()
         .ok_or_else(|| LlmError::Model("sampler returned nothing".into()))?;
+    if id == NO_TOKEN {
+        return Err(LlmError::Constraint(
+            "the sampler found no allowed token (the mask allows none of the row's tokens)".into(),
+        ));
+    }
     u32::try_from(id).map_err(|_| LlmError::Model(format!("sampler returned id {id}")))
 }

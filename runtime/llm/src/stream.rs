@@ -2,6 +2,7 @@
 //! rules (end ids from the model files, `max_new_tokens`, cancellation between steps) and prompt
 //! rendering with the model's chat template.
 
+use crate::constrain::CallConstraint;
 use crate::error::{LlmError, Result};
 use crate::generate::{GenerationStats, Generator, StopReason};
 use crate::model::GemmaModel;
@@ -30,6 +31,9 @@ pub struct TextOptions {
     pub cancel: Option<CancellationToken>,
     /// Ids that end generation besides the model's own end ids (`generation_config.json`).
     pub stop_ids: Vec<u32>,
+    /// Tool calls sampled under the declared tools' grammar
+    /// ([`GemmaModel::call_constraint`]); `None`: unconstrained.
+    pub constraint: Option<CallConstraint>,
 }
 
 /// A running text generation. Call [`TextStream::next`] until it returns `None`, then
@@ -57,7 +61,8 @@ impl<'m> TextStream<'m> {
     pub fn new(model: &'m GemmaModel, prompt: &[u32], options: TextOptions) -> Result<Self> {
         Ok(Self {
             model,
-            generator: Generator::new(model, prompt, options.sampling)?,
+            generator: Generator::new(model, prompt, options.sampling)?
+                .constrained(options.constraint.clone()),
             detok: model.tokenizer.incremental_decoder(),
             options,
             produced: 0,

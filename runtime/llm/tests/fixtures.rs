@@ -244,6 +244,7 @@ fn stop_rules(gpu: &Rc<Gpu>) {
             sampling: Sampling::Greedy,
             cancel: None,
             stop_ids: vec![stop],
+            constraint: None,
         },
         None,
     );
@@ -256,6 +257,7 @@ fn stop_rules(gpu: &Rc<Gpu>) {
             sampling: Sampling::Greedy,
             cancel: None,
             stop_ids: Vec::new(),
+            constraint: None,
         },
         None,
     );
@@ -272,6 +274,7 @@ fn stop_rules(gpu: &Rc<Gpu>) {
             sampling: Sampling::Greedy,
             cancel: Some(token.clone()),
             stop_ids: Vec::new(),
+            constraint: None,
         },
         Some((3, &token)),
     );

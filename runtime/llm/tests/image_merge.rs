@@ -204,6 +204,7 @@ fn greedy_with_images_equals_onnx_runtime() {
                     sampling: Sampling::Greedy,
                     cancel: None,
                     stop_ids: vec![],
+                    constraint: None,
                 },
             ))
             .expect("image fixture");

@@ -179,6 +179,22 @@ pub fn native_model(raw: &Value, layers: Option<u64>) -> Value {
             out.insert("dispatches_per_layer_per_token".into(), num(per_layer));
         }
     }
+    // Decode inside a constrained tool call (the mask computed, uploaded and applied) against
+    // decode outside it, in the same generations.
+    let calls: Vec<Value> = list("decode_in_call")
+        .into_iter()
+        .filter(|r| r.get("skipped").is_none())
+        .collect();
+    if !calls.is_empty() {
+        for (key, from) in [
+            ("call_tok_s", "call_tok_s"),
+            ("call_free_tok_s", "free_tok_s"),
+            ("call_mask_ms_per_token", "mask_ms_per_token"),
+            ("call_tokens", "call_tokens"),
+        ] {
+            out.insert(key.into(), num(median(&values(&calls, from))));
+        }
+    }
     out.insert(
         "decoder_layers".into(),
         layers.map_or(Value::Null, |l| json!(l)),
@@ -324,6 +340,16 @@ pub fn markdown(doc: &Value) -> String {
                             fmt_num(v.as_f64(), unit)
                         ));
                     }
+                }
+                if let Some(inside) = obj.get("call_tok_s").and_then(Value::as_f64) {
+                    let g = |k: &str| obj.get(k).and_then(Value::as_f64);
+                    extra.push_str(&format!(
+                        "- {name}: decode inside a constrained tool call {} ({} tokens, {} of mask per token) vs {} outside it\n",
+                        fmt_num(Some(inside), Unit::TokPerS),
+                        g("call_tokens").map_or("–".into(), |x| format!("{x:.0}")),
+                        g("call_mask_ms_per_token").map_or("–".into(), |x| format!("{x:.3} ms")),
+                        fmt_num(g("call_free_tok_s"), Unit::TokPerS),
+                    ));
                 }
                 for why in m
                     .get("skipped")
@@ -518,7 +544,11 @@ mod tests {
             "gpu_memory_peak": {"allocated_bytes": 2097152, "reserved_bytes": 2},
             "prefill": [{"tokens": 128, "runs": [{"tok_s": 10.0, "ttft_s": 12.8}, {"tok_s": 20.0, "ttft_s": 6.4}, {"tok_s": 30.0, "ttft_s": 4.0}]},
                         {"tokens": 512, "skipped": "too long"}],
-            "decode": [{"context": 128, "tokens": 8, "runs": [{"tok_s": 5.0, "dispatches_per_token": 60.0, "submits_per_token": 3.0, "bytes_read_back_per_token": 4.0, "buffers_created_per_token": 0.0, "record_ms_per_token": 1.234}]}]
+            "decode": [{"context": 128, "tokens": 8, "runs": [{"tok_s": 5.0, "dispatches_per_token": 60.0, "submits_per_token": 3.0, "bytes_read_back_per_token": 4.0, "buffers_created_per_token": 0.0, "record_ms_per_token": 1.234}]}],
+            "decode_in_call": [
+                {"context": 129, "call_tokens": 8, "call_tok_s": 4.0, "free_tokens": 0, "free_tok_s": null, "mask_ms_per_token": 0.05},
+                {"context": 129, "call_tokens": 8, "call_tok_s": 6.0, "free_tokens": 0, "free_tok_s": null, "mask_ms_per_token": 0.07}
+            ]
         });
         let s = native_model(&raw, Some(6));
         assert_eq!(s["prefill_128_tok_s"], json!(20.0));
@@ -538,5 +568,11 @@ mod tests {
         );
         assert!(md.contains("| tiny | llvmpipe | q4 | 500 ms | 20.0 tok/s | – | 6.40 s | 5.0 tok/s | – | 60.0 | 10.0 | 3.0 | 4.0 | 1.23 ms | 1.0 MiB / 2.0 MiB |"), "{md}");
         assert!(md.contains("tiny: skipped prefill 512: too long"), "{md}");
+        assert_eq!(s["call_tok_s"], json!(5.0));
+        assert_eq!(s["call_free_tok_s"], Value::Null);
+        assert!(
+            md.contains("tiny: decode inside a constrained tool call 5.0 tok/s (8 tokens, 0.060 ms of mask per token) vs – outside it"),
+            "{md}"
+        );
     }
 }

@@ -4,6 +4,10 @@
 //!
 //! Text streams to stdout; `--json` prints one line per generated token (`{"id":..,"text":..}`)
 //! and a last line with the counters. Errors exit with status 1 and a one-line message.
+//!
+//! `--tools builtin` (the extension's tools) or `--tools FILE` (a JSON array of declarations)
+//! offers tools to the model; its calls are then sampled under the tools' grammar unless
+//! `--no-constrain` is given.
 use clap::{Args, Parser, Subcommand};
 use gg_llm::{Dtype, GemmaModel, LoadOptions, ModelRepo, Sampling, TextOptions};
 use std::io::Write;
@@ -164,6 +168,35 @@ struct GenerateArgs {
     /// Adapter to use: a case-insensitive substring of its description.
     #[arg(long)]
     adapter: Option<String>,
+    /// Tools offered to the model: `builtin` (the extension's tools) or a JSON file holding an
+    /// array of declarations (`{"name", "description", "parameters"}`). Rendered into the
+    /// system turn (with --token-ids only used to constrain the calls).
+    #[arg(long)]
+    tools: Option<String>,
+    /// Sample tool calls under the grammar of the --tools declarations, so that every call is
+    /// well formed, names a declared tool and has valid arguments (the default).
+    #[arg(long, overrides_with = "no_constrain")]
+    constrain: bool,
+    /// Let the model write tool calls freely (no constrained decoding).
+    #[arg(long, overrides_with = "constrain")]
+    no_constrain: bool,
+}
+
+/// The --tools declarations.
+fn tools_of(arg: Option<&str>) -> anyhow::Result<Vec<gg_agent::ToolDefinition>> {
+    match arg {
+        None => Ok(Vec::new()),
+        Some("builtin") => Ok(gg_agent::builtin_tools()),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("--tools {path}: {e}"))?;
+            serde_json::from_str(&text).map_err(|e| {
+                anyhow::anyhow!(
+                    "--tools {path}: expected a JSON array of {{\"name\", \"description\", \"parameters\"}}: {e}"
+                )
+            })
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -189,6 +222,7 @@ async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
         gg_runtime::Gpu::with_tuning(args.adapter.as_deref(), gg_runtime::Tuning::from_env).await?,
     );
     let model = GemmaModel::load(gpu, &repo, &LoadOptions { dtype: args.dtype }).await?;
+    let tools = tools_of(args.tools.as_deref())?;
     let prompt = match (&args.token_ids, &args.prompt) {
         (Some(ids), _) => ids.clone(),
         (None, Some(text)) => {
@@ -197,7 +231,8 @@ async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
                 messages.push(gg_gemma::ChatMessage::system(s.clone()));
             }
             messages.push(gg_gemma::ChatMessage::user(text.clone()));
-            model.prompt_ids(&messages, &[], args.thinking)?
+            let decls = gg_gemma::agent::tools_from_agent(&tools);
+            model.prompt_ids(&messages, &decls, args.thinking)?
         }
         (None, None) => anyhow::bail!("give --prompt or --token-ids"),
     };
@@ -233,6 +268,24 @@ async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
             sampling,
             cancel: None,
             stop_ids: Vec::new(),
+            constraint: if args.no_constrain || tools.is_empty() {
+                None
+            } else {
+                let values = tools
+                    .iter()
+                    .map(serde_json::to_value)
+                    .collect::<Result<Vec<_>, _>>()?;
+                match model.call_matcher(&values) {
+                    Ok(matcher) => Some(gg_llm::CallConstraint::new(
+                        matcher,
+                        model.tokenizer.special().tool_call_start.id,
+                    )),
+                    Err(e) => {
+                        eprintln!("warning: tool calls are not constrained: {e}");
+                        None
+                    }
+                }
+            },
         },
     )?;
     let mut out = std::io::stdout().lock();
@@ -263,6 +316,7 @@ async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
             "prefill_tok_s": round(stats.prefill_tok_s()),
             "decode_tok_s": round(stats.decode_tok_s()),
             "dispatches_per_token": round(stats.dispatches_per_token()),
+            "call_tokens": stats.call_tokens,
             "bytes_read_back_per_token": round(stats.bytes_read_back_per_token()),
             "dtype": model.variant(),
             "adapter": model.gpu.adapter,
@@ -388,6 +442,39 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         }
         decode.push(entry);
     }
+    let mut call = Vec::new();
+    if let Some(&c) = args.decode_context.first() {
+        if let Some(why) = too_long(c + args.decode_tokens + 2) {
+            call.push(json!({"context": c, "tokens": args.decode_tokens, "skipped": why}));
+        } else {
+            // Builds the matcher's vocabulary and grammar once, and compiles the masked sampler.
+            progress("decode in a tool call: warm-up");
+            bench::decode_in_call(&model, 8.min(c.max(1)), 2, args.run_ahead.choice()).await?;
+            for r in 0..args.runs {
+                let run =
+                    bench::decode_in_call(&model, c, args.decode_tokens, args.run_ahead.choice())
+                        .await?;
+                progress(&format!(
+                    "decode in a tool call after {c}, run {}: {} tokens inside at {:.1} tok/s ({:.3} ms mask/token), {} outside at {:.1} tok/s",
+                    r + 1,
+                    run.call_tokens,
+                    run.call_tok_s(),
+                    run.mask_ms_per_token,
+                    run.free_tokens,
+                    run.free_tok_s()
+                ));
+                call.push(json!({
+                    "context": run.context,
+                    "call_tokens": run.call_tokens,
+                    "call_tok_s": run.call_tok_s(),
+                    "free_tokens": run.free_tokens,
+                    "free_tok_s": (run.free_tokens > 0).then(|| run.free_tok_s()),
+                    "mask_ms_per_token": run.mask_ms_per_token,
+                    "bytes_uploaded_per_token": run.bytes_uploaded_per_token,
+                }));
+            }
+        }
+    }
     if args.dispatch_profile {
         let (rows, total) = bench::decode_profile(&model, 8).await?;
         print_profile("one decode step", &rows, total);
@@ -415,6 +502,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "gpu_memory_peak": memory(peak),
         "prefill": prefill,
         "decode": decode,
+        "decode_in_call": call,
     });
     println!("{}", serde_json::to_string_pretty(&doc)?);
     Ok(())

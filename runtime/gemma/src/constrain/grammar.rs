@@ -201,7 +201,7 @@ fn symbols(text: &str) -> Vec<Symbol> {
     out
 }
 
-fn build_guard() -> Vec<[u8; 256]> {
+pub(crate) fn build_guard() -> Vec<[u8; 256]> {
     // States are the distinct proper prefixes of the forbidden texts ("" is state 0).
     let mut prefixes: Vec<&str> = vec![""];
     for m in FORBIDDEN_IN_STRINGS {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
 use super::automaton::{CallState, Frame, Lex, Num, StrLex};
-use super::grammar::{Symbol, ToolGrammar};
+use super::grammar::{Symbol, ToolGrammar, build_guard};
 use super::vocab::{Trie, VocabEntry};
 use crate::GemmaTokenizer;
 
@@ -97,15 +97,18 @@ pub struct Refused {
     pub token: u32,
 }
 
-/// Computes allowed-token masks for a [`ToolGrammar`] over a vocabulary. See the [module
-/// documentation](crate::constrain).
+/// The vocabulary side of the matcher, independent of the tools: what each token writes, the
+/// byte trie, the string masks and the number segments. Building it walks the whole vocabulary
+/// (about 110 ms for 262,144 tokens natively), so build it once per tokenizer and share it
+/// ([`TokenMatcher::with_vocab`]) between the grammars of different tool lists.
 #[derive(Debug)]
-pub struct TokenMatcher {
-    grammar: ToolGrammar,
+pub struct MatcherVocab {
     entries: Vec<VocabEntry>,
     trie: Trie,
     delims: Vec<u32>,
     ends: Vec<u32>,
+    /// The string lexer's marker guard ([`ToolGrammar`]'s: the same fixed marker texts).
+    guard: Vec<[u8; 256]>,
     /// Text tokens allowed at the start of a string (and whenever the string lexer is at a
     /// character boundary with no marker prefix pending) — most of the vocabulary.
     base_string: Bitset,
@@ -113,6 +116,14 @@ pub struct TokenMatcher {
     string_cache: Mutex<HashMap<StrLex, Bitset>>,
     /// Number segments by (trie node, number state, `number` rather than `integer`).
     number_cache: Mutex<HashMap<(u32, Num, bool), Arc<NumberSegment>>>,
+}
+
+/// Computes allowed-token masks for a [`ToolGrammar`] over a vocabulary ([`MatcherVocab`],
+/// shared). See the [module documentation](crate::constrain).
+#[derive(Debug, Clone)]
+pub struct TokenMatcher {
+    grammar: ToolGrammar,
+    vocab: Arc<MatcherVocab>,
 }
 
 /// The part of the trie below a node that stays inside a number: the tokens that end inside it
@@ -124,14 +135,14 @@ struct NumberSegment {
     exits: Vec<(u32, Num)>,
 }
 
-impl TokenMatcher {
-    /// A matcher over a tokenizer's vocabulary.
-    pub fn new(tokenizer: &GemmaTokenizer, grammar: &ToolGrammar) -> Self {
-        Self::from_vocab(VocabEntry::from_tokenizer(tokenizer), grammar)
+impl MatcherVocab {
+    /// The vocabulary of a tokenizer.
+    pub fn new(tokenizer: &GemmaTokenizer) -> Self {
+        Self::from_entries(VocabEntry::from_tokenizer(tokenizer))
     }
 
-    /// A matcher over a vocabulary given entry by entry (index = token id).
-    pub fn from_vocab(entries: Vec<VocabEntry>, grammar: &ToolGrammar) -> Self {
+    /// A vocabulary given entry by entry (index = token id).
+    pub fn from_entries(entries: Vec<VocabEntry>) -> Self {
         let trie = Trie::build(&entries);
         let ids = |want: &VocabEntry| -> Vec<u32> {
             (0..entries.len() as u32)
@@ -140,34 +151,71 @@ impl TokenMatcher {
         };
         let delims = ids(&VocabEntry::Delim);
         let ends = ids(&VocabEntry::CallEnd);
+        let guard = build_guard();
         let mut base_string = Bitset::empty(entries.len());
-        walk_string(&trie, &grammar.guard, 0, StrLex::START, &mut base_string);
-        let matcher = Self {
-            grammar: grammar.clone(),
+        walk_string(&trie, &guard, 0, StrLex::START, &mut base_string);
+        let vocab = Self {
             entries,
             trie,
             delims,
             ends,
+            guard,
             base_string,
             string_cache: Mutex::new(HashMap::new()),
             number_cache: Mutex::new(HashMap::new()),
         };
         // The number segments of tokens that start a number (the others come up mid-number).
-        for c in matcher.trie.children(0) {
-            let byte = matcher.trie.nodes[c as usize].byte;
+        for c in vocab.trie.children(0) {
+            let byte = vocab.trie.nodes[c as usize].byte;
             let num = match byte {
                 b'-' => Num::Minus,
                 b'0' => Num::Zero,
                 b'1'..=b'9' => Num::Int(1),
                 _ => continue,
             };
-            if matcher.trie.nodes[c as usize].children > 0 {
+            if vocab.trie.nodes[c as usize].children > 0 {
                 for real in [false, true] {
-                    matcher.number_segment(c, num, real);
+                    vocab.number_segment(c, num, real);
                 }
             }
         }
-        matcher
+        vocab
+    }
+
+    /// Vocabulary size.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the vocabulary is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl TokenMatcher {
+    /// A matcher over a tokenizer's vocabulary (builds the [`MatcherVocab`]).
+    pub fn new(tokenizer: &GemmaTokenizer, grammar: &ToolGrammar) -> Self {
+        Self::with_vocab(Arc::new(MatcherVocab::new(tokenizer)), grammar)
+    }
+
+    /// A matcher over a vocabulary given entry by entry (index = token id).
+    pub fn from_vocab(entries: Vec<VocabEntry>, grammar: &ToolGrammar) -> Self {
+        Self::with_vocab(Arc::new(MatcherVocab::from_entries(entries)), grammar)
+    }
+
+    /// A matcher over a vocabulary built before (cheap: the grammar is cloned, the vocabulary
+    /// and its caches shared).
+    pub fn with_vocab(vocab: Arc<MatcherVocab>, grammar: &ToolGrammar) -> Self {
+        Self {
+            grammar: grammar.clone(),
+            vocab,
+        }
+    }
+
+    /// The shared vocabulary.
+    pub fn vocab(&self) -> &Arc<MatcherVocab> {
+        &self.vocab
     }
 
     /// The grammar.
@@ -177,7 +225,7 @@ impl TokenMatcher {
 
     /// Vocabulary size.
     pub fn vocab_size(&self) -> usize {
-        self.entries.len()
+        self.vocab.entries.len()
     }
 
     /// The state right after `<|tool_call>`.
@@ -189,31 +237,35 @@ impl TokenMatcher {
     /// ([`CallState::is_closed`]) nothing is constrained: every token.
     pub fn allowed(&self, state: &CallState) -> Bitset {
         if state.is_closed() {
-            return Bitset::full(self.entries.len());
+            return Bitset::full(self.vocab.entries.len());
         }
         if let Some(lex) = state.in_string() {
             let mut mask = if lex == StrLex::START {
-                self.base_string.clone()
+                self.vocab.base_string.clone()
             } else {
                 let mut cache = self
+                    .vocab
                     .string_cache
                     .lock()
                     .unwrap_or_else(|poison| poison.into_inner());
                 cache
                     .entry(lex)
-                    .or_insert_with(|| self.string_mask(lex))
+                    .or_insert_with(|| self.vocab.string_mask(lex))
                     .clone()
             };
             if lex.utf8 == 0 {
-                for &d in &self.delims {
+                for &d in &self.vocab.delims {
                     mask.insert(d);
                 }
             }
             return mask;
         }
-        let mut mask = Bitset::empty(self.entries.len());
+        let mut mask = Bitset::empty(self.vocab.entries.len());
         self.walk_structural(state, &mut mask);
-        for (ids, symbol) in [(&self.delims, Symbol::Delim), (&self.ends, Symbol::End)] {
+        for (ids, symbol) in [
+            (&self.vocab.delims, Symbol::Delim),
+            (&self.vocab.ends, Symbol::End),
+        ] {
             if !ids.is_empty() && self.grammar.step(&mut state.clone(), symbol) {
                 for &t in ids {
                     mask.insert(t);
@@ -230,7 +282,7 @@ impl TokenMatcher {
             return Ok(());
         }
         let refused = Refused { token };
-        let symbol = match self.entries.get(token as usize) {
+        let symbol = match self.vocab.entries.get(token as usize) {
             Some(VocabEntry::Bytes(bytes)) if !bytes.is_empty() => {
                 return self.grammar.advance_text(state, bytes).map_err(|_| refused);
             }
@@ -285,7 +337,7 @@ impl TokenMatcher {
         let mut st = state.clone();
         let mut path = vec![Entry {
             node: 0,
-            next: self.trie.children(0).start,
+            next: self.vocab.trie.children(0).start,
             saved: None,
             enter: None,
             skip_number: None,
@@ -294,7 +346,7 @@ impl TokenMatcher {
             if let Some(lex) = entry.enter.take() {
                 st.lex = lex;
             }
-            if entry.next == self.trie.children(entry.node).end {
+            if entry.next == self.vocab.trie.children(entry.node).end {
                 if let Some(Entry {
                     saved: Some(saved), ..
                 }) = path.pop()
@@ -305,7 +357,7 @@ impl TokenMatcher {
             }
             let c = entry.next;
             entry.next += 1;
-            let node = &self.trie.nodes[c as usize];
+            let node = &self.vocab.trie.nodes[c as usize];
             if let Some((num, real)) = entry.skip_number
                 && num.step(node.byte, real).is_some()
             {
@@ -317,12 +369,12 @@ impl TokenMatcher {
                 top: st.stack.last().cloned(),
             };
             if self.grammar.step(&mut st, Symbol::Byte(node.byte)) {
-                for &t in self.trie.ending(c) {
+                for &t in self.vocab.trie.ending(c) {
                     mask.insert(t);
                 }
                 if node.children > 0 {
                     if let Lex::Number { num, real } = st.lex {
-                        let segment = self.number_segment(c, num, real);
+                        let segment = self.vocab.number_segment(c, num, real);
                         for &t in &segment.inside {
                             mask.insert(t);
                         }
@@ -330,7 +382,7 @@ impl TokenMatcher {
                         for &(e, exit_num) in &segment.exits {
                             path.push(Entry {
                                 node: e,
-                                next: self.trie.children(e).start,
+                                next: self.vocab.trie.children(e).start,
                                 saved: Some(saved.clone()),
                                 enter: Some(Lex::Number {
                                     num: exit_num,
@@ -354,7 +406,9 @@ impl TokenMatcher {
             restore(&mut st, saved);
         }
     }
+}
 
+impl MatcherVocab {
     /// The number segment below `node` reached in number state `num` (cached).
     fn number_segment(&self, node: u32, num: Num, real: bool) -> Arc<NumberSegment> {
         let mut cache = self
@@ -397,7 +451,7 @@ impl TokenMatcher {
     /// In the middle of a UTF-8 character only continuation bytes may come, so a plain walk from
     /// an empty mask is cheaper there (it prunes at the root).
     fn string_mask(&self, lex: StrLex) -> Bitset {
-        let guard = &self.grammar.guard;
+        let guard = &self.guard;
         if lex.utf8 != 0 {
             let mut mask = Bitset::empty(self.entries.len());
             walk_string(&self.trie, guard, 0, lex, &mut mask);

@@ -47,7 +47,10 @@
 //!
 //! [`TokenMatcher`] maps each token id to what it writes ([`VocabEntry`]: the piece's bytes with
 //! `▁` as a space, the byte of a byte-fallback piece `<0xHH>`, or a special token) and builds a
-//! byte trie of the text tokens. A token is allowed when the automaton accepts all of its bytes
+//! byte trie of the text tokens. That side depends on the vocabulary only ([`MatcherVocab`]:
+//! the trie, the string masks, the number segments and their caches); build it once per
+//! tokenizer and give it to [`TokenMatcher::with_vocab`] for each tool list's grammar (gg-llm
+//! keeps one per loaded model). A token is allowed when the automaton accepts all of its bytes
 //! from the current state, so tokens that cross the grammar's boundaries (`:[`, `},`, `1,c`,
 //! `,re` — a value's end, the comma and the next key's start) are checked exactly.
 //!
@@ -96,5 +99,5 @@ mod tests;
 
 pub use automaton::{CallState, MAX_EXP_DIGITS, MAX_FRAC_DIGITS, MAX_INT_DIGITS};
 pub use grammar::{GrammarError, MAX_PROPERTIES, Symbol, ToolGrammar};
-pub use mask::{Bitset, Refused, TokenMatcher};
+pub use mask::{Bitset, MatcherVocab, Refused, TokenMatcher};
 pub use vocab::VocabEntry;

@@ -816,3 +816,42 @@ fn sampling_only_allowed_tokens_always_gives_a_call_the_parser_accepts() {
         "only {with_args} calls with two arguments or more"
     );
 }
+
+#[test]
+fn a_shared_vocabulary_serves_other_grammars_exactly() {
+    // The built-in tools' matcher has filled the shared caches (strings, numbers) first.
+    let builtin = builtin_matcher();
+    accept_call(
+        builtin,
+        &format!(
+            "<|tool_call>call:scroll_page{{direction:{STRING_DELIM}down{STRING_DELIM},amount:250}}{TOOL_CALL_END}"
+        ),
+    );
+    let decls = json!([
+        {"name": "set", "description": "", "parameters": {"type": "object", "properties": {
+            "level": {"type": "number"}, "label": {"type": "string"}, "on": {"type": "boolean"}},
+            "required": ["level"]}}
+    ]);
+    let g = ToolGrammar::from_declarations(decls.as_array().expect("list")).expect("grammar");
+    let shared = TokenMatcher::with_vocab(builtin.vocab().clone(), &g);
+    assert!(std::sync::Arc::ptr_eq(shared.vocab(), builtin.vocab()));
+    let own = matcher_for(decls);
+    for text in [
+        format!(
+            "<|tool_call>call:set{{level:-12.5e3,label:{STRING_DELIM}é <b{STRING_DELIM},on:true}}{TOOL_CALL_END}"
+        ),
+        format!("<|tool_call>call:set{{on:false,level:7}}{TOOL_CALL_END}"),
+    ] {
+        accept_call(&shared, &text);
+        let mut state = shared.start();
+        for t in ids_after_start(&text) {
+            assert_eq!(shared.allowed(&state), own.allowed(&state), "{text:?}");
+            shared.advance(&mut state, t).expect("accepted");
+        }
+    }
+    // The other grammar's names are not the built-in tools'.
+    assert_eq!(
+        first_refusal(&shared, "<|tool_call>call:scroll_page{"),
+        first_refusal(&own, "<|tool_call>call:scroll_page{")
+    );
+}

@@ -5,6 +5,11 @@
 // inv_temperature, top_k (0: off), top_p (>= 1: off), random (a uniform u32 from the seed and
 // the step), row (first element of the row: the last row of [rows, n] logits).
 //
+// `allowed(i)`'s body is the spec's ALLOWED code: `true` without a mask; with one (binding
+// `mask`, one bit per token id) a token whose bit is clear reads as MASKED, below every real logit: it is never the
+// argmax, is not counted by top-k and has no weight (every cut-off is at least the smallest
+// allowed logit). When nothing is allowed the kernel writes 0xffffffff (-1 as int64).
+//
 // Greedy is numpy's argmax: the lowest index among equal maxima. Sampling follows Hugging Face's
 // processor order: temperature, then top-k, then top-p on the renormalised top-k distribution.
 // Both cut-offs are thresholds on the logit value found by bisection (ties at the threshold are
@@ -16,7 +21,14 @@ var<workgroup> ri: array<u32, WG>;
 var<workgroup> bf: f32;
 var<workgroup> bu: u32;
 
+const MASKED: f32 = -3.4e38;
+
+fn allowed(i: u32) -> bool {
+    {{ALLOWED}}
+}
+
 fn lg(i: u32) -> f32 {
+    if (!allowed(i)) { return MASKED; }
     return ld_logits(prm.row + i);
 }
 
@@ -77,7 +89,8 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>) {
     var bi = 0xffffffffu;
     var mn = 3.4e38;
     for (var i = t; i < n; i = i + WG) {
-        let v = lg(i);
+        if (!allowed(i)) { continue; }
+        let v = ld_logits(prm.row + i);
         if (better(v, i, bv, bi)) { bv = v; bi = i; }
         mn = min(mn, v);
     }
