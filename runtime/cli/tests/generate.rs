@@ -132,3 +132,74 @@ fn a_folder_in_neither_layout_is_a_one_line_error() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `--image`: the picture preprocessed at `--image-tokens`, encoded by the package's vision
+/// encoder on the GPU and merged into the prompt: the greedy tokens equal ONNX Runtime's full
+/// chain (`reference/ort.image.json`'s one-image case, written by
+/// tools/fixtures/gen_image_merge_refs.py); a model without a vision encoder and a file that is
+/// not an image are clear errors.
+#[test]
+fn generate_with_an_image_equals_onnx_runtime() {
+    let dir = models().join("mobius-tiny-gqa-int4-split");
+    let r: Value = serde_json::from_slice(
+        &std::fs::read(dir.join("reference/ort.image.json")).expect("reference"),
+    )
+    .expect("json");
+    let case = &r["cases"][0];
+    assert_eq!(case["name"], "one_image");
+    let text = case["messages"][0]["content"][1]["text"]
+        .as_str()
+        .expect("the text part");
+    let image = models()
+        .join("../images")
+        .join(case["images"][0].as_str().expect("image"));
+    let want = ids(&case["greedy_tokens"]);
+    let budget = r["image_tokens"].to_string();
+    let n = want.len().to_string();
+    let image_arg = image.to_str().expect("utf-8 path");
+    let (got, last) = generate(
+        &dir,
+        &[
+            "--prompt",
+            text,
+            "--image",
+            image_arg,
+            "--image-tokens",
+            &budget,
+            "--max-new-tokens",
+            &n,
+        ],
+    );
+    assert_eq!(got, want, "greedy tokens after the image");
+    assert_eq!(last["image_soft_tokens"], case["soft_tokens"]);
+    assert_eq!(
+        last["prefill_tokens"].as_u64(),
+        Some(case["input_ids"].as_array().expect("ids").len() as u64)
+    );
+
+    let fails = |model: &Path, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gemma-gem"))
+            .arg("generate")
+            .arg("--model")
+            .arg(model)
+            .args(args)
+            .output()
+            .expect("gemma-gem runs");
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = fails(
+        &models().join("mobius-tiny-gqa-int4"),
+        &["--prompt", "x", "--image", image_arg],
+    );
+    assert!(e.contains("takes no images"), "{e}");
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let e = fails(
+        &dir,
+        &["--prompt", "x", "--image", readme.to_str().expect("utf-8")],
+    );
+    assert!(
+        e.contains("image 1: the image is not a PNG, JPEG or WebP"),
+        "{e}"
+    );
+}

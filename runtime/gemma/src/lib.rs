@@ -42,7 +42,8 @@ mod tokenizer;
 pub mod untrusted;
 
 pub use chat::{
-    ChatMessage, FunctionCall, FunctionDeclaration, Role, ToolCallRequest, ToolDeclaration,
+    ChatMessage, Content, ContentPart, FunctionCall, FunctionDeclaration, Role, ToolCallRequest,
+    ToolDeclaration,
 };
 pub use detok::IncrementalDecoder;
 pub use error::{Result, TextError};

@@ -5,6 +5,10 @@
 //! Text streams to stdout; `--json` prints one line per generated token (`{"id":..,"text":..}`)
 //! and a last line with the counters. Errors exit with status 1 and a one-line message.
 //!
+//! `--image FILE` (repeatable) shows images to the model with the prompt: preprocessed like
+//! transformers' Gemma 4 processor at `--image-tokens` soft tokens each, encoded by the model's
+//! vision encoder on the GPU and merged into the prompt's embeddings.
+//!
 //! `--tools builtin` (the extension's tools) or `--tools FILE` (a JSON array of declarations)
 //! offers tools to the model; its calls are then sampled under the tools' grammar unless
 //! `--no-constrain` is given.
@@ -180,6 +184,14 @@ struct GenerateArgs {
     /// Let the model write tool calls freely (no constrained decoding).
     #[arg(long, overrides_with = "constrain")]
     no_constrain: bool,
+    /// An image (PNG, JPEG or WebP) shown to the model before the --prompt text; repeat for
+    /// several. Needs a model with a vision encoder (genai_config.json's model.vision, or
+    /// onnx/vision_encoder_*.onnx), loaded on the first image.
+    #[arg(long = "image", value_name = "FILE", conflicts_with = "token_ids")]
+    images: Vec<std::path::PathBuf>,
+    /// Soft tokens each image becomes (its detail and context cost): 70, 140, 280, 560 or 1120.
+    #[arg(long, default_value_t = 280)]
+    image_tokens: usize,
 }
 
 /// The --tools declarations.
@@ -223,6 +235,20 @@ async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     );
     let model = GemmaModel::load(gpu, &repo, &LoadOptions { dtype: args.dtype }).await?;
     let tools = tools_of(args.tools.as_deref())?;
+    let inputs = args
+        .images
+        .iter()
+        .map(|path| {
+            std::fs::read(path)
+                .map(|bytes| gg_llm::ImageInput { bytes })
+                .map_err(|e| anyhow::anyhow!("--image {}: {e}", path.display()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let images = if inputs.is_empty() {
+        Vec::new()
+    } else {
+        model.prepare_images(&inputs, args.image_tokens)?
+    };
     let prompt = match (&args.token_ids, &args.prompt) {
         (Some(ids), _) => ids.clone(),
         (None, Some(text)) => {
@@ -230,11 +256,26 @@ async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
             if let Some(s) = &args.system {
                 messages.push(gg_gemma::ChatMessage::system(s.clone()));
             }
-            messages.push(gg_gemma::ChatMessage::user(text.clone()));
+            let mut user = gg_gemma::ChatMessage::user(text.clone());
+            if !images.is_empty() {
+                // the images first, then the text (as Gemma's examples write them)
+                let mut parts = vec![gg_gemma::ContentPart::Image; images.len()];
+                parts.push(gg_gemma::ContentPart::Text { text: text.clone() });
+                user.content = Some(gg_gemma::Content::Parts(parts));
+            }
+            messages.push(user);
             let decls = gg_gemma::agent::tools_from_agent(&tools);
-            model.prompt_ids(&messages, &decls, args.thinking)?
+            model.prompt_ids_with_images(&messages, &decls, args.thinking, &images)?
         }
         (None, None) => anyhow::bail!("give --prompt or --token-ids"),
+    };
+    let features = if images.is_empty() {
+        Vec::new()
+    } else {
+        let encoder =
+            gg_llm::VisionEncoder::load(model.gpu.clone(), &repo, &model.config, model.dtype)
+                .await?;
+        model.encode_images(&images, &encoder).await?
     };
     if let Some(&bad) = prompt
         .iter()
@@ -261,7 +302,8 @@ async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
             }
         }
     };
-    let mut stream = model.stream(
+    let mut stream = gg_llm::TextStream::with_image_features(
+        &model,
         &prompt,
         TextOptions {
             max_new_tokens: args.max_new_tokens,
@@ -287,6 +329,7 @@ async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
                 }
             },
         },
+        features,
     )?;
     let mut out = std::io::stdout().lock();
     while let Some(tok) = stream.next().await? {
@@ -317,6 +360,7 @@ async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
             "decode_tok_s": round(stats.decode_tok_s()),
             "dispatches_per_token": round(stats.dispatches_per_token()),
             "call_tokens": stats.call_tokens,
+            "image_soft_tokens": images.iter().map(|i| i.soft_tokens).collect::<Vec<_>>(),
             "bytes_read_back_per_token": round(stats.bytes_read_back_per_token()),
             "dtype": model.variant(),
             "adapter": model.gpu.adapter,
