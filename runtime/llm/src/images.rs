@@ -109,14 +109,7 @@ impl GemmaModel {
         let ids = tokens.splice_tool_images(&ids, response_end, tool_images)?;
         let counts: Vec<usize> = images.iter().map(|i| i.soft_tokens).collect();
         let ids = tokens.expand(&ids, &counts)?;
-        if let Some(limit) = self.context_limit()
-            && ids.len() >= limit
-        {
-            return Err(LlmError::ContextTooLong {
-                tokens: ids.len(),
-                limit,
-            });
-        }
+        self.check_fits(&ids)?;
         Ok(ids)
     }
 

@@ -165,15 +165,19 @@ impl GemmaModel {
             &self.tokenizer.template_tokens(),
         )?;
         let ids = self.tokenizer.encode_prompt(&text)?;
-        if let Some(limit) = self.context_limit()
-            && ids.len() >= limit
-        {
-            return Err(LlmError::ContextTooLong {
+        self.check_fits(&ids)?;
+        Ok(ids)
+    }
+
+    /// Refuses a prompt that leaves no room for a token under the context limit.
+    pub(crate) fn check_fits(&self, ids: &[u32]) -> Result<()> {
+        match self.context_limit() {
+            Some(limit) if ids.len() >= limit => Err(LlmError::ContextTooLong {
                 tokens: ids.len(),
                 limit,
-            });
+            }),
+            _ => Ok(()),
         }
-        Ok(ids)
     }
 
     /// Starts a text generation after `prompt`.

@@ -275,13 +275,18 @@ fn feature_rows_must_match_the_image_tokens() {
     }
 }
 
-/// The agent backend with an encoder: the conversation's images (agent messages) are
-/// preprocessed at the options' budget, encoded in order and generation ends normally; without
-/// an encoder they are dropped.
-#[test]
-fn backend_feeds_the_conversation_images() {
-    use futures::StreamExt;
-    use gg_agent::{GenerateOptions, ModelBackend, StreamChunk};
+/// The two-image case of the int4 split fixture: the model, the budget, each image's soft
+/// tokens, ONNX Runtime's features (`[rows, hidden]`, both images' rows in order) and the images.
+struct TwoImages {
+    model: Rc<GemmaModel>,
+    budget: u32,
+    counts: Vec<usize>,
+    hidden: usize,
+    flat: Vec<f32>,
+    images: Vec<ImageInput>,
+}
+
+fn two_images() -> TwoImages {
     let gpu = Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter"));
     let name = "mobius-tiny-gqa-int4-split";
     let model = Rc::new(load(&gpu, name));
@@ -295,7 +300,31 @@ fn backend_feeds_the_conversation_images() {
     let file = case["features"].as_str().expect("image fixture");
     let all = gg_runtime::npy::parse(file, &std::fs::read(dir.join(file)).expect("image fixture"))
         .expect("image fixture");
-    let (hidden, flat) = (all.shape[1], all.to_f32());
+    TwoImages {
+        model,
+        budget: reference["image_tokens"].as_u64().expect("image fixture") as u32,
+        counts,
+        hidden: all.shape[1],
+        flat: all.to_f32(),
+        images: image_inputs(case),
+    }
+}
+
+/// The agent backend with an encoder: the conversation's images (agent messages) are
+/// preprocessed at the options' budget, encoded in order and generation ends normally; without
+/// an encoder they are dropped.
+#[test]
+fn backend_feeds_the_conversation_images() {
+    use futures::StreamExt;
+    use gg_agent::{GenerateOptions, ModelBackend, StreamChunk};
+    let TwoImages {
+        model,
+        budget,
+        counts,
+        hidden,
+        flat,
+        images,
+    } = two_images();
     let encoder = Rc::new(OrtFeatures {
         rows: vec![
             flat[..counts[0] * hidden].to_vec(),
@@ -305,7 +334,6 @@ fn backend_feeds_the_conversation_images() {
         next: Cell::new(0),
         asked: Default::default(),
     });
-    let images = image_inputs(case);
     let mut m = gg_agent::ChatMessage::user("");
     m.parts = vec![
         gg_agent::Part::Text {
@@ -319,7 +347,7 @@ fn backend_feeds_the_conversation_images() {
     let options = GenerateOptions {
         temperature: 0.0,
         max_new_tokens: 4,
-        image_tokens: reference["image_tokens"].as_u64().expect("image fixture") as u32,
+        image_tokens: budget,
         ..GenerateOptions::default()
     };
     for with_encoder in [true, false] {
@@ -348,21 +376,14 @@ fn backend_feeds_the_conversation_images() {
 fn backend_places_a_screenshot_after_its_tool_response() {
     use futures::StreamExt;
     use gg_agent::{GenerateOptions, ModelBackend, StreamChunk};
-    let gpu = Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter"));
-    let name = "mobius-tiny-gqa-int4-split";
-    let model = Rc::new(load(&gpu, name));
-    let dir = root().join("models").join(name).join("reference");
-    let reference: Json =
-        serde_json::from_slice(&std::fs::read(dir.join("ort.image.json")).expect("image fixture"))
-            .expect("image fixture");
-    let case = &reference["cases"][1];
-    let counts: Vec<usize> =
-        serde_json::from_value(case["soft_tokens"].clone()).expect("image fixture");
-    let file = case["features"].as_str().expect("image fixture");
-    let all = gg_runtime::npy::parse(file, &std::fs::read(dir.join(file)).expect("image fixture"))
-        .expect("image fixture");
-    let (hidden, flat) = (all.shape[1], all.to_f32());
-    let images = image_inputs(case);
+    let TwoImages {
+        model,
+        budget,
+        counts,
+        hidden,
+        flat,
+        images,
+    } = two_images();
     // the user's image is images[1]; the screenshot the tool returns is images[0]
     let conversation = [
         gg_agent::ChatMessage::user_with_images(
@@ -382,7 +403,7 @@ fn backend_places_a_screenshot_after_its_tool_response() {
             vec![gg_agent::ImagePart::png(images[0].bytes.clone())],
         ),
     ];
-    let image_tokens = reference["image_tokens"].as_u64().expect("image fixture") as usize;
+    let image_tokens = budget as usize;
 
     // the prompt: the screenshot's tokens follow the <tool_response|> and end the prompt
     let found = gg_gemma::agent::conversation_images(&conversation);
