@@ -829,3 +829,70 @@ pub async fn dev_greedy(
         dtype: model.variant(),
     })
 }
+
+/// What the loaded model would be given for a conversation ([`probe_prompt`]).
+#[cfg(feature = "scripted-model")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptProbe {
+    /// How many ids of the prompt are the model's `<|image|>` soft token.
+    pub image_tokens: usize,
+    /// The row count of each image's encoded features, in prompt order.
+    pub feature_rows: Vec<usize>,
+}
+
+/// Why [`probe_prompt`] produced nothing.
+#[cfg(feature = "scripted-model")]
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("{0}")]
+    Load(#[from] LoadError),
+    #[error("the model of {0} is not loaded")]
+    NotLoaded(String),
+    #[error("the model of {0} has no image tokens in its tokenizer")]
+    NoImageTokens(String),
+    /// Preparing the prompt failed (its error's text).
+    #[error("{0}")]
+    Prepare(String),
+}
+
+/// For the scripted model of development builds: loads the model of `repo` exactly as a turn
+/// does ([`backend`]), then, queued behind any running turn, prepares the prompt a generation
+/// would start from ([`GemmaBackend::prepare`]: the template, the images preprocessed at
+/// `options.image_tokens`, the vision encoder — downloaded and loaded on the first image — and
+/// the placeholders expanded) and reports the prompt's image tokens and the features' rows.
+/// Nothing is generated.
+#[cfg(feature = "scripted-model")]
+pub async fn probe_prompt(
+    repo: &str,
+    model_size: &str,
+    messages: &[ChatMessage],
+    tools: &[ToolDefinition],
+    options: &GenerateOptions,
+) -> Result<PromptProbe, ProbeError> {
+    backend(repo, model_size).await?;
+    let loaded = SLOT
+        .with(|s| match &*s.borrow() {
+            Slot::Ready(l) if l.repo == repo => Some(l.clone()),
+            _ => None,
+        })
+        .ok_or_else(|| ProbeError::NotLoaded(repo.to_owned()))?;
+    let _turn = loaded.backend.turn.lock().await;
+    let inner = &loaded.backend.inner;
+    let soft = inner
+        .model()
+        .image_tokens
+        .ok_or_else(|| ProbeError::NoImageTokens(repo.to_owned()))?
+        .image;
+    let prepared = inner
+        .prepare(messages, tools, options)
+        .await
+        .map_err(|e| ProbeError::Prepare(e.to_string()))?;
+    Ok(PromptProbe {
+        image_tokens: prepared.ids.iter().filter(|&&id| id == soft).count(),
+        feature_rows: prepared
+            .features
+            .iter()
+            .map(|f| f.shape().first().copied().unwrap_or(0))
+            .collect(),
+    })
+}

@@ -10,6 +10,14 @@
 //! token occurs in the prompt's ids (`[|turn]x3 [turn|]x2 ...`, brackets for angle brackets so the
 //! output parser reads it as text): the end-to-end tests check on token ids that page text never
 //! becomes a control token.
+//!
+//! With `"model": "<base URL of a model package>"`, each generation whose turn names one of
+//! [`IMAGE_TOKENS`], [`FEATURE_ROWS`] or [`IMAGE_BUDGET`] first loads that real model exactly as a
+//! turn does and prepares the prompt it would be given ([`crate::model::probe_prompt`]: the
+//! conversation's images preprocessed at the turn's budget, the vision encoder downloaded and
+//! loaded on the first image and run on WebGPU, the placeholders expanded), then reports what the
+//! model received: the prompt's `<|image|>` soft-token ids and the features' rows. Only the
+//! model's output text is scripted; nothing is generated.
 
 use futures::stream::{self, StreamExt};
 use gg_agent::{
@@ -31,6 +39,18 @@ const CHUNK_DELAY_MS: u32 = 15;
 
 /// Replaced by the added-token counts of the prompt (scripts with a `tokenizer`).
 pub const CONTROL_TOKENS: &str = "{{prompt_control_tokens}}";
+
+/// Replaced by how many of the prompt's ids are the model's `<|image|>` soft token (scripts
+/// with a `model`).
+pub const IMAGE_TOKENS: &str = "{{prompt_image_tokens}}";
+/// Replaced by the rows of the images' encoded features: their sum, then each image's in prompt
+/// order (`127 (64+63)`; `0 ()` without images).
+pub const FEATURE_ROWS: &str = "{{image_feature_rows}}";
+/// Replaced by the turn's soft-token budget per image ([`GenerateOptions::image_tokens`]).
+pub const IMAGE_BUDGET: &str = "{{image_budget}}";
+
+/// The model size the probed model is reported under (only a label for scripted models).
+const PROBE_MODEL_SIZE: &str = "E2B";
 
 /// Why a model script (or its tokenizer) could not be used (shown in the overlay).
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +88,8 @@ pub struct ScriptedBackend {
     turns: Vec<String>,
     next: Cell<usize>,
     text: Option<gg_gemma::GemmaText>,
+    /// The real model whose prompts are probed (absolute base URL).
+    model: Option<String>,
 }
 
 thread_local! {
@@ -79,6 +101,8 @@ struct Script {
     turns: Vec<String>,
     #[serde(default)]
     tokenizer: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
 }
 
 impl ScriptedBackend {
@@ -111,6 +135,10 @@ impl ScriptedBackend {
             turns: script.turns,
             next: Cell::new(0),
             text,
+            model: script
+                .model
+                .as_deref()
+                .map(|m| resolve(url, m).trim_end_matches('/').to_owned()),
         });
         SCRIPTS.with(|s| s.borrow_mut().insert(url.to_owned(), backend.clone()));
         Ok(backend)
@@ -289,6 +317,47 @@ impl ModelBackend for ScriptedBackend {
             };
             text = text.replace(CONTROL_TOKENS, &counts);
         }
+        let probed = [IMAGE_TOKENS, FEATURE_ROWS, IMAGE_BUDGET]
+            .iter()
+            .any(|p| text.contains(p));
+        let model = self.model.clone();
+        let start = async move {
+            if !probed {
+                return Ok(text);
+            }
+            let repo = model.ok_or_else(|| BackendError::Failed {
+                message: "this model script names no \"model\" to probe images with".to_owned(),
+            })?;
+            let probe =
+                crate::model::probe_prompt(&repo, PROBE_MODEL_SIZE, messages, tools, options)
+                    .await
+                    .map_err(|e| BackendError::Failed {
+                        message: format!("the scripted model's probe of {repo} failed: {e}"),
+                    })?;
+            let rows: Vec<String> = probe.feature_rows.iter().map(usize::to_string).collect();
+            let sum: usize = probe.feature_rows.iter().sum();
+            Ok(text
+                .replace(IMAGE_TOKENS, &probe.image_tokens.to_string())
+                .replace(FEATURE_ROWS, &format!("{sum} ({})", rows.join("+")))
+                .replace(IMAGE_BUDGET, &options.image_tokens.to_string()))
+        };
+        stream::once(start)
+            .flat_map(|started| match started {
+                Ok(text) => Self::replay(text),
+                Err(e) => stream::iter([Err(e)]).boxed_local(),
+            })
+            .boxed_local()
+    }
+
+    /// With a `tokenizer` in the script, the agent counts as the real backend does.
+    fn token_counter(&self) -> Option<&dyn gg_agent::TokenCounter> {
+        self.text.as_ref().map(|t| t as &dyn gg_agent::TokenCounter)
+    }
+}
+
+impl ScriptedBackend {
+    /// `text` streamed in small chunks through the Gemma 4 output parser.
+    fn replay(text: String) -> ChunkStream<'static> {
         let mut parser = OutputParser::new();
         let mut done = false;
         let mut pieces = pieces(&text).into_iter();
@@ -333,11 +402,6 @@ impl ModelBackend for ScriptedBackend {
         })
         .filter_map(futures::future::ready)
         .boxed_local()
-    }
-
-    /// With a `tokenizer` in the script, the agent counts as the real backend does.
-    fn token_counter(&self) -> Option<&dyn gg_agent::TokenCounter> {
-        self.text.as_ref().map(|t| t as &dyn gg_agent::TokenCounter)
     }
 }
 

@@ -60,6 +60,69 @@ impl GemmaBackend {
     }
 }
 
+/// What a generation starts from: the prompt's token ids (each image's placeholder expanded to
+/// its soft tokens) and the vision encoder's features for the images, in prompt order (one
+/// `[soft_tokens, hidden]` value per image; empty without images or without an encoder).
+#[derive(Debug)]
+pub struct PreparedPrompt {
+    /// The prompt, as the decoder reads it.
+    pub ids: Vec<u32>,
+    /// One value per image, its rows fed at that image's soft tokens.
+    pub features: Vec<gg_runtime::Value>,
+}
+
+impl GemmaBackend {
+    /// The start of [`ModelBackend::generate`]: renders the conversation with the model's chat
+    /// template and, with a vision encoder, preprocesses the conversation's images at
+    /// [`GenerateOptions::image_tokens`] (those of system, user and model messages at the
+    /// template's placeholders, those tools returned right after their tool response), expands
+    /// their placeholders and encodes them. Generation streams from exactly this.
+    pub async fn prepare(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDefinition],
+        options: &GenerateOptions,
+    ) -> Result<PreparedPrompt, LlmError> {
+        let model: &GemmaModel = &self.model;
+        // every image in the order the prompt reads them: the template's placeholders, and the
+        // tools' images after their tool responses
+        let (images, tool_images): (Vec<ImageInput>, Vec<usize>) = match &self.encoder {
+            Some(_) => {
+                let found = gg_gemma::agent::conversation_images(messages);
+                let images = found
+                    .images
+                    .iter()
+                    .map(|i| ImageInput {
+                        bytes: i.data.clone(),
+                    })
+                    .collect();
+                (images, found.tool_images)
+            }
+            None => (Vec::new(), Vec::new()),
+        };
+        let msgs = gg_gemma::agent::messages_from_agent(messages, !images.is_empty());
+        let decls = gg_gemma::agent::tools_from_agent(tools);
+        match &self.encoder {
+            Some(enc) if !images.is_empty() => {
+                let prepared = model.prepare_images(&images, options.image_tokens as usize)?;
+                let ids = model.prompt_ids_with_tool_images(
+                    &msgs,
+                    &decls,
+                    options.thinking,
+                    &prepared,
+                    &tool_images,
+                )?;
+                let features = model.encode_images(&prepared, enc.as_ref()).await?;
+                Ok(PreparedPrompt { ids, features })
+            }
+            _ => Ok(PreparedPrompt {
+                ids: model.prompt_ids(&msgs, &decls, options.thinking)?,
+                features: Vec::new(),
+            }),
+        }
+    }
+}
+
 /// Sampling for the agent's options (temperature 0: greedy).
 pub fn sampling_of(options: &GenerateOptions) -> Sampling {
     if options.temperature <= 0.0 {
@@ -138,56 +201,28 @@ impl ModelBackend for GemmaBackend {
         options: &'a GenerateOptions,
     ) -> ChunkStream<'a> {
         let model: &'a GemmaModel = &self.model;
-        let encoder = self.encoder.clone();
+        let text_options = TextOptions {
+            max_new_tokens: options.max_new_tokens as usize,
+            sampling: sampling_of(options),
+            cancel: None,
+            stop_ids: Vec::new(),
+            constraint: if options.constrain_tool_calls {
+                constraint_of(model, tools)
+            } else {
+                None
+            },
+        };
         let start = async move {
-            // every image in the order the prompt reads them: the template's placeholders,
-            // and the tools' images after their tool responses
-            let (images, tool_images): (Vec<ImageInput>, Vec<usize>) = match encoder {
-                Some(_) => {
-                    let found = gg_gemma::agent::conversation_images(messages);
-                    let images = found
-                        .images
-                        .iter()
-                        .map(|i| ImageInput {
-                            bytes: i.data.clone(),
-                        })
-                        .collect();
-                    (images, found.tool_images)
-                }
-                None => (Vec::new(), Vec::new()),
-            };
-            let msgs = gg_gemma::agent::messages_from_agent(messages, !images.is_empty());
-            let decls = gg_gemma::agent::tools_from_agent(tools);
-            let text_options = TextOptions {
-                max_new_tokens: options.max_new_tokens as usize,
-                sampling: sampling_of(options),
-                cancel: None,
-                stop_ids: Vec::new(),
-                constraint: if options.constrain_tool_calls {
-                    constraint_of(model, tools)
-                } else {
-                    None
-                },
-            };
-            match encoder {
-                Some(enc) if !images.is_empty() => {
-                    model
-                        .stream_with_images(
-                            &msgs,
-                            &decls,
-                            options.thinking,
-                            &images,
-                            &tool_images,
-                            options.image_tokens as usize,
-                            enc.as_ref(),
-                            text_options,
-                        )
-                        .await
-                }
-                _ => {
-                    let ids = model.prompt_ids(&msgs, &decls, options.thinking)?;
-                    TextStream::new(model, &ids, text_options)
-                }
+            let prepared = self.prepare(messages, tools, options).await?;
+            if prepared.features.is_empty() {
+                TextStream::new(model, &prepared.ids, text_options)
+            } else {
+                TextStream::with_image_features(
+                    model,
+                    &prepared.ids,
+                    text_options,
+                    prepared.features,
+                )
             }
         };
         futures::stream::once(start)

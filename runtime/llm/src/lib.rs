@@ -18,6 +18,8 @@
 //! - [`bench`](mod@bench): the prefill and decode measurements of `gemma-gem bench` and the browser bench.
 //! - [`GemmaBackend`]: the agent's `ModelBackend` (and a tokenizer-exact `TokenCounter`); with
 //!   [`GemmaBackend::with_image_encoder`] it feeds the conversation's images.
+//!   [`GemmaBackend::prepare`] is the start of a generation on its own (the prompt ids with the
+//!   images' soft tokens, and the encoded features: a [`PreparedPrompt`]).
 //! - [`VisionEncoder`]: Gemma 4's vision encoder, loaded on the first image; patches and
 //!   positions in, soft-token features out, kept on the GPU (it implements [`ImageEncoder`]).
 //!
@@ -51,7 +53,7 @@ pub mod stream;
 mod synthetic;
 pub mod vision;
 
-pub use backend::GemmaBackend;
+pub use backend::{GemmaBackend, PreparedPrompt};
 pub use config::{Dtype, ModelConfig};
 pub use constrain::CallConstraint;
 pub use error::{LlmError, Result};
