@@ -8,6 +8,8 @@
 // with nothing of ours in flight at t1 (our prompt step never runs ahead; each decode step but the
 // last runs the next one ahead, as a text stream does, and the last leaves nothing in flight), so
 // decode = N / (t2 - t1) for every runtime, and the ids are returned for the token check.
+// Ours alone then measures decode inside a constrained tool call (`in_call`, BenchModel's
+// decode_in_call: the generator's counters, which read performance.now() too).
 import init, * as ours from './pkg/gg_bench_wasm.js';
 import * as ort from './ort.mjs';
 
@@ -104,7 +106,8 @@ window.bench = {
     return true;
   },
   /** For each prefill length a cold and a warm prompt (TTFT); then one short warm-up generation
-   * and each decode configuration: `tokens` steps after `context` prompt tokens. */
+   * and each decode configuration: `tokens` steps after `context` prompt tokens; for ours then
+   * `in_call`: `tokens` steps inside a constrained tool call after the shortest context. */
   async measure({ prefill, decode, vocab }) {
     const { runtime, handle } = loaded;
     const out = { prefill: [], decode: [] };
@@ -122,6 +125,21 @@ window.bench = {
       const r = await timed(runtime, handle, promptIds(context, vocab), tokens);
       out.decode.push({ context, tokens, ttft_s: r.ttft_s, decode_s: r.decode_s, decode_tok_s: tokens / r.decode_s,
         ids: r.ids, ...(r.counters ? { counters: r.counters } : {}) });
+    }
+    if (runtime === 'ours' && decode.length > 0) {
+      // Ours only (the peers have no constraint): decode inside a constrained tool call after the
+      // shortest context, timed by the generator's counters (performance.now() in wasm), after a
+      // short warm-up (the matcher's vocabulary and grammar, the masked sampling kernel).
+      const { context, tokens } = decode.reduce((a, b) => (b.context < a.context ? b : a));
+      // A failure here is recorded (`in_call.error`) without losing the measurements above.
+      try {
+        status(`${runtime}: decode in a tool call, warm-up`);
+        await handle.decode_in_call(Math.min(8, context), 2);
+        status(`${runtime}: decode ${tokens} in a tool call after ${context}`);
+        out.in_call = JSON.parse(await handle.decode_in_call(context, tokens));
+      } catch (e) {
+        out.in_call = { error: String(e?.message ?? e) };
+      }
     }
     out.wasm_memory_bytes_after = wasm ? wasm.memory.buffer.byteLength : null;
     out.dtype = runtime === 'ours' ? handle.dtype() : handle.dtype;

@@ -149,6 +149,37 @@ impl BenchModel {
         gg_llm::bench::vocab_of(self.model)
     }
 
+    /// Decode inside a constrained tool call (`gg_llm::bench::decode_in_call`): the synthetic
+    /// prompt of `context` tokens and `<|tool_call>`, then `tokens` greedy steps under the
+    /// grammar of the agent's built-in tools (the mask computed on the host, uploaded, applied by
+    /// the sampling kernel) until the model closes the call, unconstrained after. Resolves to
+    /// JSON: `context` (with `<|tool_call>`), `call_tokens`, `call_s`, `call_tok_s`,
+    /// `free_tokens`, `free_s`, `free_tok_s` (null when the call did not close),
+    /// `mask_ms_per_token`, `bytes_uploaded_per_token`. Its times are the generator's own
+    /// counters, which read `performance.now()` in wasm (the page's clock).
+    pub fn decode_in_call(&self, context: usize, tokens: usize) -> Promise {
+        let model = self.model;
+        future_to_promise(async move {
+            let r = gg_llm::bench::decode_in_call(model, context, tokens, None)
+                .await
+                .map_err(js_err)?;
+            Ok(JsValue::from(
+                serde_json::json!({
+                    "context": r.context,
+                    "call_tokens": r.call_tokens,
+                    "call_s": r.call_s,
+                    "call_tok_s": r.call_tok_s(),
+                    "free_tokens": r.free_tokens,
+                    "free_s": r.free_s,
+                    "free_tok_s": (r.free_tokens > 0).then(|| r.free_tok_s()),
+                    "mask_ms_per_token": r.mask_ms_per_token,
+                    "bytes_uploaded_per_token": r.bytes_uploaded_per_token,
+                })
+                .to_string(),
+            ))
+        })
+    }
+
     /// Starts a greedy generation on the prompt `ids`; the bench page times its steps with
     /// `performance.now()` around the returned promises, as it does onnxruntime-web's.
     pub fn generation(&self, ids: Vec<u32>) -> Result<BenchGeneration, JsValue> {

@@ -21,7 +21,13 @@
 //!   median / min / max, and per peer (`ort_web`, `transformers_js`) `decode_tok_s_ratio`,
 //!   `prefill_tok_s_ratio`, `ttft_ratio` (ours / peer, medians of the per-pair ratios), `runs`,
 //!   `tokens_match` and `pair_ratios`; a peer whose greedy ids differ fails the bench after the
-//!   results are written, with ONNX Runtime's CPU EP as the referee;
+//!   results are written, with ONNX Runtime's CPU EP as the referee; `ours_in_call` (ours only,
+//!   the peers have no constraint): decode inside a constrained tool call after the shortest
+//!   decode context (`gg_llm::bench::decode_in_call` in wasm), the medians over the pairs of
+//!   `call_tok_s`, `free_tok_s` (after the call closed; null when it did not),
+//!   `mask_ms_per_token`, `call_tokens`, `bytes_uploaded_per_token`, with `context` (prompt
+//!   tokens with `<|tool_call>`), `unconstrained_tok_s` (ours' decode at that context without
+//!   the call), `runs`, `errors` and `samples` (each key's median / min / max / samples);
 //! - `sizes`: shipped bundles, raw and gzip;
 //! - `pages`: the page tools on the real-page corpus and the stress pages ([`pages`]);
 //! - `raw`: every run as measured.
@@ -89,7 +95,8 @@ pub struct BenchArgs {
     /// Browser: the seed of the per-pair order (default: from the clock; recorded either way).
     #[arg(long)]
     pub seed: Option<u32>,
-    /// Browser: the peers measured against ours (comma-separated: ort_web, transformers_js).
+    /// Browser: the peers measured against ours (comma-separated: ort_web, transformers_js;
+    /// `--peers ''`: none, ours alone).
     #[arg(long, value_delimiter = ',', default_value = "ort_web,transformers_js")]
     pub peers: Vec<String>,
     /// Browser: fail unless Chromium's WebGPU adapter is a hardware one (not SwiftShader).
@@ -230,6 +237,13 @@ impl BenchArgs {
         } else {
             (self.native, self.browser)
         }
+    }
+
+    /// The arguments with `--peers ''` (an empty name) read as no peer: ours alone.
+    fn normalized(&self) -> BenchArgs {
+        let mut a = self.clone();
+        a.peers.retain(|p| !p.is_empty());
+        a
     }
 
     fn check(&self) -> Result<()> {
@@ -789,6 +803,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         println!("{md}");
         return Ok(());
     }
+    let args = &args.normalized();
     args.check()?;
     let plan = Plan::of(args);
     let (native, browser) = args.sides();
@@ -960,5 +975,14 @@ mod tests {
         assert!(parse(&["--decode-tokens", "0"]).check().is_err());
         assert!(parse(&["--dtype", "fp32"]).check().is_err());
         assert!(parse(&["--dtype", "q4"]).check().is_ok());
+        assert!(parse(&["--peers", "ort"]).check().is_err());
+        // `--peers ''`: ours alone.
+        let alone = parse(&["--peers", ""]).normalized();
+        assert!(alone.peers.is_empty());
+        assert!(alone.check().is_ok());
+        assert_eq!(
+            parse(&[]).normalized().peers,
+            ["ort_web", "transformers_js"]
+        );
     }
 }

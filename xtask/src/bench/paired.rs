@@ -4,8 +4,10 @@
 //!
 //! Raw input (`bench/run-browser.mjs`, one model): `{dtype, pairs: [{order, runs: {<runtime>:
 //! {load_s, peak_heap_bytes, settings, prefill: [{tokens, cold_ttft_s, ttft_s, prefill_tok_s,
-//! ids}], decode: [{context, tokens, ttft_s, decode_s, decode_tok_s, ids, counters?}]} or
-//! {error}}}], ort_web_placement}`.
+//! ids}], decode: [{context, tokens, ttft_s, decode_s, decode_tok_s, ids, counters?}],
+//! in_call?: {context, call_tokens, call_s, call_tok_s, free_tokens, free_s, free_tok_s,
+//! mask_ms_per_token, bytes_uploaded_per_token} or {error}} or {error}}}], ort_web_placement}`
+//! (`in_call`: ours only, decode inside a constrained tool call).
 
 use super::report::{Unit, fmt_num, median, ratio};
 use serde_json::{Map, Value, json};
@@ -366,6 +368,9 @@ pub fn browser_model(raw: &Value, peers: &[String]) -> Value {
         p.insert("pair_ratios".into(), Value::Object(pair_ratios));
         out.insert(peer.clone(), Value::Object(p));
     }
+    if let Some(c) = ours_in_call(&pairs, &per_rt) {
+        out.insert("ours_in_call".into(), c);
+    }
     if let Some(pl) = raw.get("ort_web_placement") {
         out.insert(
             "ort_web_placement".into(),
@@ -374,6 +379,64 @@ pub fn browser_model(raw: &Value, peers: &[String]) -> Value {
     }
     out.insert("runtimes".into(), Value::Object(per_rt));
     Value::Object(out)
+}
+
+/// The keys of `ours_in_call` taken from each run's `in_call` (the same name in both).
+pub const IN_CALL_KEYS: [&str; 5] = [
+    "call_tok_s",
+    "free_tok_s",
+    "mask_ms_per_token",
+    "call_tokens",
+    "bytes_uploaded_per_token",
+];
+
+/// Ours inside a constrained tool call (each pair's `in_call`, measured after the other
+/// configurations; the peers have no constraint): the medians of [`IN_CALL_KEYS`], `samples`
+/// (each key's `{median, min, max, samples}`), `context` (prompt tokens with `<|tool_call>`),
+/// `runs`, `errors`, and `unconstrained_tok_s`: the median of ours' `decode_<context>_tok_s` at
+/// the same context without the call, from `per_rt`. `None` when no run has `in_call`.
+fn ours_in_call(pairs: &[Value], per_rt: &Map<String, Value>) -> Option<Value> {
+    let calls: Vec<Value> = pairs
+        .iter()
+        .filter_map(|p| p.get("runs")?.get("ours")?.get("in_call").cloned())
+        .collect();
+    if calls.is_empty() {
+        return None;
+    }
+    let ok: Vec<&Value> = calls.iter().filter(|c| c.get("error").is_none()).collect();
+    let mut out = Map::new();
+    let mut samples = Map::new();
+    for k in IN_CALL_KEYS {
+        let st = stats(
+            &ok.iter()
+                .map(|c| c.get(k).and_then(Value::as_f64))
+                .collect::<Vec<_>>(),
+        );
+        out.insert(k.into(), st["median"].clone());
+        samples.insert(k.into(), st);
+    }
+    let context = ok
+        .iter()
+        .find_map(|c| c.get("context").and_then(Value::as_u64));
+    out.insert("context".into(), json!(context));
+    // The call's context counts `<|tool_call>`; the unconstrained decode's does not.
+    let free_key = context.map(|c| format!("decode_{}_tok_s", c.saturating_sub(1)));
+    out.insert(
+        "unconstrained_tok_s".into(),
+        free_key
+            .and_then(|k| per_rt.get("ours")?.get(&k)?.get("median").cloned())
+            .unwrap_or(Value::Null),
+    );
+    out.insert("runs".into(), json!(ok.len()));
+    let errors: Vec<Value> = calls
+        .iter()
+        .filter_map(|c| c.get("error").cloned())
+        .collect();
+    if !errors.is_empty() {
+        out.insert("errors".into(), Value::Array(errors));
+    }
+    out.insert("samples".into(), Value::Object(samples));
+    Some(Value::Object(out))
 }
 
 /// Annotates each token mismatch of `summary` (one model's, from [`browser_model`]) with the
@@ -604,6 +667,37 @@ pub fn markdown_model(name: &str, m: &Value, software: bool) -> String {
         o.get("record_ms_per_token").and_then(Value::as_f64).map_or("–".into(), |x| format!("{x:.2}")),
     ));
     }
+    if let Some(c) = m.get("ours_in_call") {
+        let sample = |k: &str| {
+            c.get("samples")
+                .and_then(|x| x.get(k))
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
+        let g = |k: &str| c.get(k).and_then(Value::as_f64);
+        s.push_str(&format!(
+            "- ours inside a constrained tool call after {} tokens ({} runs): {} over {} tokens, {} of mask per token, {} bytes uploaded per token; after the call closed {}; unconstrained at the same context {}.\n",
+            c.get("context").and_then(Value::as_u64).map_or("–".into(), |x| x.to_string()),
+            c.get("runs").unwrap_or(&Value::Null),
+            spread(&sample("call_tok_s"), Unit::TokPerS),
+            g("call_tokens").map_or("–".into(), |x| format!("{x:.0}")),
+            g("mask_ms_per_token").map_or("–".into(), |x| format!("{x:.3} ms")),
+            g("bytes_uploaded_per_token").map_or("–".into(), |x| format!("{x:.0}")),
+            spread(&sample("free_tok_s"), Unit::TokPerS),
+            fmt_num(g("unconstrained_tok_s"), Unit::TokPerS),
+        ));
+        for e in c
+            .get("errors")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            s.push_str(&format!(
+                "- ours failed inside a tool call: {}\n",
+                e.as_str().unwrap_or("")
+            ));
+        }
+    }
     for why in m
         .get("skipped")
         .and_then(Value::as_array)
@@ -662,6 +756,48 @@ mod tests {
         assert!(md.contains("| `decode_tok_s` | 1.5 tok/s (1.0 tok/s–2.0 tok/s) | 0.500 tok/s (0.500 tok/s–0.500 tok/s) | 3.00× (2.00–4.00) |"), "{md}");
         assert!(md.contains("SwiftShader regression indicators"), "{md}");
         assert!(md.contains("ours failed a run: boom"), "{md}");
+        // No run measured a call: no summary.
+        assert!(s.get("ours_in_call").is_none());
+    }
+
+    #[test]
+    fn decode_in_a_tool_call_is_summarised_for_ours() {
+        let with_call = |call_tok_s: f64, mask: f64| {
+            let mut r = run(1.0, 0.5, 1.0, &[5, 6, 7]);
+            r["in_call"] = json!({"context": 17, "call_tokens": 2, "call_s": 2.0 / call_tok_s,
+                "call_tok_s": call_tok_s, "free_tokens": 0, "free_s": 0.0, "free_tok_s": null,
+                "mask_ms_per_token": mask, "bytes_uploaded_per_token": 300.0});
+            r
+        };
+        let raw = json!({"dtype": "q4", "pairs": [
+            {"order": ["ours", "ort_web"], "runs": {"ours": with_call(4.0, 0.02), "ort_web": run(1.0, 0.5, 1.0, &[5, 6, 7])}},
+            {"order": ["ort_web", "ours"], "runs": {"ours": with_call(8.0, 0.04), "ort_web": run(1.0, 0.5, 1.0, &[5, 6, 7])}},
+            {"order": ["ours", "ort_web"], "runs": {"ours": {"load_s": 1.0, "in_call": {"error": "no grammar"}}, "ort_web": run(1.0, 0.5, 1.0, &[5, 6, 7])}}
+        ]});
+        let s = browser_model(&raw, &["ort_web".to_string()]);
+        let c = &s["ours_in_call"];
+        assert_eq!(c["call_tok_s"], json!(6.0));
+        assert_eq!(c["samples"]["call_tok_s"]["min"], json!(4.0));
+        assert_eq!(c["samples"]["call_tok_s"]["max"], json!(8.0));
+        assert_eq!(c["mask_ms_per_token"], json!(0.03));
+        assert_eq!(c["call_tokens"], json!(2.0));
+        assert_eq!(c["free_tok_s"], Value::Null);
+        assert_eq!(c["context"], json!(17));
+        assert_eq!(c["runs"], json!(2));
+        assert_eq!(c["errors"], json!(["no grammar"]));
+        // decode_16_tok_s of ours: 2 tokens in 1 s in both measured pairs.
+        assert_eq!(c["unconstrained_tok_s"], json!(2.0));
+        // Not a peer: the token check ignores it.
+        assert!(token_failures(&json!({"models": {"tiny": s.clone()}})).is_empty());
+        let md = markdown_model("tiny", &s, true);
+        assert!(
+            md.contains("ours inside a constrained tool call after 17 tokens (2 runs): 6.0 tok/s (4.0 tok/s–8.0 tok/s) over 2 tokens, 0.030 ms of mask per token"),
+            "{md}"
+        );
+        assert!(
+            md.contains("ours failed inside a tool call: no grammar"),
+            "{md}"
+        );
     }
 
     #[test]
