@@ -280,8 +280,13 @@ impl<'m> Generator<'m> {
     /// (`[rows, hidden]`, host or GPU, float32 or float16), in prompt order. The rows together
     /// must equal the image tokens. A mobius split package's embedding graph takes them as its
     /// `image_features` input; otherwise they replace the `inputs_embeds` rows of the image
-    /// tokens on the GPU and the embedding sees the pad id there ([`crate::merge`]).
+    /// tokens on the GPU and the embedding sees the pad id there ([`crate::merge`]). No features
+    /// (a prompt without images) changes nothing.
     pub fn with_image_features(mut self, features: Vec<Value>) -> Result<Self> {
+        if features.is_empty() {
+            // no images: any model, any layout
+            return Ok(self);
+        }
         let tokens = self.model.image_tokens.ok_or_else(|| {
             LlmError::Model("the tokenizer has no image tokens: this model takes no images".into())
         })?;
