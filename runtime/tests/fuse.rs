@@ -1687,3 +1687,158 @@ fn the_same_pipelines_and_groups_per_fixture() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+fn attr_ints(name: &str, v: &[i64]) -> proto::AttributeProto {
+    proto::AttributeProto {
+        name: Some(name.into()),
+        ints: v.to_vec(),
+        r#type: Some(proto::attribute_proto::AttributeType::Ints as i32),
+        ..Default::default()
+    }
+}
+
+/// A variant of the spelled-out attention graph (see [`spelled_attention`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Attn {
+    /// The vision encoder's form: q [B, S, H, D] transposed in the graph.
+    Vision,
+    /// The query given head-major, [B, H, S, D] (no Transpose of it).
+    HeadMajorQuery,
+    /// A scale `Mul` between the scores and the mask (not matched).
+    Scaled,
+    /// Softmax over axis 2 (not matched).
+    Axis2,
+    /// The probabilities also a graph output (not matched).
+    ExposedProbs,
+}
+
+/// `y = Transpose(Softmax(MatMul(Transpose(q, 0213), Transpose(k, 0132)) + mask, -1) @ v, 0213)`
+/// (the mobius vision encoder's attention), or a variant.
+fn spelled_attention(v: Attn) -> Graph {
+    let mut g = G::default();
+    for i in ["q", "k", "v", "mask"] {
+        g.input(i);
+    }
+    let qt = if v == Attn::HeadMajorQuery {
+        "q".to_string()
+    } else {
+        g.node(
+            "Transpose",
+            "",
+            &["q"],
+            "qt",
+            vec![attr_ints("perm", &[0, 2, 1, 3])],
+        )
+    };
+    g.node(
+        "Transpose",
+        "",
+        &["k"],
+        "kt",
+        vec![attr_ints("perm", &[0, 1, 3, 2])],
+    );
+    let mut sc = g.node("MatMul", "", &[&qt, "kt"], "sc", vec![]);
+    if v == Attn::Scaled {
+        let c = g.f32s("c", vec![], vec![0.5]);
+        sc = g.node("Mul", "", &[&sc, &c], "scs", vec![]);
+    }
+    g.node("Add", "", &["mask", &sc], "sm", vec![]);
+    let axis = if v == Attn::Axis2 { 2 } else { -1 };
+    g.node("Softmax", "", &["sm"], "p", vec![attr_i("axis", axis)]);
+    g.node("MatMul", "", &["p", "v"], "o", vec![]);
+    g.node(
+        "Transpose",
+        "",
+        &["o"],
+        "y",
+        vec![attr_ints("perm", &[0, 2, 1, 3])],
+    );
+    g.output("y");
+    if v == Attn::ExposedProbs {
+        g.output("p");
+    }
+    g.graph()
+}
+
+#[test]
+fn spelled_attention_is_one_flash_attention_and_guarded() {
+    let (b, s, h, t, d) = (2, 5, 3, 7, 8);
+    let feeds = |v: Attn, mask: &[usize]| {
+        let mut rng = Rng(23);
+        let mut rand = |shape: Vec<usize>, scale: f32| {
+            let n = shape.iter().product();
+            let x: Vec<f32> = (0..n).map(|_| scale * rng.next()).collect();
+            Value::Host(HostTensor::from_f32(shape, &x))
+        };
+        let q = if v == Attn::HeadMajorQuery {
+            rand(vec![b, h, s, d], 1.5)
+        } else {
+            rand(vec![b, s, h, d], 1.5)
+        };
+        // Additive padding: some keys far below the others, as the encoder's mask does.
+        let mut m = rand(mask.to_vec(), 1.0);
+        if let Value::Host(hm) = &m {
+            let f: Vec<f32> = hm
+                .to_f32()
+                .iter()
+                .map(|&x| if x > 0.6 { -3.0e38 } else { x })
+                .collect();
+            m = Value::Host(HostTensor::from_f32(mask.to_vec(), &f));
+        }
+        vec![
+            ("q".to_string(), q),
+            ("k".to_string(), rand(vec![b, h, t, d], 1.5)),
+            ("v".to_string(), rand(vec![b, h, t, d], 1.0)),
+            ("mask".to_string(), m),
+        ]
+    };
+    for gpu in [gpu(), gpu_as_hardware()] {
+        let software = gpu.tuning.software;
+        for (v, kind) in [
+            (
+                Attn::Vision,
+                "Fused[3xTranspose+2xMatMul+Add+Softmax=Attention]",
+            ),
+            (
+                Attn::HeadMajorQuery,
+                "Fused[2xTranspose+2xMatMul+Add+Softmax=Attention]",
+            ),
+        ] {
+            let f = session(&gpu, spelled_attention(v), true);
+            let p = session(&gpu, spelled_attention(v), false);
+            assert_eq!(f.fused().len(), 1);
+            assert!(f.fused()[0].starts_with(kind), "{:?}", f.fused());
+            // Key padding [B, 1, 1, T] and a full [B, 1, S, T] mask run the attention kernel; a
+            // mask broadcast along the keys ([B, H, S, 1]) runs the original nodes.
+            for (mask, fast) in [
+                (vec![b, 1, 1, t], true),
+                (vec![b, 1, s, t], true),
+                (vec![1, t], true),
+                (vec![b, h, s, 1], false),
+            ] {
+                let before = gpu.counters.snapshot().dispatches;
+                let a = read_all(
+                    &f,
+                    pollster::block_on(f.run(feeds(v, &mask))).expect("runs"),
+                );
+                let mid = gpu.counters.snapshot().dispatches;
+                let r = read_all(
+                    &p,
+                    pollster::block_on(p.run(feeds(v, &mask))).expect("runs"),
+                );
+                let after = gpu.counters.snapshot().dispatches;
+                assert_close(&a, &r);
+                let (fused, unfused) = (mid - before, after - mid);
+                if fast {
+                    // One flash attention; on software adapters its three register-blocked passes.
+                    assert_eq!(fused, if software { 3 } else { 1 }, "{mask:?}");
+                } else {
+                    assert_eq!(fused, unfused, "{mask:?}: the original nodes");
+                }
+            }
+        }
+        for v in [Attn::Scaled, Attn::Axis2, Attn::ExposedProbs] {
+            assert!(session(&gpu, spelled_attention(v), true).fused().is_empty());
+        }
+    }
+}

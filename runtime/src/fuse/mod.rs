@@ -84,6 +84,7 @@ mod rotary_pair;
 mod rotary_table;
 mod shared_attn;
 mod spec;
+mod spelled_attn;
 mod spelled_norm;
 
 use fallback::{Fallback, fallback_for};

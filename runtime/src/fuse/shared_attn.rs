@@ -82,7 +82,8 @@ impl Graphs<'_> {
         let ins = &self.node(n).inputs;
         Some((ins[0].clone(), i64s(self, &ins[1])?))
     }
-    fn transpose(&self, n: usize, perm: &[i64]) -> bool {
+    /// `Transpose(x, perm)` with one input and output.
+    pub(super) fn transpose(&self, n: usize, perm: &[i64]) -> bool {
         self.is(n, "", "Transpose")
             && self.plain(n, 1)
             && self.attrs(n).ints("perm").as_deref() == Some(perm)
@@ -378,7 +379,7 @@ fn reshaped(shape: &[usize], spec: &[i64]) -> Option<Vec<usize>> {
 
 /// Row-major strides of `shape` right-aligned to `rank` dimensions, 0 where broadcast; `None`
 /// unless every dimension is 1 or equal to `full`'s.
-fn broadcast_strides(shape: &[usize], full: &[usize]) -> Option<Vec<usize>> {
+pub(super) fn broadcast_strides(shape: &[usize], full: &[usize]) -> Option<Vec<usize>> {
     let rank = full.len();
     if shape.len() > rank {
         return None;
