@@ -102,7 +102,7 @@ impl Graphs<'_> {
         (axes == [2]).then(|| ins[0].clone())
     }
     /// `Slice(x, [start], [end], [axis])` on the last axis of a 4-D value (axis 3 or -1), step 1.
-    fn slice_last(&self, n: usize) -> Option<(String, i64, i64)> {
+    pub(super) fn slice_last(&self, n: usize) -> Option<(String, i64, i64)> {
         if !self.is(n, "", "Slice") || self.node(n).outputs.len() != 1 {
             return None;
         }
@@ -126,7 +126,7 @@ impl Graphs<'_> {
         Some((ins[0].clone(), s[0], e[0]))
     }
     /// The operand of binary `n` other than `v`.
-    fn other(&self, n: usize, v: &str) -> Option<String> {
+    pub(super) fn other(&self, n: usize, v: &str) -> Option<String> {
         let ins = &self.node(n).inputs;
         if ins.len() != 2 || ins[0] == ins[1] {
             return None;
