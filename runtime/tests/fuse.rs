@@ -1842,3 +1842,111 @@ fn spelled_attention_is_one_flash_attention_and_guarded() {
         }
     }
 }
+
+/// The vision encoder's 2-D rotary of x [B, S, H, 16]: each half of the head rotated by halves
+/// with its own tables, `Concat(rot(x[..8], c0, s0), rot(x[8..], c1, s1))`; `split` where the
+/// second part starts (8: the pattern), `expose` an intermediate made a graph output too.
+fn rotary_2d(split: i64, expose: Option<&str>) -> Graph {
+    let mut g = G::default();
+    for i in ["x", "c0", "s0", "c1", "s1"] {
+        g.input(i);
+    }
+    let i64s =
+        |g: &mut G, name: &str, v: i64| g.init(name, DType::I64, vec![1], v.to_le_bytes().to_vec());
+    let ax = i64s(&mut g, "ax", 3);
+    for (v, name) in [(0, "i0"), (4, "i4"), (split, "isplit"), (16, "i16")] {
+        i64s(&mut g, name, v);
+    }
+    let i8n = i64s(&mut g, "i8", 8);
+    let slice = |g: &mut G, x: &str, a: &str, b: &str, out: &str| {
+        g.node("Slice", "", &[x, a, b, &ax], out, vec![])
+    };
+    let mut parts = Vec::new();
+    for (p, (lo, hi, c, s)) in [("isplit", "i16", "c1", "s1"), ("i0", "isplit", "c0", "s0")]
+        .into_iter()
+        .rev()
+        .enumerate()
+    {
+        let part = slice(&mut g, "x", lo, hi, &format!("part{p}"));
+        let a = slice(&mut g, &part, "i0", "i4", &format!("lo{p}"));
+        let b = slice(&mut g, &part, "i4", &i8n, &format!("hi{p}"));
+        let n = g.node("Neg", "", &[&b], &format!("neg{p}"), vec![]);
+        let cat = g.node(
+            "Concat",
+            "",
+            &[&n, &a],
+            &format!("cat{p}"),
+            vec![attr_i("axis", 3)],
+        );
+        let mc = g.node("Mul", "", &[&part, c], &format!("mc{p}"), vec![]);
+        let ms = g.node("Mul", "", &[&cat, s], &format!("ms{p}"), vec![]);
+        parts.push(g.node("Add", "", &[&mc, &ms], &format!("rot{p}"), vec![]));
+    }
+    g.node(
+        "Concat",
+        "",
+        &[&parts[0], &parts[1]],
+        "y",
+        vec![attr_i("axis", -1)],
+    );
+    g.output("y");
+    if let Some(e) = expose {
+        g.output(e);
+    }
+    g.graph()
+}
+
+#[test]
+fn rotary_2d_is_one_dispatch_and_guarded() {
+    let gpu = gpu();
+    let (b, s, h) = (2, 5, 3);
+    let feeds = |table: &[usize]| {
+        let mut rng = Rng(31);
+        let mut rand = |shape: Vec<usize>| {
+            let n = shape.iter().product();
+            let x: Vec<f32> = (0..n).map(|_| 2.0 * rng.next()).collect();
+            Value::Host(HostTensor::from_f32(shape, &x))
+        };
+        let mut f = vec![("x".to_string(), rand(vec![b, s, h, 16]))];
+        for t in ["c0", "s0", "c1", "s1"] {
+            f.push((t.to_string(), rand(table.to_vec())));
+        }
+        f
+    };
+    let (f, p) = (
+        session(&gpu, rotary_2d(8, None), true),
+        session(&gpu, rotary_2d(8, None), false),
+    );
+    assert_eq!(f.fused().len(), 1, "{:?}", f.fused());
+    assert!(
+        f.fused()[0].ends_with("=Rotary2D] at n0_Slice"),
+        "{:?}",
+        f.fused()
+    );
+    // Per-token tables ([B, S, 1, 8], or [S, 1, 8] shared by the batch) run the kernel; tables
+    // that differ per head run the original nodes.
+    for (table, fast) in [
+        (vec![b, s, 1, 8], true),
+        (vec![s, 1, 8], true),
+        (vec![b, s, h, 8], false),
+    ] {
+        let before = gpu.counters.snapshot().dispatches;
+        let x = read_all(&f, pollster::block_on(f.run(feeds(&table))).expect("runs"));
+        let mid = gpu.counters.snapshot().dispatches;
+        let y = read_all(&p, pollster::block_on(p.run(feeds(&table))).expect("runs"));
+        let after = gpu.counters.snapshot().dispatches;
+        assert_close(&x, &y);
+        if fast {
+            assert_eq!(mid - before, 1, "{table:?}");
+        } else {
+            assert_eq!(mid - before, after - mid, "{table:?}: the original nodes");
+        }
+    }
+    // Parts that do not split the head in halves, or an intermediate read outside: left alone.
+    assert!(session(&gpu, rotary_2d(6, None), true).fused().is_empty());
+    assert!(
+        session(&gpu, rotary_2d(8, Some("neg1")), true)
+            .fused()
+            .is_empty()
+    );
+}
