@@ -93,6 +93,16 @@ fn encoders_match_onnx_runtime(form: &str, gpu: &Rc<Gpu>) {
             .filter(|f| f.starts_with(FUSED_ATTENTION))
             .count();
         assert_eq!(attn, 1, "{name}: the layer's attention is fused");
+        let rotary = enc
+            .session()
+            .fused()
+            .iter()
+            .filter(|f| f.contains("=Rotary2D]"))
+            .count();
+        assert_eq!(
+            rotary, 2,
+            "{name}: the layer's query and key rotaries are fused"
+        );
         let l = enc.layout();
         assert_eq!(
             (l.pixel_values.as_str(), l.positions.as_str()),

@@ -38,6 +38,9 @@
 //! - **SpelledAttn** (`spelled_attn.rs`): attention spelled out as Transpose / MatMul / Add(mask)
 //!   / Softmax / MatMul / Transpose (the mobius vision encoder's) as one flash attention, the mask
 //!   an additive bias read by its broadcast strides.
+//! - **Rotary2d** (`rotary_2d.rs`): the vision encoder's 2-D rotary (each half of a head rotated
+//!   by halves with its own per-token tables, spelled in Slice / Neg / Concat / Mul / Add) as one
+//!   elementwise dispatch.
 //! - **Spelled-out RMS norms** (`spelled_norm.rs`): `x / sqrt(mean(x²) + eps)` written as `Mul`,
 //!   `ReduceMean`, `Add`, `Sqrt`, `Div` (the mobius exports' scale-free value norm): one norm
 //!   dispatch (any number of rows).
