@@ -1687,3 +1687,266 @@ fn the_same_pipelines_and_groups_per_fixture() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+fn attr_ints(name: &str, v: &[i64]) -> proto::AttributeProto {
+    proto::AttributeProto {
+        name: Some(name.into()),
+        ints: v.to_vec(),
+        r#type: Some(proto::attribute_proto::AttributeType::Ints as i32),
+        ..Default::default()
+    }
+}
+
+/// A variant of the spelled-out attention graph (see [`spelled_attention`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Attn {
+    /// The vision encoder's form: q [B, S, H, D] transposed in the graph.
+    Vision,
+    /// The query given head-major, [B, H, S, D] (no Transpose of it).
+    HeadMajorQuery,
+    /// A scale `Mul` between the scores and the mask (not matched).
+    Scaled,
+    /// Softmax over axis 2 (not matched).
+    Axis2,
+    /// The probabilities also a graph output (not matched).
+    ExposedProbs,
+}
+
+/// `y = Transpose(Softmax(MatMul(Transpose(q, 0213), Transpose(k, 0132)) + mask, -1) @ v, 0213)`
+/// (the mobius vision encoder's attention), or a variant.
+fn spelled_attention(v: Attn) -> Graph {
+    let mut g = G::default();
+    for i in ["q", "k", "v", "mask"] {
+        g.input(i);
+    }
+    let qt = if v == Attn::HeadMajorQuery {
+        "q".to_string()
+    } else {
+        g.node(
+            "Transpose",
+            "",
+            &["q"],
+            "qt",
+            vec![attr_ints("perm", &[0, 2, 1, 3])],
+        )
+    };
+    g.node(
+        "Transpose",
+        "",
+        &["k"],
+        "kt",
+        vec![attr_ints("perm", &[0, 1, 3, 2])],
+    );
+    let mut sc = g.node("MatMul", "", &[&qt, "kt"], "sc", vec![]);
+    if v == Attn::Scaled {
+        let c = g.f32s("c", vec![], vec![0.5]);
+        sc = g.node("Mul", "", &[&sc, &c], "scs", vec![]);
+    }
+    g.node("Add", "", &["mask", &sc], "sm", vec![]);
+    let axis = if v == Attn::Axis2 { 2 } else { -1 };
+    g.node("Softmax", "", &["sm"], "p", vec![attr_i("axis", axis)]);
+    g.node("MatMul", "", &["p", "v"], "o", vec![]);
+    g.node(
+        "Transpose",
+        "",
+        &["o"],
+        "y",
+        vec![attr_ints("perm", &[0, 2, 1, 3])],
+    );
+    g.output("y");
+    if v == Attn::ExposedProbs {
+        g.output("p");
+    }
+    g.graph()
+}
+
+#[test]
+fn spelled_attention_is_one_flash_attention_and_guarded() {
+    let (b, s, h, t, d) = (2, 5, 3, 7, 8);
+    let feeds = |v: Attn, mask: &[usize]| {
+        let mut rng = Rng(23);
+        let mut rand = |shape: Vec<usize>, scale: f32| {
+            let n = shape.iter().product();
+            let x: Vec<f32> = (0..n).map(|_| scale * rng.next()).collect();
+            Value::Host(HostTensor::from_f32(shape, &x))
+        };
+        let q = if v == Attn::HeadMajorQuery {
+            rand(vec![b, h, s, d], 1.5)
+        } else {
+            rand(vec![b, s, h, d], 1.5)
+        };
+        // Additive padding: some keys far below the others, as the encoder's mask does.
+        let mut m = rand(mask.to_vec(), 1.0);
+        if let Value::Host(hm) = &m {
+            let f: Vec<f32> = hm
+                .to_f32()
+                .iter()
+                .map(|&x| if x > 0.6 { -3.0e38 } else { x })
+                .collect();
+            m = Value::Host(HostTensor::from_f32(mask.to_vec(), &f));
+        }
+        vec![
+            ("q".to_string(), q),
+            ("k".to_string(), rand(vec![b, h, t, d], 1.5)),
+            ("v".to_string(), rand(vec![b, h, t, d], 1.0)),
+            ("mask".to_string(), m),
+        ]
+    };
+    for gpu in [gpu(), gpu_as_hardware()] {
+        let software = gpu.tuning.software;
+        for (v, kind) in [
+            (
+                Attn::Vision,
+                "Fused[3xTranspose+2xMatMul+Add+Softmax=Attention]",
+            ),
+            (
+                Attn::HeadMajorQuery,
+                "Fused[2xTranspose+2xMatMul+Add+Softmax=Attention]",
+            ),
+        ] {
+            let f = session(&gpu, spelled_attention(v), true);
+            let p = session(&gpu, spelled_attention(v), false);
+            assert_eq!(f.fused().len(), 1);
+            assert!(f.fused()[0].starts_with(kind), "{:?}", f.fused());
+            // Key padding [B, 1, 1, T] and a full [B, 1, S, T] mask run the attention kernel; a
+            // mask broadcast along the keys ([B, H, S, 1]) runs the original nodes.
+            for (mask, fast) in [
+                (vec![b, 1, 1, t], true),
+                (vec![b, 1, s, t], true),
+                (vec![1, t], true),
+                (vec![b, h, s, 1], false),
+            ] {
+                let before = gpu.counters.snapshot().dispatches;
+                let a = read_all(
+                    &f,
+                    pollster::block_on(f.run(feeds(v, &mask))).expect("runs"),
+                );
+                let mid = gpu.counters.snapshot().dispatches;
+                let r = read_all(
+                    &p,
+                    pollster::block_on(p.run(feeds(v, &mask))).expect("runs"),
+                );
+                let after = gpu.counters.snapshot().dispatches;
+                assert_close(&a, &r);
+                let (fused, unfused) = (mid - before, after - mid);
+                if fast {
+                    // One flash attention; on software adapters its three register-blocked passes.
+                    assert_eq!(fused, if software { 3 } else { 1 }, "{mask:?}");
+                } else {
+                    assert_eq!(fused, unfused, "{mask:?}: the original nodes");
+                }
+            }
+        }
+        for v in [Attn::Scaled, Attn::Axis2, Attn::ExposedProbs] {
+            assert!(session(&gpu, spelled_attention(v), true).fused().is_empty());
+        }
+    }
+}
+
+/// The vision encoder's 2-D rotary of x [B, S, H, 16]: each half of the head rotated by halves
+/// with its own tables, `Concat(rot(x[..8], c0, s0), rot(x[8..], c1, s1))`; `split` where the
+/// second part starts (8: the pattern), `expose` an intermediate made a graph output too.
+fn rotary_2d(split: i64, expose: Option<&str>) -> Graph {
+    let mut g = G::default();
+    for i in ["x", "c0", "s0", "c1", "s1"] {
+        g.input(i);
+    }
+    let i64s =
+        |g: &mut G, name: &str, v: i64| g.init(name, DType::I64, vec![1], v.to_le_bytes().to_vec());
+    let ax = i64s(&mut g, "ax", 3);
+    for (v, name) in [(0, "i0"), (4, "i4"), (split, "isplit"), (16, "i16")] {
+        i64s(&mut g, name, v);
+    }
+    let i8n = i64s(&mut g, "i8", 8);
+    let slice = |g: &mut G, x: &str, a: &str, b: &str, out: &str| {
+        g.node("Slice", "", &[x, a, b, &ax], out, vec![])
+    };
+    let mut parts = Vec::new();
+    for (p, (lo, hi, c, s)) in [("isplit", "i16", "c1", "s1"), ("i0", "isplit", "c0", "s0")]
+        .into_iter()
+        .rev()
+        .enumerate()
+    {
+        let part = slice(&mut g, "x", lo, hi, &format!("part{p}"));
+        let a = slice(&mut g, &part, "i0", "i4", &format!("lo{p}"));
+        let b = slice(&mut g, &part, "i4", &i8n, &format!("hi{p}"));
+        let n = g.node("Neg", "", &[&b], &format!("neg{p}"), vec![]);
+        let cat = g.node(
+            "Concat",
+            "",
+            &[&n, &a],
+            &format!("cat{p}"),
+            vec![attr_i("axis", 3)],
+        );
+        let mc = g.node("Mul", "", &[&part, c], &format!("mc{p}"), vec![]);
+        let ms = g.node("Mul", "", &[&cat, s], &format!("ms{p}"), vec![]);
+        parts.push(g.node("Add", "", &[&mc, &ms], &format!("rot{p}"), vec![]));
+    }
+    g.node(
+        "Concat",
+        "",
+        &[&parts[0], &parts[1]],
+        "y",
+        vec![attr_i("axis", -1)],
+    );
+    g.output("y");
+    if let Some(e) = expose {
+        g.output(e);
+    }
+    g.graph()
+}
+
+#[test]
+fn rotary_2d_is_one_dispatch_and_guarded() {
+    let gpu = gpu();
+    let (b, s, h) = (2, 5, 3);
+    let feeds = |table: &[usize]| {
+        let mut rng = Rng(31);
+        let mut rand = |shape: Vec<usize>| {
+            let n = shape.iter().product();
+            let x: Vec<f32> = (0..n).map(|_| 2.0 * rng.next()).collect();
+            Value::Host(HostTensor::from_f32(shape, &x))
+        };
+        let mut f = vec![("x".to_string(), rand(vec![b, s, h, 16]))];
+        for t in ["c0", "s0", "c1", "s1"] {
+            f.push((t.to_string(), rand(table.to_vec())));
+        }
+        f
+    };
+    let (f, p) = (
+        session(&gpu, rotary_2d(8, None), true),
+        session(&gpu, rotary_2d(8, None), false),
+    );
+    assert_eq!(f.fused().len(), 1, "{:?}", f.fused());
+    assert!(
+        f.fused()[0].ends_with("=Rotary2D] at n0_Slice"),
+        "{:?}",
+        f.fused()
+    );
+    // Per-token tables ([B, S, 1, 8], or [S, 1, 8] shared by the batch) run the kernel; tables
+    // that differ per head run the original nodes.
+    for (table, fast) in [
+        (vec![b, s, 1, 8], true),
+        (vec![s, 1, 8], true),
+        (vec![b, s, h, 8], false),
+    ] {
+        let before = gpu.counters.snapshot().dispatches;
+        let x = read_all(&f, pollster::block_on(f.run(feeds(&table))).expect("runs"));
+        let mid = gpu.counters.snapshot().dispatches;
+        let y = read_all(&p, pollster::block_on(p.run(feeds(&table))).expect("runs"));
+        let after = gpu.counters.snapshot().dispatches;
+        assert_close(&x, &y);
+        if fast {
+            assert_eq!(mid - before, 1, "{table:?}");
+        } else {
+            assert_eq!(mid - before, after - mid, "{table:?}: the original nodes");
+        }
+    }
+    // Parts that do not split the head in halves, or an intermediate read outside: left alone.
+    assert!(session(&gpu, rotary_2d(6, None), true).fused().is_empty());
+    assert!(
+        session(&gpu, rotary_2d(8, Some("neg1")), true)
+            .fused()
+            .is_empty()
+    );
+}

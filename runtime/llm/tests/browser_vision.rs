@@ -154,6 +154,11 @@ async fn vision_encoders_match_onnx_runtime_on_webgpu() {
         let enc = VisionEncoder::load(gpu.clone(), &repo, &config, Dtype::Q4)
             .await
             .unwrap_or_else(|e| panic!("{name}: {e}"));
+        // The layer's attention and its query and key 2-D rotaries run fused on WebGPU too.
+        let fused = enc.session().fused();
+        let attn = fused.iter().filter(|f| f.contains("=Attention]")).count();
+        let rotary = fused.iter().filter(|f| f.contains("=Rotary2D]")).count();
+        assert_eq!((attn, rotary), (1, 2), "{name}: fused groups {fused:?}");
         let doc: Value =
             serde_json::from_slice(get(files, "reference/vision.json")).expect("vision.json");
         let (atol, rtol) = (

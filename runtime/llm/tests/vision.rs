@@ -68,11 +68,41 @@ fn compare(got: &HostTensor, exp: &HostTensor, atol: f64, rtol: f64) -> Result<f
     Ok(worst)
 }
 
+/// The kind of the fused attention group (`fuse/spelled_attn.rs`): the encoder's attention
+/// spelled in Transpose / MatMul / Add(mask) / Softmax / MatMul, one flash attention per layer.
+const FUSED_ATTENTION: &str = "Fused[3xTranspose+2xMatMul+Add+Softmax=Attention]";
+
 #[test]
 fn vision_encoders_match_onnx_runtime() {
-    let gpu = gpu();
+    // Both forms of the fused attention: the adapter's own (on lavapipe the register-blocked
+    // passes of software adapters), and the flash kernel (gqa.wgsl, online softmax) that GPUs run.
+    let mut flash = pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe in CI)");
+    flash.tuning.software = false;
+    for (form, gpu) in [("adapter", gpu()), ("flash", Rc::new(flash))] {
+        encoders_match_onnx_runtime(form, &gpu);
+    }
+}
+
+fn encoders_match_onnx_runtime(form: &str, gpu: &Rc<Gpu>) {
     for name in PACKAGES {
-        let enc = load(&gpu, name);
+        let enc = load(gpu, name);
+        let attn = enc
+            .session()
+            .fused()
+            .iter()
+            .filter(|f| f.starts_with(FUSED_ATTENTION))
+            .count();
+        assert_eq!(attn, 1, "{name}: the layer's attention is fused");
+        let rotary = enc
+            .session()
+            .fused()
+            .iter()
+            .filter(|f| f.contains("=Rotary2D]"))
+            .count();
+        assert_eq!(
+            rotary, 2,
+            "{name}: the layer's query and key rotaries are fused"
+        );
         let l = enc.layout();
         assert_eq!(
             (l.pixel_values.as_str(), l.positions.as_str()),
@@ -115,10 +145,10 @@ fn vision_encoders_match_onnx_runtime() {
             let got = pollster::block_on(enc.read(&features)).expect("read back");
             match compare(&got, &exp, atol, rtol) {
                 Ok(d) => println!(
-                    "ok   {name} {c}: {slots} slots -> {:?}, max |diff| {d:.2e}, {} dispatches",
+                    "ok   {form:<7} {name} {c}: {slots} slots -> {:?}, max |diff| {d:.2e}, {} dispatches",
                     got.shape, dispatches
                 ),
-                Err(e) => panic!("{name} {c}: {e} (atol {atol}, rtol {rtol})"),
+                Err(e) => panic!("{form} {name} {c}: {e} (atol {atol}, rtol {rtol})"),
             }
         }
     }

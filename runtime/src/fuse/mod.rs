@@ -35,6 +35,12 @@
 //!   `other = Cast(float16)(x)`; Gemma's per-layer inputs), f32 or f16.
 //! - **SharedAttn** (`shared_attn.rs`): Gemma 4's KV-shared attention (query norm, rotation by
 //!   halves, 5-D MatMul / mask / Softmax / MatMul) as one flash-attention dispatch.
+//! - **SpelledAttn** (`spelled_attn.rs`): attention spelled out as Transpose / MatMul / Add(mask)
+//!   / Softmax / MatMul / Transpose (the mobius vision encoder's) as one flash attention, the mask
+//!   an additive bias read by its broadcast strides.
+//! - **Rotary2d** (`rotary_2d.rs`): the vision encoder's 2-D rotary (each half of a head rotated
+//!   by halves with its own per-token tables, spelled in Slice / Neg / Concat / Mul / Add) as one
+//!   elementwise dispatch.
 //! - **Spelled-out RMS norms** (`spelled_norm.rs`): `x / sqrt(mean(x²) + eps)` written as `Mul`,
 //!   `ReduceMean`, `Add`, `Sqrt`, `Div` (the mobius exports' scale-free value norm): one norm
 //!   dispatch (any number of rows).
@@ -80,10 +86,12 @@ mod graph;
 mod norms;
 mod pack;
 mod rewrite;
+mod rotary_2d;
 mod rotary_pair;
 mod rotary_table;
 mod shared_attn;
 mod spec;
+mod spelled_attn;
 mod spelled_norm;
 
 use fallback::{Fallback, fallback_for};

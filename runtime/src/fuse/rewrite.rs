@@ -6,22 +6,28 @@
 use super::graph::Graphs;
 use super::norms::NormGroups;
 use super::{
-    Limits, attn_kv_view, gather_scale, gelu_gather, norms, rotary_pair, rotary_table, shared_attn,
-    spec, spelled_norm,
+    Limits, attn_kv_view, gather_scale, gelu_gather, norms, rotary_2d, rotary_pair, rotary_table,
+    shared_attn, spec, spelled_attn, spelled_norm,
 };
 use crate::model::Node;
 use crate::ops::Op;
 use std::collections::{HashMap, HashSet};
 
 /// The rewrites, in the order they look for groups and build them: the KV-shared attentions
-/// first (they hold per-head norms the norm rewrite would take), then the rotary tables, the
-/// attentions on transposed caches, the rotary pairs, the scaled lookups, the fused GEMVs (with
-/// their results' sibling norms), the other norms, the spelled-out norms and `Gelu * Gather`.
+/// first (they hold per-head norms the norm rewrite would take), then the attentions spelled out
+/// in MatMul / Add / Softmax / MatMul and the 2-D rotaries (the vision encoder's), the rotary
+/// tables, the attentions on transposed caches, the rotary pairs, the scaled lookups, the fused
+/// GEMVs (with their results' sibling norms), the other norms, the spelled-out norms and
+/// `Gelu * Gather`.
 pub(super) fn rewrites() -> Vec<Box<dyn Rewrite>> {
     vec![
         Box::new(Groups::new(shared_attn::find, shared_attn::build, |p| {
             &p.nodes
         })),
+        Box::new(Groups::new(spelled_attn::find, spelled_attn::build, |p| {
+            &p.nodes
+        })),
+        Box::new(Groups::new(rotary_2d::find, rotary_2d::build, |p| &p.nodes)),
         Box::new(Groups::new(rotary_table::find, rotary_table::build, |p| {
             &p.nodes
         })),

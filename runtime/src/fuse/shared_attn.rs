@@ -82,7 +82,8 @@ impl Graphs<'_> {
         let ins = &self.node(n).inputs;
         Some((ins[0].clone(), i64s(self, &ins[1])?))
     }
-    fn transpose(&self, n: usize, perm: &[i64]) -> bool {
+    /// `Transpose(x, perm)` with one input and output.
+    pub(super) fn transpose(&self, n: usize, perm: &[i64]) -> bool {
         self.is(n, "", "Transpose")
             && self.plain(n, 1)
             && self.attrs(n).ints("perm").as_deref() == Some(perm)
@@ -101,7 +102,7 @@ impl Graphs<'_> {
         (axes == [2]).then(|| ins[0].clone())
     }
     /// `Slice(x, [start], [end], [axis])` on the last axis of a 4-D value (axis 3 or -1), step 1.
-    fn slice_last(&self, n: usize) -> Option<(String, i64, i64)> {
+    pub(super) fn slice_last(&self, n: usize) -> Option<(String, i64, i64)> {
         if !self.is(n, "", "Slice") || self.node(n).outputs.len() != 1 {
             return None;
         }
@@ -125,7 +126,7 @@ impl Graphs<'_> {
         Some((ins[0].clone(), s[0], e[0]))
     }
     /// The operand of binary `n` other than `v`.
-    fn other(&self, n: usize, v: &str) -> Option<String> {
+    pub(super) fn other(&self, n: usize, v: &str) -> Option<String> {
         let ins = &self.node(n).inputs;
         if ins.len() != 2 || ins[0] == ins[1] {
             return None;
@@ -378,7 +379,7 @@ fn reshaped(shape: &[usize], spec: &[i64]) -> Option<Vec<usize>> {
 
 /// Row-major strides of `shape` right-aligned to `rank` dimensions, 0 where broadcast; `None`
 /// unless every dimension is 1 or equal to `full`'s.
-fn broadcast_strides(shape: &[usize], full: &[usize]) -> Option<Vec<usize>> {
+pub(super) fn broadcast_strides(shape: &[usize], full: &[usize]) -> Option<Vec<usize>> {
     let rank = full.len();
     if shape.len() > rank {
         return None;
