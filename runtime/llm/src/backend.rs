@@ -47,8 +47,9 @@ impl GemmaBackend {
 
     /// Gives the model its vision encoder: the images of the conversation (those of system,
     /// user and model messages at the template's placeholders, those tools returned — a
-    /// screenshot — right after their tool response) are then preprocessed at [`GenerateOptions::image_tokens`], encoded and fed at their
-    /// placeholders ([`GemmaModel::stream_with_images`]).
+    /// screenshot — right after their tool response) are then preprocessed at
+    /// [`GenerateOptions::image_tokens`], encoded and fed at their placeholders
+    /// ([`GemmaModel::prompt_with_images`]).
     pub fn with_image_encoder(mut self, encoder: Rc<dyn ImageEncoder>) -> Self {
         self.encoder = Some(encoder);
         self
@@ -104,15 +105,17 @@ impl GemmaBackend {
         let decls = gg_gemma::agent::tools_from_agent(tools);
         match &self.encoder {
             Some(enc) if !images.is_empty() => {
-                let prepared = model.prepare_images(&images, options.image_tokens as usize)?;
-                let ids = model.prompt_ids_with_tool_images(
-                    &msgs,
-                    &decls,
-                    options.thinking,
-                    &prepared,
-                    &tool_images,
-                )?;
-                let features = model.encode_images(&prepared, enc.as_ref()).await?;
+                let (ids, features) = model
+                    .prompt_with_images(
+                        &msgs,
+                        &decls,
+                        options.thinking,
+                        &images,
+                        &tool_images,
+                        options.image_tokens as usize,
+                        enc.as_ref(),
+                    )
+                    .await?;
                 Ok(PreparedPrompt { ids, features })
             }
             _ => Ok(PreparedPrompt {

@@ -139,9 +139,29 @@ impl GemmaModel {
         Ok(out)
     }
 
-    /// Starts a generation after a conversation with images: `images` are the conversation's
-    /// image parts in order, each preprocessed at `max_soft_tokens`, encoded by `encoder` and
-    /// fed at its tokens.
+    /// The prompt ids of a conversation with images and its features: `images` are the
+    /// conversation's images in prompt order (`tool_images` as for
+    /// [`GemmaModel::prompt_ids_with_tool_images`]), each preprocessed at `max_soft_tokens`,
+    /// its placeholder expanded and the image encoded by `encoder`.
+    pub async fn prompt_with_images(
+        &self,
+        messages: &[ChatMessage],
+        tools: &[ToolDeclaration],
+        thinking: bool,
+        images: &[ImageInput],
+        tool_images: &[usize],
+        max_soft_tokens: usize,
+        encoder: &dyn ImageEncoder,
+    ) -> Result<(Vec<u32>, Vec<Value>)> {
+        let prepared = self.prepare_images(images, max_soft_tokens)?;
+        let ids =
+            self.prompt_ids_with_tool_images(messages, tools, thinking, &prepared, tool_images)?;
+        let features = self.encode_images(&prepared, encoder).await?;
+        Ok((ids, features))
+    }
+
+    /// Starts a generation after a conversation with images
+    /// ([`GemmaModel::prompt_with_images`]), the features fed at their tokens.
     pub async fn stream_with_images(
         &self,
         messages: &[ChatMessage],
@@ -153,10 +173,17 @@ impl GemmaModel {
         encoder: &dyn ImageEncoder,
         options: TextOptions,
     ) -> Result<TextStream<'_>> {
-        let prepared = self.prepare_images(images, max_soft_tokens)?;
-        let ids =
-            self.prompt_ids_with_tool_images(messages, tools, thinking, &prepared, tool_images)?;
-        let features = self.encode_images(&prepared, encoder).await?;
+        let (ids, features) = self
+            .prompt_with_images(
+                messages,
+                tools,
+                thinking,
+                images,
+                tool_images,
+                max_soft_tokens,
+                encoder,
+            )
+            .await?;
         TextStream::with_image_features(self, &ids, options, features)
     }
 }

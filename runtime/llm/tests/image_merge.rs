@@ -120,6 +120,22 @@ fn ids(v: &Json) -> Vec<u32> {
     serde_json::from_value(v.clone()).expect("ids")
 }
 
+/// `n` greedy tokens after `prompt` with the image `features` fed at its image tokens.
+fn greedy_with_features(
+    model: &GemmaModel,
+    prompt: &[u32],
+    features: Vec<Value>,
+    n: usize,
+) -> Vec<u32> {
+    let mut g = Generator::new(model, prompt, Sampling::Greedy)
+        .expect("image fixture")
+        .with_image_features(features)
+        .expect("image fixture");
+    (0..n)
+        .map(|_| pollster::block_on(g.next_token()).expect("image fixture"))
+        .collect()
+}
+
 #[test]
 fn greedy_with_images_equals_onnx_runtime() {
     let gpu = Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter"));
@@ -175,14 +191,7 @@ fn greedy_with_images_equals_onnx_runtime() {
             let features = pollster::block_on(model.encode_images(&prepared, &encoder))
                 .expect("image fixture");
             let want = ids(&case["greedy_tokens"]);
-            let mut g = Generator::new(&model, &prompt, Sampling::Greedy)
-                .expect("image fixture")
-                .with_image_features(features)
-                .expect("image fixture");
-            let mut got = Vec::new();
-            for _ in 0..want.len() {
-                got.push(pollster::block_on(g.next_token()).expect("image fixture"));
-            }
+            let got = greedy_with_features(&model, &prompt, features, want.len());
             assert_eq!(got, want, "{name} {cname}: greedy tokens");
             eprintln!(
                 "{name} {cname}: {} prompt ids ({counts:?} soft tokens), {} greedy tokens equal ONNX Runtime's",
@@ -522,14 +531,7 @@ fn greedy_with_our_vision_encoder_equals_onnx_runtime() {
             assert!(worst <= 1e-4, "{name} {cname}: features differ by {worst}");
             let prompt = ids(&case["input_ids"]);
             let want = ids(&case["greedy_tokens"]);
-            let mut g = Generator::new(&model, &prompt, Sampling::Greedy)
-                .expect("image fixture")
-                .with_image_features(features)
-                .expect("image fixture");
-            let mut got = Vec::new();
-            for _ in 0..want.len() {
-                got.push(pollster::block_on(g.next_token()).expect("image fixture"));
-            }
+            let got = greedy_with_features(&model, &prompt, features, want.len());
             assert_eq!(got, want, "{name} {cname}: greedy tokens");
             eprintln!(
                 "{name} {cname}: features within {worst:e} of ONNX Runtime's, {} greedy tokens equal",
