@@ -19,6 +19,7 @@
 use serde::{Deserialize, Serialize};
 
 pub mod storage;
+pub mod widget;
 #[cfg(test)]
 mod wire_tests;
 

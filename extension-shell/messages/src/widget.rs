@@ -1,0 +1,161 @@
+//! The embeddable widget's two threads (issue 32): the page's main thread (`gg-widget`: the
+//! `<gemma-gem-widget>` element, the UI, the in-page tools) and the dedicated Worker that hosts the
+//! model and the agent loop (`gg-widget-worker`). They talk with `postMessage`, one JSON value per
+//! message: [`WidgetRequest`] from the page to the worker, [`WorkerMessage`] back.
+//!
+//! Both sides are ours and the Worker object never leaves the widget's module, so the page cannot
+//! post into this channel; every message is still parsed strictly and anything else is dropped
+//! (the worker's `onmessage` also receives nothing but ours).
+
+use gg_agent::{
+    AgentEvent, ApprovalDecision, ElementFacts, ElementTarget, ImagePart, ToolCall, ToolError,
+    ToolOutput,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::{AdapterReport, ModelReport};
+
+/// Protocol tag of every widget message (bumped when the shapes change incompatibly).
+pub const WIDGET_PROTOCOL: &str = "gemma-gem-widget/1";
+
+/// What one turn runs with: the element's attributes as they were when the user asked.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TurnSettings {
+    /// Repository base URL in the Hugging Face layout (attribute `model-source`, resolved with
+    /// `model-size` by [`crate::model_repository`]); `script:URL` in development builds.
+    pub repository: String,
+    /// `"E2B"` or `"E4B"` (attribute `model-size`).
+    pub model_size: String,
+    pub thinking: bool,
+    pub max_iterations: u32,
+    pub temperature: f32,
+    /// Soft tokens per image.
+    pub image_tokens: u32,
+    pub constrain_tool_calls: bool,
+    /// `None`: the agent's default system prompt (attribute `system-prompt`).
+    pub system_prompt: Option<String>,
+    /// The built-in tools declared to the model (attribute `tools`, after `scope` and the opt-ins
+    /// were applied); the page side refuses any other call as well.
+    pub tools: Vec<String>,
+}
+
+/// From the page's main thread to the worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WidgetRequest {
+    /// Download (with progress) and load the model now, without asking anything (the panel was
+    /// opened). A load of the same repository that runs or finished is joined.
+    Load {
+        repository: String,
+        model_size: String,
+    },
+    /// The user (or `element.ask(text)`) sent a message: run one agent turn.
+    Ask {
+        /// Chosen by the page, increasing; echoed in [`WorkerMessage::Agent`].
+        turn: u64,
+        text: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ImagePart>,
+        settings: TurnSettings,
+    },
+    /// Stop the running turn (nothing happens when none runs).
+    Stop,
+    /// Forget the conversation (stops a running turn first).
+    Clear,
+    /// The answer to [`WorkerMessage::RunTool`].
+    ToolResult {
+        id: u64,
+        result: Result<ToolOutput, ToolError>,
+    },
+    /// The answer to [`WorkerMessage::DescribeElement`].
+    ElementFacts {
+        id: u64,
+        result: Result<ElementFacts, ToolError>,
+    },
+    /// The user's answer to an [`AgentEvent::AwaitingApproval`] of the running turn.
+    Approval {
+        call_id: String,
+        decision: ApprovalDecision,
+    },
+}
+
+/// From the worker to the page's main thread.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WorkerMessage {
+    /// The worker runs; what WebGPU offers in it (`adapter: None` and a reason when nothing).
+    Started { adapter: AdapterReport },
+    /// Where the model stands (downloading with progress, initializing, ready, failed).
+    ModelStatus(ModelReport),
+    /// An event of the turn `turn` (tokens, tool steps, approvals, the end).
+    Agent { turn: u64, event: AgentEvent },
+    /// Run a page tool in the page (answered with [`WidgetRequest::ToolResult`]).
+    RunTool { id: u64, call: ToolCall },
+    /// Describe an element for the safety gate (answered with [`WidgetRequest::ElementFacts`]).
+    DescribeElement { id: u64, target: ElementTarget },
+    /// Something failed outside a turn (a bad message, the worker's own start).
+    Error { message: String },
+}
+
+/// One message on the wire.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WidgetEnvelope<B> {
+    pub protocol: String,
+    pub body: B,
+}
+
+impl<B: Serialize + serde::de::DeserializeOwned> WidgetEnvelope<B> {
+    pub fn new(body: B) -> Self {
+        Self {
+            protocol: WIDGET_PROTOCOL.to_owned(),
+            body,
+        }
+    }
+
+    /// Parses a message; `None` for anything that is not this protocol's.
+    pub fn parse(value: serde_json::Value) -> Option<B> {
+        let env: Self = serde_json::from_value(value).ok()?;
+        (env.protocol == WIDGET_PROTOCOL).then_some(env.body)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_strict_parsing() {
+        let req = WidgetRequest::Ask {
+            turn: 3,
+            text: "hi".into(),
+            images: Vec::new(),
+            settings: TurnSettings {
+                repository: "http://127.0.0.1:8080/models/x/".into(),
+                model_size: "E2B".into(),
+                thinking: false,
+                max_iterations: 10,
+                temperature: 1.0,
+                image_tokens: 280,
+                constrain_tool_calls: true,
+                system_prompt: None,
+                tools: vec!["read_page_content".into()],
+            },
+        };
+        let json = serde_json::to_value(WidgetEnvelope::new(req.clone())).unwrap();
+        assert_eq!(json["body"]["type"], "ask");
+        assert_eq!(WidgetEnvelope::<WidgetRequest>::parse(json.clone()), Some(req));
+        let mut other = json.clone();
+        other["protocol"] = "gemma-gem/1".into();
+        assert_eq!(WidgetEnvelope::<WidgetRequest>::parse(other), None);
+        assert_eq!(
+            WidgetEnvelope::<WidgetRequest>::parse(serde_json::json!({"type": "stop"})),
+            None
+        );
+        // A worker message is not a request.
+        let msg = serde_json::to_value(WidgetEnvelope::new(WorkerMessage::Error {
+            message: "x".into(),
+        }))
+        .unwrap();
+        assert_eq!(WidgetEnvelope::<WidgetRequest>::parse(msg), None);
+    }
+}
