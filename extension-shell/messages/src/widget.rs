@@ -143,7 +143,10 @@ mod tests {
         };
         let json = serde_json::to_value(WidgetEnvelope::new(req.clone())).unwrap();
         assert_eq!(json["body"]["type"], "ask");
-        assert_eq!(WidgetEnvelope::<WidgetRequest>::parse(json.clone()), Some(req));
+        assert_eq!(
+            WidgetEnvelope::<WidgetRequest>::parse(json.clone()),
+            Some(req)
+        );
         let mut other = json.clone();
         other["protocol"] = "gemma-gem/1".into();
         assert_eq!(WidgetEnvelope::<WidgetRequest>::parse(other), None);

@@ -3,7 +3,7 @@
 //! offscreen document, of which it shows those of its own tab (the tab Chrome says it is in,
 //! learned from the service worker's answer to `GetConversation`).
 
-mod convert;
+use gg_ui_bridge as convert;
 mod settings;
 
 use gg_chrome::log;

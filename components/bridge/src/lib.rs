@@ -1,5 +1,6 @@
-//! Agent data -> UI data: the agent's events become reducer actions, and a saved conversation
-//! becomes the UI's message list. Pure functions, tested natively.
+//! Agent data -> UI data, for the extension's overlay and the embeddable widget: the agent's
+//! events become reducer actions, model reports become status and errors, and a saved
+//! conversation becomes the UI's message list. Pure functions, tested natively.
 
 use gg_agent::{
     AgentError, AgentEvent, ChatMessage as AgentMessage, Role as AgentRole, StopReason,
