@@ -38,6 +38,7 @@ pub mod context;
 mod emit;
 mod facts;
 pub mod gate;
+pub mod javascript;
 pub mod message;
 pub mod permissions;
 mod site;
@@ -64,6 +65,7 @@ pub use gate::{
     ActionKind, ApprovalDecision, ApprovalRequest, Approver, Classification, DenyAll, ElementFacts,
     FieldFacts, FormFacts, RiskClass, SensitiveField, SensitiveReason,
 };
+pub use javascript::javascript_answer;
 pub use message::{ChatMessage, ImagePart, Part, Role, ToolCall, ToolResponse};
 pub use permissions::{Permission, SitePermissions, SitePolicy};
 pub use site::site_key;

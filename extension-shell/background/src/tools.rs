@@ -141,9 +141,6 @@ pub async fn take_screenshot(tab_id: i64, document_id: &str) -> Result<ToolOutpu
 /// How long `run_javascript` waits for the page's answer.
 pub const RUN_JAVASCRIPT_TIMEOUT_MS: u32 = 10_000;
 
-/// Longest result (JSON characters) handed back to the model.
-const RESULT_MAX_CHARS: usize = 8000;
-
 /// Runs `code` in the main world of the document `document_id` of `tab_id` (and nowhere else)
 /// through the function `globalThis.ggPageEval` that `background.js` defines (Chrome needs a
 /// function object to inject). Everything in the page's world may have been replaced by the page
@@ -208,83 +205,5 @@ pub async fn run_javascript(
     let first = Array::from(&results).get(0);
     let result = gg_chrome::from_js(&get(&first, "result"))
         .map_err(|e| ToolError::new(ToolErrorKind::Failed, e))?;
-    page_answer(&result)
-}
-
-/// The page's answer to `ggPageEval` (`{status, value | message}`), which the page may have
-/// forged: anything else is a clear error, strings are capped.
-fn page_answer(result: &serde_json::Value) -> Result<ToolOutput, ToolError> {
-    let message = || {
-        let text = result
-            .get("message")
-            .and_then(|m| m.as_str())
-            .unwrap_or("unknown error");
-        cap(text)
-    };
-    match result.get("status").and_then(|s| s.as_str()) {
-        Some("ok") => {
-            let value = result
-                .get("value")
-                .cloned()
-                .unwrap_or(serde_json::Value::Null);
-            let json = value.to_string();
-            Ok(ToolOutput::new(
-                if json.chars().count() > RESULT_MAX_CHARS {
-                    serde_json::Value::String(cap(&json))
-                } else {
-                    value
-                },
-            ))
-        }
-        Some("blocked") => Err(ToolError::new(
-            ToolErrorKind::Blocked,
-            format!(
-                "this page's Content-Security-Policy forbids running JavaScript from a string ({}); use the page tools (snapshot_page, click_element, type_text, read_page_content) instead",
-                message()
-            ),
-        )),
-        Some("error") => Err(ToolError::new(
-            ToolErrorKind::Failed,
-            format!("the code threw: {}", message()),
-        )),
-        _ => Err(ToolError::new(
-            ToolErrorKind::Failed,
-            "the page gave no readable answer (it may have replaced what the code runs with)",
-        )),
-    }
-}
-
-/// At most [`RESULT_MAX_CHARS`] characters of `text`, saying how many were left out.
-fn cap(text: &str) -> String {
-    match text.char_indices().nth(RESULT_MAX_CHARS) {
-        None => text.to_owned(),
-        Some((at, _)) => format!(
-            "{} … ({} more characters)",
-            &text[..at],
-            text[at..].chars().count()
-        ),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn page_answers_are_checked_and_capped() {
-        let ok = page_answer(&json!({"status": "ok", "value": {"a": 1}})).unwrap();
-        assert_eq!(ok.value, json!({"a": 1}));
-        let long = "x".repeat(RESULT_MAX_CHARS + 5);
-        let capped = page_answer(&json!({"status": "ok", "value": long})).unwrap();
-        let text = capped.value.as_str().unwrap();
-        assert!(text.ends_with("(7 more characters)"), "{text}");
-        let thrown = page_answer(&json!({"status": "error", "message": "boom"})).unwrap_err();
-        assert_eq!(thrown.message, "the code threw: boom");
-        assert_eq!(thrown.kind, ToolErrorKind::Failed);
-        let forged = page_answer(&json!({"status": 3})).unwrap_err();
-        assert!(forged.message.contains("no readable answer"));
-        let blocked = page_answer(&json!({"status": "blocked", "message": "eval"})).unwrap_err();
-        assert_eq!(blocked.kind, ToolErrorKind::Blocked);
-    }
+    gg_agent::javascript_answer(&result)
 }
