@@ -41,7 +41,7 @@ pub use model_status::{ModelStatusView, ModelStatusViewProps};
 pub use settings_panel::{SettingsPanel, SettingsPanelProps};
 pub use shadow_host::{HostLayer, ShadowHost, ShadowHostProps, ShadowParts, attach_closed_shadow};
 #[cfg(feature = "csr")]
-pub use shadow_host::{ShadowMount, mount_in_shadow};
+pub use shadow_host::{ShadowApp, ShadowAppProps, ShadowMount, mount_in_shadow};
 pub use state::{Action, ChatState, View};
 pub use style::{GgStyles, ThemeRoot, ThemeRootProps};
 pub use tool_timeline::{ToolTimeline, ToolTimelineProps};

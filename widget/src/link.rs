@@ -1,0 +1,92 @@
+//! The model worker: a module Worker from the widget's folder, spoken to in
+//! [`gg_messages::widget`]'s protocol.
+
+use gg_messages::widget::{WidgetEnvelope, WidgetRequest, WorkerMessage};
+use std::rc::Rc;
+use wasm_bindgen::JsCast;
+use wasm_bindgen::prelude::*;
+use web_sys::{MessageEvent, Worker, WorkerOptions, WorkerType};
+
+/// The running worker; clones share it.
+#[derive(Clone)]
+pub struct WorkerLink {
+    inner: Rc<Inner>,
+}
+
+struct Inner {
+    worker: Worker,
+    _on_message: Closure<dyn FnMut(MessageEvent)>,
+    _on_error: Closure<dyn FnMut(web_sys::ErrorEvent)>,
+}
+
+impl WorkerLink {
+    /// Starts the worker at `url`; `on_message` gets each of its messages (anything that is
+    /// not this protocol's is dropped). A worker that fails to start or throws is reported as
+    /// [`WorkerMessage::Error`].
+    pub fn start(url: &str, on_message: impl Fn(WorkerMessage) + 'static) -> Result<Self, String> {
+        let options = WorkerOptions::new();
+        options.set_type(WorkerType::Module);
+        options.set_name("gemma-gem-widget");
+        let worker = Worker::new_with_options(url, &options).map_err(|e| describe(&e))?;
+        let on_message = Rc::new(on_message);
+        let handler = {
+            let on_message = on_message.clone();
+            Closure::<dyn FnMut(MessageEvent)>::new(move |event: MessageEvent| {
+                let Ok(json) = js_sys::JSON::stringify(&event.data()) else {
+                    return;
+                };
+                let Some(message) = serde_json::from_str(&String::from(json))
+                    .ok()
+                    .and_then(WidgetEnvelope::<WorkerMessage>::parse)
+                else {
+                    return;
+                };
+                on_message(message);
+            })
+        };
+        let on_error = Closure::<dyn FnMut(web_sys::ErrorEvent)>::new(
+            move |e: web_sys::ErrorEvent| {
+                e.prevent_default();
+                let detail = if e.message().is_empty() {
+                    "the script could not be loaded (check that gemma-gem-widget-worker.js is served \
+                 next to gemma-gem-widget.js and that the page's CSP allows worker-src 'self')"
+                    .to_owned()
+                } else {
+                    e.message()
+                };
+                on_message(WorkerMessage::Error {
+                    message: format!("the model worker failed: {detail}"),
+                });
+            },
+        );
+        worker.set_onmessage(Some(handler.as_ref().unchecked_ref()));
+        worker.set_onerror(Some(on_error.as_ref().unchecked_ref()));
+        Ok(Self {
+            inner: Rc::new(Inner {
+                worker,
+                _on_message: handler,
+                _on_error: on_error,
+            }),
+        })
+    }
+
+    /// Posts `request` (as a JSON value).
+    pub fn post(&self, request: &WidgetRequest) {
+        let text = serde_json::to_string(&WidgetEnvelope::new(request.clone()))
+            .unwrap_or_else(|_| "null".into());
+        if let Ok(value) = js_sys::JSON::parse(&text) {
+            let _ = self.inner.worker.post_message(&value);
+        }
+    }
+
+    pub fn terminate(&self) {
+        self.inner.worker.terminate();
+    }
+}
+
+fn describe(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| format!("{e:?}"))
+}
