@@ -17,6 +17,18 @@ pub struct ModelStatusViewProps {
 #[function_component(ModelStatusView)]
 pub fn model_status_view(props: &ModelStatusViewProps) -> Html {
     let status = &props.status;
+    // The bar's width is set through the CSSOM, not a `style` attribute: a page whose CSP has no
+    // `style-src 'unsafe-inline'` (the embeddable widget on a strict site) drops style attributes.
+    let bar = use_node_ref();
+    {
+        let bar = bar.clone();
+        let width = format!("{:.1}%", status.progress().unwrap_or(0.0) * 100.0);
+        use_effect_with(width, move |width| {
+            if let Some(el) = bar.cast::<web_sys::HtmlElement>() {
+                let _ = el.style().set_property("width", width);
+            }
+        });
+    }
     let body = match *status {
         ModelStatus::NotLoaded => html! {
             <div class="gg-model-line">
@@ -56,7 +68,7 @@ pub fn model_status_view(props: &ModelStatusViewProps) -> Html {
                     </div>
                     <div class="gg-progress" role="progressbar" aria-label="Model download"
                         aria-valuemin="0" aria-valuemax="100" aria-valuenow={pct.to_string()} aria-valuetext={value_text}>
-                        <div class="gg-progress-value" style={format!("width: {:.1}%", fraction * 100.0)}></div>
+                        <div class="gg-progress-value" ref={bar.clone()}></div>
                     </div>
                 </>
             }

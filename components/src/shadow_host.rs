@@ -70,12 +70,71 @@ fn js_error(message: impl std::fmt::Display) -> JsValue {
     JsValue::from_str(&message.to_string())
 }
 
+/// Mirrors the kit's `<style>` elements of `root` into one constructed style sheet adopted by
+/// the root, kept in step by a `MutationObserver` (stylist adds styles as components first
+/// render). A page whose Content-Security-Policy has no `style-src 'unsafe-inline'` blocks the
+/// `<style>` elements, but not constructed sheets (CSSOM), so the kit keeps its looks on strict
+/// sites (the embeddable widget). Elsewhere both apply the same rules.
+fn adopt_styles(root: &ShadowRoot) -> Result<(), JsValue> {
+    use wasm_bindgen::JsCast;
+    use wasm_bindgen::closure::Closure;
+    let sheet = web_sys::CssStyleSheet::new()?;
+    root.set_adopted_style_sheets(&js_sys::Array::of1(&sheet));
+    let sync = {
+        let root = root.clone();
+        move || {
+            let mut css = String::new();
+            if let Ok(styles) = root.query_selector_all("style") {
+                for i in 0..styles.length() {
+                    if let Some(text) = styles.item(i).and_then(|n| n.text_content()) {
+                        css.push_str(&text);
+                        css.push('\n');
+                    }
+                }
+            }
+            let _ = sheet.replace_sync(&css);
+        }
+    };
+    sync();
+    // Only mutations of the root's own children (where stylist puts its elements) or inside a
+    // `<style>` count: the UI's renders change the rest of the tree all the time.
+    let style_changed = |node: Option<web_sys::Node>, root: &ShadowRoot| {
+        node.is_some_and(|n| {
+            n.node_name() == "STYLE"
+                || n.parent_node().is_some_and(|p| p.node_name() == "STYLE")
+                || n == ***root
+        })
+    };
+    let callback = {
+        let root = root.clone();
+        Closure::<dyn FnMut(js_sys::Array)>::new(move |records: js_sys::Array| {
+            let relevant = records.iter().any(|r| {
+                r.dyn_into::<web_sys::MutationRecord>()
+                    .is_ok_and(|r| style_changed(r.target(), &root))
+            });
+            if relevant {
+                sync();
+            }
+        })
+    };
+    let observer = web_sys::MutationObserver::new(callback.as_ref().unchecked_ref())?;
+    let options = web_sys::MutationObserverInit::new();
+    options.set_child_list(true);
+    options.set_subtree(true);
+    options.set_character_data(true);
+    observer.observe_with_options(root, &options)?;
+    // Both live as long as the root (the observer is dropped with it).
+    callback.forget();
+    Ok(())
+}
+
 /// Attaches a closed shadow root to `host` and prepares it for the kit.
 pub fn attach_closed_shadow(host: &Element) -> Result<ShadowParts, JsValue> {
     let root = host.attach_shadow(&ShadowRootInit::new(ShadowRootMode::Closed))?;
     let document = host
         .owner_document()
         .ok_or_else(|| js_error("the host element has no document"))?;
+    adopt_styles(&root)?;
     let mount_point = document.create_element("div")?;
     mount_point.set_attribute("data-gg-mount", "")?;
     root.append_child(&mount_point)?;
