@@ -15,6 +15,8 @@ const pagesDir = path.join(repo, 'tests', 'pages');
 const modelsDir = path.join(repo, 'tests', 'fixtures', 'models');
 
 export const STRICT_CSP = "default-src 'self'; script-src 'self'";
+/** The CSP a site must allow for the embeddable widget (README, "Embed it on your site"). */
+export const WIDGET_CSP = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; worker-src 'self'";
 
 const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '.mjs': 'text/javascript', '.css': 'text/css',
   '.json': 'application/json', '.png': 'image/png', '.wasm': 'application/wasm', '.jinja': 'text/plain' };
@@ -36,7 +38,10 @@ const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '
  * - `unlisted: Set<repository path>` — these files' listing entries carry no hash (no `oid`, no
  *   `lfs`), as a listing that publishes none for them;
  * - `models: { NAME: dir }` — more repositories, served from directories outside
- *   `tests/fixtures/models` (a generated model under `bench/cache/`), under `NAME` like the others.
+ *   `tests/fixtures/models` (a generated model under `bench/cache/`), under `NAME` like the others;
+ * - `pages: dir` — serve the pages from `dir` instead of `tests/pages` (the built demo site);
+ * - `widget: dir` — the built embeddable widget (`dist/widget-dev/`), served under `/gg-widget/`.
+ *   Pages under `/widget-csp/` are the pages of `tests/pages` served with `WIDGET_CSP`.
  *
  * Models are also served in the Hugging Face layout, as the Hub serves them:
  * `/ORG/NAME/resolve/main/PATH` is `tests/fixtures/models/NAME/PATH` (any ORG), and
@@ -47,7 +52,7 @@ const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '
  */
 export async function startServer(options = {}) {
   const log = [];
-  const opts = { throttle: null, cutOnce: new Set(), corrupt: new Set(), listingPage: 0, unlisted: new Set(), models: {}, ...options };
+  const opts = { throttle: null, cutOnce: new Set(), corrupt: new Set(), listingPage: 0, unlisted: new Set(), models: {}, widget: null, pages: pagesDir, ...options };
   /** The directory of repository `name` and the root it must stay inside. */
   const repository = (name) => {
     const extra = Object.hasOwn(opts.models, name) ? path.resolve(opts.models[name]) : null;
@@ -58,7 +63,7 @@ export async function startServer(options = {}) {
     const entry = { method: req.method, path: url.pathname, range: req.headers.range ?? null, status: 0, cut: null };
     log.push(entry);
     let rel = decodeURIComponent(url.pathname);
-    let base = pagesDir;
+    let base = path.resolve(opts.pages);
     const headers = {};
     const tree = /^\/api\/models\/[^/]+\/([^/]+)\/tree\/main\/?$/.exec(rel);
     if (tree) {
@@ -96,6 +101,8 @@ export async function startServer(options = {}) {
       rel = path.relative(root, dir) ? `/${path.relative(root, dir)}${hub[2]}` : hub[2];
     }
     else if (rel.startsWith('/strict-csp/')) { rel = rel.slice('/strict-csp'.length); headers['Content-Security-Policy'] = STRICT_CSP; }
+    else if (rel.startsWith('/widget-csp/')) { rel = rel.slice('/widget-csp'.length); headers['Content-Security-Policy'] = WIDGET_CSP; }
+    else if (rel.startsWith('/gg-widget/') && opts.widget) { base = path.resolve(opts.widget); rel = rel.slice('/gg-widget'.length); }
     const file = path.join(base, path.normalize(rel));
     if (!file.startsWith(base) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
       entry.status = 404; res.writeHead(404); res.end('not found'); return;
@@ -264,6 +271,23 @@ export async function launchExtension(extDir) {
   const extensionId = new URL(sw.url()).host;
   const close = async () => { await context.close(); fs.rmSync(userDataDir, { recursive: true, force: true }); };
   return { context, sw, extensionId, userDataDir, close };
+}
+
+/** Headless Chromium without any extension (WebGPU on SwiftShader), as a visitor of a site that
+ * embeds the widget. */
+export async function launchBrowser() {
+  const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'gg-e2e-'));
+  const context = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: { width: 1000, height: 760 },
+    args: [
+      '--no-sandbox', '--enable-unsafe-webgpu',
+      '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run',
+    ],
+  });
+  const close = async () => { await context.close(); fs.rmSync(userDataDir, { recursive: true, force: true }); };
+  return { context, userDataDir, close };
 }
 
 /** Polls `fn` until it returns a truthy value or `timeout` ms pass. */

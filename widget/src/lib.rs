@@ -116,24 +116,29 @@ impl State {
         }
     }
 
-    /// The repository of the model: `model-source` resolved against the page's URL.
+    /// The repository of the model: `model-source` resolved against the page's URL (so
+    /// `models/x` works), or the pinned Hugging Face repository of `size` when there is none.
+    /// Development builds also take `script:URL` (the scripted model of the tests).
     fn repository(&self, size: &str) -> String {
         let source = self.config.model_source.trim();
-        if source.starts_with("script:") {
-            return source.to_owned();
-        }
         let base = web_sys::window()
             .and_then(|w| w.document())
             .and_then(|d| d.base_uri().ok().flatten())
             .unwrap_or_default();
-        let absolute = if source.is_empty() {
+        let absolute = |url: &str| {
+            web_sys::Url::new_with_base(url, &base)
+                .map(|u| u.href())
+                .unwrap_or_else(|_| url.to_owned())
+        };
+        if let Some(script) = source.strip_prefix("script:") {
+            return format!("script:{}", absolute(script));
+        }
+        let source = if source.is_empty() {
             String::new()
         } else {
-            web_sys::Url::new_with_base(source, &base)
-                .map(|u| u.href())
-                .unwrap_or_else(|_| source.to_owned())
+            absolute(source)
         };
-        gg_messages::model_repository(&absolute, size)
+        gg_messages::model_repository(&source, size)
     }
 
     fn turn_settings(&self) -> TurnSettings {
@@ -356,7 +361,8 @@ fn mount(state: &Rc<RefCell<State>>) -> Result<(), JsValue> {
         }
         (s.element.clone(), s.theme(), initial)
     };
-    element.set_attribute("style", HostLayer::Overlay.host_style())?;
+    // Through the CSSOM: a strict CSP (no `style-src 'unsafe-inline'`) drops style attributes.
+    element.style().set_css_text(HostLayer::Overlay.host_style());
     let parts = attach_closed_shadow(&element)?;
     let weak = Rc::downgrade(state);
     let on_ready = {

@@ -24,6 +24,8 @@ pub struct BuildArgs {
 pub struct Built {
     pub extension: PathBuf,
     pub demo_site: PathBuf,
+    /// The embeddable widget's folder (`gemma-gem-widget.js` and what it loads).
+    pub widget: PathBuf,
 }
 
 /// wasm-bindgen crates of the extension: (package, library file stem, output folder in the extension).
@@ -34,6 +36,14 @@ const EXTENSION_WASM: &[(&str, &str, &str)] = &[
 ];
 /// Development builds: debug logging, and the scripted model and the greedy probe for tests.
 const DEV_FEATURES: &str = "gg-background/dev-log,gg-offscreen/dev-log,gg-offscreen/scripted-model,gg-offscreen/dev-probe,gg-overlay/dev-log";
+
+/// The embeddable widget's folder: `dist/widget/` (release) or `dist/widget-dev/` (development:
+/// debug logging and the scripted model for tests).
+pub fn widget_dir(release: bool) -> PathBuf {
+    root()
+        .join("dist")
+        .join(if release { "widget" } else { "widget-dev" })
+}
 
 pub fn extension_dir(release: bool) -> PathBuf {
     root().join("dist").join(if release {
@@ -60,7 +70,8 @@ pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Resu
     let target_dir = crate::util::target_dir();
     let ext = extension_dir(release);
     let demo = root().join("dist/demo-site");
-    for dir in [&ext, &demo] {
+    let widget = widget_dir(release);
+    for dir in [&ext, &demo, &widget] {
         if dir.exists() {
             std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
@@ -79,7 +90,7 @@ pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Resu
     for (pkg, _, _) in EXTENSION_WASM {
         cmd.args(["-p", pkg]);
     }
-    cmd.args(["-p", "gg-demo-site"]);
+    cmd.args(["-p", "gg-demo-site", "-p", "gg-widget"]);
     if !release {
         cmd.args(["--features", DEV_FEATURES]);
     }
@@ -110,6 +121,10 @@ pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Resu
     )?;
     if release {
         optimise(tools, &demo.join("pkg/gg_demo_site_bg.wasm"))?;
+    }
+    bindgen(tools, &wasm_dir.join("gg_widget.wasm"), &widget, "web", release)?;
+    if release {
+        optimise(tools, &widget.join("gg_widget_bg.wasm"))?;
     }
 
     // 2. The content script: no_std → wasm32v1-none → bundler glue → wasm2js.
@@ -143,12 +158,17 @@ pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Resu
         ext.join("manifest.json"),
         serde_json::to_string_pretty(&manifest)? + "\n",
     )?;
+    copy_dir(&root().join("widget/static"), &widget)?;
     copy_dir(&root().join("demo-site/static"), &demo)?;
+    // The demo site embeds the widget from its own folder (same origin, relative URLs).
+    copy_dir(&widget, &demo.join("widget"))?;
     eprintln!("xtask: extension written to {}", ext.display());
+    eprintln!("xtask: widget written to {}", widget.display());
     eprintln!("xtask: demo site written to {}", demo.display());
     Ok(Built {
         extension: ext,
         demo_site: demo,
+        widget,
     })
 }
 
