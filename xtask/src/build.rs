@@ -122,7 +122,13 @@ pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Resu
     if release {
         optimise(tools, &demo.join("pkg/gg_demo_site_bg.wasm"))?;
     }
-    bindgen(tools, &wasm_dir.join("gg_widget.wasm"), &widget, "web", release)?;
+    bindgen(
+        tools,
+        &wasm_dir.join("gg_widget.wasm"),
+        &widget,
+        "web",
+        release,
+    )?;
     if release {
         optimise(tools, &widget.join("gg_widget_bg.wasm"))?;
     }

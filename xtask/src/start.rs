@@ -38,7 +38,10 @@ pub fn run(args: &StartArgs) -> Result<()> {
     let url = format!("http://127.0.0.1:{}/", args.port);
     eprintln!("xtask: demo site:   {url}");
     eprintln!("xtask: playground:  {url}playground.html");
-    eprintln!("xtask: embed it:    {url}embed.html (widget files: {})", built.widget.display());
+    eprintln!(
+        "xtask: embed it:    {url}embed.html (widget files: {})",
+        built.widget.display()
+    );
     eprintln!("xtask: models:      {url}models/");
     let ext = built.extension.display().to_string();
     let has_display = cfg!(not(target_os = "linux"))

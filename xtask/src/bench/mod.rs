@@ -777,6 +777,27 @@ fn sizes(args: &BenchArgs) -> Result<Value> {
             ],
         )?,
     ];
+    // The embeddable widget (issue 32): what the page's main thread loads (budget 300 KB gzip)
+    // and the model worker (budget 3 MB gzip).
+    let widget = crate::build::widget_dir(true);
+    let mut page = bundle(
+        "our widget, page main thread (loader + glue + wasm: UI and page tools)",
+        &widget,
+        &["gemma-gem-widget.js", "gg_widget.js", "gg_widget_bg.wasm"],
+    )?;
+    page["budget_gzip_bytes"] = json!(300 * 1024);
+    list.push(page);
+    let mut worker = bundle(
+        "our widget, model worker (loader + glue + wasm: runtime, model, agent)",
+        &widget,
+        &[
+            "gemma-gem-widget-worker.js",
+            "gg_widget_worker.js",
+            "gg_widget_worker_bg.wasm",
+        ],
+    )?;
+    worker["budget_gzip_bytes"] = json!(3 * 1024 * 1024);
+    list.push(worker);
     if bench_pkg.join("gg_bench_wasm_bg.wasm").is_file() {
         // The offscreen document does not link gg-llm yet; the bench entry does (runtime + Gemma
         // session + tokenizer), built with the release profile, without wasm-opt.

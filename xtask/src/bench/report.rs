@@ -485,14 +485,26 @@ pub fn markdown(doc: &Value) -> String {
         }
     }
     if let Some(sizes) = doc.get("sizes").and_then(Value::as_array) {
-        s.push_str("## Shipped sizes\n\n| bundle | files | raw | gzip -9 |\n|---|---|---|---|\n");
+        s.push_str(
+            "## Shipped sizes\n\n| bundle | files | raw | gzip -9 | budget (gzip) |\n|---|---|---|---|---|\n",
+        );
         for b in sizes {
+            let gzip = b.get("gzip_bytes").and_then(Value::as_f64);
+            let budget = match (b.get("budget_gzip_bytes").and_then(Value::as_f64), gzip) {
+                (Some(limit), Some(size)) => format!(
+                    "{} ({})",
+                    fmt_kb(Some(limit)),
+                    if size <= limit { "met" } else { "**over**" }
+                ),
+                _ => "–".into(),
+            };
             s.push_str(&format!(
-                "| {} | {} | {} | {} |\n",
+                "| {} | {} | {} | {} | {} |\n",
                 text(b, "name"),
                 text(b, "files"),
                 fmt_kb(b.get("raw_bytes").and_then(Value::as_f64)),
-                fmt_kb(b.get("gzip_bytes").and_then(Value::as_f64)),
+                fmt_kb(gzip),
+                budget,
             ));
         }
         s.push('\n');
