@@ -1,7 +1,8 @@
 //! `cargo xtask build`: the extension (dev or release) and the demo site.
 //!
 //! Pipeline per context:
-//! - service worker, offscreen document, overlay page, demo site: `wasm32-unknown-unknown` →
+//! - service worker, offscreen document, overlay page, demo site, the widget's worker
+//!   ([`crate::widget`]): `wasm32-unknown-unknown` →
 //!   `wasm-bindgen --target web` (→ `wasm-opt -Oz` for release);
 //! - content script: `no_std` crate for `wasm32v1-none` → `wasm-bindgen --target bundler` →
 //!   `wasm2js -O`, giving plain JavaScript that runs on pages whose CSP forbids WebAssembly.
@@ -80,8 +81,14 @@ pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Resu
         cmd.args(["-p", pkg]);
     }
     cmd.args(["-p", "gg-demo-site"]);
+    for (pkg, _, _) in crate::widget::WASM {
+        cmd.args(["-p", pkg]);
+    }
     if !release {
-        cmd.args(["--features", DEV_FEATURES]);
+        cmd.args([
+            "--features",
+            &format!("{DEV_FEATURES},{}", crate::widget::DEV_FEATURES),
+        ]);
     }
     if let Some(c) = clippy {
         cmd.args(["-p", "gg-bench-wasm"]);
@@ -111,6 +118,7 @@ pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Resu
     if release {
         optimise(tools, &demo.join("pkg/gg_demo_site_bg.wasm"))?;
     }
+    crate::widget::package(tools, &wasm_dir, release)?;
 
     // 2. The content script: no_std → wasm32v1-none → bundler glue → wasm2js.
     let mut cmd = crate::util::cargo();
@@ -152,7 +160,7 @@ pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Resu
     })
 }
 
-fn bindgen(tools: &Tools, wasm: &Path, out: &Path, target: &str, release: bool) -> Result<()> {
+pub fn bindgen(tools: &Tools, wasm: &Path, out: &Path, target: &str, release: bool) -> Result<()> {
     let mut cmd = Command::new(tools.wasm_bindgen());
     cmd.args(["--target", target, "--no-typescript", "--out-dir"])
         .arg(out)
@@ -175,7 +183,7 @@ const RUSTC_WASM_FEATURES: &[&str] = &[
 
 /// Size optimisation with `wasm-opt -Oz` (Debian's binaryen where it understands the module,
 /// otherwise the newer one from npm).
-fn optimise(tools: &Tools, wasm: &Path) -> Result<()> {
+pub fn optimise(tools: &Tools, wasm: &Path) -> Result<()> {
     let npm_opt = root().join("xtask/js/node_modules/binaryen/bin/wasm-opt");
     let candidates: Vec<PathBuf> = tools
         .wasm_opt

@@ -680,3 +680,138 @@ fn load_requests_and_foreign_messages() {
         |m| matches!(m, WorkerMessage::Error { message } if message.contains("gemma-gem-widget/1"))
     ));
 }
+
+/// The shapes the page's main thread reads (widget/worker/README.md).
+#[test]
+fn the_wire_shapes_of_the_readme() {
+    let wire = |m: WorkerMessage| serde_json::to_value(WidgetEnvelope::new(m)).expect("json");
+    let refused = wire(WorkerMessage::Agent {
+        turn: 1,
+        event: AgentEvent::Error {
+            error: AgentError::InvalidInput {
+                message: "m".into(),
+            },
+        },
+    });
+    assert_eq!(refused["protocol"], "gemma-gem-widget/1");
+    assert_eq!(refused["body"]["type"], "agent");
+    assert_eq!(
+        refused["body"]["event"]["error"]["invalid_input"]["message"],
+        "m"
+    );
+    let not_ready = wire(WorkerMessage::Agent {
+        turn: 1,
+        event: AgentEvent::Error {
+            error: AgentError::Backend(BackendError::NotReady {
+                message: "m".into(),
+            }),
+        },
+    });
+    assert_eq!(
+        not_ready["body"]["event"]["error"]["backend"],
+        json!({"kind": "not_ready", "message": "m"})
+    );
+    let done = wire(WorkerMessage::Agent {
+        turn: 1,
+        event: AgentEvent::Done {
+            reason: StopReason::Cancelled,
+        },
+    });
+    assert_eq!(
+        done["body"]["event"],
+        json!({"type": "done", "reason": {"kind": "cancelled"}})
+    );
+    // The page's answers.
+    let answer: WidgetRequest = serde_json::from_value(json!({
+        "type": "tool_result", "id": 3, "result": {"Ok": {"value": {"title": "x"}}}
+    }))
+    .expect("tool_result");
+    assert!(matches!(
+        answer,
+        WidgetRequest::ToolResult {
+            id: 3,
+            result: Ok(_)
+        }
+    ));
+    let approval: WidgetRequest = serde_json::from_value(json!({
+        "type": "approval", "call_id": "2", "decision": "always_on_site"
+    }))
+    .expect("approval");
+    assert_eq!(
+        approval,
+        WidgetRequest::Approval {
+            call_id: "2".into(),
+            decision: ApprovalDecision::AlwaysOnSite
+        }
+    );
+}
+
+/// Answers the only `describe_element` among `messages` with a form's submit button.
+fn describe_submit(s: &mut Setup, messages: &[WorkerMessage]) {
+    let ids: Vec<u64> = messages
+        .iter()
+        .filter_map(|m| match m {
+            WorkerMessage::DescribeElement { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids.len(), 1, "one DescribeElement in {messages:#?}");
+    s.send(WidgetRequest::ElementFacts {
+        id: ids[0],
+        result: Ok(ElementFacts {
+            is_submit: true,
+            form: Some(gg_agent::FormFacts::default()),
+            ..ElementFacts::default()
+        }),
+    });
+}
+
+#[test]
+fn always_on_this_site_outlives_turns_and_clear() {
+    let mut s = setup(vec![
+        call("click_element", json!({"ref": "e1"})),
+        answer("one"),
+        call("click_element", json!({"ref": "e1"})),
+        answer("two"),
+    ]);
+    s.send(ask(1, "Send the form", &["click_element"]));
+    let posted = s.take();
+    describe_submit(&mut s, &posted);
+    let request = Setup::events(&s.take(), 1)
+        .iter()
+        .find_map(|e| match e {
+            AgentEvent::AwaitingApproval { request } => Some(request.clone()),
+            _ => None,
+        })
+        .expect("approval request");
+    assert!(request.allow_always, "{request:#?}");
+    s.send(WidgetRequest::Approval {
+        call_id: request.call_id.to_string(),
+        decision: ApprovalDecision::AlwaysOnSite,
+    });
+    let posted = s.take();
+    assert!(
+        Setup::events(&posted, 1)
+            .iter()
+            .any(|e| matches!(e, AgentEvent::PermissionGranted { site, .. } if site.contains("127.0.0.1:8080"))),
+        "{posted:#?}"
+    );
+    let (id, _) = run_tool(&posted);
+    s.send(WidgetRequest::ToolResult {
+        id,
+        result: Ok(ToolOutput::new(json!({"clicked": true}))),
+    });
+    s.take();
+    s.send(WidgetRequest::Clear);
+    s.send(ask(2, "Send it again", &["click_element"]));
+    let posted = s.take();
+    describe_submit(&mut s, &posted);
+    let posted = s.take();
+    assert!(
+        !Setup::events(&posted, 2)
+            .iter()
+            .any(|e| matches!(e, AgentEvent::AwaitingApproval { .. })),
+        "{posted:#?}"
+    );
+    run_tool(&posted);
+}
