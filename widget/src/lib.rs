@@ -362,7 +362,9 @@ fn mount(state: &Rc<RefCell<State>>) -> Result<(), JsValue> {
         (s.element.clone(), s.theme(), initial)
     };
     // Through the CSSOM: a strict CSP (no `style-src 'unsafe-inline'`) drops style attributes.
-    element.style().set_css_text(HostLayer::Overlay.host_style());
+    element
+        .style()
+        .set_css_text(HostLayer::Overlay.host_style());
     let parts = attach_closed_shadow(&element)?;
     let weak = Rc::downgrade(state);
     let on_ready = {

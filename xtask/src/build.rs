@@ -1,7 +1,8 @@
 //! `cargo xtask build`: the extension (dev or release) and the demo site.
 //!
 //! Pipeline per context:
-//! - service worker, offscreen document, overlay page, demo site: `wasm32-unknown-unknown` →
+//! - service worker, offscreen document, overlay page, demo site, the widget's worker
+//!   ([`crate::widget`]): `wasm32-unknown-unknown` →
 //!   `wasm-bindgen --target web` (→ `wasm-opt -Oz` for release);
 //! - content script: `no_std` crate for `wasm32v1-none` → `wasm-bindgen --target bundler` →
 //!   `wasm2js -O`, giving plain JavaScript that runs on pages whose CSP forbids WebAssembly.
@@ -37,14 +38,6 @@ const EXTENSION_WASM: &[(&str, &str, &str)] = &[
 /// Development builds: debug logging, and the scripted model and the greedy probe for tests.
 const DEV_FEATURES: &str = "gg-background/dev-log,gg-offscreen/dev-log,gg-offscreen/scripted-model,gg-offscreen/dev-probe,gg-overlay/dev-log";
 
-/// The embeddable widget's folder: `dist/widget/` (release) or `dist/widget-dev/` (development:
-/// debug logging and the scripted model for tests).
-pub fn widget_dir(release: bool) -> PathBuf {
-    root()
-        .join("dist")
-        .join(if release { "widget" } else { "widget-dev" })
-}
-
 pub fn extension_dir(release: bool) -> PathBuf {
     root().join("dist").join(if release {
         "chrome-mv3"
@@ -70,8 +63,8 @@ pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Resu
     let target_dir = crate::util::target_dir();
     let ext = extension_dir(release);
     let demo = root().join("dist/demo-site");
-    let widget = widget_dir(release);
-    for dir in [&ext, &demo, &widget] {
+    let widget = crate::widget::widget_dir(release);
+    for dir in [&ext, &demo] {
         if dir.exists() {
             std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
         }
@@ -90,9 +83,15 @@ pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Resu
     for (pkg, _, _) in EXTENSION_WASM {
         cmd.args(["-p", pkg]);
     }
-    cmd.args(["-p", "gg-demo-site", "-p", "gg-widget"]);
+    cmd.args(["-p", "gg-demo-site"]);
+    for (pkg, _, _) in crate::widget::WASM {
+        cmd.args(["-p", pkg]);
+    }
     if !release {
-        cmd.args(["--features", DEV_FEATURES]);
+        cmd.args([
+            "--features",
+            &format!("{DEV_FEATURES},{}", crate::widget::DEV_FEATURES),
+        ]);
     }
     if let Some(c) = clippy {
         cmd.args(["-p", "gg-bench-wasm"]);
@@ -122,16 +121,7 @@ pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Resu
     if release {
         optimise(tools, &demo.join("pkg/gg_demo_site_bg.wasm"))?;
     }
-    bindgen(
-        tools,
-        &wasm_dir.join("gg_widget.wasm"),
-        &widget,
-        "web",
-        release,
-    )?;
-    if release {
-        optimise(tools, &widget.join("gg_widget_bg.wasm"))?;
-    }
+    crate::widget::package(tools, &wasm_dir, release)?;
 
     // 2. The content script: no_std → wasm32v1-none → bundler glue → wasm2js.
     let mut cmd = crate::util::cargo();
@@ -164,12 +154,10 @@ pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Resu
         ext.join("manifest.json"),
         serde_json::to_string_pretty(&manifest)? + "\n",
     )?;
-    copy_dir(&root().join("widget/static"), &widget)?;
     copy_dir(&root().join("demo-site/static"), &demo)?;
     // The demo site embeds the widget from its own folder (same origin, relative URLs).
     copy_dir(&widget, &demo.join("widget"))?;
     eprintln!("xtask: extension written to {}", ext.display());
-    eprintln!("xtask: widget written to {}", widget.display());
     eprintln!("xtask: demo site written to {}", demo.display());
     Ok(Built {
         extension: ext,
@@ -178,7 +166,7 @@ pub fn build_with(tools: &Tools, release: bool, clippy: Option<&Clippy>) -> Resu
     })
 }
 
-fn bindgen(tools: &Tools, wasm: &Path, out: &Path, target: &str, release: bool) -> Result<()> {
+pub fn bindgen(tools: &Tools, wasm: &Path, out: &Path, target: &str, release: bool) -> Result<()> {
     let mut cmd = Command::new(tools.wasm_bindgen());
     cmd.args(["--target", target, "--no-typescript", "--out-dir"])
         .arg(out)
@@ -201,7 +189,7 @@ const RUSTC_WASM_FEATURES: &[&str] = &[
 
 /// Size optimisation with `wasm-opt -Oz` (Debian's binaryen where it understands the module,
 /// otherwise the newer one from npm).
-fn optimise(tools: &Tools, wasm: &Path) -> Result<()> {
+pub fn optimise(tools: &Tools, wasm: &Path) -> Result<()> {
     let npm_opt = root().join("xtask/js/node_modules/binaryen/bin/wasm-opt");
     let candidates: Vec<PathBuf> = tools
         .wasm_opt

@@ -1,7 +1,8 @@
 //! `cargo xtask` — the project's build, run and test driver.
 //!
 //! - `cargo xtask build [--release]` writes the extension to `dist/chrome-mv3-dev/` (or
-//!   `dist/chrome-mv3/`) and the demo site to `dist/demo-site/`.
+//!   `dist/chrome-mv3/`), the demo site to `dist/demo-site/` and the embeddable widget to
+//!   `dist/widget-dev/` (or `dist/widget/`).
 //! - `cargo xtask start [--port N] [--no-browser]` builds (dev), serves the demo site and the
 //!   fixture models, and launches Chromium with the extension when it is installed.
 //! - `cargo xtask test [--large]` installs what is missing, then runs every check and test.
@@ -15,6 +16,7 @@ mod serve;
 mod start;
 mod test;
 mod util;
+mod widget;
 
 use clap::{Parser, Subcommand};
 
@@ -27,7 +29,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Build the extension (dist/chrome-mv3-dev, or dist/chrome-mv3 with --release) and the demo site (dist/demo-site).
+    /// Build the extension (dist/chrome-mv3-dev, or dist/chrome-mv3 with --release), the demo site (dist/demo-site) and the widget (dist/widget-dev or dist/widget).
     Build(build::BuildArgs),
     /// Build (dev), serve the demo site and fixture models, and open Chromium with the extension.
     Start(start::StartArgs),

@@ -1,7 +1,6 @@
 //! The conversations of every tab, the running turns, and the agent's ways into the page
 //! (through the service worker) and to the user (approvals from the overlay).
 
-use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 use futures::{FutureExt, StreamExt};
 use gg_agent::{
@@ -11,11 +10,12 @@ use gg_agent::{
 };
 use gg_chrome::log;
 use gg_messages::{
-    Broadcast, Context, ConversationView, ModelState, OffscreenAnswer, OffscreenCommand,
-    OffscreenReply, OffscreenRequest, PageBinding, RequestId,
+    Broadcast, Context, ConversationView, OffscreenAnswer, OffscreenCommand, OffscreenReply,
+    OffscreenRequest, PageBinding, RequestId,
 };
+use gg_web::turn::{Approvals, TurnModel};
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 /// A tab's conversation with the pages of one origin.
@@ -37,12 +37,8 @@ struct Tab {
     binding: Option<PageBinding>,
     /// Why the last turn stopped, when a newly opened overlay must say it (the page changed).
     notice: Option<String>,
-    /// Waiting approvals, by nonce.
-    approvals: HashMap<String, oneshot::Sender<ApprovalDecision>>,
-    /// Nonces of the requests shown to the user (only their answers count).
-    issued: HashSet<String>,
-    /// Answers that arrived before the loop asked (the overlay can be quicker than the loop).
-    early_answers: HashMap<String, ApprovalDecision>,
+    /// The running turn's approvals, by nonce.
+    approvals: Approvals,
     seq: u64,
 }
 
@@ -83,19 +79,15 @@ pub enum HostError {
     Unbound,
     #[error("an answer is still being written in this tab; stop it first")]
     Busy,
-    #[cfg(feature = "scripted-model")]
     #[error("{0}")]
-    Scripted(#[from] crate::scripted::ScriptError),
-    #[cfg(not(feature = "scripted-model"))]
-    #[error("scripted models (`script:` sources) exist only in development builds")]
-    ScriptedDevOnly,
+    Source(#[from] gg_web::turn::SourceError),
     #[error("too many repositories asked about ({asked}, at most {most})")]
     TooManyRepositories { asked: usize, most: usize },
     #[error("{0}")]
-    Model(#[from] crate::download::LoadError),
+    Model(#[from] gg_web::download::LoadError),
     #[cfg(feature = "dev-probe")]
     #[error("{0}")]
-    DevGreedy(#[from] crate::model::DevGreedyError),
+    DevGreedy(#[from] gg_web::model::DevGreedyError),
     #[cfg(not(feature = "dev-probe"))]
     #[error("DevGreedy is answered by development builds only")]
     DevOnly,
@@ -156,13 +148,7 @@ pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostErr
             if with_tab(tab_id, |t| t.running.is_some()) {
                 return Err(HostError::Busy);
             }
-            let model = match model_source.strip_prefix("script:") {
-                Some(url) => Model::Ready(scripted_backend(url).await?),
-                None => Model::Load {
-                    repo: gg_messages::model_repository(&model_source, &model_size),
-                    size: model_size,
-                },
-            };
+            let model = TurnModel::for_source(&model_source, &model_size).await?;
             let cancel = CancellationToken::new();
             let agent = with_tab(tab_id, |t| {
                 t.running = Some(cancel.clone());
@@ -183,38 +169,17 @@ pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostErr
             });
             wasm_bindgen_futures::spawn_local(async move {
                 let mut agent = agent;
-                let backend = match model {
-                    Model::Ready(backend) => backend,
-                    Model::Load { repo, size } => match crate::model::backend(&repo, &size).await {
-                        Ok(backend) => {
-                            // The prompt and the answer must fit the model's own context.
-                            if let Some(limit) = crate::model::context_limit(&repo) {
-                                let config = agent.config_mut();
-                                config.context_window = config.context_window.min(limit);
-                                let most = u32::try_from(limit / 4).unwrap_or(u32::MAX).max(1);
-                                config.options.max_new_tokens =
-                                    config.options.max_new_tokens.min(most);
-                            }
-                            backend
-                        }
-                        Err(e) => {
-                            crate::model::report(
-                                &size,
-                                &repo,
-                                ModelState::Failed {
-                                    tab_id: Some(tab_id),
-                                    kind: e.kind,
-                                    message: e.message,
-                                },
-                            );
-                            with_tab(tab_id, |t| {
-                                t.conversation(&binding.origin).agent = Some(agent);
-                                t.running = None;
-                                t.binding = None;
-                            });
-                            return;
-                        }
-                    },
+                let backend = match model.backend(&mut agent, Some(tab_id)).await {
+                    Ok(backend) => backend,
+                    Err(_) => {
+                        // Reported to the overlays by the model's status.
+                        with_tab(tab_id, |t| {
+                            t.conversation(&binding.origin).agent = Some(agent);
+                            t.running = None;
+                            t.binding = None;
+                        });
+                        return;
+                    }
                 };
                 let message = ChatMessage::user_with_images(text, images);
                 run_turn(tab_id, binding, agent, backend, message, cancel).await;
@@ -222,7 +187,7 @@ pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostErr
             Ok(OffscreenReply::Ack)
         }
         OffscreenCommand::GetModelStatus => {
-            Ok(OffscreenReply::ModelStatus(crate::model::current_status()))
+            Ok(OffscreenReply::ModelStatus(gg_web::model::current_status()))
         }
         OffscreenCommand::GetStoredModels { repositories } => {
             if repositories.len() > MAX_REPOSITORIES_ASKED {
@@ -233,11 +198,11 @@ pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostErr
             }
             let mut models = Vec::new();
             for repo in repositories {
-                models.push(crate::model::stored(&repo).await?);
+                models.push(gg_web::model::stored(&repo).await?);
             }
             Ok(OffscreenReply::StoredModels { models })
         }
-        OffscreenCommand::ClearModel { repository } => crate::model::clear_stored(&repository)
+        OffscreenCommand::ClearModel { repository } => gg_web::model::clear_stored(&repository)
             .await
             .map(|m| OffscreenReply::StoredModels { models: vec![m] })
             .map_err(HostError::from),
@@ -251,7 +216,7 @@ pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostErr
             {
                 let repo = gg_messages::model_repository(&model_source, &model_size);
                 Ok(OffscreenReply::DevGreedyResult(
-                    crate::model::dev_greedy(&repo, &model_size, &input_ids, max_new_tokens)
+                    gg_web::model::dev_greedy(&repo, &model_size, &input_ids, max_new_tokens)
                         .await?,
                 ))
             }
@@ -304,16 +269,8 @@ pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostErr
                 return Err(HostError::NoTurn(call_id));
             }
             // Only the nonce of a request that was shown counts, once.
-            if nonce.is_empty() || !t.issued.remove(&nonce) {
+            if !t.approvals.answer(&nonce, decision) {
                 return Err(HostError::NoSuchNonce(call_id));
-            }
-            match t.approvals.remove(&nonce) {
-                Some(tx) => {
-                    let _ = tx.send(decision);
-                }
-                None => {
-                    t.early_answers.insert(nonce, decision);
-                }
             }
             Ok(OffscreenReply::Ack)
         }),
@@ -377,30 +334,6 @@ pub async fn handle(command: OffscreenCommand) -> Result<OffscreenReply, HostErr
     }
 }
 
-/// Where the model of a turn comes from.
-enum Model {
-    /// A scripted model (development builds).
-    Ready(Rc<dyn ModelBackend>),
-    /// Gemma 4 from a repository (loaded, or loaded first).
-    Load { repo: String, size: String },
-}
-
-/// The scripted model of a `script:URL` source (development builds only).
-async fn scripted_backend(url: &str) -> Result<Rc<dyn ModelBackend>, HostError> {
-    #[cfg(feature = "scripted-model")]
-    {
-        crate::scripted::ScriptedBackend::for_url(url)
-            .await
-            .map(|b| b as Rc<dyn ModelBackend>)
-            .map_err(HostError::from)
-    }
-    #[cfg(not(feature = "scripted-model"))]
-    {
-        let _ = url;
-        Err(HostError::ScriptedDevOnly)
-    }
-}
-
 /// Whether a navigation report means the tab no longer shows the page a turn is bound to: a new
 /// document in the top frame, or (same document) a URL of another origin.
 fn page_left(binding: &PageBinding, document_id: &str, url: &str, same_document: bool) -> bool {
@@ -440,7 +373,7 @@ async fn run_turn(
         while let Some(event) = events.next().await {
             if let AgentEvent::AwaitingApproval { request } = &event {
                 let nonce = request.nonce.clone();
-                with_tab(tab_id, |t| t.issued.insert(nonce));
+                with_tab(tab_id, |t| t.approvals.issue(nonce));
             }
             if let AgentEvent::Done {
                 reason: reason @ StopReason::PageChanged { .. },
@@ -465,8 +398,6 @@ async fn run_turn(
         t.running = None;
         t.binding = None;
         t.approvals.clear();
-        t.issued.clear();
-        t.early_answers.clear();
     });
     if let Err(e) = gg_chrome::send::<_, OffscreenAnswer>(
         Context::Offscreen,
@@ -586,23 +517,6 @@ impl ToolExecutor for TabExecutor {
     }
 }
 
-/// 16 random bytes (`crypto.getRandomValues`) as hex.
-fn random_nonce() -> String {
-    let bytes = js_sys::Uint8Array::new_with_length(16);
-    let crypto = js_sys::Reflect::get(&js_sys::global(), &"crypto".into())
-        .unwrap_or(wasm_bindgen::JsValue::UNDEFINED);
-    let filled = js_sys::Reflect::get(&crypto, &"getRandomValues".into())
-        .ok()
-        .and_then(|f| wasm_bindgen::JsCast::dyn_into::<js_sys::Function>(f).ok())
-        .is_some_and(|f| f.call1(&crypto, &bytes).is_ok());
-    if !filled {
-        // No random source: refuse every approval rather than use a guessable nonce.
-        log::error("crypto.getRandomValues is missing; approvals cannot be answered");
-        return String::new();
-    }
-    bytes.to_vec().iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Waits for the user's answer in the tab's overlay. A turn that ends (cancel, new chat) drops
 /// the pending answers, which counts as a denial.
 struct TabApprover {
@@ -612,25 +526,11 @@ struct TabApprover {
 impl Approver for TabApprover {
     /// 128 bits from `crypto.getRandomValues`.
     fn nonce(&self) -> String {
-        random_nonce()
+        gg_web::turn::random_nonce()
     }
 
     fn decide<'a>(&'a self, request: &'a ApprovalRequest) -> LocalBoxFuture<'a, ApprovalDecision> {
-        let (tx, rx) = oneshot::channel();
-        let early = with_tab(self.tab_id, |t| {
-            let early = t.early_answers.remove(&request.nonce);
-            if early.is_none() {
-                t.approvals.insert(request.nonce.clone(), tx);
-            }
-            early
-        });
-        async move {
-            match early {
-                Some(decision) => decision,
-                None => rx.await.unwrap_or(ApprovalDecision::Deny),
-            }
-        }
-        .boxed_local()
+        with_tab(self.tab_id, |t| t.approvals.wait(&request.nonce))
     }
 }
 

@@ -4,19 +4,17 @@
 //! documents have): requests arrive from it, page tools and element facts go through it, and the
 //! agent's events are broadcast to the overlays (each shows its own tab's events) with a sequence
 //! number per tab.
+//!
+//! The model itself (WebGPU, downloads, the loaded model) is hosted by `gg-web`, shared with the
+//! embeddable widget's worker; this crate installs where its reports go (a broadcast to every
+//! extension context).
 
-mod cache;
-mod download;
 mod host;
-mod model;
-#[cfg(feature = "scripted-model")]
-mod scripted;
-mod webgpu;
 
 use gg_chrome::log;
 use gg_messages::{
-    Context, Envelope, OffscreenAnswer, OffscreenCommand, OffscreenReply, OffscreenRequest,
-    RequestId,
+    Broadcast, Context, Envelope, OffscreenAnswer, OffscreenCommand, OffscreenReply,
+    OffscreenRequest, RequestId,
 };
 use wasm_bindgen::prelude::*;
 
@@ -24,13 +22,27 @@ use wasm_bindgen::prelude::*;
 #[wasm_bindgen]
 pub async fn start() -> Result<(), JsValue> {
     log::info("offscreen document started");
+    gg_web::model::set_status_sink(|report| {
+        let seq = report.seq;
+        wasm_bindgen_futures::spawn_local(async move {
+            if let Err(e) = gg_chrome::send::<_, OffscreenAnswer>(
+                Context::Offscreen,
+                RequestId(seq),
+                Broadcast::ModelStatus(report),
+            )
+            .await
+            {
+                log::debug(&format!("model status not delivered: {e}"));
+            }
+        });
+    });
     gg_chrome::send::<_, OffscreenAnswer>(
         Context::Offscreen,
         RequestId(0),
         OffscreenRequest::OffscreenReady,
     )
     .await?;
-    let report = webgpu::probe_webgpu().await;
+    let report = gg_web::webgpu::probe_webgpu().await;
     gg_chrome::send::<_, OffscreenAnswer>(
         Context::Offscreen,
         RequestId(1),

@@ -779,7 +779,7 @@ fn sizes(args: &BenchArgs) -> Result<Value> {
     ];
     // The embeddable widget (issue 32): what the page's main thread loads (budget 300 KB gzip)
     // and the model worker (budget 3 MB gzip).
-    let widget = crate::build::widget_dir(true);
+    let widget = crate::widget::widget_dir(true);
     let mut page = bundle(
         "our widget, page main thread (loader + glue + wasm: UI and page tools)",
         &widget,

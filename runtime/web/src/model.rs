@@ -11,20 +11,18 @@
 
 use crate::cache::{CacheFetch, DownloadEvent, ModelCache, out_of_space, request_persistence};
 use crate::download::{LoadError, Tracker};
+use crate::log;
 use futures::FutureExt;
 use futures::future::{LocalBoxFuture, Shared};
 use futures::lock::Mutex;
 use futures::stream::StreamExt;
 use gg_agent::{ChatMessage, ChunkStream, GenerateOptions, ModelBackend, ToolDefinition};
-use gg_chrome::log;
 use gg_llm::config::{Package, external_data_files};
 use gg_llm::{
     Dtype, GemmaBackend, GemmaModel, ImageEncoder, LoadOptions, LoadStage, ModelConfig, ModelRepo,
     VisionEncoder,
 };
-use gg_messages::{
-    Broadcast, Context, ModelErrorKind, ModelReport, ModelState, OffscreenAnswer, RequestId,
-};
+use gg_messages::{ModelErrorKind, ModelReport, ModelState};
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::Arc;
@@ -67,6 +65,7 @@ enum Slot {
 thread_local! {
     static SLOT: RefCell<Slot> = const { RefCell::new(Slot::Empty) };
     static STATUS: RefCell<Option<ModelReport>> = const { RefCell::new(None) };
+    static SINK: RefCell<Option<StatusSink>> = const { RefCell::new(None) };
     static SEQ: Cell<u64> = const { Cell::new(0) };
     static EPOCH: Cell<u64> = const { Cell::new(0) };
     /// Repositories whose stored files are being deleted (no load starts for them meanwhile).
@@ -135,8 +134,18 @@ fn epoch() -> u64 {
     })
 }
 
-/// Broadcasts where the model stands to every context (the overlays show it) and remembers it
-/// for [`current_status`].
+/// Where the host sends model reports ([`set_status_sink`]).
+type StatusSink = Rc<dyn Fn(ModelReport)>;
+
+/// Installs what the host does with each model report: the offscreen document broadcasts it to
+/// every extension context, the widget's worker posts it to the page. Before a sink is installed
+/// reports are only remembered ([`current_status`]).
+pub fn set_status_sink(sink: impl Fn(ModelReport) + 'static) {
+    SINK.with(|s| *s.borrow_mut() = Some(Rc::new(sink)));
+}
+
+/// Tells the host where the model stands (the overlays show it) and remembers it for
+/// [`current_status`].
 pub fn report(model_size: &str, source: &str, state: ModelState) {
     let seq = SEQ.with(|s| {
         s.set(s.get() + 1);
@@ -150,17 +159,10 @@ pub fn report(model_size: &str, source: &str, state: ModelState) {
         state,
     };
     STATUS.with(|s| *s.borrow_mut() = Some(report.clone()));
-    wasm_bindgen_futures::spawn_local(async move {
-        if let Err(e) = gg_chrome::send::<_, OffscreenAnswer>(
-            Context::Offscreen,
-            RequestId(seq),
-            Broadcast::ModelStatus(report),
-        )
-        .await
-        {
-            log::debug(&format!("model status not delivered: {e}"));
-        }
-    });
+    // Called outside the borrow: a sink may read the status.
+    if let Some(sink) = SINK.with(|s| s.borrow().clone()) {
+        sink(report);
+    }
 }
 
 /// The latest report (`NotLoaded` before any).

@@ -20,6 +20,8 @@ use crate::download::{
     Expected, FileHasher, FileMeta, LoadError, PART_BYTES, hash_mismatch, human_bytes, next_page,
     parse_content_range, parse_tree, tree_api_url,
 };
+use crate::log;
+use crate::scope::Scope;
 use futures::future::LocalBoxFuture;
 use gg_messages::ModelErrorKind;
 use gg_runtime::source::ByteStream;
@@ -76,18 +78,18 @@ async fn wait(p: Promise) -> Result<JsValue, JsValue> {
     JsFuture::from(p).await
 }
 
-fn window() -> Result<web_sys::Window, LoadError> {
-    web_sys::window().ok_or_else(|| {
+fn scope() -> Result<Scope, LoadError> {
+    Scope::current().ok_or_else(|| {
         LoadError::new(
             ModelErrorKind::LoadFailed,
-            "the offscreen document has no window (fetch and Cache Storage are unavailable)",
+            "this context is neither a window nor a worker (fetch and Cache Storage are unavailable)",
         )
     })
 }
 
 /// Free space according to `navigator.storage.estimate()`: `(usage, quota)`.
 pub async fn storage_estimate() -> Option<(u64, u64)> {
-    let storage = window().ok()?.navigator().storage();
+    let storage = scope().ok()?.storage();
     let est: StorageEstimate = wait(storage.estimate().ok()?).await.ok()?.unchecked_into();
     Some((est.get_usage()? as u64, est.get_quota()? as u64))
 }
@@ -95,8 +97,8 @@ pub async fn storage_estimate() -> Option<(u64, u64)> {
 /// Asks the browser to keep the model's storage when space runs low
 /// (`navigator.storage.persist()`); returns whether it agreed.
 pub async fn request_persistence() -> bool {
-    let Ok(w) = window() else { return false };
-    let Ok(p) = w.navigator().storage().persist() else {
+    let Ok(s) = scope() else { return false };
+    let Ok(p) = s.storage().persist() else {
         return false;
     };
     wait(p)
@@ -110,7 +112,7 @@ pub async fn request_persistence() -> bool {
 pub async fn out_of_space(needed: u64, what: &str) -> LoadError {
     let detail = match storage_estimate().await {
         Some((usage, quota)) => format!(
-            "{} are in use of the {} this browser allows the extension, and {} more are needed",
+            "{} are in use of the {} this browser allows, and {} more are needed",
             human_bytes(usage),
             human_bytes(quota),
             human_bytes(needed)
@@ -139,7 +141,7 @@ pub struct ModelCache {
 impl ModelCache {
     /// Opens the cache for the repository at `base` (`http(s)://...`, no trailing slash needed).
     pub async fn open(base: &str) -> Result<Rc<Self>, LoadError> {
-        let storage = window()?.caches().map_err(|e| {
+        let storage = scope()?.caches().map_err(|e| {
             LoadError::new(
                 ModelErrorKind::LoadFailed,
                 format!("Cache Storage is unavailable: {}", js_message(&e)),
@@ -188,7 +190,7 @@ impl ModelCache {
             let mut all = HashMap::new();
             let mut url = first.clone();
             for _ in 0..MAX_PAGES {
-                let resp: Response = wait(window().map_err(|e| e.message)?.fetch_with_str(&url))
+                let resp: Response = wait(scope().map_err(|e| e.message)?.fetch_with_str(&url))
                     .await
                     .map_err(|e| js_message(&e))?
                     .unchecked_into();
@@ -218,7 +220,7 @@ impl ModelCache {
                     .values()
                     .filter(|e| matches!(e, Expected::Sha256(_)))
                     .count();
-                gg_chrome::log::info(&format!(
+                log::info(&format!(
                     "{first}: hashes of {} files published ({lfs} LFS SHA-256, {} git blob SHA-1)",
                     h.len(),
                     h.len() - lfs
@@ -226,7 +228,7 @@ impl ModelCache {
                 h
             }
             Err(e) => {
-                gg_chrome::log::warn(&format!(
+                log::warn(&format!(
                     "could not read the file hashes of {} ({e}); files are checked by size only",
                     self.base
                 ));
@@ -351,7 +353,7 @@ impl ModelCache {
                     return Err(hash_mismatch(&self.url(path), &expected, &mismatch.actual));
                 }
             };
-            gg_chrome::log::debug(&format!(
+            log::debug(&format!(
                 "{}: {} verified",
                 self.url(path),
                 expected.algorithm()
@@ -385,7 +387,7 @@ impl ModelCache {
         init.set_headers_headers(&headers);
         let request = Request::new_with_str_and_init(&url, &init)
             .map_err(|e| self.failed(path, "could not request", &e))?;
-        let resp = wait(window()?.fetch_with_request(&request))
+        let resp = wait(scope()?.fetch_with_request(&request))
             .await
             .map_err(|e| {
                 LoadError::new(
@@ -481,7 +483,7 @@ impl ModelCache {
         let validator = header(&headers, "ETag").or_else(|| header(&headers, "Last-Modified"));
         let total = match resp.status() {
             200 if offset > 0 => {
-                gg_chrome::log::warn(&format!(
+                log::warn(&format!(
                     "{url}: the server ignored the range request; downloading it again from the start"
                 ));
                 return Ok(Attempt::Restart);
@@ -501,7 +503,7 @@ impl ModelCache {
                         })
                     })?;
                 if range.start != offset {
-                    gg_chrome::log::warn(&format!(
+                    log::warn(&format!(
                         "{url}: asked for bytes from {offset}, got them from {}; starting over",
                         range.start
                     ));
@@ -530,7 +532,7 @@ impl ModelCache {
             && let (Some(old), Some(new)) = (&meta.validator, &validator)
             && old != new
         {
-            gg_chrome::log::warn(&format!(
+            log::warn(&format!(
                 "{url} changed on the server ({old} -> {new}); downloading it again"
             ));
             return Ok(Attempt::Restart);
@@ -558,7 +560,7 @@ impl ModelCache {
         }
         self.save_meta(path, meta).await?;
         if offset > 0 {
-            gg_chrome::log::info(&format!("{url}: resuming from byte {offset}"));
+            log::info(&format!("{url}: resuming from byte {offset}"));
         }
 
         let Some(body) = resp.body() else {

@@ -1,0 +1,60 @@
+//! The embeddable widget (issue 32): `dist/widget/` (release) or `dist/widget-dev/` (development
+//! builds: debug logging and the scripted model). Built by [`crate::build::build_with`]: the
+//! widget's wasm32 crates ([`WASM`]) compile in the same cargo invocation as the extension's, then
+//! [`package`] writes their wasm-bindgen output (`--target web`, `wasm-opt -Oz` for release) and
+//! the static files into the widget's folder.
+//!
+//! Files: `gemma-gem-widget.js` (the loader a page includes: defines `<gemma-gem-widget>`),
+//! `gg_widget.js` and `gg_widget_bg.wasm` (the page side: UI, page tools, `gg-widget`),
+//! `gemma-gem-widget-worker.js` (the module Worker's loader), `gg_widget_worker.js` and
+//! `gg_widget_worker_bg.wasm` (the model and the agent loop, `gg-widget-worker`).
+
+use crate::install::Tools;
+use crate::util::{copy_dir, root};
+use anyhow::{Context, Result};
+use std::path::{Path, PathBuf};
+
+/// The widget's wasm32-unknown-unknown crates: (package, library file stem, static files copied
+/// beside its output).
+pub const WASM: &[(&str, &str, &str)] = &[
+    ("gg-widget", "gg_widget", "widget/static"),
+    (
+        "gg-widget-worker",
+        "gg_widget_worker",
+        "widget/worker/static",
+    ),
+];
+
+/// Features of development builds: debug logging and the scripted model (`script:URL` sources).
+pub const DEV_FEATURES: &str = "gg-widget-worker/dev-log,gg-widget-worker/scripted-model";
+
+/// Where the widget is written.
+pub fn widget_dir(release: bool) -> PathBuf {
+    root()
+        .join("dist")
+        .join(if release { "widget" } else { "widget-dev" })
+}
+
+/// Writes the widget ([`widget_dir`]) from the wasm files cargo built into `wasm_dir`.
+pub fn package(tools: &Tools, wasm_dir: &Path, release: bool) -> Result<()> {
+    let out = widget_dir(release);
+    if out.exists() {
+        std::fs::remove_dir_all(&out).with_context(|| format!("clearing {}", out.display()))?;
+    }
+    std::fs::create_dir_all(&out)?;
+    for (_, stem, files) in WASM {
+        crate::build::bindgen(
+            tools,
+            &wasm_dir.join(format!("{stem}.wasm")),
+            &out,
+            "web",
+            release,
+        )?;
+        if release {
+            crate::build::optimise(tools, &out.join(format!("{stem}_bg.wasm")))?;
+        }
+        copy_dir(&root().join(files), &out)?;
+    }
+    eprintln!("xtask: widget written to {}", out.display());
+    Ok(())
+}
