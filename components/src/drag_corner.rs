@@ -63,9 +63,13 @@ pub fn use_drag_corner(
             if e.button() != 0 {
                 return;
             }
+            // The button itself: under Yew's event delegation `current_target` is the app's
+            // root, and capturing the pointer there sent the release and the click to the root
+            // instead of the button (a real mouse click never opened the panel).
             if let Some(target) = e
-                .current_target()
+                .target()
                 .and_then(|t| wasm_bindgen::JsCast::dyn_into::<web_sys::Element>(t).ok())
+                .and_then(|el| el.closest("button").ok().flatten())
             {
                 // Keep receiving moves when the pointer leaves the button (best effort).
                 let _ = target.set_pointer_capture(e.pointer_id());
