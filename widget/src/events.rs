@@ -76,9 +76,14 @@ pub fn agent(element: &HtmlElement, turn: u64, event: &AgentEvent) {
     }
 }
 
-/// `gg-answer`: the turn ended; `text` is its final answer (after the last tool call).
-pub fn answer(element: &HtmlElement, turn: u64, text: &str) {
-    fire(element, "gg-answer", &json!({"turn": turn, "text": text}));
+/// `gg-answer`: the turn ended; `text` is its final answer (after the last tool call) and
+/// `reason` why it ended (`{kind: "end_of_turn"}`, `"cancelled"`, `"max_new_tokens"`, ...).
+pub fn answer(element: &HtmlElement, turn: u64, text: &str, reason: &Value) {
+    fire(
+        element,
+        "gg-answer",
+        &json!({"turn": turn, "text": text, "reason": reason}),
+    );
 }
 
 /// `gg-error`: `{kind, message}`.

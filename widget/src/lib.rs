@@ -542,8 +542,11 @@ fn on_intent(state: &Rc<RefCell<State>>, intent: UiIntent) {
     }
 }
 
+/// How a turn ended: its final answer and why it ended (`StopReason`'s JSON), or an error.
+type TurnEnd = Result<(String, serde_json::Value), String>;
+
 /// Ends the turn `turn` for `ask()` and the `gg-answer` / `gg-error` events.
-fn finish_turn(state: &Rc<RefCell<State>>, turn: u64, result: Result<String, String>) {
+fn finish_turn(state: &Rc<RefCell<State>>, turn: u64, result: TurnEnd) {
     let (element, waiting) = {
         let mut s = state.borrow_mut();
         if s.running == Some(turn) {
@@ -554,12 +557,12 @@ fn finish_turn(state: &Rc<RefCell<State>>, turn: u64, result: Result<String, Str
         (s.element.clone(), mine)
     };
     match &result {
-        Ok(text) => events::answer(&element, turn, text),
+        Ok((text, reason)) => events::answer(&element, turn, text, reason),
         Err(message) => events::error(&element, "turn_failed", message),
     }
     for w in waiting {
         let _ = match &result {
-            Ok(text) => w.resolve.call1(&JsValue::NULL, &JsValue::from_str(text)),
+            Ok((text, _)) => w.resolve.call1(&JsValue::NULL, &JsValue::from_str(text)),
             Err(message) => w
                 .reject
                 .call1(&JsValue::NULL, &js_sys::Error::new(message).into()),
@@ -641,13 +644,13 @@ fn on_agent_event(state: &Rc<RefCell<State>>, turn: u64, event: AgentEvent) {
         AgentEvent::ToolStart { .. } => state.borrow_mut().answer.clear(),
         _ => {}
     }
+    // Every end of a turn is an answer (cut, stopped or complete: `reason` says which); only an
+    // error is a failure.
     let end = match &event {
-        AgentEvent::Done { reason } => Some(match reason {
-            gg_agent::StopReason::EndOfTurn | gg_agent::StopReason::Cancelled => {
-                Ok(state.borrow().answer.clone())
-            }
-            other => Err(other.to_string()),
-        }),
+        AgentEvent::Done { reason } => Some(Ok((
+            state.borrow().answer.clone(),
+            serde_json::to_value(reason).unwrap_or_default(),
+        ))),
         AgentEvent::Error { error } => Some(Err(error.to_string())),
         _ => None,
     };
