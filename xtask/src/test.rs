@@ -252,6 +252,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
                 .env("GG_EXT_DEV", crate::build::extension_dir(false))
                 .env("GG_EXT_RELEASE", crate::build::extension_dir(true))
                 .env("GG_DEMO_SITE", root().join("dist/demo-site"))
+                .env("GG_WIDGET_DEV", crate::widget::widget_dir(false))
                 .env("GG_SCREENSHOTS", root().join("docs/screenshots"));
             Ok(Some(run_counting(&mut cmd)?))
         },
