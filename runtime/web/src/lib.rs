@@ -9,7 +9,7 @@
 //!   progress reported to the sink the host installs ([`model::set_status_sink`]);
 //! - [`turn`]: what both hosts do around an agent turn (the model of a `script:` or repository
 //!   source, the context clamp, approvals that may arrive before the loop asks);
-//! - [`scripted`] (feature `scripted-model`, development builds): the `script:URL` test model.
+//! - `scripted` (feature `scripted-model`, development builds): the `script:URL` test model.
 //!
 //! Nothing here calls a `chrome.*` API: the host decides where reports and events go. Logging
 //! is `gg_chrome::log` (the console only).

@@ -1,13 +1,14 @@
-//! The Gemma 4 model of the offscreen document: one at a time, loaded on the first request,
-//! kept across turns and tabs, reloaded when the repository (source or size setting) changes or
-//! after the GPU device was lost.
+//! The Gemma 4 model of the host (the offscreen document, or the widget's worker): one at a time,
+//! loaded on the first request, kept across turns (and the extension's tabs), reloaded when the
+//! repository (source or size setting) changes or after the GPU device was lost.
 //!
 //! Loading: WebGPU checks (with actionable messages), the file list — from `config.json` for the
 //! onnx-community layout, in the variant the adapter supports (q4f16 with `shader-f16`, else q4),
 //! or from `genai_config.json` and the graphs it names for an ONNX Runtime GenAI package (what
 //! mobius writes: a single `model.onnx`, or `embedding/` + `decoder/`) — every missing file
-//! downloaded into Cache Storage with progress broadcast to every overlay ([`crate::cache`]), then
-//! the sessions streamed from the cache into GPU memory ([`gg_llm::GemmaModel`]).
+//! downloaded into Cache Storage with progress reported to the host's sink ([`crate::cache`],
+//! [`set_status_sink`]), then the sessions streamed from the cache into GPU memory
+//! ([`gg_llm::GemmaModel`]).
 
 use crate::cache::{CacheFetch, DownloadEvent, ModelCache, out_of_space, request_persistence};
 use crate::download::{LoadError, Tracker};
@@ -44,7 +45,7 @@ const GENAI_OPTIONAL_FILES: &[&str] = &[
     "chat_template.jinja",
 ];
 
-/// A loaded model, shared by every tab.
+/// A loaded model, shared by every conversation.
 pub struct Loaded {
     repo: String,
     /// The adapter, as WebGPU describes it (`google swiftshader`).
@@ -144,7 +145,7 @@ pub fn set_status_sink(sink: impl Fn(ModelReport) + 'static) {
     SINK.with(|s| *s.borrow_mut() = Some(Rc::new(sink)));
 }
 
-/// Tells the host where the model stands (the overlays show it) and remembers it for
+/// Tells the host where the model stands (its UI shows it) and remembers it for
 /// [`current_status`].
 pub fn report(model_size: &str, source: &str, state: ModelState) {
     let seq = SEQ.with(|s| {
@@ -408,7 +409,7 @@ impl LazyVision {
             return Ok(e.clone());
         }
         let loaded = self.load().await;
-        // whatever happened, the overlays show the text model's state again
+        // whatever happened, the UI shows the text model's state again
         report(
             &self.model_size,
             &self.repo,
@@ -487,7 +488,7 @@ impl ImageEncoder for LazyVision {
     }
 }
 
-/// The GPU went away: drop the model (it reloads with the next message) and tell every overlay.
+/// The GPU went away: drop the model (it reloads with the next message) and tell the host.
 fn device_lost(model_size: &str, source: &str, message: &str) {
     log::error(&format!("the GPU device was lost: {message}"));
     SLOT.with(|slot| {
@@ -715,7 +716,7 @@ async fn download_files(
     Ok(())
 }
 
-/// The shared model, one generation at a time: requests from several tabs queue here.
+/// The shared model, one generation at a time: requests from several conversations (the extension's tabs) queue here.
 struct QueuedBackend {
     inner: GemmaBackend,
     turn: Mutex<()>,

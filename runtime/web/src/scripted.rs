@@ -52,7 +52,7 @@ pub const IMAGE_BUDGET: &str = "{{image_budget}}";
 /// The model size the probed model is reported under (only a label for scripted models).
 const PROBE_MODEL_SIZE: &str = "E2B";
 
-/// Why a model script (or its tokenizer) could not be used (shown in the overlay).
+/// Why a model script (or its tokenizer) could not be used (shown in the chat).
 #[derive(Debug, thiserror::Error)]
 pub enum ScriptError {
     #[error("could not load the model script {url}: {source}")]

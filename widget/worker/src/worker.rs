@@ -55,6 +55,9 @@ struct Running {
     forget: bool,
 }
 
+/// Calls waiting for the page's answer, by id.
+type Waiting<T> = HashMap<u64, oneshot::Sender<Result<T, ToolError>>>;
+
 #[derive(Default)]
 struct State {
     /// The one conversation; taken out while a turn runs.
@@ -63,8 +66,8 @@ struct State {
     /// The running turn's approvals, by call id (decimal).
     approvals: gg_web::turn::Approvals,
     next_id: u64,
-    tool_calls: HashMap<u64, oneshot::Sender<Result<ToolOutput, ToolError>>>,
-    facts: HashMap<u64, oneshot::Sender<Result<ElementFacts, ToolError>>>,
+    tool_calls: Waiting<ToolOutput>,
+    facts: Waiting<ElementFacts>,
 }
 
 impl State {
@@ -382,7 +385,7 @@ impl Worker {
     /// at most [`PAGE_TIMEOUT_MS`].
     async fn ask_page<T>(
         &self,
-        table: fn(&mut State) -> &mut HashMap<u64, oneshot::Sender<Result<T, ToolError>>>,
+        table: fn(&mut State) -> &mut Waiting<T>,
         post: impl FnOnce(u64) -> WorkerMessage,
         what: &str,
     ) -> Result<T, ToolError> {
