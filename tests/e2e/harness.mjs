@@ -274,15 +274,16 @@ export async function launchExtension(extDir) {
 }
 
 /** Headless Chromium without any extension (WebGPU on SwiftShader), as a visitor of a site that
- * embeds the widget. */
-export async function launchBrowser() {
+ * embeds the widget. `webgpu: false` leaves WebGPU off (on Linux it is behind a flag), as a
+ * browser without it. */
+export async function launchBrowser({ webgpu = true } = {}) {
   const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'gg-e2e-'));
   const context = await chromium.launchPersistentContext(userDataDir, {
     executablePath: CHROMIUM,
     headless: true,
     viewport: { width: 1000, height: 760 },
     args: [
-      '--no-sandbox', '--enable-unsafe-webgpu',
+      '--no-sandbox', ...(webgpu ? ['--enable-unsafe-webgpu'] : ['--disable-gpu']),
       '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run',
     ],
   });

@@ -143,6 +143,29 @@ test('stop() cancels a streaming answer; the next question is answered', async (
   await page.close();
 });
 
+test('without WebGPU the panel says what to do, ask() rejects with it, and the page keeps working', async () => {
+  const plain = await launchBrowser({ webgpu: false });
+  try {
+    const page = await plain.context.newPage();
+    await page.goto(`${server.url}/widget/page.html?model-source=/models/gemma4-tiny-agent`);
+    await page.waitForFunction(() => customElements.get('gemma-gem-widget') !== undefined, null, { timeout: 30000 });
+    const failed = await page.evaluate(() => document.querySelector('gemma-gem-widget').ask('Hello').then(() => null, (e) => e.message));
+    assert.match(failed ?? '', /WebGPU is not available.*hardware acceleration/s);
+    const pierce = await Pierce.open(page);
+    await openPanel(pierce);
+    const banner = await until(() => pierce.byTestId('gg-error'), { what: 'the error banner' });
+    assert.ok(banner);
+    const errors = await page.evaluate(() => window.ggEvents.filter((e) => e.type === 'gg-error').map((e) => e.detail.kind));
+    assert.ok(errors.includes('webgpu_unavailable'), JSON.stringify(errors));
+    // The page's own form still works.
+    await page.fill('#name', 'Grace');
+    await page.click('#send');
+    assert.equal(await page.textContent('#result'), 'Ordered for Grace');
+  } finally {
+    await plain.close();
+  }
+});
+
 test('bad attribute values warn with the attribute and the value used', async () => {
   const { page, console } = await openWidget({ 'model-source': 'script:/scripts/hello.json', temperature: 'hot', corner: 'middle', tools: 'click_element bogus' });
   await until(() => console.filter((l) => l.startsWith('warning')).length >= 3, { what: 'warnings' });
