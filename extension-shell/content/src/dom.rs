@@ -792,10 +792,17 @@ impl Lookup {
         })
     }
 
-    /// Nothing matched in the scope: refused when the document matches elsewhere, else no match.
+    /// Nothing matched in the scope: refused when the document matches elsewhere (outside the
+    /// scope, or in the widget's element), else no match. The content script has no refusals.
     fn missed(&self) -> LookupMiss {
-        if let Some(root) = self.scope.root()
-            && let Some(doc) = root.owner_document()
+        if !cfg!(feature = "embedded") {
+            return LookupMiss::NoMatch;
+        }
+        let doc = match self.scope.root() {
+            Some(root) => root.owner_document(),
+            None => web_sys::window().and_then(|w| w.document()),
+        };
+        if let Some(doc) = doc
             && let Ok(list) = pristine::query_all(&doc, &self.selector)
         {
             for i in 0..list.length().min(1000) {
