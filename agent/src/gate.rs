@@ -537,7 +537,11 @@ mod tests {
                 assert_ne!(class.class, RiskClass::Read, "{}", tool.name());
             }
         }
-        assert!(gg_vocab::READ_TOOLS.iter().all(|t| gg_vocab::ACT_TOOLS.contains(t)));
+        assert!(
+            gg_vocab::READ_TOOLS
+                .iter()
+                .all(|t| gg_vocab::ACT_TOOLS.contains(t))
+        );
     }
 
     // ---- Classification from real-looking markup ------------------------------------------

@@ -206,7 +206,8 @@ impl Drop for PageTools {
     fn drop(&mut self) {
         let jobs = match self.inner.try_borrow_mut() {
             Ok(mut s) => {
-                let _ = js_sys::Reflect::set(&s.port1, &JsValue::from_str("onmessage"), &JsValue::NULL);
+                let _ =
+                    js_sys::Reflect::set(&s.port1, &JsValue::from_str("onmessage"), &JsValue::NULL);
                 let _ = js::call(&s.port1, "close", &[]);
                 core::mem::take(&mut s.jobs)
             }
@@ -342,5 +343,9 @@ fn not_allowed(tool: Tool, allowed: &[Tool]) -> ToolErr {
 }
 
 fn names(tools: &[Tool]) -> String {
-    tools.iter().map(|t| t.name()).collect::<Vec<_>>().join(", ")
+    tools
+        .iter()
+        .map(|t| t.name())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -97,8 +97,7 @@ pub use fresh::prepare;
 /// `node.querySelector(selector)` on a document, element or shadow root.
 pub fn query(node: &JsValue, selector: &str) -> Result<Option<Element>, JsValue> {
     #[cfg(feature = "embedded")]
-    if let Some(found) = fresh::with(|m| fresh::call(&m.query[fresh::kind(node)], node, selector))
-    {
+    if let Some(found) = fresh::with(|m| fresh::call(&m.query[fresh::kind(node)], node, selector)) {
         let found = found?;
         return Ok((!found.is_null() && !found.is_undefined()).then(|| found.unchecked_into()));
     }

@@ -16,8 +16,8 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
 
 use crate::js::{self, Obj};
-use crate::tools::{self, ToolErr};
 use crate::slices::{SLICE_MS, Work, now};
+use crate::tools::{self, ToolErr};
 use crate::{log_debug, log_error, panel};
 
 /// Protocol tag of every message (`gg_messages::PROTOCOL`).

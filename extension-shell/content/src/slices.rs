@@ -47,7 +47,11 @@ impl Work {
     }
 
     /// Works until `until` (a `performance.now()` time); `Some` once finished.
-    pub fn step(&mut self, state: &mut tools::State, until: f64) -> Option<Result<JsValue, ToolErr>> {
+    pub fn step(
+        &mut self,
+        state: &mut tools::State,
+        until: f64,
+    ) -> Option<Result<JsValue, ToolErr>> {
         match self {
             Self::Snapshot(job) => job.step(state.refs_mut(), until),
             Self::Read(job) => job.step(&mut state.read_cache, until),
@@ -57,4 +61,3 @@ impl Work {
         }
     }
 }
-

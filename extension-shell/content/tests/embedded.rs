@@ -34,7 +34,10 @@ fn page(html: &str) {
         None => {
             let root = doc.create_element("div").expect("div");
             root.set_id("page");
-            doc.body().expect("body").append_child(&root).expect("append");
+            doc.body()
+                .expect("body")
+                .append_child(&root)
+                .expect("append");
             root
         }
     };
@@ -61,24 +64,32 @@ fn text(v: &JsValue, key: &str) -> String {
 
 /// Runs a call; its output's `value` (panics with the error when it failed).
 async fn ok(tools: &PageTools, call: &str) -> JsValue {
-    let outcome = JsFuture::from(tools.run(&json(call))).await.expect("never rejects");
+    let outcome = JsFuture::from(tools.run(&json(call)))
+        .await
+        .expect("never rejects");
     let value = get(&get(&outcome, "Ok"), "value");
     assert!(
         !value.is_undefined(),
         "{call} failed: {}",
-        JSON::stringify(&outcome).map(String::from).unwrap_or_default()
+        JSON::stringify(&outcome)
+            .map(String::from)
+            .unwrap_or_default()
     );
     value
 }
 
 /// Runs a call that must fail; its `(kind, message)`.
 async fn err(tools: &PageTools, call: &JsValue) -> (String, String) {
-    let outcome = JsFuture::from(tools.run(call)).await.expect("never rejects");
+    let outcome = JsFuture::from(tools.run(call))
+        .await
+        .expect("never rejects");
     let e = get(&outcome, "Err");
     assert!(
         e.is_object(),
         "expected an error: {}",
-        JSON::stringify(&outcome).map(String::from).unwrap_or_default()
+        JSON::stringify(&outcome)
+            .map(String::from)
+            .unwrap_or_default()
     );
     (text(&e, "kind"), text(&e, "message"))
 }
@@ -209,8 +220,11 @@ async fn clicks_and_typing_outside_the_scope_are_refused() {
     let call = format!(r#"{{"name": "click_element", "args": {{"ref": "{reference}"}}}}"#);
     ok(&tools, &call).await;
     assert_eq!(clicks.get(), 2);
-    let footer = document().query_selector("footer").unwrap().unwrap();
-    footer.append_child(&by_id("in")).unwrap();
+    let footer = document()
+        .query_selector("footer")
+        .expect("never fails here")
+        .expect("never fails here");
+    footer.append_child(&by_id("in")).expect("never fails here");
     let (kind, message) = err(&tools, &json(&call)).await;
     assert_eq!(kind, "not_found");
     assert!(message.contains("outside the widget's scope"), "{message}");
@@ -222,11 +236,11 @@ async fn clicks_and_typing_outside_the_scope_are_refused() {
     // The gate's facts: inside answered, outside refused.
     let facts = JsFuture::from(tools.describe(&json(r##"{"selector": "#field"}"##)))
         .await
-        .unwrap();
+        .expect("never fails here");
     assert_eq!(text(&get(&get(&facts, "Ok"), "field"), "tag"), "input");
     let facts = JsFuture::from(tools.describe(&json(r##"{"selector": "#out-field"}"##)))
         .await
-        .unwrap();
+        .expect("never fails here");
     assert_eq!(text(&get(&facts, "Err"), "kind"), "not_found");
     drop(counter);
 }
@@ -241,7 +255,7 @@ async fn typing_into_a_field_inside_the_scope_works() {
     };
     by_id("field")
         .add_event_listener_with_callback("input", on_input.as_ref().unchecked_ref())
-        .unwrap();
+        .expect("never fails here");
     let tools = PageTools::new(Some(by_id("scope")), &ACT_TOOLS);
     let typed = ok(
         &tools,
@@ -313,7 +327,9 @@ async fn odd_input_is_an_error_never_a_panic() {
         assert!(!kind.is_empty() && !message.is_empty());
     }
     for target in [JsValue::NULL, json("{}"), json(r#"{"selector": 3}"#)] {
-        let facts = JsFuture::from(tools.describe(&target)).await.unwrap();
+        let facts = JsFuture::from(tools.describe(&target))
+            .await
+            .expect("never fails here");
         assert!(get(&facts, "Err").is_object());
     }
     // Still working afterwards.
@@ -329,9 +345,21 @@ async fn a_page_that_replaced_query_selector_and_push_does_not_break_the_tools()
     let document_proto = proto("Document");
     let array = proto("Array");
     let saved = [
-        (element.clone(), "querySelector", get(&element, "querySelector")),
-        (element.clone(), "querySelectorAll", get(&element, "querySelectorAll")),
-        (document_proto.clone(), "querySelector", get(&document_proto, "querySelector")),
+        (
+            element.clone(),
+            "querySelector",
+            get(&element, "querySelector"),
+        ),
+        (
+            element.clone(),
+            "querySelectorAll",
+            get(&element, "querySelectorAll"),
+        ),
+        (
+            document_proto.clone(),
+            "querySelector",
+            get(&document_proto, "querySelector"),
+        ),
         (array.clone(), "push", get(&array, "push")),
     ];
     // A hostile page: lookups find nothing, and push throws.
@@ -341,28 +369,28 @@ async fn a_page_that_replaced_query_selector_and_push_does_not_break_the_tools()
     })
     .into_js_value();
     let empty = Closure::<dyn Fn() -> JsValue>::new(|| js_sys::Array::new().into()).into_js_value();
-    Reflect::set(&element, &"querySelector".into(), &nothing).unwrap();
-    Reflect::set(&element, &"querySelectorAll".into(), &empty).unwrap();
-    Reflect::set(&document_proto, &"querySelector".into(), &nothing).unwrap();
-    Reflect::set(&array, &"push".into(), &throws).unwrap();
+    Reflect::set(&element, &"querySelector".into(), &nothing).expect("never fails here");
+    Reflect::set(&element, &"querySelectorAll".into(), &empty).expect("never fails here");
+    Reflect::set(&document_proto, &"querySelector".into(), &nothing).expect("never fails here");
+    Reflect::set(&array, &"push".into(), &throws).expect("never fails here");
 
     let tools = PageTools::new(Some(by_id("scope")), &ACT_TOOLS);
     let snap = tools.run(&json(r#"{"name": "snapshot_page", "args": {}}"#));
-    let snap = JsFuture::from(snap).await.unwrap();
+    let snap = JsFuture::from(snap).await.expect("never fails here");
     let typed = tools.run(&json(
         r##"{"name": "type_text", "args": {"selector": "#field", "text": "still works"}}"##,
     ));
-    let typed = JsFuture::from(typed).await.unwrap();
+    let typed = JsFuture::from(typed).await.expect("never fails here");
     let refused = tools.run(&json(
         r##"{"name": "click_element", "args": {"selector": "#out"}}"##,
     ));
-    let refused = JsFuture::from(refused).await.unwrap();
+    let refused = JsFuture::from(refused).await.expect("never fails here");
     let facts = JsFuture::from(tools.describe(&json(r##"{"selector": "#in"}"##)))
         .await
-        .unwrap();
+        .expect("never fails here");
 
     for (target, name, original) in saved {
-        Reflect::set(&target, &name.into(), &original).unwrap();
+        Reflect::set(&target, &name.into(), &original).expect("never fails here");
     }
     let outline = text(&get(&get(&snap, "Ok"), "value"), "outline");
     assert!(outline.contains("Inside button"), "{outline}");

@@ -257,9 +257,9 @@ pub fn lookup_error(selector: &str, miss: LookupMiss) -> ToolErr {
         LookupMiss::NoMatch => ToolErr::not_found(format!(
             "no element matches `{shown}`; call snapshot_page to find the element and use its ref"
         )),
-        LookupMiss::Refused(refusal) => ToolErr::not_found(
-            refusal.message(&format!("the element matched by `{shown}`")),
-        ),
+        LookupMiss::Refused(refusal) => {
+            ToolErr::not_found(refusal.message(&format!("the element matched by `{shown}`")))
+        }
         LookupMiss::TimedOut => ToolErr::timeout(format!(
             "no element matching `{shown}` was found within {} s: the page is too large to \
              search all of its shadow roots and frames. Call snapshot_page and use a ref",

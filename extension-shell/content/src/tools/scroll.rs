@@ -13,7 +13,11 @@ use crate::js::{self, Obj};
 use crate::scope::Scope;
 
 /// `scroll_page`: to the element of `ref` when there is one, else by `direction` and `amount`.
-pub(super) fn scroll_page(state: &State, doc: &Document, args: &JsValue) -> Result<JsValue, ToolErr> {
+pub(super) fn scroll_page(
+    state: &State,
+    doc: &Document,
+    args: &JsValue,
+) -> Result<JsValue, ToolErr> {
     if let Some(r) = js::get_str(args, "ref").filter(|r| !r.trim().is_empty()) {
         let target = Target::Ref(String::from(r.trim()));
         let el = state.resolve_ref(r.trim())?;
@@ -84,11 +88,11 @@ fn scroll_by(doc: &Document, scope: &Scope, args: &JsValue) -> Result<JsValue, T
         // The window does not scroll that way: scroll the scrollable box at the viewport's
         // centre (apps often scroll an inner element).
         if let Some(el) = scrollable_at_centre(doc, scope, vw, vh, vertical) {
-            let start = (f64::from(el.scroll_left()), f64::from(el.scroll_top()));
+            let start = (px(el.scroll_left()), px(el.scroll_top()));
             let _ = js::call(&el, "scrollBy", &[options]);
             moved = (
-                f64::from(el.scroll_left()) - start.0,
-                f64::from(el.scroll_top()) - start.1,
+                px(el.scroll_left()) - start.0,
+                px(el.scroll_top()) - start.1,
             );
             container = Some(el);
         }
@@ -116,6 +120,12 @@ fn scroll_by(doc: &Document, scope: &Scope, args: &JsValue) -> Result<JsValue, T
         );
     }
     Ok(out.js())
+}
+
+/// A scroll position in pixels: `i32` in web-sys's stable API (the content script's build),
+/// `f64` with `web_sys_unstable_apis` (the workspace's `wasm32-unknown-unknown` builds).
+fn px(v: impl Into<f64>) -> f64 {
+    v.into()
 }
 
 /// The scrollable box at the viewport's centre (or around it) that can scroll that way; with
