@@ -120,12 +120,29 @@ impl PageTools {
         Self { inner }
     }
 
-    /// The tools this page allows, in declaration order.
+    /// The tools this page allows.
     pub fn allowed(&self) -> Vec<Tool> {
         self.inner
             .try_borrow()
             .map(|s| s.allowed.clone())
             .unwrap_or_default()
+    }
+
+    /// Allows other tools from now on (the page changed the widget's `tools` attribute); calls
+    /// already running finish.
+    pub fn set_allowed(&self, allowed: &[Tool]) {
+        if let Ok(mut s) = self.inner.try_borrow_mut() {
+            s.allowed = allowed.to_vec();
+        }
+    }
+
+    /// Confines the tools to another scope from the next call on (the page changed the
+    /// widget's `scope` attribute, or replaced the scope's element). Refs stay, but those
+    /// outside the new scope are refused.
+    pub fn set_scope(&self, scope: Option<Element>) {
+        if let Ok(mut s) = self.inner.try_borrow_mut() {
+            s.state.set_scope(Scope::within(scope));
+        }
     }
 
     /// Runs one tool call (`{"name": ..., "args": {...}}`); resolves to `{"Ok": {"value": V}}`
@@ -143,7 +160,10 @@ impl PageTools {
     pub fn describe(&self, target: &JsValue) -> js_sys::Promise {
         let (promise, resolve) = promise();
         let started = match self.inner.try_borrow_mut() {
-            Ok(mut s) => s.state.begin_facts(target),
+            Ok(mut s) => match scope_gone(&s.state) {
+                Some(e) => Err(e),
+                None => s.state.begin_facts(target),
+            },
             Err(_) => Err(busy()),
         };
         self.settle(started, resolve, false);
@@ -177,6 +197,9 @@ impl PageTools {
                     names(&gg_vocab::ACT_TOOLS)
                 )));
             }
+        }
+        if let Some(e) = scope_gone(&s.state) {
+            return Err(e);
         }
         s.state.begin(&name, &args)
     }
@@ -314,6 +337,17 @@ fn answer(resolve: &js_sys::Function, result: Result<JsValue, ToolErr>, wrap: bo
     if resolve.call1(&JsValue::UNDEFINED, &body.js()).is_err() {
         crate::log_error("could not answer a page tool call");
     }
+}
+
+/// The scope's element left the page (a page that re-rendered it): nothing to work on.
+fn scope_gone(state: &tools::State) -> Option<ToolErr> {
+    let root = state.scope().root()?;
+    (!crate::dom::attached(root)).then(|| {
+        ToolErr::unavailable(
+            "the part of the page this widget may use (its scope) is no longer in the page; \
+             the page must set the widget's scope again",
+        )
+    })
 }
 
 fn busy() -> ToolErr {

@@ -11,8 +11,8 @@
 use gg_content::embedded::PageTools;
 use gg_vocab::{ACT_TOOLS, READ_TOOLS, Tool};
 use js_sys::{JSON, Reflect};
-use wasm_bindgen::JsValue;
 use wasm_bindgen::closure::Closure;
+use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::*;
 use web_sys::Element;
@@ -404,4 +404,43 @@ async fn a_page_that_replaced_query_selector_and_push_does_not_break_the_tools()
     assert_eq!(text(&get(&get(&facts, "Ok"), "field"), "tag"), "button");
 }
 
-use wasm_bindgen::JsCast;
+#[wasm_bindgen_test]
+async fn the_scope_and_the_allow_list_follow_the_page() {
+    page(SCOPED_PAGE);
+    let tools = PageTools::new(Some(by_id("scope")), &READ_TOOLS);
+    let (kind, _) = err(
+        &tools,
+        &json(r##"{"name": "click_element", "args": {"selector": "#in"}}"##),
+    )
+    .await;
+    assert_eq!(kind, "blocked");
+    tools.set_allowed(&ACT_TOOLS);
+    ok(
+        &tools,
+        r##"{"name": "click_element", "args": {"selector": "#in"}}"##,
+    )
+    .await;
+    // Another scope: the footer's field is inside now, the main's button outside.
+    let footer = document()
+        .query_selector("footer")
+        .expect("query")
+        .expect("a footer");
+    tools.set_scope(Some(footer));
+    ok(
+        &tools,
+        r##"{"name": "type_text", "args": {"selector": "#out-field", "text": "now inside"}}"##,
+    )
+    .await;
+    assert_eq!(text(&by_id("out-field"), "value"), "now inside");
+    let (_, message) = err(
+        &tools,
+        &json(r##"{"name": "click_element", "args": {"selector": "#in"}}"##),
+    )
+    .await;
+    assert!(message.contains("outside the widget's scope"), "{message}");
+    // The page removed the scope's element.
+    page("<p>re-rendered</p>");
+    let (kind, message) = err(&tools, &json(r#"{"name": "snapshot_page", "args": {}}"#)).await;
+    assert_eq!(kind, "unavailable");
+    assert!(message.contains("no longer in the page"), "{message}");
+}

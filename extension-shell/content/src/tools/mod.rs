@@ -177,6 +177,21 @@ impl State {
         &mut self.refs
     }
 
+    /// Confines the tools to another scope (the page changed the widget's `scope`). Refs stay
+    /// (those outside the new scope are refused); what was checked or read is forgotten.
+    #[cfg(feature = "embedded")]
+    pub fn set_scope(&mut self, scope: Scope) {
+        self.scope = scope;
+        self.checked = None;
+        self.read_cache = None;
+    }
+
+    /// Where the tools may look and act.
+    #[cfg(feature = "embedded")]
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
     /// The element of a ref, when the scope admits it.
     pub(crate) fn resolve_ref(&self, name: &str) -> Result<Element, ToolErr> {
         let el = self.refs.resolve(name)?;
