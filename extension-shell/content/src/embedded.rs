@@ -17,6 +17,11 @@
 //! - [`PageTools::describe`] takes the gate's target (`{"ref": "e3"}` or `{"selector": ...}`,
 //!   `gg_agent::ElementTarget`) and resolves to `Result<gg_agent::ElementFacts,
 //!   gg_agent::ToolError>` in serde form.
+//! - Typed, for the widget's protocol: [`PageTools::call`] (`gg_agent::ToolCall` ->
+//!   `Result<ToolOutput, ToolError>`) and [`PageTools::element_facts`] (`ElementTarget` ->
+//!   `Result<ElementFacts, ToolError>`), Rust futures that use no JavaScript `Promise` (a page
+//!   may replace it); [`PageTools::run_value`] / [`PageTools::describe_value`] are the untyped
+//!   futures.
 //! - Calls run in slices of at most [`SLICE_MS`] ms, scheduled here (a `MessageChannel` task
 //!   between slices, a call's first slice after the page's next rendering update, like the
 //!   content script's loader), so the page's main thread keeps running between them. Calls run
@@ -45,7 +50,10 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::{Rc, Weak};
+use std::task::{Context, Poll, Waker};
 
 use gg_vocab::{Tool, ToolErrorKind};
 use wasm_bindgen::prelude::*;
@@ -80,7 +88,7 @@ struct Inner {
 
 struct Pending {
     work: Work,
-    resolve: js_sys::Function,
+    reply: Reply,
     /// The answer wraps the value as `{value}` (a tool's output) or not (element facts).
     wrap: bool,
 }
@@ -149,9 +157,15 @@ impl PageTools {
     /// or `{"Err": {"kind": K, "message": M}}`. Never rejects.
     pub fn run(&self, call: &JsValue) -> js_sys::Promise {
         let (promise, resolve) = promise();
-        let started = self.begin_call(call);
-        self.settle(started, resolve, true);
+        self.settle(self.begin_call(call), Reply::Resolve(resolve), true);
         promise
+    }
+
+    /// [`PageTools::run`] as a Rust future (no JavaScript `Promise`, which a page may replace).
+    pub fn run_value(&self, call: &JsValue) -> Answer {
+        let slot = Rc::new(Slot::default());
+        self.settle(self.begin_call(call), Reply::Slot(slot.clone()), true);
+        Answer(slot)
     }
 
     /// The gate's facts about an element (`{"ref": "e3"}` or `{"selector": "..."}`); resolves
@@ -159,15 +173,51 @@ impl PageTools {
     /// Scope applies; the allow-list does not (facts change nothing). Never rejects.
     pub fn describe(&self, target: &JsValue) -> js_sys::Promise {
         let (promise, resolve) = promise();
-        let started = match self.inner.try_borrow_mut() {
+        self.settle(self.begin_facts(target), Reply::Resolve(resolve), false);
+        promise
+    }
+
+    /// [`PageTools::describe`] as a Rust future.
+    pub fn describe_value(&self, target: &JsValue) -> Answer {
+        let slot = Rc::new(Slot::default());
+        self.settle(self.begin_facts(target), Reply::Slot(slot.clone()), false);
+        Answer(slot)
+    }
+
+    /// Runs a typed call (`gg_messages::widget::WorkerMessage::RunTool`'s): the answer of
+    /// `WidgetRequest::ToolResult`.
+    pub async fn call(
+        &self,
+        call: &gg_agent::ToolCall,
+    ) -> Result<gg_agent::ToolOutput, gg_agent::ToolError> {
+        let call = match to_js(call) {
+            Ok(call) => call,
+            Err(e) => return Err(gg_agent::ToolError::new(ToolErrorKind::MalformedCall, e)),
+        };
+        from_js(self.run_value(&call).await)
+    }
+
+    /// The gate's facts about a typed target (`WorkerMessage::DescribeElement`'s): the answer
+    /// of `WidgetRequest::ElementFacts`.
+    pub async fn element_facts(
+        &self,
+        target: &gg_agent::ElementTarget,
+    ) -> Result<gg_agent::ElementFacts, gg_agent::ToolError> {
+        let target = match to_js(target) {
+            Ok(target) => target,
+            Err(e) => return Err(gg_agent::ToolError::new(ToolErrorKind::MalformedCall, e)),
+        };
+        from_js(self.describe_value(&target).await)
+    }
+
+    fn begin_facts(&self, target: &JsValue) -> Result<Begun, ToolErr> {
+        match self.inner.try_borrow_mut() {
             Ok(mut s) => match scope_gone(&s.state) {
                 Some(e) => Err(e),
                 None => s.state.begin_facts(target),
             },
             Err(_) => Err(busy()),
-        };
-        self.settle(started, resolve, false);
-        promise
+        }
     }
 
     fn begin_call(&self, call: &JsValue) -> Result<Begun, ToolErr> {
@@ -205,20 +255,16 @@ impl PageTools {
     }
 
     /// Resolves at once, or queues the work and schedules its first slice.
-    fn settle(&self, started: Result<Begun, ToolErr>, resolve: js_sys::Function, wrap: bool) {
+    fn settle(&self, started: Result<Begun, ToolErr>, reply: Reply, wrap: bool) {
         match started {
-            Ok(Begun::Done(value)) => answer(&resolve, Ok(value), wrap),
-            Err(e) => answer(&resolve, Err(e), wrap),
+            Ok(Begun::Done(value)) => answer(&reply, Ok(value), wrap),
+            Err(e) => answer(&reply, Err(e), wrap),
             Ok(Begun::Work(work)) => match self.inner.try_borrow_mut() {
                 Ok(mut s) => {
-                    s.jobs.push_back(Pending {
-                        work,
-                        resolve,
-                        wrap,
-                    });
+                    s.jobs.push_back(Pending { work, reply, wrap });
                     s.schedule(true);
                 }
-                Err(_) => answer(&resolve, Err(busy()), wrap),
+                Err(_) => answer(&reply, Err(busy()), wrap),
             },
         }
     }
@@ -238,7 +284,7 @@ impl Drop for PageTools {
         };
         for job in jobs {
             let e = ToolErr::failed("the page tools were stopped (the widget was removed)");
-            answer(&job.resolve, Err(e), job.wrap);
+            answer(&job.reply, Err(e), job.wrap);
         }
     }
 }
@@ -314,7 +360,7 @@ fn pump(inner: &Weak<RefCell<Inner>>) {
         s.schedule(frame);
     }
     for (job, result) in finished {
-        answer(&job.resolve, result, job.wrap);
+        answer(&job.reply, result, job.wrap);
     }
 }
 
@@ -327,16 +373,75 @@ fn promise() -> (js_sys::Promise, js_sys::Function) {
     (promise, resolve)
 }
 
-/// Resolves with `{"Ok": ...}` / `{"Err": ...}` (the content script's wire form).
-fn answer(resolve: &js_sys::Function, result: Result<JsValue, ToolErr>, wrap: bool) {
+/// Where a call's answer goes.
+enum Reply {
+    /// A JavaScript promise's `resolve`.
+    Resolve(js_sys::Function),
+    /// A Rust future ([`Answer`]).
+    Slot(Rc<Slot>),
+}
+
+/// An answer for an [`Answer`] future.
+#[derive(Default)]
+struct Slot {
+    value: RefCell<Option<JsValue>>,
+    waker: RefCell<Option<Waker>>,
+}
+
+/// The answer of [`PageTools::run_value`] / [`PageTools::describe_value`]: `{"Ok": ...}` or
+/// `{"Err": ...}`, as the promises resolve to.
+pub struct Answer(Rc<Slot>);
+
+impl Future for Answer {
+    type Output = JsValue;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<JsValue> {
+        match self.0.value.borrow_mut().take() {
+            Some(value) => Poll::Ready(value),
+            None => {
+                *self.0.waker.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// Answers with `{"Ok": ...}` / `{"Err": ...}` (the content script's wire form).
+fn answer(reply: &Reply, result: Result<JsValue, ToolErr>, wrap: bool) {
     let body = match result {
         Ok(v) if wrap => Obj::new().v("Ok", Obj::new().v("value", v).js()),
         Ok(v) => Obj::new().v("Ok", v),
         Err(e) => Obj::new().v("Err", e.to_js()),
     };
-    if resolve.call1(&JsValue::UNDEFINED, &body.js()).is_err() {
-        crate::log_error("could not answer a page tool call");
+    match reply {
+        Reply::Resolve(resolve) => {
+            if resolve.call1(&JsValue::UNDEFINED, &body.js()).is_err() {
+                crate::log_error("could not answer a page tool call");
+            }
+        }
+        Reply::Slot(slot) => {
+            *slot.value.borrow_mut() = Some(body.js());
+            if let Some(waker) = slot.waker.borrow_mut().take() {
+                waker.wake();
+            }
+        }
     }
+}
+
+/// A typed value as the plain JavaScript object the tools read.
+fn to_js(value: &impl serde::Serialize) -> Result<JsValue, String> {
+    value
+        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
+        .map_err(|e| format!("could not pass the call to the page tools: {e}"))
+}
+
+/// An answer as its typed `Result`.
+fn from_js<T: serde::de::DeserializeOwned>(answer: JsValue) -> Result<T, gg_agent::ToolError> {
+    serde_wasm_bindgen::from_value::<Result<T, gg_agent::ToolError>>(answer).unwrap_or_else(|e| {
+        Err(gg_agent::ToolError::failed(format!(
+            "the page tools gave an answer of an unexpected shape: {e}"
+        )))
+    })
 }
 
 /// The scope's element left the page (a page that re-rendered it): nothing to work on.

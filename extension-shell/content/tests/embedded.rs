@@ -444,3 +444,73 @@ async fn the_scope_and_the_allow_list_follow_the_page() {
     assert_eq!(kind, "unavailable");
     assert!(message.contains("no longer in the page"), "{message}");
 }
+
+/// A typed call, as the widget's worker sends it (`WorkerMessage::RunTool`).
+fn typed(call: &str) -> gg_agent::ToolCall {
+    serde_json::from_str(call).unwrap_or_else(|e| panic!("bad call in the test: {e}"))
+}
+
+#[wasm_bindgen_test]
+async fn typed_calls_and_facts_answer_with_the_agents_types() {
+    page(SCOPED_PAGE);
+    let tools = PageTools::new(Some(by_id("scope")), &ACT_TOOLS);
+    let snap = tools
+        .call(&typed(
+            r#"{"name": "snapshot_page", "args": {"max_tokens": 500}}"#,
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("snapshot failed: {e:?}"));
+    let outline = snap.value["outline"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(outline.contains("Inside button"), "{outline}");
+    assert!(!outline.contains("Outside"), "{outline}");
+    assert!(snap.value["elements_shown"].as_f64().unwrap_or(0.0) >= 3.0);
+
+    let typed_ok = tools
+        .call(&typed(
+            r##"{"name": "type_text", "args": {"selector": "#field", "text": "typed"}}"##,
+        ))
+        .await;
+    assert!(typed_ok.is_ok(), "{typed_ok:?}");
+    assert_eq!(text(&by_id("field"), "value"), "typed");
+
+    let refused = tools
+        .call(&typed(
+            r##"{"name": "click_element", "args": {"selector": "#out"}}"##,
+        ))
+        .await;
+    let e = refused.expect_err("outside the scope");
+    assert_eq!(e.kind, gg_vocab::ToolErrorKind::NotFound);
+    assert!(
+        e.message.contains("outside the widget's scope"),
+        "{}",
+        e.message
+    );
+
+    let facts = tools
+        .element_facts(&gg_agent::ElementTarget::Selector("#field".into()))
+        .await
+        .unwrap_or_else(|e| panic!("facts failed: {e:?}"));
+    assert_eq!(facts.field.tag, "input");
+    assert!(!facts.is_submit);
+    let outside = tools
+        .element_facts(&gg_agent::ElementTarget::Selector("#out-field".into()))
+        .await;
+    assert_eq!(
+        outside.expect_err("outside").kind,
+        gg_vocab::ToolErrorKind::NotFound
+    );
+
+    let read_only = PageTools::new(None, &READ_TOOLS);
+    let blocked = read_only
+        .call(&typed(
+            r##"{"name": "click_element", "args": {"ref": "e1"}}"##,
+        ))
+        .await;
+    assert_eq!(
+        blocked.expect_err("not allowed").kind,
+        gg_vocab::ToolErrorKind::Blocked
+    );
+}
