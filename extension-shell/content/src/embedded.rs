@@ -44,7 +44,7 @@
 //!   another call of the same `PageTools` is on the stack (a page's event handler calling back
 //!   in during a click) fails with `unavailable` instead of re-entering.
 //! - The tools run in the page's realm, not in an isolated world as in the extension: the
-//!   selector queries use methods from a fresh realm ([`crate::pristine`]) and argument lists
+//!   selector queries use methods from a fresh realm (`pristine.rs`) and argument lists
 //!   are built without `Array.prototype.push`, so a page that replaced
 //!   `Element.prototype.querySelector` or `Array.prototype.push` does not break them.
 

@@ -8,16 +8,16 @@
 //! WebAssembly) in an iframe. Keep it small: it is loaded on every page.
 //!
 //! The loader `content.js` receives the messages (`chrome.runtime.onMessage`) and hands them to
-//! [`on_message`]. When this module fails (a panic traps: there is no unwinding here), the loader
-//! starts a fresh copy of it, which answers the calls the failed one left ([`recover`]) and tells
-//! the service worker ([`report_crash`]); the page tools never stay dead.
+//! `on_message`. When this module fails (a panic traps: there is no unwinding here), the loader
+//! starts a fresh copy of it, which answers the calls the failed one left (`recover`) and tells
+//! the service worker (`report_crash`); the page tools never stay dead.
 //!
 //! # The `embedded` feature
 //!
 //! With `embedded`, the crate is a library for a `std` crate built for `wasm32-unknown-unknown`
 //! (the widget, `gg-widget`): not `no_std`, no global allocator, no panic handler, no launcher
 //! panel, no `chrome.runtime` code and no exports of its own; the page tools are reached through
-//! [`embedded::PageTools`], which schedules its own slices and confines the tools to a scope and
+//! `embedded::PageTools`, which schedules its own slices and confines the tools to a scope and
 //! an allow-list. The feature takes things away, so it must never be on in the content script's
 //! build (`cargo xtask build` builds `-p gg-content` alone for `wasm32v1-none`, without it).
 #![cfg_attr(all(target_arch = "wasm32", not(feature = "embedded")), no_std)]

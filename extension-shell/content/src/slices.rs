@@ -1,7 +1,7 @@
 //! Running calls in slices: the walks (`snapshot_page`, `read_page_content`, selector lookups)
 //! work for at most [`SLICE_MS`] at a time and give the page's main thread back between slices.
-//! Who schedules the slices is the caller's: the content script's server ([`crate::server`],
-//! through the loader's `later`) or, in the `embedded` build, [`crate::embedded::PageTools`]
+//! Who schedules the slices is the caller's: the content script's server (`server`,
+//! through the loader's `later`) or, in the `embedded` build, `embedded::PageTools`
 //! (a `MessageChannel` of its own).
 
 use wasm_bindgen::JsValue;
