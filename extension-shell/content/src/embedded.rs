@@ -112,13 +112,16 @@ impl PageTools {
             on_frame: JsValue::UNDEFINED,
         }));
         let weak = Rc::downgrade(&inner);
-        let pump_fn = {
-            let weak = weak.clone();
-            Closure::<dyn FnMut()>::new(move || pump(&weak)).into_js_value()
-        };
-        let on_frame = Closure::<dyn FnMut()>::new(move || frame_came(&weak)).into_js_value();
         let channel = js::construct("MessageChannel", &[]).unwrap_or(JsValue::UNDEFINED);
         let (port1, port2) = (js::get(&channel, "port1"), js::get(&channel, "port2"));
+        let pump_fn = {
+            let (weak, port2) = (weak.clone(), port2.clone());
+            Closure::<dyn FnMut()>::new(move || pump(&weak, &port2)).into_js_value()
+        };
+        let on_frame = {
+            let port2 = port2.clone();
+            Closure::<dyn FnMut()>::new(move || frame_came(&weak, &port2)).into_js_value()
+        };
         let _ = js_sys::Reflect::set(&port1, &JsValue::from_str("onmessage"), &pump_fn);
         if let Ok(mut s) = inner.try_borrow_mut() {
             s.port1 = port1;
@@ -325,21 +328,34 @@ impl Inner {
 }
 
 /// `requestAnimationFrame` or the timer, whichever comes first.
-fn frame_came(inner: &Weak<RefCell<Inner>>) {
-    if let Some(inner) = inner.upgrade()
-        && let Ok(mut s) = inner.try_borrow_mut()
-        && s.awaiting_frame
-    {
-        s.post();
+fn frame_came(inner: &Weak<RefCell<Inner>>, port2: &JsValue) {
+    let Some(inner) = inner.upgrade() else { return };
+    match inner.try_borrow_mut() {
+        Ok(mut s) => {
+            if s.awaiting_frame {
+                s.post();
+            }
+        }
+        // Called back from inside a call (never expected): the pump runs in a later task.
+        Err(_) => repost(port2),
+    }
+}
+
+/// Runs the pump in a later task, without the state (it is borrowed).
+fn repost(port2: &JsValue) {
+    if js::call(port2, "postMessage", &[JsValue::from(0)]).is_err() {
+        crate::log_error("could not schedule the page tools' work");
     }
 }
 
 /// Runs queued calls for one slice, answers those that finish, and schedules the rest.
-fn pump(inner: &Weak<RefCell<Inner>>) {
+fn pump(inner: &Weak<RefCell<Inner>>, port2: &JsValue) {
     let Some(inner) = inner.upgrade() else { return };
     let mut finished = Vec::new();
     {
         let Ok(mut s) = inner.try_borrow_mut() else {
+            // Called back from inside a call (never expected): again in a later task.
+            repost(port2);
             return;
         };
         s.scheduled = false;
