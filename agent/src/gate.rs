@@ -514,6 +514,36 @@ mod tests {
         assert_eq!(js.reasons, [SensitiveReason::RunJavascript]);
     }
 
+    /// The widget's `tools="read"` level (`gg_vocab::READ_TOOLS`) holds only tools this gate
+    /// classes as reads, and `act` adds only acting tools.
+    #[test]
+    fn the_read_level_is_the_gates_reads() {
+        let args = |tool: gg_vocab::Tool| match tool {
+            gg_vocab::Tool::ReadPageContent => json!({"format": "text"}),
+            gg_vocab::Tool::ScrollPage => json!({"direction": "down"}),
+            gg_vocab::Tool::ClickElement => json!({"ref": "e1"}),
+            gg_vocab::Tool::TypeText => json!({"ref": "e1", "text": "x"}),
+            gg_vocab::Tool::RunJavascript => json!({"code": "1"}),
+            _ => json!({}),
+        };
+        for tool in gg_vocab::READ_TOOLS {
+            let class = classify_builtin(&parse(tool.name(), args(tool)), "https://a.test", None);
+            assert_eq!(class.class, RiskClass::Read, "{}", tool.name());
+        }
+        for tool in gg_vocab::ACT_TOOLS {
+            if !gg_vocab::READ_TOOLS.contains(&tool) {
+                let class =
+                    classify_builtin(&parse(tool.name(), args(tool)), "https://a.test", None);
+                assert_ne!(class.class, RiskClass::Read, "{}", tool.name());
+            }
+        }
+        assert!(
+            gg_vocab::READ_TOOLS
+                .iter()
+                .all(|t| gg_vocab::ACT_TOOLS.contains(t))
+        );
+    }
+
     // ---- Classification from real-looking markup ------------------------------------------
 
     /// One element of a parsed snippet.

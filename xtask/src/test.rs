@@ -39,9 +39,12 @@ const WASM_TESTS: &[(&str, &str)] = &[
     ("gg-llm", "browser_greedy"),
     // Gemma 4's vision encoder on WebGPU, against ONNX Runtime's features.
     ("gg-llm", "browser_vision"),
+    // The page tools as the embeddable widget uses them: scope, allow-list, hostile pages.
+    ("gg-content", "embedded"),
 ];
-/// Features for the wasm test invocation: the components' client-side renderer.
-const WASM_TEST_FEATURES: &str = "gg-components/csr";
+/// Features for the wasm test invocation: the components' client-side renderer, and the page
+/// tools' library build (`embedded`; the content script itself is built without it).
+const WASM_TEST_FEATURES: &str = "gg-components/csr,gg-content/embedded";
 
 #[derive(Default, Debug, Clone, Copy)]
 struct Counts {

@@ -83,6 +83,97 @@ impl Tool {
     }
 }
 
+/// The in-page tools that only read the page: what a page that embeds the widget with
+/// `tools="read"` allows. The safety gate classes each of them `RiskClass::Read`
+/// (`gg_agent::gate::classify_builtin`, which a test there checks against this list); scrolling
+/// moves the view, never the page's data. `take_screenshot` is a read too, but it is not an
+/// in-page tool: a page opts in to it separately.
+pub const READ_TOOLS: [Tool; 4] = [
+    Tool::SnapshotPage,
+    Tool::ReadPageContent,
+    Tool::GetPageTitle,
+    Tool::ScrollPage,
+];
+
+/// The in-page tools that may also act: [`READ_TOOLS`] and the tools that change the page
+/// (`tools="act"`). `run_javascript` is never part of a level: a page opts in to it separately.
+pub const ACT_TOOLS: [Tool; 6] = [
+    Tool::SnapshotPage,
+    Tool::ReadPageContent,
+    Tool::GetPageTitle,
+    Tool::ScrollPage,
+    Tool::ClickElement,
+    Tool::TypeText,
+];
+
+/// The tools of a level word: `read` ([`READ_TOOLS`]) or `act` ([`ACT_TOOLS`]), any case;
+/// `None` for anything else.
+///
+/// ```
+/// use gg_vocab::{Tool, tools_for_level};
+/// assert!(tools_for_level("read").unwrap().contains(&Tool::SnapshotPage));
+/// assert!(!tools_for_level("read").unwrap().contains(&Tool::ClickElement));
+/// assert!(tools_for_level("ACT").unwrap().contains(&Tool::TypeText));
+/// assert_eq!(tools_for_level("all"), None);
+/// ```
+pub fn tools_for_level(level: &str) -> Option<&'static [Tool]> {
+    let level = level.trim();
+    if level.eq_ignore_ascii_case("read") {
+        Some(&READ_TOOLS)
+    } else if level.eq_ignore_ascii_case("act") {
+        Some(&ACT_TOOLS)
+    } else {
+        None
+    }
+}
+
+/// A page's list of tools (the widget's `tools` attribute): a level word ([`tools_for_level`])
+/// or tool names and level words separated by spaces, commas or `|`, in any mix. The tools in
+/// declaration order, each once; `Err` names the first word that is neither (the caller warns
+/// and uses its default).
+///
+/// ```
+/// use gg_vocab::{Tool, parse_tool_list};
+/// assert_eq!(parse_tool_list("read").unwrap().len(), 4);
+/// assert_eq!(
+///     parse_tool_list("snapshot_page, click_element").unwrap(),
+///     [Tool::SnapshotPage, Tool::ClickElement]
+/// );
+/// assert_eq!(
+///     parse_tool_list("read | take_screenshot").unwrap().last(),
+///     Some(&Tool::TakeScreenshot)
+/// );
+/// assert!(parse_tool_list("read, delete_everything").is_err());
+/// assert_eq!(parse_tool_list("  ").unwrap(), []);
+/// ```
+pub fn parse_tool_list(value: &str) -> Result<alloc::vec::Vec<Tool>, String> {
+    let mut wanted = [false; Tool::ALL.len()];
+    for word in value
+        .split(|c: char| c == ',' || c == '|' || c.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+    {
+        let mut want = |tool: &Tool| {
+            if let Some(i) = Tool::ALL.iter().position(|t| t == tool) {
+                wanted[i] = true;
+            }
+        };
+        match (tools_for_level(word), Tool::from_name(word)) {
+            (Some(level), _) => level.iter().for_each(want),
+            (None, Some(tool)) => want(&tool),
+            (None, None) => {
+                return Err(format!(
+                    "`{word}` is not a tool level (read, act) nor a tool name"
+                ));
+            }
+        }
+    }
+    Ok(Tool::ALL
+        .into_iter()
+        .zip(wanted)
+        .filter_map(|(tool, on)| on.then_some(tool))
+        .collect())
+}
+
 /// What kind of failure a tool error is; lets the UI and the loop tell them apart. Its wire form
 /// is [`ToolErrorKind::name`] (snake_case), with or without `serde`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -12,6 +12,8 @@ use wasm_bindgen::{JsCast, JsValue};
 use web_sys::{CssStyleDeclaration, Document, Element, HtmlElement, Node, Window};
 
 use crate::js::{self, Obj};
+use crate::pristine;
+use crate::scope::{Refusal, Scope};
 use crate::text::{clip, one_line, push_collapsed};
 
 pub const ELEMENT_NODE: u16 = 1;
@@ -30,9 +32,11 @@ pub fn tag(el: &Element) -> String {
     el.local_name()
 }
 
-/// Our own host element: never listed, read or acted on.
+/// Our own host element (and in the `embedded` build the widget's element): never listed, read
+/// or acted on.
 pub fn is_own_host(el: &Element) -> bool {
     js::local_name_is(el, crate::HOST_TAG)
+        || (cfg!(feature = "embedded") && js::local_name_is(el, crate::WIDGET_TAG))
 }
 
 /// The window the element lives in (an iframe's for elements inside it).
@@ -690,6 +694,9 @@ pub enum LookupMiss {
     NoMatch,
     /// Nothing matched in the part searched before [`LOOKUP_BUDGET_MS`] was spent.
     TimedOut,
+    /// Nothing in the scope matches; the document has a match outside it (or in the widget's
+    /// element). Only in the `embedded` build, with a scope.
+    Refused(Refusal),
 }
 
 /// The first element matching a CSS selector: in the document (the browser's own, one call),
@@ -700,6 +707,7 @@ pub struct Lookup {
     selector: String,
     stack: Vec<LookupFrame>,
     started: f64,
+    scope: Scope,
 }
 
 struct LookupFrame {
@@ -714,14 +722,20 @@ pub enum Looked {
 }
 
 impl Lookup {
-    pub fn start(doc: &Document, selector: &str) -> Looked {
-        match doc.query_selector(selector) {
+    /// Starts looking for `selector` in `scope` of `doc`.
+    pub fn start(doc: &Document, scope: &Scope, selector: &str) -> Looked {
+        if let Some(root) = scope.root() {
+            return Self::start_in(root, scope, selector);
+        }
+        match pristine::query(doc, selector) {
             Err(_) => return Looked::Miss(LookupMiss::Invalid),
-            Ok(Some(el)) if !is_own_host(&el) => return Looked::Found(el),
+            Ok(Some(el)) if !is_own_host(&el) && scope.refuses(&el).is_none() => {
+                return Looked::Found(el);
+            }
             // Our host matched first: the next match, if any (the list is the browser's own).
             Ok(Some(_)) => {
-                if let Ok(list) = doc.query_selector_all(selector)
-                    && let Some(el) = first_not_host(&list)
+                if let Ok(list) = pristine::query_all(doc, selector)
+                    && let Some(el) = first_not_host(&list, scope)
                 {
                     return Looked::Found(el);
                 }
@@ -737,8 +751,69 @@ impl Lookup {
             stack: vec![LookupFrame {
                 children: flat_children_of(&root),
             }],
-            started: crate::server::now(),
+            started: crate::slices::now(),
+            scope: scope.clone(),
         })
+    }
+
+    /// [`Lookup::start`] in the subtree of `root`: `root` itself, its light tree (the browser's
+    /// own search), then a walk into its open shadow roots and same-origin frames.
+    fn start_in(root: &Element, scope: &Scope, selector: &str) -> Looked {
+        match pristine::matches(root, selector) {
+            Err(_) => return Looked::Miss(LookupMiss::Invalid),
+            Ok(true) if scope.refuses(root).is_none() => return Looked::Found(root.clone()),
+            Ok(_) => {}
+        }
+        match pristine::query_all(root, selector) {
+            Err(_) => return Looked::Miss(LookupMiss::Invalid),
+            Ok(list) => {
+                if let Some(el) = first_not_host(&list, scope) {
+                    return Looked::Found(el);
+                }
+            }
+        }
+        let inner: Option<JsValue> = match root.shadow_root() {
+            Some(shadow) => Some(shadow.into()),
+            None => frame_document(root).map(Into::into),
+        };
+        if let Some(inner) = inner
+            && let Ok(list) = pristine::query_all(&inner, selector)
+            && let Some(el) = first_not_host(&list, scope)
+        {
+            return Looked::Found(el);
+        }
+        Looked::Walk(Self {
+            selector: selector.to_string(),
+            stack: vec![LookupFrame {
+                children: flat_children_of(root),
+            }],
+            started: crate::slices::now(),
+            scope: scope.clone(),
+        })
+    }
+
+    /// Nothing matched in the scope: refused when the document matches elsewhere (outside the
+    /// scope, or in the widget's element), else no match. The content script has no refusals.
+    fn missed(&self) -> LookupMiss {
+        if !cfg!(feature = "embedded") {
+            return LookupMiss::NoMatch;
+        }
+        let doc = match self.scope.root() {
+            Some(root) => root.owner_document(),
+            None => web_sys::window().and_then(|w| w.document()),
+        };
+        if let Some(doc) = doc
+            && let Ok(list) = pristine::query_all(&doc, &self.selector)
+        {
+            for i in 0..list.length().min(1000) {
+                if let Some(el) = list.item(i).and_then(|n| as_element(&n))
+                    && let Some(refusal) = self.scope.refuses(&el)
+                {
+                    return LookupMiss::Refused(refusal);
+                }
+            }
+        }
+        LookupMiss::NoMatch
     }
 
     /// Walks until `until` (a `performance.now()` time); `Some` once the element is found, the
@@ -754,7 +829,7 @@ impl Lookup {
             top.children.advance();
             count += 1;
             if count.is_multiple_of(16) {
-                let t = crate::server::now();
+                let t = crate::slices::now();
                 if t - self.started >= LOOKUP_BUDGET_MS {
                     self.stack = Vec::new();
                     return Some(Err(LookupMiss::TimedOut));
@@ -777,31 +852,28 @@ impl Lookup {
                 frame_document(&el).map(Into::into)
             };
             if let Some(scope) = scope
-                && let Ok(found) = js::call(
-                    &scope,
-                    "querySelector",
-                    &[JsValue::from_str(&self.selector)],
-                )
-                && !found.is_null()
-                && !found.is_undefined()
+                && let Ok(Some(found)) = pristine::query(&scope, &self.selector)
+                && self.scope.refuses(&found).is_none()
             {
                 self.stack = Vec::new();
-                return Some(Ok(found.unchecked_into()));
+                return Some(Ok(found));
             }
             let children = flat_children_of(&el);
             if !children.is_empty() {
                 self.stack.push(LookupFrame { children });
             }
         }
-        Some(Err(LookupMiss::NoMatch))
+        Some(Err(self.missed()))
     }
 }
 
-fn first_not_host(list: &web_sys::NodeList) -> Option<Element> {
+/// The first element of `list` that is not our host and that `scope` admits.
+fn first_not_host(list: &web_sys::NodeList, scope: &Scope) -> Option<Element> {
     for i in 0..list.length() {
         if let Some(node) = list.item(i)
             && let Some(el) = as_element(&node)
             && !is_own_host(&el)
+            && scope.refuses(&el).is_none()
         {
             return Some(el);
         }

@@ -97,16 +97,23 @@ pub fn get_true(target: &JsValue, key: &str) -> bool {
     get(target, key).as_bool() == Some(true)
 }
 
-/// Calls `target[method](...args)`; `Err` if it is not a function or throws.
+/// Calls `target[method](...args)` (through `Reflect.apply`: a page's replaced
+/// `Function.prototype.apply` changes nothing); `Err` if it is not a function or throws.
 pub fn call(target: &JsValue, method: &str, args: &[JsValue]) -> Result<JsValue, JsValue> {
     let f: Function = get(target, method)
         .dyn_into()
         .map_err(|_| JsValue::from_str(method))?;
-    let list = Array::new();
-    for a in args {
-        list.push(a);
+    Reflect::apply(&f, target, &list(args))
+}
+
+/// The arguments as an array, set by index: no `Array.prototype.push`, which a page may
+/// replace (the `embedded` build runs in the page's realm).
+fn list(args: &[JsValue]) -> Array {
+    let list = Array::new_with_length(args.len() as u32);
+    for (i, a) in args.iter().enumerate() {
+        list.set(i as u32, a.clone());
     }
-    f.apply(target, &list)
+    list
 }
 
 /// `new globalThis[ctor](...args)`.
@@ -114,11 +121,7 @@ pub fn construct(ctor: &str, args: &[JsValue]) -> Result<JsValue, JsValue> {
     let f: Function = get(&js_sys::global(), ctor)
         .dyn_into()
         .map_err(|_| JsValue::from_str(ctor))?;
-    let list = Array::new();
-    for a in args {
-        list.push(a);
-    }
-    Reflect::construct(&f, &list)
+    Reflect::construct(&f, &list(args))
 }
 
 /// A plain object built field by field.

@@ -27,10 +27,8 @@ use wasm_bindgen::prelude::*;
 use web_sys::{Document, Element, HtmlElement, ShadowRoot, ShadowRootInit, ShadowRootMode};
 
 use crate::guard::{self, HostGuard};
-use crate::js;
+use crate::{HOST_TAG, js};
 
-/// Tag name of the host element (a valid custom-element name, so `attachShadow` is allowed).
-pub const HOST_TAG: &str = "gemma-gem-host";
 /// Path of the overlay page inside the extension.
 pub const OVERLAY_PATH: &str = "overlay/overlay.html";
 /// `chrome.storage.local` key of the launcher's corner.

@@ -29,7 +29,9 @@ use web_sys::{Document, Element};
 use crate::dom;
 use crate::dom::{Looked, Lookup};
 use crate::js::{self, Obj};
-use crate::server::now;
+use crate::pristine;
+use crate::scope::Scope;
+use crate::slices::now;
 use crate::text::{Tidier, paginate, push_collapsed};
 use crate::tools::{ToolErr, lookup_error, usize_arg};
 
@@ -185,7 +187,12 @@ pub struct Job {
 }
 
 impl Job {
-    pub fn new(doc: &Document, args: &JsValue, cache: &mut Option<Cache>) -> Result<Self, ToolErr> {
+    pub fn new(
+        doc: &Document,
+        scope: &Scope,
+        args: &JsValue,
+        cache: &mut Option<Cache>,
+    ) -> Result<Self, ToolErr> {
         let html = match js::get_str(args, "format").map(|f| f.to_ascii_lowercase()) {
             None => false,
             Some(f) if f == "text" => false,
@@ -207,16 +214,16 @@ impl Job {
         let selector = js::get_str(args, "selector").filter(|s| !s.trim().is_empty());
         let mut lookup = None;
         let root: Element = match &selector {
-            Some(s) => match Lookup::start(doc, s) {
+            Some(s) => match Lookup::start(doc, scope, s) {
                 Looked::Found(el) => el,
                 Looked::Miss(miss) => return Err(lookup_error(s, miss)),
                 Looked::Walk(walk) => {
                     lookup = Some(walk);
-                    page_root(doc)?
+                    page_root(doc, scope)?
                 }
             },
-            None if main => main_root(doc)?,
-            None => page_root(doc)?,
+            None if main => main_root(doc, scope)?,
+            None => page_root(doc, scope)?,
         };
         let main = main && selector.is_none();
         let started = now();
@@ -604,8 +611,11 @@ impl Job {
     }
 }
 
-/// `<body>`, or the document element.
-fn page_root(doc: &Document) -> Result<Element, ToolErr> {
+/// The scope's element; else `<body>`, or the document element.
+fn page_root(doc: &Document, scope: &Scope) -> Result<Element, ToolErr> {
+    if let Some(root) = scope.root() {
+        return Ok(root.clone());
+    }
     match doc.body() {
         Some(body) => Ok(body.into()),
         None => doc
@@ -615,12 +625,21 @@ fn page_root(doc: &Document) -> Result<Element, ToolErr> {
 }
 
 /// The page's main content: `<main>` or `role=main`, else its largest `<article>`, else the
-/// whole page.
-fn main_root(doc: &Document) -> Result<Element, ToolErr> {
-    if let Ok(Some(main)) = doc.query_selector("main, [role=main]") {
+/// whole page (with a scope: the same, looked for inside the scope's element).
+fn main_root(doc: &Document, scope: &Scope) -> Result<Element, ToolErr> {
+    let within: JsValue = match scope.root() {
+        Some(root) => {
+            if pristine::matches(root, "main, [role=main]").unwrap_or(false) {
+                return Ok(root.clone());
+            }
+            root.into()
+        }
+        None => doc.into(),
+    };
+    if let Ok(Some(main)) = pristine::query(&within, "main, [role=main]") {
         return Ok(main);
     }
-    if let Ok(list) = doc.query_selector_all("article") {
+    if let Ok(list) = pristine::query_all(&within, "article") {
         let mut best: Option<(usize, Element)> = None;
         for i in 0..list.length().min(200) {
             if let Some(el) = list.item(i).and_then(|n| dom::as_element(&n)) {
@@ -634,7 +653,7 @@ fn main_root(doc: &Document) -> Result<Element, ToolErr> {
             return Ok(el);
         }
     }
-    page_root(doc)
+    page_root(doc, scope)
 }
 
 /// `white-space: pre*` or `break-spaces` (most elements are `normal`: compared in JS first).

@@ -152,17 +152,29 @@ const SKIP_TAGS: &[&str] = &[
 ];
 
 impl Job {
-    pub fn new(doc: &Document, max_tokens: Option<u64>) -> Result<Self, ToolErr> {
+    /// A snapshot of the page, or (`scope`) of one element and its subtree.
+    pub fn new(
+        doc: &Document,
+        scope: Option<&Element>,
+        max_tokens: Option<u64>,
+    ) -> Result<Self, ToolErr> {
         let win = doc
             .default_view()
             .ok_or_else(|| ToolErr::unavailable("the page has no window"))?;
         let size = |v: Result<JsValue, JsValue>| v.ok().and_then(|v| v.as_f64()).unwrap_or(0.0);
-        let root: Node = match doc.body() {
-            Some(body) => body.into(),
-            None => doc
-                .document_element()
-                .ok_or_else(|| ToolErr::unavailable("the page has no document element"))?
-                .into(),
+        let children = match scope {
+            // The scope's element is listed too (it may be a landmark or a form).
+            Some(root) => dom::Children::Nodes(alloc::vec![root.clone().into()], 0),
+            None => {
+                let root: Node = match doc.body() {
+                    Some(body) => body.into(),
+                    None => doc
+                        .document_element()
+                        .ok_or_else(|| ToolErr::unavailable("the page has no document element"))?
+                        .into(),
+                };
+                dom::flat_children_of(&root)
+            }
         };
         let max_tokens = max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
         let budget =
@@ -175,7 +187,7 @@ impl Job {
             kept_cost: 0,
             counted: [0; 5],
             stack: alloc::vec![Frame {
-                children: dom::flat_children_of(&root),
+                children,
                 parent: None,
                 depth: 0,
                 offset: (0.0, 0.0),
@@ -184,7 +196,7 @@ impl Job {
             view_h: size(win.inner_height()),
             focused: dom::deep_active_element(doc),
             page_origin: win.location().origin().unwrap_or_default(),
-            started: crate::server::now(),
+            started: crate::slices::now(),
             visited: 0,
             timed_out: false,
             walked: false,
@@ -203,7 +215,7 @@ impl Job {
             // The clock after every element: one element's name can cost a few hundred nodes.
             count += 1;
             if count > 1 {
-                let t = crate::server::now();
+                let t = crate::slices::now();
                 if t - self.started >= TIME_BUDGET_MS {
                     self.timed_out = true;
                     break;
@@ -222,7 +234,7 @@ impl Job {
         // The outline is made in a slice of its own when the walk used half of this one.
         if !self.walked {
             self.walked = true;
-            if crate::server::now() >= until - crate::server::SLICE_MS / 2.0 {
+            if crate::slices::now() >= until - crate::slices::SLICE_MS / 2.0 {
                 return None;
             }
         }

@@ -12,7 +12,7 @@ use super::facts::element_facts;
 use super::type_text::type_text;
 use super::{Begun, State, Target, ToolErr, lookup_error};
 use crate::dom::{Looked, Lookup};
-use crate::server::Work;
+use crate::slices::Work;
 use crate::text::clip;
 
 impl State {
@@ -20,8 +20,8 @@ impl State {
     /// document itself does not match: open shadow roots and frames are searched).
     fn locate(&self, doc: &Document, target: &Target) -> Result<Located, ToolErr> {
         match target {
-            Target::Ref(r) => self.refs.resolve(r).map(Located::Found),
-            Target::Selector(s) => match Lookup::start(doc, s) {
+            Target::Ref(r) => self.resolve_ref(r).map(Located::Found),
+            Target::Selector(s) => match Lookup::start(doc, &self.scope, s) {
                 Looked::Found(el) => Ok(Located::Found(el)),
                 Looked::Miss(miss) => Err(lookup_error(s, miss)),
                 Looked::Walk(lookup) => Ok(Located::Walk(lookup)),

@@ -42,10 +42,13 @@ pub(super) fn element_facts(el: &Element) -> JsValue {
         let fields = js_sys::Array::new();
         let elements = js::get(&form, "elements");
         let count = js::get_f64(&elements, "length").unwrap_or(0.0) as u32;
+        let mut n = 0;
         for i in 0..count.min(500) {
             let field = js::get(&elements, &format!("{i}"));
             if field.is_object() {
-                fields.push(&field_facts(field.unchecked_ref()));
+                // By index: a page may replace `Array.prototype.push`.
+                fields.set(n, field_facts(field.unchecked_ref()));
+                n += 1;
             }
         }
         Obj::new()

@@ -17,7 +17,8 @@ use web_sys::{Document, Element};
 use crate::dom::{self, LookupMiss};
 use crate::js::{self, Obj};
 use crate::read;
-use crate::server::Work;
+use crate::scope::Scope;
+use crate::slices::Work;
 use crate::snapshot::{self, Refs};
 use crate::text::clip;
 
@@ -107,12 +108,14 @@ impl Target {
 pub enum Begun {
     /// Answered at once.
     Done(JsValue),
-    /// To run in slices ([`crate::server`]).
+    /// To run in slices ([`crate::slices`]).
     Work(Work),
 }
 
 /// What the content script keeps between calls.
 pub struct State {
+    /// Where the tools may look and act (the whole page, in the content script).
+    scope: Scope,
     refs: Refs,
     /// The element a selector named when the gate last asked for facts about it: the call that
     /// follows must act on that same element.
@@ -157,7 +160,13 @@ pub use gg_vocab::Tool;
 
 impl State {
     pub fn new() -> Self {
+        Self::within(Scope::page())
+    }
+
+    /// The state of tools confined to `scope`.
+    pub fn within(scope: Scope) -> Self {
         Self {
+            scope,
             refs: Refs::new(),
             checked: None,
             read_cache: None,
@@ -166,6 +175,32 @@ impl State {
 
     pub fn refs_mut(&mut self) -> &mut Refs {
         &mut self.refs
+    }
+
+    /// Confines the tools to another scope (the page changed the widget's `scope`). Refs stay
+    /// (those outside the new scope are refused); what was checked or read is forgotten.
+    #[cfg(feature = "embedded")]
+    pub fn set_scope(&mut self, scope: Scope) {
+        self.scope = scope;
+        self.checked = None;
+        self.read_cache = None;
+    }
+
+    /// Where the tools may look and act.
+    #[cfg(feature = "embedded")]
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// The element of a ref, when the scope admits it.
+    pub(crate) fn resolve_ref(&self, name: &str) -> Result<Element, ToolErr> {
+        let el = self.refs.resolve(name)?;
+        match self.scope.refuses(&el) {
+            Some(refusal) => Err(ToolErr::not_found(
+                refusal.message(&format!("the element at ref {}", clip(name, 24))),
+            )),
+            None => Ok(el),
+        }
     }
 
     /// Starts one tool call: quick tools answer at once, the page walks come back as work to
@@ -182,6 +217,7 @@ impl State {
         match tool {
             Tool::ReadPageContent => Ok(Begun::Work(Work::Read(read::Job::new(
                 &doc,
+                &self.scope,
                 args,
                 &mut self.read_cache,
             )?))),
@@ -190,7 +226,11 @@ impl State {
                     .filter(|n| n.is_finite() && *n >= 1.0)
                     .map(|n| n as u64);
                 self.refs.prune();
-                Ok(Begun::Work(Work::Snapshot(snapshot::Job::new(&doc, max)?)))
+                Ok(Begun::Work(Work::Snapshot(snapshot::Job::new(
+                    &doc,
+                    self.scope.root(),
+                    max,
+                )?)))
             }
             Tool::ClickElement => self.on_element(&doc, Target::from_args(args)?, Then::Click),
             Tool::TypeText => {
@@ -205,7 +245,7 @@ impl State {
                 self.on_element(&doc, target, then)
             }
             // The quick tools: answered at once.
-            Tool::ScrollPage => scroll::scroll_page(&self.refs, &doc, args).map(Begun::Done),
+            Tool::ScrollPage => scroll::scroll_page(self, &doc, args).map(Begun::Done),
             Tool::GetPageTitle => Ok(Begun::Done(title::get_page_title(&doc))),
             Tool::TakeScreenshot | Tool::RunJavascript => Err(ToolErr::unavailable(format!(
                 "{} is run by the extension's service worker, not inside the page",
@@ -232,6 +272,9 @@ pub fn lookup_error(selector: &str, miss: LookupMiss) -> ToolErr {
         LookupMiss::NoMatch => ToolErr::not_found(format!(
             "no element matches `{shown}`; call snapshot_page to find the element and use its ref"
         )),
+        LookupMiss::Refused(refusal) => {
+            ToolErr::not_found(refusal.message(&format!("the element matched by `{shown}`")))
+        }
         LookupMiss::TimedOut => ToolErr::timeout(format!(
             "no element matching `{shown}` was found within {} s: the page is too large to \
              search all of its shadow roots and frames. Call snapshot_page and use a ref",

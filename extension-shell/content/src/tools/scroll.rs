@@ -7,19 +7,23 @@ use wasm_bindgen::JsValue;
 use web_sys::{Document, Element, Node};
 
 use super::dom_act::{scroll_into_view, viewport};
-use super::{Target, ToolErr};
+use super::{State, Target, ToolErr};
 use crate::dom;
 use crate::js::{self, Obj};
-use crate::snapshot::Refs;
+use crate::scope::Scope;
 
 /// `scroll_page`: to the element of `ref` when there is one, else by `direction` and `amount`.
-pub(super) fn scroll_page(refs: &Refs, doc: &Document, args: &JsValue) -> Result<JsValue, ToolErr> {
+pub(super) fn scroll_page(
+    state: &State,
+    doc: &Document,
+    args: &JsValue,
+) -> Result<JsValue, ToolErr> {
     if let Some(r) = js::get_str(args, "ref").filter(|r| !r.trim().is_empty()) {
         let target = Target::Ref(String::from(r.trim()));
-        let el = refs.resolve(r.trim())?;
+        let el = state.resolve_ref(r.trim())?;
         scroll_to(&target, &el)
     } else {
-        scroll_by(doc, args)
+        scroll_by(doc, &state.scope, args)
     }
 }
 
@@ -41,7 +45,7 @@ fn scroll_to(target: &Target, el: &Element) -> Result<JsValue, ToolErr> {
 }
 
 #[inline(never)]
-fn scroll_by(doc: &Document, args: &JsValue) -> Result<JsValue, ToolErr> {
+fn scroll_by(doc: &Document, scope: &Scope, args: &JsValue) -> Result<JsValue, ToolErr> {
     let direction = js::get_str(args, "direction")
         .ok_or_else(|| {
             ToolErr::invalid_arguments("give a `direction` (up, down, left, right) or a `ref`")
@@ -83,12 +87,12 @@ fn scroll_by(doc: &Document, args: &JsValue) -> Result<JsValue, ToolErr> {
     if moved == (0.0, 0.0) {
         // The window does not scroll that way: scroll the scrollable box at the viewport's
         // centre (apps often scroll an inner element).
-        if let Some(el) = scrollable_at_centre(doc, vw, vh, vertical) {
-            let start = (f64::from(el.scroll_left()), f64::from(el.scroll_top()));
+        if let Some(el) = scrollable_at_centre(doc, scope, vw, vh, vertical) {
+            let start = (px(el.scroll_left()), px(el.scroll_top()));
             let _ = js::call(&el, "scrollBy", &[options]);
             moved = (
-                f64::from(el.scroll_left()) - start.0,
-                f64::from(el.scroll_top()) - start.1,
+                px(el.scroll_left()) - start.0,
+                px(el.scroll_top()) - start.1,
             );
             container = Some(el);
         }
@@ -118,12 +122,33 @@ fn scroll_by(doc: &Document, args: &JsValue) -> Result<JsValue, ToolErr> {
     Ok(out.js())
 }
 
-fn scrollable_at_centre(doc: &Document, vw: f64, vh: f64, vertical: bool) -> Option<Element> {
-    let hit = dom::deep_element_from_point(doc, (vw / 2.0) as f32, (vh / 2.0) as f32)?;
-    let mut current: Option<Node> = Some(hit.into());
+/// A scroll position in pixels: `i32` in web-sys's stable API (the content script's build),
+/// `f64` with `web_sys_unstable_apis` (the workspace's `wasm32-unknown-unknown` builds).
+fn px(v: impl Into<f64>) -> f64 {
+    v.into()
+}
+
+/// The scrollable box at the viewport's centre (or around it) that can scroll that way; with
+/// a scope, only a box inside the scope (or the scope's element itself).
+fn scrollable_at_centre(
+    doc: &Document,
+    scope: &Scope,
+    vw: f64,
+    vh: f64,
+    vertical: bool,
+) -> Option<Element> {
+    let hit = dom::deep_element_from_point(doc, (vw / 2.0) as f32, (vh / 2.0) as f32);
+    let start: Option<Node> = match (hit, scope.root()) {
+        (Some(hit), _) if scope.refuses(&hit).is_none() => Some(hit.into()),
+        // The centre is outside the scope: the scope's own box, if it scrolls.
+        (_, Some(root)) => Some(root.clone().into()),
+        (hit, None) => Some(hit?.into()),
+    };
+    let mut current = start;
     while let Some(node) = current {
         if let Some(el) = dom::as_element(&node)
             && !dom::is_own_host(&el)
+            && scope.refuses(&el).is_none()
         {
             let (size, client) = if vertical {
                 (el.scroll_height(), el.client_height())

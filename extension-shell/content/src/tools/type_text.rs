@@ -277,11 +277,12 @@ fn press_enter(el: &Element) -> bool {
     if press {
         let form = js::get(el, "form");
         if !form.is_null() && !form.is_undefined() {
-            let form: Element = form.unchecked_into();
-            let button = form
-                .query_selector("button:not([type]), button[type=submit i], input[type=submit i], input[type=image i]")
-                .ok()
-                .flatten();
+            let button = crate::pristine::query(
+                &form,
+                "button:not([type]), button[type=submit i], input[type=submit i], input[type=image i]",
+            )
+            .ok()
+            .flatten();
             match button {
                 Some(button) if !dom::is_disabled(&button) => {
                     let init = Obj::new()
