@@ -70,60 +70,33 @@ fn js_error(message: impl std::fmt::Display) -> JsValue {
     JsValue::from_str(&message.to_string())
 }
 
-/// Mirrors the kit's `<style>` elements of `root` into one constructed style sheet adopted by
-/// the root, kept in step by a `MutationObserver` (stylist adds styles as components first
-/// render). A page whose Content-Security-Policy has no `style-src 'unsafe-inline'` blocks the
-/// `<style>` elements, but not constructed sheets (CSSOM), so the kit keeps its looks on strict
-/// sites (the embeddable widget). Elsewhere both apply the same rules.
-fn adopt_styles(root: &ShadowRoot) -> Result<(), JsValue> {
+/// The kit's styles in `root` without a single `<style>` element in any document: stylist writes
+/// its `<style>` elements into `container`, an element that is never attached (so no
+/// Content-Security-Policy check applies to them and nothing is reported), and their text is
+/// mirrored into one constructed style sheet adopted by the root, kept in step by a
+/// `MutationObserver` (stylist adds styles as components first render). Constructed sheets are
+/// CSSOM, which no `style-src` forbids: the kit keeps its looks on sites without
+/// `'unsafe-inline'` (the embeddable widget), and such sites' consoles and CSP reports stay clean.
+fn adopt_styles(root: &ShadowRoot, container: &Element) -> Result<(), JsValue> {
     use wasm_bindgen::JsCast;
     use wasm_bindgen::closure::Closure;
     let sheet = web_sys::CssStyleSheet::new()?;
     root.set_adopted_style_sheets(&js_sys::Array::of1(&sheet));
     let sync = {
-        let root = root.clone();
+        let container = container.clone();
         move || {
-            let mut css = String::new();
-            if let Ok(styles) = root.query_selector_all("style") {
-                for i in 0..styles.length() {
-                    if let Some(text) = styles.item(i).and_then(|n| n.text_content()) {
-                        css.push_str(&text);
-                        css.push('\n');
-                    }
-                }
-            }
-            let _ = sheet.replace_sync(&css);
+            let _ = sheet.replace_sync(&container.text_content().unwrap_or_default());
         }
     };
     sync();
-    // Only mutations of the root's own children (where stylist puts its elements) or inside a
-    // `<style>` count: the UI's renders change the rest of the tree all the time.
-    let style_changed = |node: Option<web_sys::Node>, root: &ShadowRoot| {
-        node.is_some_and(|n| {
-            n.node_name() == "STYLE"
-                || n.parent_node().is_some_and(|p| p.node_name() == "STYLE")
-                || n == ***root
-        })
-    };
-    let callback = {
-        let root = root.clone();
-        Closure::<dyn FnMut(js_sys::Array)>::new(move |records: js_sys::Array| {
-            let relevant = records.iter().any(|r| {
-                r.dyn_into::<web_sys::MutationRecord>()
-                    .is_ok_and(|r| style_changed(r.target(), &root))
-            });
-            if relevant {
-                sync();
-            }
-        })
-    };
+    let callback = Closure::<dyn FnMut()>::new(sync);
     let observer = web_sys::MutationObserver::new(callback.as_ref().unchecked_ref())?;
     let options = web_sys::MutationObserverInit::new();
     options.set_child_list(true);
     options.set_subtree(true);
     options.set_character_data(true);
-    observer.observe_with_options(root, &options)?;
-    // Both live as long as the root (the observer is dropped with it).
+    observer.observe_with_options(container, &options)?;
+    // The observer lives as long as the container it watches (the style manager keeps it).
     callback.forget();
     Ok(())
 }
@@ -134,12 +107,13 @@ pub fn attach_closed_shadow(host: &Element) -> Result<ShadowParts, JsValue> {
     let document = host
         .owner_document()
         .ok_or_else(|| js_error("the host element has no document"))?;
-    adopt_styles(&root)?;
     let mount_point = document.create_element("div")?;
     mount_point.set_attribute("data-gg-mount", "")?;
     root.append_child(&mount_point)?;
+    let container = document.create_element("div")?;
+    adopt_styles(&root, &container)?;
     let styles = StyleManager::builder()
-        .container(root.clone().into())
+        .container(container.into())
         .prefix("gg".into())
         .build()
         .map_err(|e| js_error(format!("could not create the style manager: {e}")))?;

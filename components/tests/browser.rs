@@ -966,9 +966,21 @@ async fn shadow_mount_is_closed_styled_inside_immune_to_page_css_and_unmounts() 
         Some("14px")
     );
 
-    // Every style of the kit is inside the shadow root, none in the page's <head>.
-    let inside = root.query_selector_all("style").expect("styles").length();
-    assert!(inside >= 1, "styles are mounted in the shadow root");
+    // Every style of the kit is inside the shadow root (a constructed sheet it adopted: no
+    // `<style>` element, which a strict CSP would block), none in the page's <head>.
+    assert_eq!(
+        root.query_selector_all("style").expect("styles").length(),
+        0,
+        "a <style> element in the root"
+    );
+    let sheets = root.adopted_style_sheets();
+    assert_eq!(sheets.length(), 1, "the kit's sheet is adopted");
+    let rules = js_sys::Reflect::get(&sheets.get(0), &"cssRules".into())
+        .and_then(|r| js_sys::Reflect::get(&r, &"length".into()))
+        .ok()
+        .and_then(|n| n.as_f64())
+        .unwrap_or(0.0);
+    assert!(rules > 50.0, "the adopted sheet holds the kit's rules: {rules}");
     assert_eq!(
         head.inner_html(),
         head_before,

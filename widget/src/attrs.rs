@@ -112,20 +112,16 @@ pub enum ToolLevel {
     Act,
 }
 
-/// The page tools a level allows. `run_javascript` is in neither: it needs `allow-javascript`.
-/// `take_screenshot` needs the extension (a page cannot capture itself without asking the user
-/// to share the tab), so the widget never offers it.
+/// The page tools a level allows (`gg_vocab::READ_TOOLS` / `ACT_TOOLS`, the levels the page
+/// tools and the gate agree on), in [`Tool::ALL`] order. `run_javascript` is in neither: it needs
+/// `allow-javascript`. `take_screenshot` needs the extension (a page cannot capture itself
+/// without asking the user to share the tab), so the widget never offers it.
 pub fn tools_of_level(level: ToolLevel) -> Vec<Tool> {
-    Tool::ALL
-        .into_iter()
-        .filter(|t| match level {
-            ToolLevel::Read => matches!(
-                t,
-                Tool::ReadPageContent | Tool::SnapshotPage | Tool::GetPageTitle | Tool::ScrollPage
-            ),
-            ToolLevel::Act => !matches!(t, Tool::TakeScreenshot | Tool::RunJavascript),
-        })
-        .collect()
+    let set: &[Tool] = match level {
+        ToolLevel::Read => &gg_vocab::READ_TOOLS,
+        ToolLevel::Act => &gg_vocab::ACT_TOOLS,
+    };
+    Tool::ALL.into_iter().filter(|t| set.contains(t)).collect()
 }
 
 /// A boolean attribute: present (`""`, `"true"`, the attribute's own name) is on, `"false"` is
@@ -189,7 +185,7 @@ fn tool_names(tools: &[Tool]) -> String {
     format!("\"{}\"", names.join(" "))
 }
 
-/// `tools`: `read`, `act`, or tool names separated by spaces or commas.
+/// `tools`: `read`, `act`, or tool names (and level words) separated by spaces, commas or `|`.
 fn tools(value: Option<&str>, allow_javascript: bool, warnings: &mut Vec<Warning>) -> Vec<Tool> {
     let Some(raw) = value else {
         let mut t = tools_of_level(ToolLevel::Act);
@@ -205,7 +201,11 @@ fn tools(value: Option<&str>, allow_javascript: bool, warnings: &mut Vec<Warning
         list => {
             let mut chosen = Vec::new();
             let mut bad = Vec::new();
-            for name in list.split([' ', ',']).filter(|s| !s.is_empty()) {
+            for name in list.split([' ', ',', '|']).filter(|s| !s.is_empty()) {
+                if let Some(level) = gg_vocab::tools_for_level(name) {
+                    chosen.extend_from_slice(level);
+                    continue;
+                }
                 match Tool::from_name(name) {
                     Some(Tool::TakeScreenshot) => {
                         bad.push(format!("{name} (screenshots need the Gemma Gem extension)"))

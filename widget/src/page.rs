@@ -18,20 +18,18 @@ pub struct PageTools {
     inner: crate::page_content::Tools,
 }
 
-/// The refusal of a tool the page does not allow.
+/// The refusal of a tool the page does not allow (worded as the worker's, which refuses first:
+/// this check only matters if a request reached the page anyway).
 pub fn refusal(name: &str, allowed: &[Tool]) -> ToolError {
     let list: Vec<&str> = allowed.iter().map(|t| t.name()).collect();
-    ToolError::new(
-        ToolErrorKind::Unavailable,
-        format!(
-            "this page does not let the assistant use {name}; the tools it allows are: {}",
-            if list.is_empty() {
-                "none".to_owned()
-            } else {
-                list.join(", ")
-            }
-        ),
-    )
+    ToolError::denied(format!(
+        "{name} is not enabled on this page (its tools: {})",
+        if list.is_empty() {
+            "none".to_owned()
+        } else {
+            list.join(", ")
+        }
+    ))
 }
 
 impl PageTools {
