@@ -219,26 +219,23 @@ async fn vision_encoders_match_onnx_runtime_on_webgpu() {
             // transformers' vision tower on the same weights (`tests/vision.rs`,
             // vision_encoders_match_transformers): within 1e-4 absolute.
             let mut worst_hf = 0.0f64;
-            let bad_hf = (got.shape == hf.shape)
-                .then(|| {
-                    got.to_f64()
-                        .iter()
-                        .zip(hf.to_f64())
-                        .enumerate()
-                        .find_map(|(i, (g, e))| {
-                            let d = (g - e).abs();
-                            worst_hf = worst_hf.max(d);
-                            (d.is_nan() || d > 1e-4).then(|| {
-                                format!("index {i}: got {g}, transformers {e} (atol 1e-4)")
-                            })
-                        })
-                })
-                .unwrap_or_else(|| {
-                    Some(format!(
-                        "shape {:?}, transformers {:?}",
-                        got.shape, hf.shape
-                    ))
-                });
+            let bad_hf = if got.shape == hf.shape {
+                got.to_f64()
+                    .iter()
+                    .zip(hf.to_f64())
+                    .enumerate()
+                    .find_map(|(i, (g, e))| {
+                        let d = (g - e).abs();
+                        worst_hf = worst_hf.max(d);
+                        (d.is_nan() || d > 1e-4)
+                            .then(|| format!("index {i}: got {g}, transformers {e} (atol 1e-4)"))
+                    })
+            } else {
+                Some(format!(
+                    "shape {:?}, transformers {:?}",
+                    got.shape, hf.shape
+                ))
+            };
             match (bad, bad_hf) {
                 (None, None) => console_log!(
                     "ok   {name} {c}: {:?}, max |diff| {worst:.2e} vs ONNX Runtime, {worst_hf:.2e} vs transformers",
