@@ -3,12 +3,14 @@
 //   node bench/run-browser.mjs CONFIG.json OUT.json
 // CONFIG: { url, chromium, chromiumArgs, pairs, seed, runtimes: ['ours', 'ort_web', ...],
 //           prefill: [n...], decode: [{ context, tokens }...], requireGpu,
-//           models: [{ name, url, vocab }] }.
+//           models: [{ name, url, vocab }], vision: { url, softTokens, runs } }.
 // Per model: onnxruntime-web's node placement (verbose log, its own page, untimed), then `pairs`
 // pairs; in each pair every runtime runs once in a fresh page, in an order shuffled with a PRNG
 // seeded by `seed` (recorded). While a model loads it samples the JS heap + ArrayBuffers
 // (DevTools protocol) + every wasm memory. Every sample goes to OUT; xtask computes medians,
-// spreads, per-pair ratios and checks that the greedy ids agree.
+// spreads, per-pair ratios and checks that the greedy ids agree. With `vision`, one more fresh
+// page times our vision encoder (window.bench.vision: a warm-up, then `runs` encodes of a
+// synthetic image) -> OUT.vision, or { error } when it fails.
 import { chromium } from 'playwright-core';
 import { readFileSync, writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -206,6 +208,23 @@ try {
       res.pairs.push({ order, runs });
     }
     out.models[model.name] = res;
+  }
+  if (cfg.vision) {
+    log(`vision encoder: ${cfg.vision.softTokens} soft tokens, ${cfg.vision.runs} runs`);
+    const page = await context.newPage();
+    const errors = [];
+    page.on('pageerror', (e) => errors.push(String(e)));
+    page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
+    try {
+      await openBench(page);
+      out.vision = await page.evaluate((v) => window.bench.vision(v), cfg.vision);
+      log(`vision encoder: ${out.vision.runs_ms.map((x) => x.toFixed(1)).join(', ')} ms`);
+    } catch (e) {
+      out.vision = { error: pageError(e, errors) };
+      log(`vision encoder: ${out.vision.error}`);
+    } finally {
+      await page.close();
+    }
   }
 } finally {
   await context.close();

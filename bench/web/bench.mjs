@@ -99,6 +99,36 @@ window.bench = {
     const wasm_memory_bytes = wasm ? wasm.memory.buffer.byteLength : null;
     return { load_s, wasm_memory_bytes };
   },
+  /** Our vision encoder (`gg_llm::VisionEncoder`) on the model under `url` (a GenAI package
+   * with `vision_encoder/`): a synthetic image of `softTokens` soft tokens, one untimed warm-up
+   * encode (timed apart: it compiles the pipelines), then `runs` encodes, each timed with performance.now() from the host patches (made
+   * before the clock starts) to the features read back. */
+  async vision({ url, softTokens, runs }) {
+    status(`vision: loading ${url}`);
+    wasm = await init();
+    const t0 = performance.now();
+    const enc = await ours.load_vision(url);
+    const load_s = (performance.now() - t0) / 1000;
+    const image = enc.image(softTokens);
+    status(`vision: ${softTokens} soft tokens, warm-up`);
+    const tw = performance.now();
+    let last = JSON.parse(await enc.encode(image));
+    const warm_up_ms = performance.now() - tw;
+    const runs_ms = [];
+    for (let i = 0; i < runs; i++) {
+      status(`vision: ${softTokens} soft tokens, run ${i + 1}/${runs}`);
+      const t = performance.now();
+      last = JSON.parse(await enc.encode(image));
+      runs_ms.push(performance.now() - t);
+    }
+    status('vision: done');
+    return {
+      adapter: (await adapterInfo()).name, wgpu_adapter: enc.adapter(), soft_tokens: softTokens, slots: image.slots(), pooling: enc.pooling(),
+      patch_values: enc.patch_values(), rows: last.rows, hidden: last.hidden, load_s,
+      dispatches: last.dispatches, submits: last.submits, runs_ms,
+      warm_up_ms, wasm_memory_bytes: wasm.memory.buffer.byteLength,
+    };
+  },
   /** onnxruntime-web's node placement: loads both sessions with verbose logging (the driver
    * keeps the console). */
   async placement({ model, dtype }) {

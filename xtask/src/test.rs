@@ -37,7 +37,7 @@ const WASM_TESTS: &[(&str, &str)] = &[
     ("gg-runtime", "browser_ops"),
     // Gemma 4 greedy generation on WebGPU, against ONNX Runtime's tokens.
     ("gg-llm", "browser_greedy"),
-    // Gemma 4's vision encoder on WebGPU, against ONNX Runtime's features.
+    // Gemma 4's vision encoder on WebGPU, against ONNX Runtime's and transformers' features.
     ("gg-llm", "browser_vision"),
     // The page tools as the embeddable widget uses them: scope, allow-list, hostile pages.
     ("gg-content", "embedded"),

@@ -2,8 +2,10 @@
 //! response bodies (bounded chunks; a model file is never held whole in wasm memory).
 
 use futures::future::LocalBoxFuture;
+use gg_llm::config::ModelConfig;
+use gg_llm::image::ImageConfig;
 use gg_llm::source::Fetch;
-use gg_llm::{Dtype, GemmaModel, Generator, LoadOptions, ModelRepo, Sampling};
+use gg_llm::{Dtype, GemmaModel, Generator, LoadOptions, ModelRepo, Sampling, VisionEncoder};
 use gg_runtime::source::ByteStream;
 use js_sys::{Promise, Reflect, Uint8Array};
 use std::cell::RefCell;
@@ -101,6 +103,16 @@ impl Fetch for HttpFetch {
     }
 }
 
+/// The repository under `base_url`, with a trailing `/`.
+fn http_repo(base_url: String) -> ModelRepo {
+    let base = if base_url.ends_with('/') {
+        base_url
+    } else {
+        format!("{base_url}/")
+    };
+    ModelRepo::new(Rc::new(HttpFetch { base: base.clone() }), base)
+}
+
 /// A loaded model. It lives as long as the page (leaked at load: the bench opens a fresh page
 /// per run), so that a [`BenchGeneration`] can hold a generator borrowing it across awaits.
 #[wasm_bindgen]
@@ -118,12 +130,7 @@ pub async fn load(base_url: String, dtype: String) -> Result<BenchModel, JsValue
     };
     let gpu = gg_runtime::Gpu::with_tuning(None, |a| Ok(gg_runtime::Tuning::for_adapter(a)));
     let gpu = Rc::new(gpu.await.map_err(js_err)?);
-    let base = if base_url.ends_with('/') {
-        base_url
-    } else {
-        format!("{base_url}/")
-    };
-    let repo = ModelRepo::new(Rc::new(HttpFetch { base: base.clone() }), base);
+    let repo = http_repo(base_url);
     let model = GemmaModel::load(gpu, &repo, &LoadOptions { dtype })
         .await
         .map_err(js_err)?;
@@ -250,5 +257,137 @@ impl BenchGeneration {
             "record_ms_per_token": s.record_ms_per_token(),
         })
         .to_string())
+    }
+}
+
+/// A loaded vision encoder (leaked like [`BenchModel`]: the page lives for one measurement).
+#[wasm_bindgen]
+pub struct BenchVision {
+    encoder: &'static VisionEncoder,
+    /// The pooling window's side (`pooling_kernel_size` of the image processor's config).
+    pool: usize,
+}
+
+/// Loads the vision encoder of the model under `base_url` (an ONNX Runtime GenAI package with
+/// `genai_config.json`, else the onnx-community layout's `config.json`), with the weight variant
+/// the adapter picks, and its pooling from the image processor's config.
+#[wasm_bindgen]
+pub async fn load_vision(base_url: String) -> Result<BenchVision, JsValue> {
+    let gpu = gg_runtime::Gpu::with_tuning(None, |a| Ok(gg_runtime::Tuning::for_adapter(a)));
+    let gpu = Rc::new(gpu.await.map_err(js_err)?);
+    let repo = http_repo(base_url);
+    let config = match repo.read_optional("genai_config.json").await {
+        Some(g) => ModelConfig::parse_genai(&g, None, None).map_err(js_err)?,
+        None => ModelConfig::parse(&repo.read("config.json").await.map_err(js_err)?, None)
+            .map_err(js_err)?,
+    };
+    let mut image = None;
+    for file in config.image_config_files() {
+        if let Some(bytes) = repo.read_optional(&file).await {
+            image = Some(ImageConfig::parse(&bytes).map_err(js_err)?);
+            break;
+        }
+    }
+    let image = image.ok_or_else(|| {
+        js_err(format!(
+            "{}: no image processor config (looked for {:?})",
+            repo.name(),
+            config.image_config_files()
+        ))
+    })?;
+    let dtype = Dtype::for_adapter(gpu.has_shader_f16);
+    let encoder = VisionEncoder::load(gpu, &repo, &config, dtype)
+        .await
+        .map_err(js_err)?;
+    Ok(BenchVision {
+        encoder: Box::leak(Box::new(encoder)),
+        pool: image.pooling_kernel_size,
+    })
+}
+
+/// The host patches of a synthetic image (`gg_llm::bench::synthetic_image`), made before the
+/// clock starts.
+#[wasm_bindgen]
+pub struct BenchImage {
+    pixels: Rc<Vec<f32>>,
+    positions: Rc<Vec<i64>>,
+    slots: usize,
+    soft_tokens: usize,
+}
+
+#[wasm_bindgen]
+impl BenchImage {
+    /// Patch slots (every one a real patch: `soft_tokens · pool²`).
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+}
+
+#[wasm_bindgen]
+impl BenchVision {
+    /// The adapter description.
+    pub fn adapter(&self) -> String {
+        self.encoder.session().gpu.adapter.clone()
+    }
+
+    /// Values per patch (3 · patch²).
+    pub fn patch_values(&self) -> usize {
+        self.encoder.layout().patch_values
+    }
+
+    /// The pooling window's side.
+    pub fn pooling(&self) -> usize {
+        self.pool
+    }
+
+    /// A synthetic image of `soft_tokens` soft tokens (the pooled grid as square as the count
+    /// allows: 280 -> 20 × 14 cells).
+    pub fn image(&self, soft_tokens: usize) -> Result<BenchImage, JsValue> {
+        if soft_tokens == 0 {
+            return Err(js_err("an image needs at least one soft token"));
+        }
+        let (pixels, positions, slots) =
+            gg_llm::bench::synthetic_image(soft_tokens, self.patch_values(), self.pool);
+        Ok(BenchImage {
+            pixels: Rc::new(pixels),
+            positions: Rc::new(positions),
+            slots,
+            soft_tokens,
+        })
+    }
+
+    /// Encodes `image` and downloads the features: the promise resolves once they are on the
+    /// host (so the GPU has finished), to JSON: `rows`, `hidden`, `dispatches`, `submits`. The
+    /// bench page times it with `performance.now()` around the call. Fails when the encoder gives
+    /// another row count than the image's soft tokens.
+    pub fn encode(&self, image: &BenchImage) -> Promise {
+        let encoder = self.encoder;
+        let (pixels, positions) = (image.pixels.clone(), image.positions.clone());
+        let (slots, soft_tokens) = (image.slots, image.soft_tokens);
+        future_to_promise(async move {
+            let gpu = &encoder.session().gpu;
+            let before = gpu.counters.snapshot();
+            let features = encoder
+                .encode(&pixels, &positions, slots)
+                .await
+                .map_err(js_err)?;
+            let host = encoder.read(&features).await.map_err(js_err)?;
+            let after = gpu.counters.snapshot();
+            if host.shape.first() != Some(&soft_tokens) {
+                return Err(js_err(format!(
+                    "the vision encoder gave {:?} features for an image of {soft_tokens} soft tokens",
+                    host.shape
+                )));
+            }
+            Ok(JsValue::from(
+                serde_json::json!({
+                    "rows": host.shape[0],
+                    "hidden": host.shape.get(1),
+                    "dispatches": after.dispatches - before.dispatches,
+                    "submits": after.submits - before.submits,
+                })
+                .to_string(),
+            ))
+        })
     }
 }

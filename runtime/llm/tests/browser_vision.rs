@@ -2,7 +2,9 @@
 //! `VisionEncoder::load` (the same `ModelRepo` / `Fetch` path the extension uses) on headless
 //! Chromium's WebGPU (SwiftShader), on the cases of `reference/vision.json` (square, wide, tall,
 //! small, padded; `tools/fixtures/vision_reference.py`), against ONNX Runtime's features with the
-//! same tolerance as natively (`tests/vision.rs`: 1e-4 abs + 1e-4 rel, all f32).
+//! same tolerance as natively (`tests/vision.rs`: 1e-4 abs + 1e-4 rel, all f32), and against
+//! transformers' vision tower on the same weights within 1e-4 abs
+//! (`reference/vision.<case>.transformers_features.npy`, `tools/fixtures/vision_transformers.py`).
 //!
 //! Run by `cargo xtask test` (stage "wasm tests"; `runtime/llm/webdriver.json` turns WebGPU on).
 #![cfg(target_arch = "wasm32")]
@@ -49,6 +51,10 @@ macro_rules! case {
                 $fixture,
                 concat!("reference/vision.", $case, ".image_features.npy")
             ),
+            file!(
+                $fixture,
+                concat!("reference/vision.", $case, ".transformers_features.npy")
+            ),
         ]
     };
 }
@@ -66,18 +72,23 @@ macro_rules! package {
                 case!($name, "square")[0],
                 case!($name, "square")[1],
                 case!($name, "square")[2],
+                case!($name, "square")[3],
                 case!($name, "wide")[0],
                 case!($name, "wide")[1],
                 case!($name, "wide")[2],
+                case!($name, "wide")[3],
                 case!($name, "tall")[0],
                 case!($name, "tall")[1],
                 case!($name, "tall")[2],
+                case!($name, "tall")[3],
                 case!($name, "small")[0],
                 case!($name, "small")[1],
                 case!($name, "small")[2],
+                case!($name, "small")[3],
                 case!($name, "padded")[0],
                 case!($name, "padded")[1],
                 case!($name, "padded")[2],
+                case!($name, "padded")[3],
             ] as &[(&str, &[u8])],
         )
     };
@@ -174,6 +185,10 @@ async fn vision_encoders_match_onnx_runtime_on_webgpu() {
                 &format!("reference/vision.{c}.pixel_position_ids.npy"),
             );
             let exp = npy(files, &format!("reference/vision.{c}.image_features.npy"));
+            let hf = npy(
+                files,
+                &format!("reference/vision.{c}.transformers_features.npy"),
+            );
             ran += 1;
             let got = match enc.encode(&pv.to_f32(), &pos.to_i64(), slots).await {
                 Ok(f) => enc.read(&f).await.expect("read back"),
@@ -201,16 +216,42 @@ async fn vision_encoders_match_onnx_runtime_on_webgpu() {
                     (d.is_nan() || d > atol + rtol * e.abs())
                         .then(|| format!("index {i}: got {g}, expected {e}"))
                 });
-            match bad {
-                None => console_log!("ok   {name} {c}: {:?}, max |diff| {worst:.2e}", got.shape),
-                Some(e) => failures.push(format!("{name} {c}: {e} (atol {atol}, rtol {rtol})")),
+            // transformers' vision tower on the same weights (`tests/vision.rs`,
+            // vision_encoders_match_transformers): within 1e-4 absolute.
+            let mut worst_hf = 0.0f64;
+            let bad_hf = if got.shape == hf.shape {
+                got.to_f64()
+                    .iter()
+                    .zip(hf.to_f64())
+                    .enumerate()
+                    .find_map(|(i, (g, e))| {
+                        let d = (g - e).abs();
+                        worst_hf = worst_hf.max(d);
+                        (d.is_nan() || d > 1e-4)
+                            .then(|| format!("index {i}: got {g}, transformers {e} (atol 1e-4)"))
+                    })
+            } else {
+                Some(format!(
+                    "shape {:?}, transformers {:?}",
+                    got.shape, hf.shape
+                ))
+            };
+            match (bad, bad_hf) {
+                (None, None) => console_log!(
+                    "ok   {name} {c}: {:?}, max |diff| {worst:.2e} vs ONNX Runtime, {worst_hf:.2e} vs transformers",
+                    got.shape
+                ),
+                (Some(e), _) => {
+                    failures.push(format!("{name} {c}: {e} (atol {atol}, rtol {rtol})"))
+                }
+                (None, Some(e)) => failures.push(format!("{name} {c} vs transformers: {e}")),
             }
         }
     }
     assert!(ran >= 10, "five cases per package");
     assert!(
         failures.is_empty(),
-        "{} of {ran} cases differ from ONNX Runtime on WebGPU:\n{}",
+        "{} of {ran} cases differ from ONNX Runtime or transformers on WebGPU:\n{}",
         failures.len(),
         failures.join("\n")
     );

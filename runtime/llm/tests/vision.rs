@@ -9,6 +9,9 @@
 //! over the slots, the pooling sums) and in the rsqrt of the norms: measured ≤ 1e-7 on features of
 //! magnitude ~0.3. A wrong position, pooling cell or mask moves features by ~1e-2, far outside.
 //!
+//! `vision_encoders_match_transformers` checks the same encoders against Hugging Face
+//! transformers' vision tower with the same weights (committed features, see the test).
+//!
 //! GPU: whatever wgpu picks (in CI `WGPU_BACKEND=vulkan` = Mesa lavapipe).
 
 use gg_llm::config::ModelConfig;
@@ -149,6 +152,52 @@ fn encoders_match_onnx_runtime(form: &str, gpu: &Rc<Gpu>) {
                     got.shape, dispatches
                 ),
                 Err(e) => panic!("{form} {name} {c}: {e} (atol {atol}, rtol {rtol})"),
+            }
+        }
+    }
+}
+
+/// The same encoders against Hugging Face transformers' vision tower (`Gemma4VisionModel` +
+/// `Gemma4MultimodalEmbedder`, eager fp32) with the graphs' own weights, on the same inputs:
+/// `reference/vision.<case>.transformers_features.npy`, written by
+/// `tools/fixtures/vision_transformers.py` (which needs torch, so CI reads its committed output;
+/// the script also checks ONNX Runtime against it). Tolerance |got − transformers| ≤ 1e-4
+/// (`atol` of `vision.transformers.json`, the bound); measured ≤ 1e-7.
+#[test]
+fn vision_encoders_match_transformers() {
+    let gpu = gpu();
+    for name in PACKAGES {
+        let enc = load(&gpu, name);
+        let p = fixture_dir(name).join("reference/vision.transformers.json");
+        let doc: Value = serde_json::from_slice(
+            &std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())),
+        )
+        .expect("vision.transformers.json");
+        let atol = doc["atol"].as_f64().expect("atol");
+        assert!(
+            atol <= 1e-4,
+            "the issue's bound is 1e-4, the file says {atol}"
+        );
+        let list = doc["cases"].as_array().expect("cases");
+        assert_eq!(
+            list.len(),
+            cases(name)["cases"].as_array().expect("cases").len(),
+            "{name}: transformers features for every vision.json case"
+        );
+        for case in list {
+            let c = case["name"].as_str().expect("name");
+            let pv = npy(name, &format!("vision.{c}.pixel_values.npy"));
+            let pos = npy(name, &format!("vision.{c}.pixel_position_ids.npy"));
+            let exp = npy(name, &format!("vision.{c}.transformers_features.npy"));
+            let features = pollster::block_on(enc.encode(&pv.to_f32(), &pos.to_i64(), pv.shape[1]))
+                .unwrap_or_else(|e| panic!("{name} {c}: {e}"));
+            let got = pollster::block_on(enc.read(&features)).expect("read back");
+            match compare(&got, &exp, atol, 0.0) {
+                Ok(d) => println!(
+                    "ok   {name} {c}: {:?}, max |ours - transformers| {d:.2e}",
+                    got.shape
+                ),
+                Err(e) => panic!("{name} {c} vs transformers: {e} (atol {atol})"),
             }
         }
     }

@@ -13,9 +13,14 @@
 //!   with `--ort-ep` also `ort_webgpu_ep` (the paired summary below, against ONNX Runtime's
 //!   WebGPU plug-in EP: `bench/native/ort_ep.py`);
 //! - `native_vision`: the vision encoder (`gemma-gem bench-vision` on the mobius split fixture's
-//!   tiny tower) for an image of 280 soft tokens: `encode_ms_median`, `runs_ms`, `dispatches`,
-//!   `submits`, `slots`, `adapter`;
-//! - `browser`: `browser_version`, `adapter`, `adapter_info`, `cross_origin_isolated`, `config`
+//!   tiny tower) for an image of 280 soft tokens: `encode_ms_median`, `encode_ms_min`,
+//!   `encode_ms_max`, `runs_ms` (`--runs` of them, after a warm-up), `dispatches`, `submits`,
+//!   `slots`, `adapter`;
+//! - `browser`: `browser_version`, `adapter`, `adapter_info`, `cross_origin_isolated`, `config`,
+//!   `vision` (the same encoder and image in headless Chromium: `gg_llm::VisionEncoder` in the
+//!   bench wasm on WebGPU, timed with `performance.now()` in the page from the host patches to
+//!   the features read back; the keys of `native_vision` plus `encode_ms_min`, `encode_ms_max`,
+//!   `warm_up_ms`, `load_s`, `rows`, `hidden`, or `error`),
 //!   (with the pairs' `seed`), `ort_web_static` (why it is not measured), and per model
 //!   `models.<model>` ([`paired::browser_model`]): `runtimes.<runtime>` with every sample and its
 //!   median / min / max, and per peer (`ort_web`, `transformers_js`) `decode_tok_s_ratio`,
@@ -61,7 +66,8 @@ pub struct BenchArgs {
     /// into bench/cache/), or both.
     #[arg(long, value_enum, default_value_t = ModelChoice::All)]
     pub model: ModelChoice,
-    /// Native: measured runs per configuration (the browser measures --pairs).
+    /// Native: measured runs per configuration (the browser measures --pairs); the vision
+    /// encoder's timed runs, natively and in the browser.
     #[arg(long, default_value_t = 3)]
     pub runs: usize,
     /// Where the results go (JSON + Markdown, named by date and time).
@@ -374,6 +380,37 @@ fn run_native_vision(args: &BenchArgs) -> Result<Value> {
     serde_json::from_str(&out).context("gemma-gem bench-vision printed no JSON")
 }
 
+/// `browser.vision`: the browser driver's vision measurement (`window.bench.vision` in
+/// bench/web/bench.mjs) with the keys of `native_vision`, the median / min / max of `runs_ms`
+/// computed here; `{model, error}` when it failed or did not run.
+fn browser_vision(raw: Option<&Value>) -> Value {
+    let model = root().join(VISION_FIXTURE).display().to_string();
+    let Some(Value::Object(v)) = raw else {
+        return json!({"model": model, "error": "the browser driver returned no vision measurement"});
+    };
+    let mut out = v.clone();
+    out.insert("model".into(), json!(model));
+    if !out.contains_key("error") {
+        let mut ms: Vec<f64> = v
+            .get("runs_ms")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_f64).collect())
+            .unwrap_or_default();
+        ms.sort_by(f64::total_cmp);
+        match (ms.first(), ms.last()) {
+            (Some(&min), Some(&max)) => {
+                out.insert("encode_ms_median".into(), json!(ms[ms.len() / 2]));
+                out.insert("encode_ms_min".into(), json!(min));
+                out.insert("encode_ms_max".into(), json!(max));
+            }
+            _ => {
+                out.insert("error".into(), json!("no timed runs (runs_ms is empty)"));
+            }
+        }
+    }
+    Value::Object(out)
+}
+
 fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(Value, Value)> {
     let bin = gemma_gem_bin(args)?;
     let list = |v: &[usize]| {
@@ -613,6 +650,10 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
         });
     }
     mounts.push(crate::serve::Mount {
+        prefix: "/vision/".into(),
+        dir: root().join(VISION_FIXTURE),
+    });
+    mounts.push(crate::serve::Mount {
         prefix: "/".into(),
         dir: stage.clone(),
     });
@@ -651,6 +692,7 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
         "requireGpu": args.require_gpu,
         "dtype": args.dtype,
         "models": model_cfg,
+        "vision": {"url": format!("{base}vision/"), "softTokens": VISION_SOFT_TOKENS, "runs": args.runs},
     });
     let cfg_path = stage.join("config.json");
     let raw_path = stage.join("raw.json");
@@ -703,6 +745,7 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
                    "clock": "performance.now() in the bench page around the same awaited calls for every runtime; decode timed from the first token on the CPU (nothing of ours in flight) to the last"},
         "ort_web_static": {"measured": false, "why": "these graphs' attention concatenates past and new keys (present = Concat(past, new)), so the KV cache grows each step: no fixed-capacity cache, and graph capture needs fixed shapes. It needs GroupQueryAttention with a shared past/present buffer (the exporters' form)."},
         "models": per_model,
+        "vision": browser_vision(raw.get("vision")),
     });
     Ok((summary, raw))
 }

@@ -389,21 +389,48 @@ pub fn markdown(doc: &Value) -> String {
             }
         }
     }
-    if let Some(v) = doc.get("native_vision") {
-        let g = |k: &str| v.get(k).and_then(Value::as_f64);
-        s.push_str("## Vision encoder (native)\n\n");
-        s.push_str("| model | adapter | soft tokens | patch slots | encode (median) | dispatches | submits |\n");
-        s.push_str("|---|---|---|---|---|---|---|\n");
-        s.push_str(&format!(
-            "| {} | {} | {} | {} | {} | {} | {} |\n\n",
-            text(v, "model").rsplit('/').next().unwrap_or_default(),
-            text(v, "adapter"),
-            g("soft_tokens").map_or("–".into(), |x| format!("{x}")),
-            g("slots").map_or("–".into(), |x| format!("{x}")),
-            g("encode_ms_median").map_or("–".into(), |x| format!("{x:.1} ms")),
-            g("dispatches").map_or("–".into(), |x| format!("{x}")),
-            g("submits").map_or("–".into(), |x| format!("{x}")),
-        ));
+    let vision: Vec<(&str, &Value)> = [
+        ("native", doc.get("native_vision")),
+        ("Chromium", doc.get("browser").and_then(|b| b.get("vision"))),
+    ]
+    .into_iter()
+    .filter_map(|(w, v)| Some((w, v?)))
+    .collect();
+    if !vision.is_empty() {
+        s.push_str("## Vision encoder\n\n");
+        s.push_str("From the host patches of a synthetic image to the features read back (native: `gemma-gem bench-vision`; Chromium: the bench page's `performance.now()`), after a warm-up.\n\n");
+        s.push_str("| where | model | adapter | soft tokens | patch slots | encode (median) | min–max | runs | dispatches | submits |\n");
+        s.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+        for (place, v) in vision {
+            let g = |k: &str| v.get(k).and_then(Value::as_f64);
+            let model = text(v, "model")
+                .rsplit('/')
+                .next()
+                .unwrap_or_default()
+                .to_string();
+            if let Some(e) = v.get("error").and_then(Value::as_str) {
+                s.push_str(&format!(
+                    "| {place} | {model} | error: {e} | | | | | | | |\n"
+                ));
+                continue;
+            }
+            let runs = v.get("runs_ms").and_then(Value::as_array).map(Vec::len);
+            s.push_str(&format!(
+                "| {place} | {model} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                text(v, "adapter"),
+                g("soft_tokens").map_or("–".into(), |x| format!("{x}")),
+                g("slots").map_or("–".into(), |x| format!("{x}")),
+                g("encode_ms_median").map_or("–".into(), |x| format!("{x:.1} ms")),
+                match (g("encode_ms_min"), g("encode_ms_max")) {
+                    (Some(a), Some(b)) => format!("{a:.1}–{b:.1} ms"),
+                    _ => "–".into(),
+                },
+                runs.map_or("–".into(), |n| n.to_string()),
+                g("dispatches").map_or("–".into(), |x| format!("{x}")),
+                g("submits").map_or("–".into(), |x| format!("{x}")),
+            ));
+        }
+        s.push('\n');
     }
     if let Some(browser) = doc.get("browser") {
         s.push_str(
@@ -571,12 +598,29 @@ mod tests {
         assert_eq!(s["skipped"], json!(["prefill 512: too long"]));
         let md = markdown(&json!({"date": "d", "native": {"tiny": s},
             "native_vision": {"model": "/x/mobius-tiny-gqa-int4-split", "adapter": "llvmpipe",
-                "soft_tokens": 280, "slots": 2520, "encode_ms_median": 41.31, "dispatches": 75, "submits": 2}}));
+                "soft_tokens": 280, "slots": 2520, "encode_ms_median": 41.31, "encode_ms_min": 40.0,
+                "encode_ms_max": 44.25, "runs_ms": [44.25, 41.31, 40.0], "dispatches": 75, "submits": 2},
+            "browser": {"vision": {"model": "/x/mobius-tiny-gqa-int4-split", "adapter": "google swiftshader",
+                "soft_tokens": 280, "slots": 2520, "encode_ms_median": 900.0, "encode_ms_min": 850.5,
+                "encode_ms_max": 990.0, "runs_ms": [900.0, 850.5, 990.0], "dispatches": 39, "submits": 2}}}));
         assert!(
             md.contains(
-                "| mobius-tiny-gqa-int4-split | llvmpipe | 280 | 2520 | 41.3 ms | 75 | 2 |"
+                "| native | mobius-tiny-gqa-int4-split | llvmpipe | 280 | 2520 | 41.3 ms | 40.0–44.2 ms | 3 | 75 | 2 |"
             ),
             "{md}"
+        );
+        assert!(
+            md.contains(
+                "| Chromium | mobius-tiny-gqa-int4-split | google swiftshader | 280 | 2520 | 900.0 ms | 850.5–990.0 ms | 3 | 39 | 2 |"
+            ),
+            "{md}"
+        );
+        let failed = markdown(
+            &json!({"date": "d", "browser": {"vision": {"model": "/x/m", "error": "no WebGPU"}}}),
+        );
+        assert!(
+            failed.contains("| Chromium | m | error: no WebGPU |"),
+            "{failed}"
         );
         assert!(md.contains("| tiny | llvmpipe | q4 | 500 ms | 20.0 tok/s | – | 6.40 s | 5.0 tok/s | – | 60.0 | 10.0 | 3.0 | 4.0 | 1.23 ms | 1.0 MiB / 2.0 MiB |"), "{md}");
         assert!(md.contains("tiny: skipped prefill 512: too long"), "{md}");

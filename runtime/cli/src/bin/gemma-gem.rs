@@ -648,6 +648,8 @@ async fn bench_vision(args: BenchVisionArgs) -> anyhow::Result<()> {
         "patch_values": encoder.layout().patch_values,
         "load_s": load_s,
         "encode_ms_median": ms[ms.len() / 2],
+        "encode_ms_min": ms[0],
+        "encode_ms_max": ms[ms.len() - 1],
         "dispatches": runs[0].dispatches,
         "submits": runs[0].submits,
         "runs_ms": runs.iter().map(|r| r.encode_s * 1e3).collect::<Vec<_>>(),
