@@ -99,7 +99,25 @@ pub fn launcher(props: &LauncherProps) -> Html {
 
     let status = props.status;
     let dragging = drag.is_some();
-    let style = drag.map(|(dx, dy)| format!("transform: translate({dx:.0}px, {dy:.0}px)"));
+    // The drag offset goes through the CSSOM, not a `style` attribute, which a page whose CSP has
+    // no `style-src 'unsafe-inline'` (the embeddable widget on a strict site) would drop.
+    let button = use_node_ref();
+    {
+        let button = button.clone();
+        let transform = drag
+            .map(|(dx, dy)| format!("translate({dx:.0}px, {dy:.0}px)"))
+            .unwrap_or_default();
+        use_effect_with(transform, move |transform| {
+            if let Some(el) = button.cast::<web_sys::HtmlElement>() {
+                let style = el.style();
+                let _ = if transform.is_empty() {
+                    style.remove_property("transform").map(drop)
+                } else {
+                    style.set_property("transform", transform)
+                };
+            }
+        });
+    }
     let circumference = 2.0 * std::f64::consts::PI * RING_RADIUS;
     let ring = props.progress.map(|p| {
         let p = if p.is_finite() { p.clamp(0.0, 1.0) } else { 0.0 };
@@ -136,7 +154,7 @@ pub fn launcher(props: &LauncherProps) -> Html {
                 aria-label={label}
                 aria-expanded={props.open.to_string()}
                 aria-haspopup="dialog"
-                {style}
+                ref={button}
                 {onclick} {onkeydown} {onpointerdown} {onpointermove} {onpointerup} {onpointercancel}
             >
                 <span aria-hidden="true">{ "◆" }</span>

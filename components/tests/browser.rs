@@ -980,7 +980,10 @@ async fn shadow_mount_is_closed_styled_inside_immune_to_page_css_and_unmounts() 
         .ok()
         .and_then(|n| n.as_f64())
         .unwrap_or(0.0);
-    assert!(rules > 50.0, "the adopted sheet holds the kit's rules: {rules}");
+    assert!(
+        rules > 50.0,
+        "the adopted sheet holds the kit's rules: {rules}"
+    );
     assert_eq!(
         head.inner_html(),
         head_before,

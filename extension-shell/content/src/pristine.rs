@@ -46,7 +46,9 @@ mod fresh {
         let doc = web_sys::window()?.document()?;
         let root = doc.document_element()?;
         let frame = doc.create_element("iframe").ok()?;
-        let _ = frame.set_attribute("style", "display:none");
+        // `hidden`, not a style attribute: a page whose CSP has no `style-src 'unsafe-inline'`
+        // (the widget on a strict site) blocks and reports style attributes.
+        let _ = frame.set_attribute("hidden", "");
         root.append_child(&frame).ok()?;
         let win = js::get(&frame, "contentWindow");
         let method = |ctor: &str, name: &str| -> Option<Function> {
