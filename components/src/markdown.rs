@@ -12,10 +12,16 @@
 //!
 //! Because the output is a virtual DOM, re-rendering a growing answer only touches what changed
 //! (usually the last text node), which keeps streaming free of flicker.
+//!
+//! Two steps: [`parse`] turns the source into a flat list of [`MdEvent`]s (owned, serializable,
+//! links already checked), [`render_events`] turns such a list into virtual DOM. [`render`] is
+//! both. The list is a closed vocabulary: rendering any list, wherever it came from, still gives
+//! only the elements above, text nodes, and `href`s that pass [`safe_href`] (checked again).
 
 use std::rc::Rc;
 
-use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, Options, Parser, Tag};
+use serde::{Deserialize, Serialize};
 use yew::prelude::*;
 use yew::virtual_dom::VText;
 
@@ -49,6 +55,174 @@ pub fn destination(href: &str) -> String {
     let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or(rest);
     let host = authority.rsplit('@').next().unwrap_or(authority);
     host.to_owned()
+}
+
+/// One step of a parsed Markdown document (see [`parse`]).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MdEvent {
+    /// Opens a container; closed by the matching [`MdEvent::End`].
+    Start(MdTag),
+    /// Closes the innermost open container.
+    End,
+    /// Text (raw HTML, math and footnote references are text too; a soft break is `"\n"`).
+    Text(String),
+    /// An inline code span.
+    Code(String),
+    HardBreak,
+    Rule,
+    /// A task list item's checkbox (shown disabled).
+    TaskListMarker(bool),
+}
+
+/// A container of a parsed Markdown document.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MdTag {
+    /// An element without attributes.
+    Element(MdElement),
+    /// A code block; its text events are the code.
+    CodeBlock {
+        lang: Option<String>,
+    },
+    /// A link; `href` is `None` when the address is not safe ([`safe_href`]).
+    Link {
+        href: Option<String>,
+    },
+    /// An image (never loaded); its text events are the alt text.
+    Image {
+        href: Option<String>,
+    },
+    /// A raw HTML block, shown as text.
+    HtmlBlock,
+    Table,
+    TableHead,
+    TableRow,
+    TableCell,
+}
+
+/// The plain elements Markdown renders to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MdElement {
+    P,
+    H1,
+    H2,
+    H3,
+    H4,
+    H5,
+    H6,
+    Blockquote,
+    Ol,
+    Ul,
+    Li,
+    Em,
+    Strong,
+    Del,
+    Sup,
+    Sub,
+    /// Neutral container for constructs the parser options leave off.
+    Div,
+}
+
+impl MdElement {
+    fn tag(self) -> &'static str {
+        match self {
+            Self::P => "p",
+            Self::H1 => "h1",
+            Self::H2 => "h2",
+            Self::H3 => "h3",
+            Self::H4 => "h4",
+            Self::H5 => "h5",
+            Self::H6 => "h6",
+            Self::Blockquote => "blockquote",
+            Self::Ol => "ol",
+            Self::Ul => "ul",
+            Self::Li => "li",
+            Self::Em => "em",
+            Self::Strong => "strong",
+            Self::Del => "del",
+            Self::Sup => "sup",
+            Self::Sub => "sub",
+            Self::Div => "div",
+        }
+    }
+}
+
+fn tag_of(tag: Tag<'_>) -> MdTag {
+    let element = MdTag::Element;
+    match tag {
+        Tag::Paragraph => element(MdElement::P),
+        Tag::Heading { level, .. } => element(match level {
+            HeadingLevel::H1 => MdElement::H1,
+            HeadingLevel::H2 => MdElement::H2,
+            HeadingLevel::H3 => MdElement::H3,
+            HeadingLevel::H4 => MdElement::H4,
+            HeadingLevel::H5 => MdElement::H5,
+            HeadingLevel::H6 => MdElement::H6,
+        }),
+        Tag::BlockQuote(_) => element(MdElement::Blockquote),
+        Tag::CodeBlock(kind) => MdTag::CodeBlock {
+            lang: match kind {
+                CodeBlockKind::Fenced(info) => info.split_whitespace().next().map(str::to_owned),
+                CodeBlockKind::Indented => None,
+            },
+        },
+        Tag::HtmlBlock => MdTag::HtmlBlock,
+        Tag::List(Some(_)) => element(MdElement::Ol),
+        Tag::List(None) => element(MdElement::Ul),
+        Tag::Item => element(MdElement::Li),
+        Tag::Table(_) => MdTag::Table,
+        Tag::TableHead => MdTag::TableHead,
+        Tag::TableRow => MdTag::TableRow,
+        Tag::TableCell => MdTag::TableCell,
+        Tag::Emphasis => element(MdElement::Em),
+        Tag::Strong => element(MdElement::Strong),
+        Tag::Strikethrough => element(MdElement::Del),
+        Tag::Superscript => element(MdElement::Sup),
+        Tag::Subscript => element(MdElement::Sub),
+        Tag::Link { dest_url, .. } => MdTag::Link {
+            href: safe_href(&dest_url),
+        },
+        Tag::Image { dest_url, .. } => MdTag::Image {
+            href: safe_href(&dest_url),
+        },
+        // Not enabled in the parser options; kept as neutral containers if they ever appear.
+        Tag::FootnoteDefinition(_)
+        | Tag::DefinitionList
+        | Tag::DefinitionListTitle
+        | Tag::DefinitionListDefinition
+        | Tag::MetadataBlock(_) => element(MdElement::Div),
+    }
+}
+
+/// Parses untrusted Markdown (CommonMark with tables, strikethrough and task lists) into events;
+/// adjacent text is joined.
+pub fn parse(source: &str) -> Vec<MdEvent> {
+    let options =
+        Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
+    let mut events: Vec<MdEvent> = Vec::new();
+    let text = |events: &mut Vec<MdEvent>, t: &str| match events.last_mut() {
+        Some(MdEvent::Text(last)) => last.push_str(t),
+        _ => events.push(MdEvent::Text(t.to_owned())),
+    };
+    for event in Parser::new_ext(source, options) {
+        match event {
+            Event::Start(tag) => events.push(MdEvent::Start(tag_of(tag))),
+            Event::End(_) => events.push(MdEvent::End),
+            Event::Text(t) => text(&mut events, &t),
+            Event::Code(code) => events.push(MdEvent::Code(code.into_string())),
+            // Raw HTML is shown as the text it is.
+            Event::Html(raw) | Event::InlineHtml(raw) => text(&mut events, &raw),
+            Event::InlineMath(math) | Event::DisplayMath(math) => text(&mut events, &math),
+            Event::FootnoteReference(name) => text(&mut events, &format!("[^{name}]")),
+            Event::SoftBreak => text(&mut events, "\n"),
+            Event::HardBreak => events.push(MdEvent::HardBreak),
+            Event::Rule => events.push(MdEvent::Rule),
+            Event::TaskListMarker(checked) => events.push(MdEvent::TaskListMarker(checked)),
+        }
+    }
+    events
 }
 
 enum Kind {
@@ -179,7 +353,10 @@ impl Builder {
             }
             Kind::HtmlBlock => html! { <div class="gg-md-raw">{ for children }</div> },
             Kind::Table => html! { <table>{ for children }</table> },
-            Kind::TableHead => html! { <thead><tr>{ for children }</tr></thead> },
+            Kind::TableHead => {
+                self.in_table_head = false;
+                html! { <thead><tr>{ for children }</tr></thead> }
+            }
             Kind::TableRow => html! { <tr>{ for children }</tr> },
             Kind::TableCell => {
                 if self.in_table_head {
@@ -192,94 +369,58 @@ impl Builder {
         self.child(node);
     }
 
-    fn start(&mut self, tag: Tag<'_>) {
+    fn start(&mut self, tag: MdTag) {
+        // Whatever the list's origin, an `href` is only ever a safe one.
+        let safe = |href: Option<String>| href.as_deref().and_then(safe_href);
         let kind = match tag {
-            Tag::Paragraph => Kind::Element("p"),
-            Tag::Heading { level, .. } => Kind::Element(match level {
-                HeadingLevel::H1 => "h1",
-                HeadingLevel::H2 => "h2",
-                HeadingLevel::H3 => "h3",
-                HeadingLevel::H4 => "h4",
-                HeadingLevel::H5 => "h5",
-                HeadingLevel::H6 => "h6",
-            }),
-            Tag::BlockQuote(_) => Kind::Element("blockquote"),
-            Tag::CodeBlock(kind) => Kind::CodeBlock {
-                lang: match kind {
-                    CodeBlockKind::Fenced(info) => {
-                        info.split_whitespace().next().map(str::to_owned)
-                    }
-                    CodeBlockKind::Indented => None,
-                },
+            MdTag::Element(element) => Kind::Element(element.tag()),
+            MdTag::CodeBlock { lang } => Kind::CodeBlock {
+                lang,
                 code: String::new(),
             },
-            Tag::HtmlBlock => Kind::HtmlBlock,
-            Tag::List(Some(_)) => Kind::Element("ol"),
-            Tag::List(None) => Kind::Element("ul"),
-            Tag::Item => Kind::Element("li"),
-            Tag::Table(_) => Kind::Table,
-            Tag::TableHead => {
+            MdTag::Link { href } => Kind::Link {
+                href: safe(href),
+                text: String::new(),
+            },
+            MdTag::Image { href } => Kind::Image {
+                href: safe(href),
+                alt: String::new(),
+            },
+            MdTag::HtmlBlock => Kind::HtmlBlock,
+            MdTag::Table => Kind::Table,
+            MdTag::TableHead => {
                 self.in_table_head = true;
                 Kind::TableHead
             }
-            Tag::TableRow => Kind::TableRow,
-            Tag::TableCell => Kind::TableCell,
-            Tag::Emphasis => Kind::Element("em"),
-            Tag::Strong => Kind::Element("strong"),
-            Tag::Strikethrough => Kind::Element("del"),
-            Tag::Superscript => Kind::Element("sup"),
-            Tag::Subscript => Kind::Element("sub"),
-            Tag::Link { dest_url, .. } => Kind::Link {
-                href: safe_href(&dest_url),
-                text: String::new(),
-            },
-            Tag::Image { dest_url, .. } => Kind::Image {
-                href: safe_href(&dest_url),
-                alt: String::new(),
-            },
-            // Not enabled in the parser options; kept as neutral containers if they ever appear.
-            Tag::FootnoteDefinition(_)
-            | Tag::DefinitionList
-            | Tag::DefinitionListTitle
-            | Tag::DefinitionListDefinition
-            | Tag::MetadataBlock(_) => Kind::Element("div"),
+            MdTag::TableRow => Kind::TableRow,
+            MdTag::TableCell => Kind::TableCell,
         };
         self.push(kind);
     }
-
-    fn end(&mut self, tag: TagEnd) {
-        self.pop();
-        if tag == TagEnd::TableHead {
-            self.in_table_head = false;
-        }
-    }
 }
 
-/// Renders untrusted Markdown as inert virtual DOM (see the module docs).
-pub fn render(source: &str) -> Html {
-    let options =
-        Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
+/// Renders parsed Markdown ([`parse`]) as inert virtual DOM. An `End` with nothing open is
+/// ignored and containers left open are closed, so any list renders.
+pub fn render_events(events: &[MdEvent]) -> Html {
     let mut builder = Builder {
         stack: Vec::new(),
         in_table_head: false,
     };
     builder.push(Kind::Root);
-    for event in Parser::new_ext(source, options) {
+    for event in events {
         match event {
-            Event::Start(tag) => builder.start(tag),
-            Event::End(tag) => builder.end(tag),
-            Event::Text(text) => builder.text(&text),
-            Event::Code(code) => builder.child(html! { <code>{ code.into_string() }</code> }),
-            // Raw HTML is shown as the text it is.
-            Event::Html(raw) | Event::InlineHtml(raw) => builder.text(&raw),
-            Event::InlineMath(math) | Event::DisplayMath(math) => builder.text(&math),
-            Event::FootnoteReference(name) => builder.text(&format!("[^{name}]")),
-            Event::SoftBreak => builder.text("\n"),
-            Event::HardBreak => builder.child(html! { <br /> }),
-            Event::Rule => builder.child(html! { <hr /> }),
-            Event::TaskListMarker(checked) => builder.child(html! {
-                <input type="checkbox" disabled=true checked={checked} aria-label={if checked { "done" } else { "not done" }} />
-            }),
+            MdEvent::Start(tag) => builder.start(tag.clone()),
+            MdEvent::End => builder.pop(),
+            MdEvent::Text(text) => builder.text(text),
+            MdEvent::Code(code) => builder.child(html! { <code>{ code.clone() }</code> }),
+            MdEvent::HardBreak => builder.child(html! { <br /> }),
+            MdEvent::Rule => builder.child(html! { <hr /> }),
+            MdEvent::TaskListMarker(checked) => {
+                let checked = *checked;
+                builder.child(html! {
+                    <input type="checkbox" disabled=true checked={checked} aria-label={if checked { "done" } else { "not done" }} />
+                })
+            }
         }
     }
     // Unclosed frames cannot happen with pulldown-cmark, but fold them anyway.
@@ -288,6 +429,11 @@ pub fn render(source: &str) -> Html {
     }
     let root = builder.stack.pop().map(|f| f.children).unwrap_or_default();
     root.into_iter().collect()
+}
+
+/// Renders untrusted Markdown as inert virtual DOM (see the module docs).
+pub fn render(source: &str) -> Html {
+    render_events(&parse(source))
 }
 
 /// Properties of [`Markdown`].
@@ -305,7 +451,7 @@ pub fn markdown(props: &MarkdownProps) -> Html {
 
 #[cfg(test)]
 mod tests {
-    use super::{destination, render, safe_href};
+    use super::{MdElement, MdEvent, MdTag, destination, parse, render, render_events, safe_href};
 
     #[test]
     fn links_show_where_they_go() {
@@ -339,6 +485,69 @@ mod tests {
         // An address shown as itself needs no repeat.
         let plain = html("<https://a.example/>");
         assert!(!plain.contains("gg-md-dest"), "{plain}");
+    }
+
+    #[test]
+    fn parsed_events_are_plain_data() {
+        let events = parse("A *b* &amp; [c](javascript:x)\n\n```rs\nfn f() {}\n```\n\n<b>x</b>");
+        assert_eq!(
+            &events[..5],
+            &[
+                MdEvent::Start(MdTag::Element(MdElement::P)),
+                MdEvent::Text("A ".into()),
+                MdEvent::Start(MdTag::Element(MdElement::Em)),
+                MdEvent::Text("b".into()),
+                MdEvent::End,
+            ]
+        );
+        // Entities are decoded and adjacent text joined; the unsafe link has no address.
+        assert_eq!(events[5], MdEvent::Text(" & ".into()));
+        assert_eq!(events[6], MdEvent::Start(MdTag::Link { href: None }));
+        assert!(events.contains(&MdEvent::Start(MdTag::CodeBlock {
+            lang: Some("rs".into())
+        })));
+        assert!(events.contains(&MdEvent::Text("<b>x</b>".into())));
+        let json = serde_json::to_string(&events).expect("json");
+        let back: Vec<MdEvent> = serde_json::from_str(&json).expect("parse");
+        assert_eq!(back, events);
+    }
+
+    #[test]
+    fn any_event_list_renders_inert() {
+        let html = |events: Vec<MdEvent>| {
+            futures::executor::block_on(
+                yew::LocalServerRenderer::<Events>::with_props(EventsProps { events }).render(),
+            )
+        };
+        // A list made by someone else: the unsafe address is dropped again, an unmatched end is
+        // ignored, an open container is closed, text stays text.
+        let out = html(vec![
+            MdEvent::End,
+            MdEvent::Start(MdTag::Link {
+                href: Some("javascript:alert(1)".into()),
+            }),
+            MdEvent::Text("<img src=x onerror=alert(1)>".into()),
+            MdEvent::End,
+            MdEvent::Start(MdTag::Image {
+                href: Some("data:image/png;base64,AA".into()),
+            }),
+            MdEvent::Text("alt".into()),
+        ]);
+        assert!(!out.contains("javascript:"), "{out}");
+        assert!(!out.contains("data:"), "{out}");
+        assert!(!out.contains("<img"), "{out}");
+        assert!(out.contains("&lt;img src=x onerror=alert(1)&gt;"), "{out}");
+        assert!(out.contains("[image: alt]"), "{out}");
+    }
+
+    #[derive(yew::Properties, PartialEq)]
+    struct EventsProps {
+        events: Vec<MdEvent>,
+    }
+
+    #[yew::function_component(Events)]
+    fn events(props: &EventsProps) -> yew::Html {
+        render_events(&props.events)
     }
 
     #[derive(yew::Properties, PartialEq)]
