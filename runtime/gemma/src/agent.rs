@@ -267,9 +267,29 @@ fn with_content(
                 .collect(),
         )
     } else {
-        Content::Text(text(&m.text()))
+        let mut content = text(&m.text());
+        // Images the prompt leaves out (a model without a vision encoder): the model is told, so
+        // that it does not answer as if it had seen them.
+        let dropped = m.images().count();
+        if dropped > 0 {
+            if !content.is_empty() {
+                content.push_str("\n\n");
+            }
+            content.push_str(&dropped_images_note(dropped));
+        }
+        Content::Text(content)
     });
     msg
+}
+
+/// What a message says instead of `n` images the model cannot see.
+pub fn dropped_images_note(n: usize) -> String {
+    let what = if n == 1 {
+        "an image".to_owned()
+    } else {
+        format!("{n} images")
+    };
+    format!("[{what} attached here cannot be shown: this model has no vision encoder]")
 }
 
 impl From<&agent::ToolDefinition> for ToolDeclaration {
@@ -357,9 +377,25 @@ mod tests {
                 ContentPart::Image
             ]))
         );
+        // Without a vision encoder the model is told an image was there (outside the user's
+        // untrusted span: the note is ours).
         assert_eq!(
             messages_from_agent(&conv, false)[0].content,
-            Some(Content::Text(untrusted::mark("look")))
+            Some(Content::Text(format!(
+                "{}\n\n[an image attached here cannot be shown: this model has no vision encoder]",
+                untrusted::mark("look")
+            )))
+        );
+        let two = vec![agent::ChatMessage::user_with_images(
+            "",
+            vec![
+                agent::ImagePart::png(vec![1]),
+                agent::ImagePart::png(vec![2]),
+            ],
+        )];
+        assert_eq!(
+            messages_from_agent(&two, false)[0].content,
+            Some(Content::Text(dropped_images_note(2)))
         );
         // The system prompt is ours: not marked.
         let system = messages_from_agent(&[agent::ChatMessage::system("rules")], false);
