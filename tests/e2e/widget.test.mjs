@@ -166,6 +166,18 @@ test('without WebGPU the panel says what to do, ask() rejects with it, and the p
   }
 });
 
+test('an element removed mid-answer ends its turn and worker; put back, it answers again', async () => {
+  const { page } = await openWidget({ 'model-source': 'script:/scripts/widget-long.json' });
+  const asked = page.evaluate(() => document.querySelector('gemma-gem-widget').ask('Talk').then(() => 'resolved', (e) => e.message));
+  await until(async () => (await events(page)).filter((e) => e.type === 'gg-token').length >= 3, { what: 'streaming tokens' });
+  await page.evaluate(() => { window.gem = document.querySelector('gemma-gem-widget'); window.gem.remove(); });
+  assert.match(await asked, /removed from the page/);
+  await page.evaluate(() => document.body.append(window.gem));
+  const again = await page.evaluate(() => window.gem.ask('Again'));
+  assert.match(again, /^This answer goes on and on/, 'a new worker replays the script from its start');
+  await page.close();
+});
+
 test('bad attribute values warn with the attribute and the value used', async () => {
   const { page, console } = await openWidget({ 'model-source': 'script:/scripts/hello.json', temperature: 'hot', corner: 'middle', tools: 'click_element bogus' });
   await until(() => console.filter((l) => l.startsWith('warning')).length >= 3, { what: 'warnings' });

@@ -48,7 +48,6 @@ struct State {
     app: Option<yew::AppHandle<ShadowApp<GemApp>>>,
     /// What the app was rendered with (its theme changes with the attribute).
     props: Option<(stylist::manager::StyleManager, GemAppProps)>,
-    root: Option<web_sys::ShadowRoot>,
     dispatcher: Option<ChatDispatcher>,
     link: Option<link::WorkerLink>,
     /// The running turn (its number) and the answer text it produced so far.
@@ -183,7 +182,6 @@ impl Widget {
             user: UserSettings::default(),
             app: None,
             props: None,
-            root: None,
             dispatcher: None,
             link: None,
             turn: 0,
@@ -210,7 +208,10 @@ impl Widget {
     }
 
     /// The element left the document. When it does not come back in this task (a move), the
-    /// UI is removed and the worker (and the model's GPU memory) released.
+    /// worker ends (which frees the model's GPU memory), a running question fails, and the
+    /// conversation is cleared (the worker that knew it is gone). The UI stays mounted in the
+    /// element's closed root (a root cannot be attached twice): put back, the element shows an
+    /// empty conversation and starts a new worker on the next question.
     pub fn disconnected(&self) {
         let weak = Rc::downgrade(&self.state);
         gloo_timers::callback::Timeout::new(0, move || {
@@ -218,20 +219,18 @@ impl Widget {
             if state.borrow().element.is_connected() {
                 return;
             }
-            let (app, link) = {
+            let link = {
                 let mut s = state.borrow_mut();
-                s.dispatcher = None;
-                s.root = None;
-                s.props = None;
-                (s.app.take(), s.link.take())
+                s.no_webgpu = None;
+                s.link.take()
             };
-            if let Some(app) = app {
-                app.destroy();
-            }
             if let Some(link) = link {
                 link.terminate();
             }
             fail_waiting(&state, "the widget was removed from the page");
+            state.borrow_mut().running = None;
+            dispatch(&state, [Action::Stop, Action::NewChat]);
+            greet(&state);
         })
         .forget();
     }
@@ -381,7 +380,6 @@ fn mount(state: &Rc<RefCell<State>>) -> Result<(), JsValue> {
             wasm_bindgen_futures::spawn_local(async move { on_intent(&state, intent) });
         }
     });
-    let root = parts.root.clone();
     let inner = GemAppProps {
         initial: Some(Rc::new(initial)),
         on_intent,
@@ -402,7 +400,6 @@ fn mount(state: &Rc<RefCell<State>>) -> Result<(), JsValue> {
     let mut s = state.borrow_mut();
     s.app = Some(app);
     s.props = Some((parts.styles, inner));
-    s.root = Some(root);
     Ok(())
 }
 
