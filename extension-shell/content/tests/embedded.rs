@@ -362,17 +362,41 @@ async fn a_page_that_replaced_query_selector_and_push_does_not_break_the_tools()
         ),
         (array.clone(), "push", get(&array, "push")),
     ];
-    // A hostile page: lookups find nothing, and push throws.
-    let nothing = Closure::<dyn Fn() -> JsValue>::new(|| JsValue::NULL).into_js_value();
-    let throws = Closure::<dyn Fn() -> Result<JsValue, JsValue>>::new(|| {
-        Err(js_sys::Error::new("hostile push").into())
-    })
-    .into_js_value();
-    let empty = Closure::<dyn Fn() -> JsValue>::new(|| js_sys::Array::new().into()).into_js_value();
+    // A hostile page: lookups find nothing, and push throws — for calls made with our wasm on
+    // the stack. Anyone else (ChromeDriver's scripts, which the test runner polls the page
+    // with in the page's own world while this test awaits) gets the original behaviour: a
+    // runner that met the hostile methods crashed ("missing field `chunk`").
+    let hostile = |original: &JsValue, behaviour: &str| -> JsValue {
+        js_sys::Function::new_with_args(
+            "original",
+            &format!(
+                "return function (...args) {{ \
+                   if (/wasm/.test(String(new Error().stack))) {{ {behaviour} }} \
+                   return original.apply(this, args); }};"
+            ),
+        )
+        .call1(&JsValue::NULL, original)
+        .expect("never fails here")
+    };
+    let nothing = hostile(&saved[0].2, "return null;");
+    let empty = hostile(&saved[1].2, "return [];");
+    let nothing_doc = hostile(&saved[2].2, "return null;");
+    let throws = hostile(&saved[3].2, "throw new Error('hostile push');");
     Reflect::set(&element, &"querySelector".into(), &nothing).expect("never fails here");
     Reflect::set(&element, &"querySelectorAll".into(), &empty).expect("never fails here");
-    Reflect::set(&document_proto, &"querySelector".into(), &nothing).expect("never fails here");
+    Reflect::set(&document_proto, &"querySelector".into(), &nothing_doc).expect("never fails here");
     Reflect::set(&array, &"push".into(), &throws).expect("never fails here");
+    // The hostile methods do bite a caller in wasm.
+    let probe = js_sys::Array::new();
+    assert!(
+        Reflect::apply(
+            throws.unchecked_ref::<js_sys::Function>(),
+            &probe,
+            &js_sys::Array::of1(&JsValue::from(1))
+        )
+        .is_err(),
+        "the hostile push let a wasm caller through"
+    );
 
     let tools = PageTools::new(Some(by_id("scope")), &ACT_TOOLS);
     let snap = tools.run(&json(r#"{"name": "snapshot_page", "args": {}}"#));
