@@ -27,12 +27,6 @@ use std::rc::{Rc, Weak};
 use wasm_bindgen::prelude::*;
 use web_sys::HtmlElement;
 
-/// What the user changed in the settings panel (kept until the attribute changes).
-#[derive(Clone, Debug, Default, PartialEq)]
-struct UserSettings {
-    settings: Option<Settings>,
-}
-
 /// A question `ask()` is waiting on.
 struct Waiting {
     turn: u64,
@@ -44,7 +38,8 @@ struct State {
     element: HtmlElement,
     worker_url: String,
     config: Config,
-    user: UserSettings,
+    /// What the user changed in the settings panel (kept until a setting's attribute changes).
+    user_settings: Option<Settings>,
     app: Option<yew::AppHandle<ShadowApp<GemApp>>>,
     /// What the app was rendered with (its theme changes with the attribute).
     props: Option<(stylist::manager::StyleManager, GemAppProps)>,
@@ -92,7 +87,7 @@ impl State {
 
     /// The settings the panel shows: the attributes, with what the user changed on top.
     fn settings(&self) -> Settings {
-        if let Some(s) = &self.user.settings {
+        if let Some(s) = &self.user_settings {
             return s.clone();
         }
         let c = &self.config;
@@ -179,7 +174,7 @@ impl Widget {
             element,
             worker_url,
             config: Config::default(),
-            user: UserSettings::default(),
+            user_settings: None,
             app: None,
             props: None,
             dispatcher: None,
@@ -242,7 +237,7 @@ impl Widget {
             s.read_config();
             if name != "open" && name != "corner" && name != "theme" {
                 // An attribute that sets a setting wins over the panel's value.
-                s.user.settings = None;
+                s.user_settings = None;
             }
         }
         self.render();
@@ -293,10 +288,7 @@ impl Widget {
                 resolve,
                 reject,
             });
-            let no_webgpu = state.borrow().no_webgpu.clone();
-            if let Some(reason) = no_webgpu {
-                finish_turn(&state, turn, Err(reason));
-            }
+            fail_without_webgpu(&state, turn);
         })
     }
 
@@ -478,6 +470,15 @@ fn send_question(
     turn
 }
 
+/// Ends the question `turn` at once when the worker said it has no WebGPU (the worker refuses
+/// it too, later; the page need not wait for that).
+fn fail_without_webgpu(state: &Rc<RefCell<State>>, turn: u64) {
+    let no_webgpu = state.borrow().no_webgpu.clone();
+    if let Some(reason) = no_webgpu {
+        finish_turn(state, turn, Err(reason));
+    }
+}
+
 fn on_intent(state: &Rc<RefCell<State>>, intent: UiIntent) {
     match intent {
         UiIntent::Send { text, images } => {
@@ -489,10 +490,7 @@ fn on_intent(state: &Rc<RefCell<State>>, intent: UiIntent) {
                 })
                 .collect();
             let turn = send_question(state, text, images);
-            let no_webgpu = state.borrow().no_webgpu.clone();
-            if let Some(reason) = no_webgpu {
-                finish_turn(state, turn, Err(reason));
-            }
+            fail_without_webgpu(state, turn);
         }
         UiIntent::Stop => {
             if state.borrow().link.is_some() {
@@ -512,7 +510,7 @@ fn on_intent(state: &Rc<RefCell<State>>, intent: UiIntent) {
             post(state, WidgetRequest::Approval { call_id, decision });
         }
         UiIntent::SettingsChanged { settings } => {
-            state.borrow_mut().user.settings = Some(settings.clone());
+            state.borrow_mut().user_settings = Some(settings.clone());
             dispatch(state, [Action::SetSettings { settings }]);
         }
         UiIntent::MoveLauncher { corner } => {
@@ -595,9 +593,7 @@ fn on_worker_message(state: &Rc<RefCell<State>>, message: WorkerMessage) {
         WorkerMessage::ModelStatus(report) => {
             events::status(&state.borrow().element, &report);
             if let gg_messages::ModelState::Failed { message, .. } = &report.state {
-                let turn = state.borrow().running;
                 events::error(&state.borrow().element, "model_failed", message);
-                let _ = turn;
             }
             dispatch(state, gg_ui_bridge::model_actions(report, None));
         }
