@@ -1,0 +1,112 @@
+"""Prepares a case for comparing ONNX Runtime's CPU EP (python) with onnxruntime-web.
+
+    python bench/repro/make_case.py --model tests/fixtures/models/gemma4-tiny --dtype q4 \
+        --tokens 64 --out /tmp/case [--outputs all|NAME,NAME]
+
+Writes into OUT: the decoder graph (its weights in one external file), with extra graph outputs
+when asked (`all`: every float node output; else the listed tensor names), the decoder's inputs
+for one prompt of TOKENS synthetic ids (the bench's: <bos>, then 3 + (i * 7919) mod (vocab - 3)),
+embedded by the model's embed_tokens graph on the CPU EP (so that every runtime gets the same
+float inputs), as raw little-endian files with `case.json` describing them, and the CPU EP's
+value of every graph output (`cpu/NAME.bin`).
+"""
+
+import argparse
+import json
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+DTYPES = {np.float32: "float32", np.int64: "int64", np.float16: "float16", np.bool_: "bool", np.int32: "int32"}
+
+
+def prompt_ids(n, vocab):
+    span = max(vocab - 3, 1)
+    return [2 if i == 0 else 3 + (i * 7919) % span for i in range(n)]
+
+
+def safe(name):
+    return name.replace("/", "_").replace(":", "_").lstrip("_")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--dtype", default="q4")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--outputs", default="")
+    ap.add_argument("--graph", default="decoder_model_merged", help="graph file stem in MODEL/onnx")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    os.makedirs(os.path.join(a.out, "cpu"), exist_ok=True)
+    cfg = json.load(open(os.path.join(a.model, "config.json")))
+    vocab = cfg.get("text_config", cfg)["vocab_size"]
+    ids = np.array([prompt_ids(a.tokens, vocab)], dtype=np.int64)
+
+    emb = ort.InferenceSession(os.path.join(a.model, "onnx", f"embed_tokens_{a.dtype}.onnx"), providers=["CPUExecutionProvider"])
+    e = dict(zip([o.name for o in emb.get_outputs()], emb.run(None, {"input_ids": ids})))
+
+    m = onnx.load(os.path.join(a.model, "onnx", f"{a.graph}_{a.dtype}.onnx"))
+    g = m.graph
+    feeds = {}
+    for i in g.input:
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
+        if i.name in e:
+            feeds[i.name] = e[i.name]
+        elif i.name == "attention_mask":
+            feeds[i.name] = np.ones((1, a.tokens), np.int64)
+        elif i.name == "position_ids":
+            feeds[i.name] = np.arange(a.tokens, dtype=np.int64)[None]
+        elif i.name == "num_logits_to_keep":
+            feeds[i.name] = np.array(1, np.int64)
+        elif i.name.startswith("past_key_values."):
+            feeds[i.name] = np.zeros((1, dims[1], 0, dims[3]), np.float32 if i.type.tensor_type.elem_type == 1 else np.float16)
+        else:
+            raise SystemExit(f"unknown input {i.name}")
+
+    extra = []
+    if a.outputs:
+        inferred = onnx.shape_inference.infer_shapes(m)
+        types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) + list(g.output)}
+        have = {o.name for o in g.output}
+        if a.outputs == "all":
+            want = [o for n in g.node for o in n.output if o and types.get(o) in (1, 10)]
+        else:
+            want = a.outputs.split(",")
+        for name in want:
+            if name in have:
+                continue
+            t = types.get(name)
+            if t is None:
+                raise SystemExit(f"no type for {name}")
+            g.output.append(onnx.helper.make_tensor_value_info(name, t, None))
+            extra.append(name)
+    onnx.save(m, os.path.join(a.out, "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="model.onnx_data", size_threshold=1024)
+
+    so = ort.SessionOptions()
+    sess = ort.InferenceSession(os.path.join(a.out, "model.onnx"), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    outs = sess.run(None, feeds)
+    case = {"ort_python": ort.__version__, "tokens": a.tokens, "ids": ids[0].tolist(), "inputs": [], "outputs": []}
+    for k, v in feeds.items():
+        v = np.ascontiguousarray(v).reshape(v.shape)
+        f = f"in_{safe(k)}.bin"
+        v.tofile(os.path.join(a.out, f))
+        case["inputs"].append({"name": k, "type": DTYPES[v.dtype.type], "dims": list(v.shape), "file": f})
+    for k, v in zip(names, outs):
+        f = f"{safe(k)}.bin"
+        v.tofile(os.path.join(a.out, "cpu", f))
+        case["outputs"].append({"name": k, "type": DTYPES[v.dtype.type], "dims": list(v.shape), "file": f})
+    # Graph order of the outputs, for "first node that differs".
+    case["order"] = [o for n in g.node for o in n.output if o in set(names)]
+    json.dump(case, open(os.path.join(a.out, "case.json"), "w"), indent=1)
+    lg = outs[names.index("logits")][0, -1]
+    top = np.argsort(lg)[::-1][:2]
+    print(f"{len(names)} outputs ({len(extra)} extra); cpu argmax {top[0]} top-2 gap {lg[top[0]] - lg[top[1]]:.6g}")
+
+
+if __name__ == "__main__":
+    main()
