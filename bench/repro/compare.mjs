@@ -1,12 +1,13 @@
 // Runs a case (make_case.py) with onnxruntime-web and compares every output with the CPU EP's.
 //   node bench/repro/compare.mjs CASE_DIR [--where node|browser] [--ep wasm|webgpu]
-//        [--chromium /usr/bin/chromium] [--tol 1e-3] [--all]
+//        [--chromium /usr/bin/chromium] [--tol 1e-3] [--all] [--save DIR]
 // --where node: onnxruntime-web's wasm build in Node (the CPU kernels, no browser);
 // --where browser: headless Chromium (WebGPU on whatever adapter it has: SwiftShader here),
 // onnxruntime-web from bench/node_modules, served with COOP/COEP (threads), as the bench does.
 // Prints, in graph order, each output's max |difference| and the first one beyond --tol
-// (relative to the output's max |value|, at least 1); --all prints every output.
-import { readFileSync } from 'node:fs';
+// (relative to the output's max |value|, at least 1); --all prints every output; --save writes
+// onnxruntime-web's outputs into DIR (the names and files of case.json's outputs).
+import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { join, dirname, extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -122,6 +123,11 @@ if (where === 'node') {
 
 console.log(`onnxruntime-web ${got.version} (${where}, ${ep}) vs onnxruntime ${c.ort_python} CPU EP, ${c.tokens} tokens`);
 const order = [...c.order, ...c.outputs.map((o) => o.name).filter((n) => !c.order.includes(n))];
+const save = opt('save', null);
+if (save) {
+  mkdirSync(save, { recursive: true });
+  for (const o of c.outputs) if (got.outputs[o.name]) writeFileSync(join(save, o.file), got.outputs[o.name].bytes);
+}
 let first = null;
 for (const name of order) {
   const ref = c.outputs.find((o) => o.name === name);

@@ -1,10 +1,10 @@
 """Prepares a case for comparing ONNX Runtime's CPU EP (python) with onnxruntime-web.
 
     python bench/repro/make_case.py --model tests/fixtures/models/gemma4-tiny --dtype q4 \
-        --tokens 64 --out /tmp/case [--outputs all|NAME,NAME]
+        --tokens 64 --out /tmp/case [--outputs all|NAME,NAME]  (all: every node output of a known type)
 
 Writes into OUT: the decoder graph (its weights in one external file), with extra graph outputs
-when asked (`all`: every float node output; else the listed tensor names), the decoder's inputs
+when asked (`all`: every node output of a known type; else the listed tensor names), the decoder's inputs
 for one prompt of TOKENS synthetic ids (the bench's: <bos>, then 3 + (i * 7919) mod (vocab - 3)),
 embedded by the model's embed_tokens graph on the CPU EP (so that every runtime gets the same
 float inputs), as raw little-endian files with `case.json` describing them, and the CPU EP's
@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-DTYPES = {np.float32: "float32", np.int64: "int64", np.float16: "float16", np.bool_: "bool", np.int32: "int32"}
+
 
 
 def prompt_ids(n, vocab):
@@ -70,9 +70,19 @@ def main():
     if a.outputs:
         inferred = onnx.shape_inference.infer_shapes(m)
         types = {v.name: v.type.tensor_type.elem_type for v in list(inferred.graph.value_info) + list(g.output)}
+        types.update({i.name: i.type.tensor_type.elem_type for i in g.input})
+        types.update({t.name: t.data_type for t in g.initializer})
+        # Contrib ops (GroupQueryAttention, MatMulNBits, SimplifiedLayerNormalization, ...) get
+        # no inferred types: their outputs have the type of their first input when it is float.
+        for n in g.node:
+            if n.input and n.input[0]:
+                t = types.get(n.input[0])
+                for o in n.output:
+                    if o and o not in types and t in (1, 10):
+                        types[o] = t
         have = {o.name for o in g.output}
         if a.outputs == "all":
-            want = [o for n in g.node for o in n.output if o and types.get(o) in (1, 10)]
+            want = [o for n in g.node for o in n.output if o and types.get(o) in (1, 6, 7, 9, 10)]
         else:
             want = a.outputs.split(",")
         for name in want:
@@ -95,11 +105,11 @@ def main():
         v = np.ascontiguousarray(v).reshape(v.shape)
         f = f"in_{safe(k)}.bin"
         v.tofile(os.path.join(a.out, f))
-        case["inputs"].append({"name": k, "type": DTYPES[v.dtype.type], "dims": list(v.shape), "file": f})
+        case["inputs"].append({"name": k, "type": str(v.dtype), "dims": list(v.shape), "file": f})
     for k, v in zip(names, outs):
         f = f"{safe(k)}.bin"
         v.tofile(os.path.join(a.out, "cpu", f))
-        case["outputs"].append({"name": k, "type": DTYPES[v.dtype.type], "dims": list(v.shape), "file": f})
+        case["outputs"].append({"name": k, "type": str(v.dtype), "dims": list(v.shape), "file": f})
     # Graph order of the outputs, for "first node that differs".
     case["order"] = [o for n in g.node for o in n.output if o in set(names)]
     json.dump(case, open(os.path.join(a.out, "case.json"), "w"), indent=1)
