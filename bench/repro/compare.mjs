@@ -1,12 +1,19 @@
 // Runs a case (make_case.py) with onnxruntime-web and compares every output with the CPU EP's.
 //   node bench/repro/compare.mjs CASE_DIR [--where node|browser] [--ep wasm|webgpu]
-//        [--chromium /usr/bin/chromium] [--tol 1e-3] [--all] [--save DIR]
+//        [--chromium /usr/bin/chromium] [--tol 1e-3] [--all] [--save DIR] [--hide-feature F]
+//        [--shaders DIR] [--patch-flash-attention]
 // --where node: onnxruntime-web's wasm build in Node (the CPU kernels, no browser);
 // --where browser: headless Chromium (WebGPU on whatever adapter it has: SwiftShader here),
 // onnxruntime-web from bench/node_modules, served with COOP/COEP (threads), as the bench does.
 // Prints, in graph order, each output's max |difference| and the first one beyond --tol
 // (relative to the output's max |value|, at least 1); --all prints every output; --save writes
-// onnxruntime-web's outputs into DIR (the names and files of case.json's outputs).
+// onnxruntime-web's outputs into DIR (the names and files of case.json's outputs);
+// --hide-feature (browser, WebGPU) hides that feature (e.g. `subgroups`) from every adapter and
+// device of the page, so that onnxruntime-web runs without it; --shaders (browser, WebGPU) writes every
+// WGSL module onnxruntime-web created into DIR (NNN.wgsl, in creation order);
+// --patch-flash-attention (browser, WebGPU) rewrites onnxruntime-web's prefill FlashAttention
+// shader so that, on subgroups narrower than 8 lanes, it steps 8 keys at a time and reads them from
+// the workgroup tiles instead of subgroupShuffle (see README.md): a check of the cause, not a fix.
 import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { join, dirname, extname } from 'node:path';
@@ -92,9 +99,43 @@ if (where === 'node') {
     page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') console.error(`page: ${m.text()}`); });
     await page.goto(`${base}/`);
     const bundle = ep === 'webgpu' ? 'ort.webgpu.min.mjs' : 'ort.wasm.min.mjs';
-    got = await page.evaluate(async ({ bundle, ep }) => {
+    got = await page.evaluate(async ({ bundle, ep, hide, patch }) => {
+      const shaders = [];
+      let patched = 0;
+      if (globalThis.GPUDevice) {
+        const create = GPUDevice.prototype.createShaderModule;
+        GPUDevice.prototype.createShaderModule = function (d) {
+          let code = d.code;
+          if (patch && code.includes('fn fetchKTile') && code.includes('let capped_sg_size = min(sg_size, max_k_step);')) {
+            // Narrow subgroups (< 8 lanes): 8 keys a step, both tiles read from workgroup memory.
+            const before = code;
+            code = code
+              .replace('let capped_sg_size = min(sg_size, max_k_step);', 'let capped_sg_size = select(8u, min(sg_size, max_k_step), sg_size > 8);')
+              .replace(/fn fetchKTile\(k_idx: u32, vec_idx: u32, k_val: q_value_t\) -> vec4<qk_precision> \{[^}]*\}/,
+                'fn fetchKTile(k_idx: u32, vec_idx: u32, k_val: q_value_t) -> vec4<qk_precision> {\n    return vec4<qk_precision>(k_tile[k_idx][vec_idx]);\n}')
+              .replace(/fn fetchVTile\(k_idx: u32, vec_idx: u32, v_val: q_value_t\) -> q_value_t \{[^}]*\}/,
+                'fn fetchVTile(k_idx: u32, vec_idx: u32, v_val: q_value_t) -> q_value_t {\n    return v_tile[k_idx][vec_idx];\n}');
+            if (code !== before && !code.includes('subgroupShuffle(k_val') && !code.includes('subgroupShuffle(v_val')) patched += 1;
+            else throw new Error('--patch-flash-attention: the shader has changed; the patch does not apply');
+          }
+          shaders.push(code);
+          return create.call(this, { ...d, code });
+        };
+      }
       const ort = await import(`/ort/${bundle}`);
       ort.env.wasm.wasmPaths = '/ort/';
+      if (ep === 'webgpu' && hide) {
+        // Every adapter and device the page sees lists its features without `hide`, and no device
+        // is requested with it: onnxruntime-web then generates its shaders for a device without it.
+        for (const proto of [GPUAdapter.prototype, GPUDevice.prototype]) {
+          const get = Object.getOwnPropertyDescriptor(proto, 'features').get;
+          Object.defineProperty(proto, 'features', { configurable: true, get() { return new Set([...get.call(this)].filter((f) => f !== hide)); } });
+        }
+        const request = GPUAdapter.prototype.requestDevice;
+        GPUAdapter.prototype.requestDevice = function (d = {}) {
+          return request.call(this, { ...d, requiredFeatures: [...(d.requiredFeatures ?? [])].filter((f) => f !== hide) });
+        };
+      }
       ort.env.logLevel = 'error';
       const { runCase } = await import('/case.mjs');
       const r = await runCase(ort, async (f) => (await fetch(`/case/${f}`)).arrayBuffer(), { ep });
@@ -109,12 +150,20 @@ if (where === 'node') {
       let adapter = null;
       try {
         const a = await navigator.gpu?.requestAdapter();
-        adapter = a ? { vendor: a.info?.vendor, architecture: a.info?.architecture, description: a.info?.description } : null;
+        adapter = a ? { vendor: a.info?.vendor, architecture: a.info?.architecture, subgroupMinSize: a.info?.subgroupMinSize,
+          subgroupMaxSize: a.info?.subgroupMaxSize, features: [...a.features].filter((f) => f.startsWith('subgroup')) } : null;
       } catch { /* none */ }
-      return { version: r.version, outputs, isolated: crossOriginIsolated, threads: ort.env.wasm.numThreads, adapter };
-    }, { bundle, ep });
+      return { version: r.version, outputs, isolated: crossOriginIsolated, threads: ort.env.wasm.numThreads, adapter, shaders, patched };
+    }, { bundle, ep, hide: opt('hide-feature', null), patch: argv.includes('--patch-flash-attention') });
     for (const o of Object.values(got.outputs)) o.bytes = Buffer.from(o.b64, 'base64');
+    const shaderDir = opt('shaders', null);
+    if (shaderDir) {
+      mkdirSync(shaderDir, { recursive: true });
+      got.shaders.forEach((code, i) => writeFileSync(join(shaderDir, `${String(i).padStart(3, '0')}.wgsl`), code));
+      console.log(`${got.shaders.length} shader modules written to ${shaderDir}`);
+    }
     console.log(`browser: crossOriginIsolated ${got.isolated}, adapter ${JSON.stringify(got.adapter)}`);
+    if (argv.includes('--patch-flash-attention')) console.log(`FlashAttention shaders patched: ${got.patched}`);
   } finally {
     await browser.close();
     server.close();
