@@ -37,6 +37,8 @@ def main():
     ap.add_argument("--dtype", default="q4")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--outputs", default="")
+    ap.add_argument("--past", type=int, default=0,
+                    help="a decode step instead: TOKENS of prompt run on the CPU EP first, then one step on the CPU EP's greedy id with that cache as past")
     ap.add_argument("--graph", default="decoder_model_merged", help="graph file stem in MODEL/onnx")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -50,15 +52,36 @@ def main():
 
     m = onnx.load(os.path.join(a.model, "onnx", f"{a.graph}_{a.dtype}.onnx"))
     g = m.graph
+    past, start = {}, 0
+    if a.past:
+        # The prompt on the CPU EP; its cache becomes the past of one decode step.
+        full = ort.InferenceSession(os.path.join(a.model, "onnx", f"{a.graph}_{a.dtype}.onnx"), providers=["CPUExecutionProvider"])
+        pf = {k: v for k, v in e.items()}
+        pf["attention_mask"] = np.ones((1, a.tokens), np.int64)
+        pf["position_ids"] = np.arange(a.tokens, dtype=np.int64)[None]
+        pf["num_logits_to_keep"] = np.array(1, np.int64)
+        for i in full.get_inputs():
+            if i.name.startswith("past_key_values."):
+                pf[i.name] = np.zeros((1, i.shape[1], 0, i.shape[3]), np.float32 if i.type == "tensor(float)" else np.float16)
+        names = [o.name for o in full.get_outputs()]
+        res = dict(zip(names, full.run(None, {k: v for k, v in pf.items() if k in {i.name for i in full.get_inputs()}})))
+        nxt = int(np.argmax(res["logits"][0, -1]))
+        past = {k.replace("present.", "past_key_values."): v for k, v in res.items() if k.startswith("present.")}
+        start = a.tokens
+        ids = np.array([[nxt]], np.int64)
+        e = dict(zip([o.name for o in emb.get_outputs()], emb.run(None, {"input_ids": ids})))
+    n = ids.shape[1]
     feeds = {}
     for i in g.input:
         dims = [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
         if i.name in e:
             feeds[i.name] = e[i.name]
         elif i.name == "attention_mask":
-            feeds[i.name] = np.ones((1, a.tokens), np.int64)
+            feeds[i.name] = np.ones((1, start + n), np.int64)
         elif i.name == "position_ids":
-            feeds[i.name] = np.arange(a.tokens, dtype=np.int64)[None]
+            feeds[i.name] = np.arange(start, start + n, dtype=np.int64)[None]
+        elif i.name in past:
+            feeds[i.name] = past[i.name]
         elif i.name == "num_logits_to_keep":
             feeds[i.name] = np.array(1, np.int64)
         elif i.name.startswith("past_key_values."):
@@ -100,7 +123,7 @@ def main():
     sess = ort.InferenceSession(os.path.join(a.out, "model.onnx"), so, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     outs = sess.run(None, feeds)
-    case = {"ort_python": ort.__version__, "tokens": a.tokens, "ids": ids[0].tolist(), "inputs": [], "outputs": []}
+    case = {"ort_python": ort.__version__, "tokens": a.tokens, "past": start, "ids": ids[0].tolist(), "inputs": [], "outputs": []}
     for k, v in feeds.items():
         v = np.ascontiguousarray(v).reshape(v.shape)
         f = f"in_{safe(k)}.bin"
