@@ -14,7 +14,8 @@ export async function runCase(ort, load, { ep = 'wasm', modelBytes = null, optio
   const session = await ort.InferenceSession.create(model, {
     executionProviders: [ep],
     graphOptimizationLevel: 'all',
-    externalData: [{ path: 'model.onnx_data', data: new Uint8Array(await load('model.onnx_data')) }],
+    // make_case.py keeps the weights in model.onnx_data; make_gqa.py's graph has none.
+    ...(c.external_data === false ? {} : { externalData: [{ path: 'model.onnx_data', data: new Uint8Array(await load('model.onnx_data')) }] }),
     ...options,
   });
   const out = await session.run(feeds);

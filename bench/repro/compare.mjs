@@ -1,7 +1,7 @@
 // Runs a case (make_case.py) with onnxruntime-web and compares every output with the CPU EP's.
 //   node bench/repro/compare.mjs CASE_DIR [--where node|browser] [--ep wasm|webgpu]
 //        [--chromium /usr/bin/chromium] [--tol 1e-3] [--all] [--save DIR] [--hide-feature F]
-//        [--shaders DIR] [--patch-flash-attention]
+//        [--shaders DIR] [--patch-flash-attention] [--ort-dist DIR]
 // --where node: onnxruntime-web's wasm build in Node (the CPU kernels, no browser);
 // --where browser: headless Chromium (WebGPU on whatever adapter it has: SwiftShader here),
 // onnxruntime-web from bench/node_modules, served with COOP/COEP (threads), as the bench does.
@@ -13,7 +13,9 @@
 // WGSL module onnxruntime-web created into DIR (NNN.wgsl, in creation order);
 // --patch-flash-attention (browser, WebGPU) rewrites onnxruntime-web's prefill FlashAttention
 // shader so that, on subgroups narrower than 8 lanes, it steps 8 keys at a time and reads them from
-// the workgroup tiles instead of subgroupShuffle (see README.md): a check of the cause, not a fix.
+// the workgroup tiles instead of subgroupShuffle (see README.md): a check of the cause, not a fix;
+// --ort-dist: another onnxruntime-web dist folder (default bench/node_modules/onnxruntime-web/dist;
+// transformers.js's own: bench/node_modules/@huggingface/transformers/node_modules/onnxruntime-web/dist).
 import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { join, dirname, extname } from 'node:path';
@@ -64,7 +66,7 @@ if (where === 'node') {
   }
 } else {
   const { chromium } = await import('playwright-core');
-  const ortDir = join(here, '..', 'node_modules', 'onnxruntime-web', 'dist');
+  const ortDir = opt('ort-dist', join(here, '..', 'node_modules', 'onnxruntime-web', 'dist'));
   const types = { '.mjs': 'text/javascript', '.js': 'text/javascript', '.wasm': 'application/wasm', '.html': 'text/html', '.json': 'application/json' };
   const server = createServer((req, res) => {
     const url = decodeURIComponent(req.url.split('?')[0]);

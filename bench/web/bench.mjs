@@ -45,6 +45,36 @@ async function adapterInfo() {
     description: i.description ?? null, isFallbackAdapter: i.isFallbackAdapter ?? null };
 }
 
+/** onnxruntime-web's prompt FlashAttention (1.30, and transformers.js's 1.31 dev build) assumes
+ * subgroups of at least 8 lanes: on narrower ones (SwiftShader's are 4) it scores 8 keys per step
+ * with subgroupShuffle(x, 0..7) while advancing by 4, and from the 5th row of any prompt of 32
+ * tokens or more its attention is wrong (bench/repro/README.md). On such an adapter the peers'
+ * pages hide the `subgroups` feature, so that onnxruntime-web takes its kernels for devices
+ * without subgroups (they compute what its CPU EP computes); recorded in the peers' settings.
+ * Adapters with subgroups of 8 lanes or more (GPUs) are left as they are; ours never gets this. */
+let narrowSubgroups = null;
+async function peerSubgroups() {
+  if (narrowSubgroups) return narrowSubgroups;
+  const adapter = await requestAdapter();
+  const min = adapter.info?.subgroupMinSize ?? null;
+  const hide = adapter.features.has('subgroups') && typeof min === 'number' && min < 8;
+  if (hide) {
+    for (const proto of [GPUAdapter.prototype, GPUDevice.prototype]) {
+      const get = Object.getOwnPropertyDescriptor(proto, 'features').get;
+      Object.defineProperty(proto, 'features', {
+        configurable: true,
+        get() { return new Set([...get.call(this)].filter((f) => f !== 'subgroups')); },
+      });
+    }
+    const request = GPUAdapter.prototype.requestDevice;
+    GPUAdapter.prototype.requestDevice = function requestDevice(d = {}) {
+      return request.call(this, { ...d, requiredFeatures: [...(d.requiredFeatures ?? [])].filter((f) => f !== 'subgroups') });
+    };
+  }
+  narrowSubgroups = { subgroup_min_size: min, subgroups_hidden: hide };
+  return narrowSubgroups;
+}
+
 /** Generation handles with the same shape for each runtime: pull (first / next) or, for
  * transformers.js, its own loop reporting a timestamp per token. */
 async function timed(runtime, handle, ids, decodeTokens) {
@@ -75,13 +105,14 @@ window.bench = {
   adapterInfo,
   promptIds,
   async settings(runtime) {
-    if (runtime === 'ort_web') return ort.settings();
-    if (runtime === 'transformers_js') return (await import('./tjs.mjs')).settings();
+    if (runtime === 'ort_web') return { ...ort.settings(), ...await peerSubgroups() };
+    if (runtime === 'transformers_js') return { ...(await import('./tjs.mjs')).settings(), ...await peerSubgroups() };
     return { crossOriginIsolated: globalThis.crossOriginIsolated === true, run_ahead: 'as the adapter tunes it (next steps only)' };
   },
   /** Loads `model` ({ name, url }: a Hugging Face layout folder) with `runtime`. */
   async load({ runtime, model, dtype }) {
     status(`${runtime}: loading ${model.url}`);
+    if (runtime !== 'ours') await peerSubgroups(); // before the clock (settings() made it already)
     const t0 = performance.now();
     let handle;
     if (runtime === 'ours') {
@@ -132,6 +163,7 @@ window.bench = {
   /** onnxruntime-web's node placement: loads both sessions with verbose logging (the driver
    * keeps the console). */
   async placement({ model, dtype }) {
+    await peerSubgroups();
     await ort.load(model.url, dtype, true);
     return true;
   },
