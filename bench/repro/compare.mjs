@@ -1,7 +1,7 @@
 // Runs a case (make_case.py) with onnxruntime-web and compares every output with the CPU EP's.
 //   node bench/repro/compare.mjs CASE_DIR [--where node|browser] [--ep wasm|webgpu]
 //        [--chromium /usr/bin/chromium] [--tol 1e-3] [--all] [--save DIR] [--hide-feature F]
-//        [--shaders DIR] [--patch-flash-attention] [--ort-dist DIR]
+//        [--shaders DIR] [--ort-dist DIR]
 // --where node: onnxruntime-web's wasm build in Node (the CPU kernels, no browser);
 // --where browser: headless Chromium (WebGPU on whatever adapter it has: SwiftShader here),
 // onnxruntime-web from bench/node_modules, served with COOP/COEP (threads), as the bench does.
@@ -11,9 +11,6 @@
 // --hide-feature (browser, WebGPU) hides that feature (e.g. `subgroups`) from every adapter and
 // device of the page, so that onnxruntime-web runs without it; --shaders (browser, WebGPU) writes every
 // WGSL module onnxruntime-web created into DIR (NNN.wgsl, in creation order);
-// --patch-flash-attention (browser, WebGPU) rewrites onnxruntime-web's prefill FlashAttention
-// shader so that, on subgroups narrower than 8 lanes, it steps 8 keys at a time and reads them from
-// the workgroup tiles instead of subgroupShuffle (see README.md): a check of the cause, not a fix;
 // --ort-dist: another onnxruntime-web dist folder (default bench/node_modules/onnxruntime-web/dist;
 // transformers.js's own: bench/node_modules/@huggingface/transformers/node_modules/onnxruntime-web/dist).
 import { readFileSync, writeFileSync, mkdirSync } from 'node:fs';
@@ -101,27 +98,14 @@ if (where === 'node') {
     page.on('console', (m) => { if (m.type() === 'error' || m.type() === 'warning') console.error(`page: ${m.text()}`); });
     await page.goto(`${base}/`);
     const bundle = ep === 'webgpu' ? 'ort.webgpu.min.mjs' : 'ort.wasm.min.mjs';
-    got = await page.evaluate(async ({ bundle, ep, hide, patch }) => {
+    got = await page.evaluate(async ({ bundle, ep, hide }) => {
       const shaders = [];
-      let patched = 0;
       if (globalThis.GPUDevice) {
         const create = GPUDevice.prototype.createShaderModule;
         GPUDevice.prototype.createShaderModule = function (d) {
-          let code = d.code;
-          if (patch && code.includes('fn fetchKTile') && code.includes('let capped_sg_size = min(sg_size, max_k_step);')) {
-            // Narrow subgroups (< 8 lanes): 8 keys a step, both tiles read from workgroup memory.
-            const before = code;
-            code = code
-              .replace('let capped_sg_size = min(sg_size, max_k_step);', 'let capped_sg_size = select(8u, min(sg_size, max_k_step), sg_size > 8);')
-              .replace(/fn fetchKTile\(k_idx: u32, vec_idx: u32, k_val: q_value_t\) -> vec4<qk_precision> \{[^}]*\}/,
-                'fn fetchKTile(k_idx: u32, vec_idx: u32, k_val: q_value_t) -> vec4<qk_precision> {\n    return vec4<qk_precision>(k_tile[k_idx][vec_idx]);\n}')
-              .replace(/fn fetchVTile\(k_idx: u32, vec_idx: u32, v_val: q_value_t\) -> q_value_t \{[^}]*\}/,
-                'fn fetchVTile(k_idx: u32, vec_idx: u32, v_val: q_value_t) -> q_value_t {\n    return v_tile[k_idx][vec_idx];\n}');
-            if (code !== before && !code.includes('subgroupShuffle(k_val') && !code.includes('subgroupShuffle(v_val')) patched += 1;
-            else throw new Error('--patch-flash-attention: the shader has changed; the patch does not apply');
-          }
+          const code = d.code;
           shaders.push(code);
-          return create.call(this, { ...d, code });
+          return create.call(this, d);
         };
       }
       const ort = await import(`/ort/${bundle}`);
@@ -155,8 +139,8 @@ if (where === 'node') {
         adapter = a ? { vendor: a.info?.vendor, architecture: a.info?.architecture, subgroupMinSize: a.info?.subgroupMinSize,
           subgroupMaxSize: a.info?.subgroupMaxSize, features: [...a.features].filter((f) => f.startsWith('subgroup')) } : null;
       } catch { /* none */ }
-      return { version: r.version, outputs, isolated: crossOriginIsolated, threads: ort.env.wasm.numThreads, adapter, shaders, patched };
-    }, { bundle, ep, hide: opt('hide-feature', null), patch: argv.includes('--patch-flash-attention') });
+      return { version: r.version, outputs, isolated: crossOriginIsolated, threads: ort.env.wasm.numThreads, adapter, shaders };
+    }, { bundle, ep, hide: opt('hide-feature', null) });
     for (const o of Object.values(got.outputs)) o.bytes = Buffer.from(o.b64, 'base64');
     const shaderDir = opt('shaders', null);
     if (shaderDir) {
@@ -165,7 +149,6 @@ if (where === 'node') {
       console.log(`${got.shaders.length} shader modules written to ${shaderDir}`);
     }
     console.log(`browser: crossOriginIsolated ${got.isolated}, adapter ${JSON.stringify(got.adapter)}`);
-    if (argv.includes('--patch-flash-attention')) console.log(`FlashAttention shaders patched: ${got.patched}`);
   } finally {
     await browser.close();
     server.close();
