@@ -251,44 +251,43 @@ export async function startStaticServer(dir) {
 
 export const CHROMIUM = process.env.GG_CHROMIUM ?? '/usr/bin/chromium';
 
-/** Launches headless Chromium with the unpacked extension at `extDir`. */
-export async function launchExtension(extDir) {
-  if (!fs.existsSync(path.join(extDir, 'manifest.json'))) {
-    throw new Error(`${extDir} has no manifest.json: run \`cargo xtask build\` first`);
-  }
+/** Headless Chromium in a fresh profile (removed by `close`), with `args` after the flags every
+ * test browser gets. */
+async function launchChromium(args) {
   const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'gg-e2e-'));
   const context = await chromium.launchPersistentContext(userDataDir, {
     executablePath: CHROMIUM,
     headless: true,
     viewport: { width: 1000, height: 760 },
     args: [
-      '--no-sandbox', `--disable-extensions-except=${extDir}`, `--load-extension=${extDir}`,
-      '--disable-features=DisableLoadExtensionCommandLineSwitch', '--enable-unsafe-webgpu',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run',
+      '--no-sandbox', '--disable-background-networking', '--disable-component-update', '--disable-sync',
+      '--no-first-run', ...args,
     ],
   });
+  const close = async () => { await context.close(); fs.rmSync(userDataDir, { recursive: true, force: true }); };
+  return { context, userDataDir, close };
+}
+
+/** Launches headless Chromium with the unpacked extension at `extDir`. */
+export async function launchExtension(extDir) {
+  if (!fs.existsSync(path.join(extDir, 'manifest.json'))) {
+    throw new Error(`${extDir} has no manifest.json: run \`cargo xtask build\` first`);
+  }
+  const browser = await launchChromium([
+    `--disable-extensions-except=${extDir}`, `--load-extension=${extDir}`,
+    '--disable-features=DisableLoadExtensionCommandLineSwitch', '--enable-unsafe-webgpu',
+  ]);
+  const { context } = browser;
   const sw = context.serviceWorkers()[0] ?? (await context.waitForEvent('serviceworker', { timeout: 30000 }));
   const extensionId = new URL(sw.url()).host;
-  const close = async () => { await context.close(); fs.rmSync(userDataDir, { recursive: true, force: true }); };
-  return { context, sw, extensionId, userDataDir, close };
+  return { ...browser, sw, extensionId };
 }
 
 /** Headless Chromium without any extension (WebGPU on SwiftShader), as a visitor of a site that
  * embeds the widget. `webgpu: false` leaves WebGPU off (on Linux it is behind a flag), as a
  * browser without it. */
 export async function launchBrowser({ webgpu = true } = {}) {
-  const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'gg-e2e-'));
-  const context = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: CHROMIUM,
-    headless: true,
-    viewport: { width: 1000, height: 760 },
-    args: [
-      '--no-sandbox', ...(webgpu ? ['--enable-unsafe-webgpu'] : ['--disable-gpu']),
-      '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run',
-    ],
-  });
-  const close = async () => { await context.close(); fs.rmSync(userDataDir, { recursive: true, force: true }); };
-  return { context, userDataDir, close };
+  return launchChromium(webgpu ? ['--enable-unsafe-webgpu'] : ['--disable-gpu']);
 }
 
 /** Polls `fn` until it returns a truthy value or `timeout` ms pass. */

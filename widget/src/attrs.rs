@@ -185,7 +185,9 @@ fn tool_names(tools: &[Tool]) -> String {
     format!("\"{}\"", names.join(" "))
 }
 
-/// `tools`: `read`, `act`, or tool names (and level words) separated by spaces, commas or `|`.
+/// `tools`: `read`, `act`, or tool names (and level words) separated by spaces, commas or `|`
+/// ([`gg_vocab::split_tool_list`]). `act` alone (or no value) also offers `run_javascript` when
+/// `allow-javascript` is on; a list offers it only when it names it.
 fn tools(value: Option<&str>, allow_javascript: bool, warnings: &mut Vec<Warning>) -> Vec<Tool> {
     let Some(raw) = value else {
         let mut t = tools_of_level(ToolLevel::Act);
@@ -196,30 +198,31 @@ fn tools(value: Option<&str>, allow_javascript: bool, warnings: &mut Vec<Warning
     };
     let v = raw.trim().to_ascii_lowercase();
     let mut chosen: Vec<Tool> = match v.as_str() {
-        "read" => tools_of_level(ToolLevel::Read),
-        "act" | "" => tools_of_level(ToolLevel::Act),
+        "" => tools_of_level(ToolLevel::Act),
         list => {
-            let mut chosen = Vec::new();
-            let mut bad = Vec::new();
-            for name in list.split([' ', ',', '|']).filter(|s| !s.is_empty()) {
-                if let Some(level) = gg_vocab::tools_for_level(name) {
-                    chosen.extend_from_slice(level);
-                    continue;
+            let (mut chosen, unknown) = gg_vocab::split_tool_list(list);
+            let mut bad: Vec<String> = unknown
+                .iter()
+                .map(|w| format!("{w} (no such tool)"))
+                .collect();
+            chosen.retain(|tool| match tool {
+                Tool::TakeScreenshot => {
+                    bad.push(format!(
+                        "{} (screenshots need the Gemma Gem extension)",
+                        tool.name()
+                    ));
+                    false
                 }
-                match Tool::from_name(name) {
-                    Some(Tool::TakeScreenshot) => {
-                        bad.push(format!("{name} (screenshots need the Gemma Gem extension)"))
-                    }
-                    Some(Tool::RunJavascript) if !allow_javascript => {
-                        bad.push(format!("{name} (needs the allow-javascript attribute)"))
-                    }
-                    Some(tool) => chosen.push(tool),
-                    None => bad.push(format!("{name} (no such tool)")),
+                Tool::RunJavascript if !allow_javascript => {
+                    bad.push(format!(
+                        "{} (needs the allow-javascript attribute)",
+                        tool.name()
+                    ));
+                    false
                 }
-            }
+                _ => true,
+            });
             if !bad.is_empty() {
-                chosen.sort_by_key(|t| Tool::ALL.iter().position(|a| a == t));
-                chosen.dedup();
                 warnings.push(Warning {
                     attribute: "tools",
                     value: raw.to_owned(),

@@ -127,10 +127,52 @@ pub fn tools_for_level(level: &str) -> Option<&'static [Tool]> {
     }
 }
 
-/// A page's list of tools (the widget's `tools` attribute): a level word ([`tools_for_level`])
-/// or tool names and level words separated by spaces, commas or `|`, in any mix. The tools in
-/// declaration order, each once; `Err` names the first word that is neither (the caller warns
-/// and uses its default).
+/// A page's list of tools (the widget's `tools` attribute) split into what it names: a level
+/// word ([`tools_for_level`]) or tool names and level words separated by spaces, commas or `|`,
+/// in any mix, any case. The tools in declaration order, each once, and the words that are
+/// neither, in the order written. The widget's attribute and [`parse_tool_list`] both read lists
+/// with it; what a caller then refuses (a tool it cannot offer) is its own business.
+///
+/// ```
+/// use gg_vocab::{Tool, split_tool_list};
+/// let (tools, unknown) = split_tool_list("Click_Element, read | bogus  nope");
+/// assert_eq!(tools.len(), 5); // the 4 read tools and click_element, each once
+/// assert!(tools.contains(&Tool::SnapshotPage) && tools.contains(&Tool::ClickElement));
+/// assert_eq!(unknown, ["bogus", "nope"]);
+/// ```
+pub fn split_tool_list(value: &str) -> (alloc::vec::Vec<Tool>, alloc::vec::Vec<&str>) {
+    let mut wanted = [false; Tool::ALL.len()];
+    let mut unknown = alloc::vec::Vec::new();
+    for word in value
+        .split(|c: char| c == ',' || c == '|' || c.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+    {
+        let mut want = |tool: &Tool| {
+            if let Some(i) = Tool::ALL.iter().position(|t| t == tool) {
+                wanted[i] = true;
+            }
+        };
+        if let Some(level) = tools_for_level(word) {
+            level.iter().for_each(want);
+        } else if let Some(tool) = Tool::ALL
+            .into_iter()
+            .find(|t| t.name().eq_ignore_ascii_case(word))
+        {
+            want(&tool);
+        } else {
+            unknown.push(word);
+        }
+    }
+    let tools = Tool::ALL
+        .into_iter()
+        .zip(wanted)
+        .filter_map(|(tool, on)| on.then_some(tool))
+        .collect();
+    (tools, unknown)
+}
+
+/// A list of tools ([`split_tool_list`]) that must name nothing else: `Err` names every word
+/// that is neither a level nor a tool (the caller warns and uses its default).
 ///
 /// ```
 /// use gg_vocab::{Tool, parse_tool_list};
@@ -143,35 +185,21 @@ pub fn tools_for_level(level: &str) -> Option<&'static [Tool]> {
 ///     parse_tool_list("read | take_screenshot").unwrap().last(),
 ///     Some(&Tool::TakeScreenshot)
 /// );
-/// assert!(parse_tool_list("read, delete_everything").is_err());
+/// let err = parse_tool_list("read, delete_everything, rm").unwrap_err();
+/// assert!(err.contains("`delete_everything`, `rm`"), "{err}");
 /// assert_eq!(parse_tool_list("  ").unwrap(), []);
 /// ```
 pub fn parse_tool_list(value: &str) -> Result<alloc::vec::Vec<Tool>, String> {
-    let mut wanted = [false; Tool::ALL.len()];
-    for word in value
-        .split(|c: char| c == ',' || c == '|' || c.is_ascii_whitespace())
-        .filter(|w| !w.is_empty())
-    {
-        let mut want = |tool: &Tool| {
-            if let Some(i) = Tool::ALL.iter().position(|t| t == tool) {
-                wanted[i] = true;
-            }
-        };
-        match (tools_for_level(word), Tool::from_name(word)) {
-            (Some(level), _) => level.iter().for_each(want),
-            (None, Some(tool)) => want(&tool),
-            (None, None) => {
-                return Err(format!(
-                    "`{word}` is not a tool level (read, act) nor a tool name"
-                ));
-            }
-        }
+    let (tools, unknown) = split_tool_list(value);
+    if unknown.is_empty() {
+        return Ok(tools);
     }
-    Ok(Tool::ALL
-        .into_iter()
-        .zip(wanted)
-        .filter_map(|(tool, on)| on.then_some(tool))
-        .collect())
+    let words: alloc::vec::Vec<String> = unknown.iter().map(|w| format!("`{w}`")).collect();
+    Err(format!(
+        "{} {} neither a tool level (read, act) nor a tool name",
+        words.join(", "),
+        if unknown.len() == 1 { "is" } else { "are" }
+    ))
 }
 
 /// What kind of failure a tool error is; lets the UI and the loop tell them apart. Its wire form

@@ -37,7 +37,7 @@
 //!   anything in it are never listed, read or acted on, scope or not.
 //! - **Allow-list**: a call of a tool the page does not allow fails with kind `blocked` ("the
 //!   page does not allow it"), naming the tool and the tools the page allows. The levels
-//!   (`read`, `act`) are [`gg_vocab::tools_for_level`] / [`gg_vocab::parse_tool_list`].
+//!   (`read`, `act`) are [`gg_vocab::tools_for_level`] / [`gg_vocab::split_tool_list`].
 //!   `take_screenshot` and `run_javascript` are not in-page tools: `run` answers them
 //!   `unavailable` even when allowed (the widget runs them itself, if at all).
 //! - Nothing here panics on odd input: every field is read defensively, and a call made while
@@ -98,7 +98,7 @@ const FRAME_WAIT_MS: i32 = 100;
 
 impl PageTools {
     /// Page tools confined to `scope` (the whole page when `None`) that run only the tools in
-    /// `allowed` (the page's `tools` attribute, parsed with [`gg_vocab::parse_tool_list`]).
+    /// `allowed` (the page's `tools` attribute, parsed with [`gg_vocab::split_tool_list`]).
     pub fn new(scope: Option<Element>, allowed: &[Tool]) -> Self {
         crate::pristine::prepare();
         let inner = Rc::new(RefCell::new(Inner {

@@ -8,7 +8,7 @@
 //! next node; shapes that do not reshape to [B, T, kv_heads * D] run the original nodes.
 
 use super::rewrite::Find;
-use super::{Fallback, Graphs, fallback_for};
+use super::{FastPath, Graphs, fused_group};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
 use crate::model::Node;
@@ -147,10 +147,9 @@ pub(super) struct AttentionOnViews {
     caches: [usize; 2],
     mask: Option<usize>,
     targets: [Vec<i64>; 2],
-    fallback: Fallback,
 }
 
-impl AttentionOnViews {
+impl FastPath for AttentionOnViews {
     fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>> {
         let get = |i: usize| inputs.get(i).copied().flatten();
         let (Some(q), Some(k), Some(v)) = (get(self.q), get(self.caches[0]), get(self.caches[1]))
@@ -173,15 +172,6 @@ impl AttentionOnViews {
             .op
             .compute(cx, [q, k, v], mask, [None, None], None, true)?;
         Ok(Some(outs))
-    }
-}
-
-impl Op for AttentionOnViews {
-    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
-        match self.fast(cx, inputs)? {
-            Some(v) => Ok(v),
-            None => self.fallback.run(cx, inputs),
-        }
     }
 }
 
@@ -219,14 +209,14 @@ pub(super) fn build(
         caches: [pos(&p.views[0].cache), pos(&p.views[1].cache)],
         mask: mask.as_deref().map(pos),
         targets: [p.views[0].shape.clone(), p.views[1].shape.clone()],
-        fallback: fallback_for(g, &p.nodes, &ext, &outs, ops),
     };
-    let first = &g.node(p.nodes[0]).name;
-    let (node, desc) = super::fused_node(
-        first,
-        "Fused[2x(Transpose+Reshape)+Attention]".into(),
+    Some(fused_group(
+        g,
+        &p.nodes,
         ext,
         outs,
-    );
-    Some((node, Box::new(fused), desc))
+        ops,
+        "Fused[2x(Transpose+Reshape)+Attention]".into(),
+        fused,
+    ))
 }

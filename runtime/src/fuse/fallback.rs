@@ -3,6 +3,7 @@
 use super::graph::{Graphs, topo};
 use crate::error::{Result, op_err};
 use crate::exec::{Ctx, Value};
+use crate::model::Node;
 use crate::ops::Op;
 use std::collections::HashMap;
 
@@ -127,4 +128,42 @@ pub(super) fn fallback_for(
         subs,
         local,
     }
+}
+
+/// A fused group's one-kernel path: `Ok(None)` when the inputs do not fit it (shapes, dtypes,
+/// weights split across buffers), and the group's original nodes run instead ([`Fallback`]).
+pub(super) trait FastPath {
+    fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>>;
+}
+
+/// A fused group's op: its fast path where it applies, else its original nodes.
+struct OrFallback<F> {
+    fast: F,
+    fallback: Fallback,
+}
+
+impl<F: FastPath> Op for OrFallback<F> {
+    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+        match self.fast.fast(cx, inputs)? {
+            Some(v) => Ok(v),
+            None => self.fallback.run(cx, inputs),
+        }
+    }
+}
+
+/// The fused node of kind `kind` standing for `members` ([`super::fused_node`], named after
+/// the first member), its op (`fast`, with the members' ops taken out of `ops` as its fallback)
+/// and its report line. `ext` are the fused node's inputs, `outs` its outputs.
+pub(super) fn fused_group<F: FastPath + 'static>(
+    g: &Graphs<'_>,
+    members: &[usize],
+    ext: Vec<String>,
+    outs: Vec<String>,
+    ops: &mut [Option<Box<dyn Op>>],
+    kind: String,
+    fast: F,
+) -> (Node, Box<dyn Op>, String) {
+    let fallback = fallback_for(g, members, &ext, &outs, ops);
+    let (node, desc) = super::fused_node(&g.node(members[0]).name, kind, ext, outs);
+    (node, Box::new(OrFallback { fast, fallback }), desc)
 }

@@ -5,7 +5,7 @@
 //! limit) runs the two nodes.
 
 use super::rewrite::Find;
-use super::{Fallback, Graphs, fallback_for};
+use super::{FastPath, Graphs, fused_group};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
 use crate::gpu::{Kernel, Storage};
@@ -111,11 +111,9 @@ impl crate::gpu::KernelSpec for GatherScaleSpec {
     }
 }
 
-pub(super) struct GatherScale {
-    fallback: Fallback,
-}
+pub(super) struct GatherScale;
 
-impl GatherScale {
+impl FastPath for GatherScale {
     /// Inputs: table, ids, scale.
     fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>> {
         let get = |i: usize| inputs.get(i).copied().flatten();
@@ -164,15 +162,6 @@ impl GatherScale {
     }
 }
 
-impl Op for GatherScale {
-    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
-        match self.fast(cx, inputs)? {
-            Some(v) => Ok(v),
-            None => self.fallback.run(cx, inputs),
-        }
-    }
-}
-
 /// The fused node and op for `p`.
 pub(super) fn build(
     g: &Graphs<'_>,
@@ -181,14 +170,13 @@ pub(super) fn build(
 ) -> Option<(Node, Box<dyn Op>, String)> {
     let ext = vec![p.table.clone(), p.ids.clone(), p.scale.clone()];
     let outs = vec![p.out.clone()];
-    let op = GatherScale {
-        fallback: fallback_for(g, &p.nodes, &ext, &outs, ops),
-    };
-    let (node, desc) = super::fused_node(
-        &g.node(p.nodes[0]).name,
-        "Fused[Gather+Mul]".into(),
+    Some(fused_group(
+        g,
+        &p.nodes,
         ext,
         outs,
-    );
-    Some((node, Box::new(op), desc))
+        ops,
+        "Fused[Gather+Mul]".into(),
+        GatherScale,
+    ))
 }

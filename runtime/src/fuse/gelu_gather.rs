@@ -4,9 +4,9 @@
 //! of `data` through a strided view, instead of three (Gelu, Gather, Mul). f32 only (an f16
 //! graph rounds the Gelu result before the Mul): other types run the three nodes.
 
+use super::Graphs;
 use super::rewrite::{Find, claim_each};
-use super::{Fallback, Graphs};
-use super::{external_inputs, fallback_for, fused_node};
+use super::{FastPath, external_inputs, fused_group};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
 use crate::model::Node;
@@ -80,7 +80,6 @@ pub(super) struct FusedGeluGather {
     pub data: usize,
     pub axis: i64,
     pub index: i64,
-    pub fallback: Fallback,
 }
 
 /// Right-aligned broadcast of two shapes.
@@ -108,13 +107,13 @@ fn broadcast(x: &[usize], y: &[usize]) -> Option<Vec<usize>> {
         .collect()
 }
 
-impl Op for FusedGeluGather {
-    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+impl FastPath for FusedGeluGather {
+    fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>> {
         let (Some(av), Some(dv)) = (
             inputs.get(self.a).copied().flatten(),
             inputs.get(self.data).copied().flatten(),
         ) else {
-            return self.fallback.run(cx, inputs);
+            return Ok(None);
         };
         let ds = dv.shape().to_vec();
         let r = ds.len() as i64;
@@ -124,7 +123,7 @@ impl Op for FusedGeluGather {
             self.axis
         };
         if av.dtype() != DType::F32 || dv.dtype() != DType::F32 || !(0..r).contains(&ax) {
-            return self.fallback.run(cx, inputs);
+            return Ok(None);
         }
         let ax = ax as usize;
         let i = if self.index < 0 {
@@ -134,17 +133,17 @@ impl Op for FusedGeluGather {
         };
         if !(0..ds[ax] as i64).contains(&i) {
             // Out of range: the Gather's own error.
-            return self.fallback.run(cx, inputs);
+            return Ok(None);
         }
         let mut gshape = ds.clone();
         gshape.remove(ax);
         let Some(out) = broadcast(av.shape(), &gshape) else {
-            return self.fallback.run(cx, inputs);
+            return Ok(None);
         };
         let a = cx.to_gpu(av)?;
         let d = cx.to_gpu(dv)?;
         if a.split.is_some() || d.split.is_some() {
-            return self.fallback.run(cx, inputs);
+            return Ok(None);
         }
         // The slice's element strides, then broadcast into the output's dimensions.
         let st = strides(&ds);
@@ -172,7 +171,7 @@ impl Op for FusedGeluGather {
             &out,
             DType::F32,
         )?;
-        Ok(vec![Value::Gpu(y)])
+        Ok(Some(vec![Value::Gpu(y)]))
     }
 }
 
@@ -196,13 +195,14 @@ pub(super) fn build(
         data: pos(&p.data),
         axis: p.axis,
         index: p.index,
-        fallback: fallback_for(g, &p.nodes, &ext, &outs, ops),
     };
-    let (node, desc) = fused_node(
-        &g.node(p.nodes[0]).name,
-        "Fused[Gelu+Gather+Mul]".into(),
+    Some(fused_group(
+        g,
+        &p.nodes,
         ext,
         outs,
-    );
-    Some((node, Box::new(op), desc))
+        ops,
+        "Fused[Gelu+Gather+Mul]".into(),
+        op,
+    ))
 }

@@ -68,8 +68,9 @@
 //! builds one fused node per group); `graph.rs` holds the node graph and the matchers the
 //! patterns share; `spec.rs` the fused GEMV's pattern and rewrite, `gemv.rs` its op and
 //! `gemv_wgsl.rs` its WGSL fragments; `norms.rs` the fused norms; `pack.rs` the weight packs;
-//! `fallback.rs` the original nodes a fused node runs when its kernel does not apply; the other
-//! files one pattern each.
+//! `fallback.rs` the original nodes a fused node runs when its kernel does not apply, and
+//! `fused_group`, which builds a pattern's fused node from its `FastPath` (the kernel, or `None`
+//! for the original nodes); the other files one pattern each.
 
 use crate::gpu::Gpu;
 use crate::model::{Graph, Node};
@@ -94,7 +95,7 @@ mod spec;
 mod spelled_attn;
 mod spelled_norm;
 
-use fallback::{Fallback, fallback_for};
+use fallback::{FastPath, fallback_for, fused_group};
 use graph::{Graphs, external_inputs, reenters};
 use norms::NormGroups;
 use pack::rotary_packs;

@@ -15,7 +15,7 @@
 
 use super::rewrite::{Find, claim_each};
 use super::shared_attn::broadcast_strides;
-use super::{Fallback, Graphs, external_inputs, fallback_for};
+use super::{FastPath, Graphs, external_inputs, fused_group};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
 use crate::gpu::{Kernel, Storage};
@@ -215,10 +215,9 @@ pub(super) struct Rotary2d {
     /// Slots in the fused node's inputs: x, cos0, sin0, cos1, sin1.
     slots: [usize; 5],
     d: usize,
-    fallback: Fallback,
 }
 
-impl Rotary2d {
+impl FastPath for Rotary2d {
     fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>> {
         let get = |i: usize| inputs.get(i).copied().flatten();
         let vals: Option<Vec<&Value>> = self.slots.iter().map(|&i| get(i)).collect();
@@ -279,15 +278,6 @@ impl Rotary2d {
     }
 }
 
-impl Op for Rotary2d {
-    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
-        match self.fast(cx, inputs)? {
-            Some(v) => Ok(v),
-            None => self.fallback.run(cx, inputs),
-        }
-    }
-}
-
 /// The fused node and op for `p` (its members' ops are taken into the fallback).
 pub(super) fn build(
     g: &Graphs<'_>,
@@ -299,17 +289,13 @@ pub(super) fn build(
     let [(c0, s0), (c1, s1)] = &p.tables;
     let slots = [pos(&p.x), pos(c0), pos(s0), pos(c1), pos(s1)];
     let outs = vec![p.out.clone()];
-    let fallback = fallback_for(g, &p.nodes, &ext, &outs, ops);
-    let op = Rotary2d {
-        slots,
-        d: p.d,
-        fallback,
-    };
-    let (node, desc) = super::fused_node(
-        &g.node(p.nodes[0]).name,
-        "Fused[2x(3xSlice+Neg+Concat+2xMul+Add)+Concat=Rotary2D]".into(),
+    Some(fused_group(
+        g,
+        &p.nodes,
         ext,
         outs,
-    );
-    Some((node, Box::new(op), desc))
+        ops,
+        "Fused[2x(3xSlice+Neg+Concat+2xMul+Add)+Concat=Rotary2D]".into(),
+        Rotary2d { slots, d: p.d },
+    ))
 }

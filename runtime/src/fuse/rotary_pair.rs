@@ -7,7 +7,7 @@
 //! (other batch or sequence sizes, element types) run the two nodes.
 
 use super::rewrite::Find;
-use super::{Fallback, Graphs, fallback_for};
+use super::{FastPath, Graphs, fused_group};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
 use crate::model::Node;
@@ -82,21 +82,17 @@ pub(super) struct FusedRotaryPair {
     op: RotaryPair,
     /// Each node's inputs as positions among the fused node's.
     ins: [Vec<usize>; 2],
-    fallback: Fallback,
 }
 
-impl Op for FusedRotaryPair {
-    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
+impl FastPath for FusedRotaryPair {
+    fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>> {
         let pick = |ins: &[usize]| -> Vec<Option<&Value>> {
             ins.iter()
                 .map(|&i| inputs.get(i).copied().flatten())
                 .collect()
         };
         let (a, b) = (pick(&self.ins[0]), pick(&self.ins[1]));
-        match self.op.run(cx, [&a, &b])? {
-            Some(v) => Ok(v),
-            None => self.fallback.run(cx, inputs),
-        }
+        self.op.run(cx, [&a, &b])
     }
 }
 
@@ -116,16 +112,13 @@ pub(super) fn build(
         .iter()
         .map(|&n| g.node(n).outputs[0].clone())
         .collect();
-    let fused = FusedRotaryPair {
-        op,
-        ins,
-        fallback: fallback_for(g, &p.nodes, &ext, &outs, ops),
-    };
-    let (node, desc) = super::fused_node(
-        &g.node(a).name,
-        "Fused[2xRotaryEmbedding]".into(),
+    Some(fused_group(
+        g,
+        &p.nodes,
         ext,
         outs,
-    );
-    Some((node, Box::new(fused), desc))
+        ops,
+        "Fused[2xRotaryEmbedding]".into(),
+        FusedRotaryPair { op, ins },
+    ))
 }

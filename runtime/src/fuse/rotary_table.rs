@@ -7,7 +7,7 @@
 //! (`out[..., j] = cache[pos, j]`). Out-of-range positions give 0, as Gather does.
 
 use super::rewrite::Find;
-use super::{Fallback, Graphs, fallback_for};
+use super::{FastPath, Graphs, fused_group};
 use crate::error::Result;
 use crate::exec::{Ctx, GpuTensor, Value};
 use crate::gpu::{Features, Kernel, KernelSpec, Storage};
@@ -223,10 +223,9 @@ pub(super) fn find(cx: &mut Find<'_>) -> Vec<Pattern> {
 pub(super) struct RotaryTables {
     /// Concat axis as written (-1, or the last axis of the output); `None`: plain Gathers.
     axis: Option<i64>,
-    fallback: Fallback,
 }
 
-impl RotaryTables {
+impl FastPath for RotaryTables {
     fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>> {
         // Inputs: pos, then one cache per table.
         let Some(pos) = inputs.first().copied().flatten() else {
@@ -290,15 +289,6 @@ impl RotaryTables {
     }
 }
 
-impl Op for RotaryTables {
-    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
-        match self.fast(cx, inputs)? {
-            Some(v) => Ok(v),
-            None => self.fallback.run(cx, inputs),
-        }
-    }
-}
-
 /// The fused node and op for `p`.
 pub(super) fn build(
     g: &Graphs<'_>,
@@ -308,17 +298,13 @@ pub(super) fn build(
     let mut ext = vec![p.pos.clone()];
     ext.extend(p.tables.iter().map(|t| t.cache.clone()));
     let outs: Vec<String> = p.tables.iter().map(|t| t.out.clone()).collect();
-    let fallback = fallback_for(g, &p.nodes, &ext, &outs, ops);
     let concat = p.tables[0].concat;
     let kind = match concat {
         Some(_) => format!("Fused[{}x(Gather+Concat)]", p.tables.len()),
         None => format!("Fused[{}xGather]", p.tables.len()),
     };
-    let first = &g.node(p.nodes[0]).name;
     let op = RotaryTables {
         axis: concat.map(|c| g.attrs(c).i("axis").unwrap_or(-1)),
-        fallback,
     };
-    let (node, desc) = super::fused_node(first, kind, ext, outs);
-    Some((node, Box::new(op), desc))
+    Some(fused_group(g, &p.nodes, ext, outs, ops, kind, op))
 }

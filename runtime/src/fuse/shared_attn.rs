@@ -16,7 +16,7 @@
 //! broadcasts, storage bindings) the original nodes run.
 
 use super::rewrite::Find;
-use super::{Fallback, Graphs, external_inputs, fallback_for};
+use super::{FastPath, Graphs, external_inputs, fused_group};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
 use crate::model::{InitData, Node};
@@ -406,10 +406,9 @@ pub(super) struct SharedAttn {
     q5: Vec<i64>,
     o3: Vec<i64>,
     d: usize,
-    fallback: Fallback,
 }
 
-impl SharedAttn {
+impl FastPath for SharedAttn {
     fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>> {
         let get = |i: usize| inputs.get(i).copied().flatten();
         let [qs, gs, cs, ss, ks, vs, ms] = self.slots;
@@ -541,15 +540,6 @@ impl SharedAttn {
     }
 }
 
-impl Op for SharedAttn {
-    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
-        match self.fast(cx, inputs)? {
-            Some(v) => Ok(v),
-            None => self.fallback.run(cx, inputs),
-        }
-    }
-}
-
 /// The fused node and op for `p` (its members' ops are taken into the fallback).
 pub(super) fn build(
     g: &Graphs<'_>,
@@ -570,23 +560,19 @@ pub(super) fn build(
         pos(&p.mask),
     ];
     let outs = vec![p.out.clone()];
-    let fallback = fallback_for(g, members, &ext, &outs, ops);
     let kind = if p.norm.is_some() {
         "Fused[Norm+Rotary+SharedKVAttention]"
     } else {
         "Fused[Rotary+SharedKVAttention]"
     };
-    let first = &g.node(members[0]).name;
     let op = SharedAttn {
         slots,
         norm: p.norm.map(|(_, eps, a, b)| (eps, a, b)),
         q5: p.q5,
         o3: p.o3,
         d: p.d,
-        fallback,
     };
-    let (node, desc) = super::fused_node(first, kind.into(), ext, outs);
-    Some((node, Box::new(op), desc))
+    Some(fused_group(g, members, ext, outs, ops, kind.into(), op))
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@
 
 use super::rewrite::Find;
 use super::shared_attn::broadcast_strides;
-use super::{Fallback, Graphs, external_inputs, fallback_for};
+use super::{FastPath, Graphs, external_inputs, fused_group};
 use crate::error::Result;
 use crate::exec::{Ctx, Value};
 use crate::model::Node;
@@ -176,10 +176,9 @@ pub(super) struct SpelledAttn {
     /// Slots in the fused node's inputs: q, key, value, mask.
     slots: [usize; 4],
     q_seq_major: bool,
-    fallback: Fallback,
 }
 
-impl SpelledAttn {
+impl FastPath for SpelledAttn {
     fn fast(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Option<Vec<Value>>> {
         let get = |i: usize| inputs.get(i).copied().flatten();
         let [qs, ks, vs, ms] = self.slots;
@@ -273,15 +272,6 @@ impl SpelledAttn {
     }
 }
 
-impl Op for SpelledAttn {
-    fn run(&self, cx: &mut Ctx<'_>, inputs: &[Option<&Value>]) -> Result<Vec<Value>> {
-        match self.fast(cx, inputs)? {
-            Some(v) => Ok(v),
-            None => self.fallback.run(cx, inputs),
-        }
-    }
-}
-
 /// The fused node and op for `p` (its members' ops are taken into the fallback).
 pub(super) fn build(
     g: &Graphs<'_>,
@@ -293,18 +283,14 @@ pub(super) fn build(
     let pos = |name: &str| ext.iter().position(|e| e == name).unwrap_or(usize::MAX);
     let slots = [pos(&p.q), pos(&p.key), pos(&p.value), pos(&p.mask)];
     let outs = vec![p.out.clone()];
-    let fallback = fallback_for(g, members, &ext, &outs, ops);
     let kind = if p.q_seq_major {
         "Fused[3xTranspose+2xMatMul+Add+Softmax=Attention]"
     } else {
         "Fused[2xTranspose+2xMatMul+Add+Softmax=Attention]"
     };
-    let first = &g.node(members[0]).name;
     let op = SpelledAttn {
         slots,
         q_seq_major: p.q_seq_major,
-        fallback,
     };
-    let (node, desc) = super::fused_node(first, kind.into(), ext, outs);
-    Some((node, Box::new(op), desc))
+    Some(fused_group(g, members, ext, outs, ops, kind.into(), op))
 }
