@@ -23,6 +23,14 @@
 #              and writes the results (JSON + Markdown, the adapter and driver in device-env.txt)
 #              to $OUT/;
 #   3. here:   copy the returned files into bench/results/ and commit them.
+#   Gemma 4 E2B's full shapes (35 layers, `--model e2b-full`), a second call of its own (it does not
+#   fit beside the above in one call's 9 minutes; the two calls use ~13 of the session's 15 minutes):
+#   device: run(command: "bash bench/device.sh run-full", carry: [the same], timeout_s: 560)
+#              the same setup and adapter check, generates the model on the device (q4f16 only:
+#              ~3 GB, about 1.5 minutes; only the generator travels), then `xtask bench --native
+#              --ort-ep --model e2b-full --dtype q4f16`, full configuration, PAIRS_FULL (default 3)
+#              pairs and RUNS_FULL (default 2) runs of ours (estimated ~5 minutes on an H100: about
+#              8 model loads of ~3 GB; not yet run on a GPU).
 #
 # Browser (a machine with an NVIDIA / AMD / Intel GPU, Chromium, Node 20+ and Rust):
 #   bench/device.sh browser [extra xtask bench arguments]
@@ -76,6 +84,7 @@ PY
   [ "$total" -lt "$CARRY_LIMIT" ] || { echo "check: over the 64 MiB the device tool carries" >&2; exit 1; }
   bash -n "$0"
   echo "check: ready: run(command: \"bash bench/device.sh run\", carry: [\"bench/device-bin\", \".gl\", \".whl\"], timeout_s: 560)"
+  echo "check: then, E2B's full shapes: run(command: \"bash bench/device.sh run-full\", the same carry, timeout_s: 560)"
 }
 
 case "${1:-}" in
@@ -104,7 +113,8 @@ prepare)
 check)
   check
   ;;
-run)
+run | run-full)
+  mode=$1
   unpack
   OUTDIR=${OUT:-$ROOT/bench/results}
   mkdir -p "$OUTDIR"
@@ -139,6 +149,14 @@ run)
   fi
   set -o pipefail
   shift
+  if [ "$mode" = run-full ]; then
+    # Gemma 4 E2B's full shapes: generated here (bench/cache/gemma4-e2b-full, q4f16 only) by the
+    # bench itself, then ours vs ONNX Runtime's WebGPU EP, full configuration.
+    "$BIN/xtask" bench --native --ort-ep --model e2b-full --dtype q4f16 --runs "${RUNS_FULL:-2}" \
+      --pairs "${PAIRS_FULL:-3}" --seed "${SEED:-33}" --gemma-gem "$BIN/gemma-gem" --out "$OUTDIR" \
+      ${ADAPTER:+--adapter "$ADAPTER"} "$@" 2>&1 | tee -a "$LOG"
+    exit 0
+  fi
   # Extra arguments go to `xtask bench` (e.g. `--model tiny --quick` to try this script here).
   for dtype in q4f16 q4; do
     pairs=${PAIRS:-5}
@@ -175,6 +193,7 @@ browser)
   echo "usage: bench/device.sh prepare   (here: build, fetch the loader and the EP wheel, check)" >&2
   echo "       bench/device.sh check     (here: the prepared files exist and fit the carry)" >&2
   echo "       bench/device.sh run       (on the lent GPU machine: native ours vs ort_webgpu_ep)" >&2
+  echo "       bench/device.sh run-full  (on the lent GPU machine: the same on E2B's full 35 layers)" >&2
   echo "       bench/device.sh browser   (a GPU machine with Chromium + Node + Rust: the browser bench)" >&2
   exit 2
   ;;

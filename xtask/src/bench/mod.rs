@@ -62,8 +62,9 @@ pub struct BenchArgs {
     /// of --native, --browser, --pages, all three run.
     #[arg(long)]
     pub pages: bool,
-    /// Which model(s): the tiny fixture, the E2B-shaped synthetic model (generated on demand
-    /// into bench/cache/), or both.
+    /// Which model(s): the tiny fixture, the E2B-shaped synthetic model (10 layers), or both
+    /// (`all`); `e2b-full`: Gemma 4 E2B's full shapes (35 layers, ~6.3 GB for q4 and q4f16;
+    /// never part of `all`). The synthetic models are generated on demand into bench/cache/.
     #[arg(long, value_enum, default_value_t = ModelChoice::All)]
     pub model: ModelChoice,
     /// Native: measured runs per configuration (the browser measures --pairs); the vision
@@ -91,7 +92,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub adapter: Option<String>,
     /// Native weight variant (q4 or q4f16; default: q4f16 with shader-f16, else q4). The browser
-    /// picks by the same rule for both runtimes.
+    /// picks by the same rule for both runtimes. A synthetic model is generated in this variant
+    /// only (both without --dtype).
     #[arg(long)]
     pub dtype: Option<String>,
     /// Browser: pairs measured per model; each pair runs every runtime once, in an order shuffled
@@ -116,6 +118,12 @@ pub struct BenchArgs {
     /// `ort_webgpu_ep`: --pairs pairs, each running both once in an order shuffled with --seed.
     #[arg(long)]
     pub ort_ep: bool,
+    /// Native: also check ours' greedy ids (each decode configuration's first token and
+    /// --decode-tokens more) against ONNX Runtime's CPU EP on the same model and ids
+    /// (`bench/native/ort_ep.py --ep cpu`; its Python from GEMMA_GEM_ORT_EP_PYTHON, else the
+    /// repo's .venv): `native.<model>.ort_cpu.tokens_match`; the bench fails when they differ.
+    #[arg(long)]
+    pub cpu_reference: bool,
     /// Port of the local server for the browser bench.
     #[arg(long, default_value_t = 8093)]
     pub port: u16,
@@ -135,6 +143,8 @@ pub enum ModelChoice {
     Tiny,
     #[value(name = "e2b-bench")]
     E2bBench,
+    #[value(name = "e2b-full")]
+    E2bFull,
     All,
 }
 
@@ -143,6 +153,9 @@ pub enum ModelChoice {
 pub struct BenchModel {
     pub name: &'static str,
     pub dir: PathBuf,
+    /// The `tools/fixtures/gen_gemma4.py` preset that generates it into `dir` on demand (None:
+    /// a committed fixture).
+    pub preset: Option<&'static str>,
 }
 
 /// The measured configuration.
@@ -293,27 +306,33 @@ pub fn models(choice: ModelChoice) -> Vec<BenchModel> {
     let tiny = BenchModel {
         name: "gemma4-tiny",
         dir: root().join("tests/fixtures/models/gemma4-tiny"),
+        preset: None,
     };
-    let e2b = BenchModel {
-        name: "gemma4-e2b-bench",
-        dir: root().join("bench/cache/gemma4-e2b-bench"),
+    let generated = |name: &'static str, preset: &'static str| BenchModel {
+        name,
+        dir: root().join("bench/cache").join(name),
+        preset: Some(preset),
     };
+    let e2b = generated("gemma4-e2b-bench", "e2b-bench");
     match choice {
         ModelChoice::Tiny => vec![tiny],
         ModelChoice::E2bBench => vec![e2b],
+        ModelChoice::E2bFull => vec![generated("gemma4-e2b-full", "e2b-full")],
         ModelChoice::All => vec![tiny, e2b],
     }
 }
 
-/// Generates the E2B-shaped model into bench/cache unless the generator's stamp says it is
-/// current (the stamp hashes the generator's code, so a generator change regenerates it).
-fn ensure_model(model: &BenchModel) -> Result<()> {
-    if model.name != "gemma4-e2b-bench" {
+/// Generates a synthetic model (E2B-shaped, or E2B's full shapes) into bench/cache unless the
+/// generator's stamp says it is current (the stamp hashes the generator's code, so a generator
+/// change regenerates it). The weight variant `dtype` (`--dtype`), else both, q4 and q4f16; a
+/// cache holding both serves a run asking for one.
+fn ensure_model(model: &BenchModel, dtype: Option<&str>) -> Result<()> {
+    let Some(preset) = model.preset else {
         if !model.dir.join("config.json").is_file() {
             bail!("{} is missing (a committed fixture)", model.dir.display());
         }
         return Ok(());
-    }
+    };
     // GEMMA_GEM_PYTHON: a Python with numpy and onnx (bench/device.sh), else the repo's .venv.
     let python = match std::env::var_os("GEMMA_GEM_PYTHON") {
         Some(p) => PathBuf::from(p),
@@ -323,11 +342,17 @@ fn ensure_model(model: &BenchModel) -> Result<()> {
         Command::new(python)
             .current_dir(root())
             .arg("tools/fixtures/gen_gemma4.py")
-            .args(["--preset", "e2b-bench", "--out"])
+            .args([
+                "--preset",
+                preset,
+                "--dtypes",
+                dtype.unwrap_or("q4,q4f16"),
+                "--out",
+            ])
             .arg(&model.dir)
             .arg("--skip-existing"),
     )
-    .context("generating the E2B-shaped bench model")
+    .with_context(|| format!("generating the bench model {}", model.name))
 }
 
 /// A number of the model's text config (`config.json`, `text_config` or the top level).
@@ -441,6 +466,9 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
     for m in models {
         let mut cmd = base_cmd(m);
         cmd.args(["--runs", &args.runs.to_string()]);
+        if args.cpu_reference {
+            cmd.arg("--token-ids");
+        }
         eprintln!(
             "xtask: native bench of {} ({} configuration)",
             m.name, plan.name
@@ -449,6 +477,13 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
         let doc: Value = serde_json::from_str(&out)
             .with_context(|| format!("gemma-gem bench printed no JSON for {}", m.name))?;
         summary.insert(m.name.into(), report::native_model(&doc, layers_of(m)));
+        if args.cpu_reference {
+            let dtype = doc["dtype"].as_str().unwrap_or("q4").to_string();
+            let check = cpu_reference(plan, m, &dtype).map(|r| cpu_check(&doc, &r))?;
+            if let Some(Value::Object(o)) = summary.get_mut(m.name) {
+                o.insert("ort_cpu".into(), check);
+            }
+        }
         raw[m.name] = doc;
         if args.ort_ep {
             // The weight variant ours chose (or --dtype), for both.
@@ -478,7 +513,7 @@ fn cpu_reference(plan: &Plan, m: &BenchModel, dtype: &str) -> Result<Value> {
             .join(",")
     };
     eprintln!(
-        "xtask: the greedy ids differ: ONNX Runtime's CPU EP as the reference for {}",
+        "xtask: ONNX Runtime's CPU EP's greedy ids on {} (the reference)",
         m.name
     );
     let out = output(
@@ -502,6 +537,23 @@ fn cpu_reference(plan: &Plan, m: &BenchModel, dtype: &str) -> Result<Value> {
     )?;
     let doc: Value = serde_json::from_str(&out).context("ort_ep.py --ep cpu printed no JSON")?;
     Ok(paired::native_run(&doc))
+}
+
+/// Ours' greedy ids (`ours`: a `gemma-gem bench --token-ids` document) against ONNX Runtime's
+/// CPU EP's (`reference`, from [`cpu_reference`]): `tokens_match` (null when no sequence exists on
+/// both sides), `token_sequences_compared`, `token_mismatches` (the first difference of each).
+/// Only the ids: the CPU EP's speed is not a peer's.
+fn cpu_check(ours: &Value, reference: &Value) -> Value {
+    let raw = json!({"pairs": [{"order": ["ours", "ort_cpu"],
+        "runs": {"ours": paired::native_run(ours), "ort_cpu": reference}}]});
+    let s = paired::browser_model(&raw, &["ort_cpu".to_string()]);
+    let p = &s["ort_cpu"];
+    json!({
+        "reference": "ONNX Runtime's CPU EP (bench/native/ort_ep.py --ep cpu), the same model, weight variant and ids",
+        "tokens_match": p["tokens_match"],
+        "token_sequences_compared": p["token_sequences_compared"],
+        "token_mismatches": p.get("token_mismatches").cloned().unwrap_or_else(|| json!([])),
+    })
 }
 
 /// Ours (`ours`: `gemma-gem bench --runs 1 --token-ids`) and ONNX Runtime's WebGPU EP
@@ -877,7 +929,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         Vec::new()
     };
     for m in &models {
-        ensure_model(m)?;
+        ensure_model(m, args.dtype.as_deref())?;
     }
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -999,6 +1051,17 @@ mod tests {
         assert_eq!(models(a.model)[0].name, "gemma4-e2b-bench");
         assert_eq!(a.runs, 5);
         assert_eq!(parse(&["--model", "tiny"]).model, ModelChoice::Tiny);
+        let full = models(parse(&["--model", "e2b-full"]).model);
+        assert_eq!(full.len(), 1);
+        assert_eq!(full[0].name, "gemma4-e2b-full");
+        assert_eq!(full[0].preset, Some("e2b-full"));
+        assert!(full[0].dir.ends_with("bench/cache/gemma4-e2b-full"));
+        // Opt-in: `all` never generates the 6 GB model.
+        assert!(
+            models(ModelChoice::All)
+                .iter()
+                .all(|m| m.preset != Some("e2b-full"))
+        );
         assert!(Cli::try_parse_from(["bench", "--model", "huge"]).is_err());
     }
 
@@ -1030,6 +1093,22 @@ mod tests {
         assert_eq!(custom.prefill, vec![16, 32]);
         assert_eq!(custom.decode_context, vec![128]);
         assert_eq!(custom.decode_tokens, 2);
+    }
+
+    #[test]
+    fn cpu_reference_check() {
+        let ours = |ids: &[u32]| json!({"decode": [{"context": 16, "tokens": 2, "runs": [{"tok_s": 1.0, "decode_s": 2.0}], "ids": ids}]});
+        let reference = paired::native_run(&ours(&[5, 6, 7]));
+        let same = cpu_check(&ours(&[5, 6, 7]), &reference);
+        assert_eq!(same["tokens_match"], json!(true));
+        assert_eq!(same["token_sequences_compared"], json!(1));
+        let other = cpu_check(&ours(&[5, 6, 8]), &reference);
+        assert_eq!(other["tokens_match"], json!(false));
+        assert_eq!(other["token_mismatches"][0]["first_difference"], json!(2));
+        // A mismatch fails the bench like a peer's.
+        let f = paired::token_failures(&json!({"models": {"m": {"ort_cpu": other}}}));
+        assert_eq!(f.len(), 1, "{f:?}");
+        assert!(parse(&["--cpu-reference"]).cpu_reference);
     }
 
     #[test]

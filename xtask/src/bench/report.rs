@@ -351,6 +351,17 @@ pub fn markdown(doc: &Value) -> String {
                         fmt_num(g("call_free_tok_s"), Unit::TokPerS),
                     ));
                 }
+                if let Some(c) = obj.get("ort_cpu") {
+                    let what = match c.get("tokens_match") {
+                        Some(Value::Bool(true)) => "equal to",
+                        Some(Value::Bool(false)) => "**differ** from",
+                        _ => "not compared with",
+                    };
+                    extra.push_str(&format!(
+                        "- {name}: ours' greedy ids {what} ONNX Runtime's CPU EP's ({} sequence(s) compared)\n",
+                        c.get("token_sequences_compared").unwrap_or(&Value::Null)
+                    ));
+                }
                 for why in m
                     .get("skipped")
                     .and_then(Value::as_array)
@@ -628,6 +639,14 @@ mod tests {
         assert_eq!(s["call_free_tok_s"], Value::Null);
         assert!(
             md.contains("tiny: decode inside a constrained tool call 5.0 tok/s (8 tokens, 0.060 ms of mask per token) vs – outside it"),
+            "{md}"
+        );
+        // --cpu-reference: the ids' check against ONNX Runtime's CPU EP.
+        let mut checked = s.clone();
+        checked["ort_cpu"] = json!({"tokens_match": false, "token_sequences_compared": 1});
+        let md = markdown(&json!({"date": "d", "native": {"tiny": checked}}));
+        assert!(
+            md.contains("tiny: ours' greedy ids **differ** from ONNX Runtime's CPU EP's (1 sequence(s) compared)"),
             "{md}"
         );
     }
