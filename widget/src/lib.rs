@@ -7,7 +7,8 @@
 //! question, runs the page tools the worker asks for in the page itself (confined to `scope`,
 //! limited to `tools`), and reports what happens as DOM events on the element (`gg-status`,
 //! `gg-token`, `gg-tool`, `gg-answer`, `gg-error`). The page's main thread renders and runs the
-//! tools only; the model never runs here.
+//! tools only; the model never runs here, and neither does the Markdown parser: answers are
+//! parsed by the worker ([`WidgetRequest::ParseMarkdown`]) and rendered here from its events.
 
 pub mod attrs;
 mod events;
@@ -18,8 +19,9 @@ mod page_content;
 use attrs::{Config, ThemeAttr};
 use gg_agent::AgentEvent;
 use gg_components::{
-    Action, ChatDispatcher, ChatMessage, ErrorKind, GemApp, GemAppProps, HostLayer, ModelChoice,
-    Settings, ShadowApp, ShadowAppProps, Theme, UiError, UiIntent, attach_closed_shadow,
+    Action, ChatDispatcher, ChatMessage, ErrorKind, GemApp, GemAppProps, HostLayer, MarkdownParser,
+    ModelChoice, Settings, ShadowApp, ShadowAppProps, Theme, UiError, UiIntent,
+    attach_closed_shadow,
 };
 use gg_messages::widget::{TurnSettings, WidgetRequest, WorkerMessage};
 use std::cell::RefCell;
@@ -53,6 +55,16 @@ struct State {
     /// WebGPU is missing in the worker: why (every question is answered with it).
     no_webgpu: Option<String>,
     tools: page::PageTools,
+    /// Markdown the UI asked the worker to parse, by request id: the source and where its events
+    /// go. Sent when asked if the worker runs, else when it starts (again, after a removal).
+    markdown: std::collections::BTreeMap<
+        u64,
+        (
+            Rc<str>,
+            yew::Callback<Vec<gg_components::markdown::MdEvent>>,
+        ),
+    >,
+    markdown_ids: u64,
 }
 
 /// One `<gemma-gem-widget>` element.
@@ -185,6 +197,8 @@ impl Widget {
             waiting: Vec::new(),
             no_webgpu: None,
             tools: page::PageTools::new(),
+            markdown: Default::default(),
+            markdown_ids: 0,
         }));
         state.borrow_mut().read_config();
         Widget { state }
@@ -372,7 +386,18 @@ fn mount(state: &Rc<RefCell<State>>) -> Result<(), JsValue> {
             wasm_bindgen_futures::spawn_local(async move { on_intent(&state, intent) });
         }
     });
+    let markdown = {
+        let weak = Rc::downgrade(state);
+        MarkdownParser::Elsewhere(yew::Callback::from(
+            move |(source, answer): (Rc<str>, yew::Callback<_>)| {
+                if let Some(state) = weak.upgrade() {
+                    parse_markdown(&state, source, answer);
+                }
+            },
+        ))
+    };
     let inner = GemAppProps {
+        markdown,
         initial: Some(Rc::new(initial)),
         on_intent,
         on_ready,
@@ -408,7 +433,42 @@ fn link(state: &Rc<RefCell<State>>) -> Result<link::WorkerLink, String> {
         }
     })?;
     state.borrow_mut().link = Some(link.clone());
+    // Markdown asked for while no worker ran (a greeting) or of a worker that ended.
+    let waiting: Vec<(u64, Rc<str>)> = state
+        .borrow()
+        .markdown
+        .iter()
+        .map(|(id, (source, _))| (*id, Rc::clone(source)))
+        .collect();
+    for (id, source) in waiting {
+        link.post(&WidgetRequest::ParseMarkdown {
+            id,
+            text: source.to_string(),
+        });
+    }
     Ok(link)
+}
+
+/// The UI asks for the events of `source`: the worker parses it (never started for this alone:
+/// the question waits for the worker the panel or a question starts).
+fn parse_markdown(
+    state: &Rc<RefCell<State>>,
+    source: Rc<str>,
+    answer: yew::Callback<Vec<gg_components::markdown::MdEvent>>,
+) {
+    let (id, link) = {
+        let mut s = state.borrow_mut();
+        s.markdown_ids += 1;
+        let id = s.markdown_ids;
+        s.markdown.insert(id, (Rc::clone(&source), answer));
+        (id, s.link.clone())
+    };
+    if let Some(link) = link {
+        link.post(&WidgetRequest::ParseMarkdown {
+            id,
+            text: source.to_string(),
+        });
+    }
 }
 
 fn post(state: &Rc<RefCell<State>>, request: WidgetRequest) {
@@ -620,6 +680,12 @@ fn on_worker_message(state: &Rc<RefCell<State>>, message: WorkerMessage) {
         }
         WorkerMessage::Error { message } => {
             show_error(state, ErrorKind::GenerationFailed, &message);
+        }
+        WorkerMessage::Markdown { id, events } => {
+            let asked = state.borrow_mut().markdown.remove(&id);
+            if let Some((_, answer)) = asked {
+                answer.emit(events);
+            }
         }
     }
 }

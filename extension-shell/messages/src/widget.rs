@@ -11,6 +11,7 @@ use gg_agent::{
     AgentEvent, ApprovalDecision, ElementFacts, ElementTarget, ImagePart, ToolCall, ToolError,
     ToolOutput,
 };
+use gg_markdown::MdEvent;
 use serde::{Deserialize, Serialize};
 
 use crate::{AdapterReport, ModelReport};
@@ -77,6 +78,13 @@ pub enum WidgetRequest {
         call_id: String,
         decision: ApprovalDecision,
     },
+    /// Parse this Markdown (an answer being shown), answered with [`WorkerMessage::Markdown`]:
+    /// the page's main thread links no Markdown parser. Answered at any time, turn or not.
+    ParseMarkdown {
+        /// Chosen by the page; echoed in the answer.
+        id: u64,
+        text: String,
+    },
 }
 
 /// From the worker to the page's main thread.
@@ -95,6 +103,9 @@ pub enum WorkerMessage {
     DescribeElement { id: u64, target: ElementTarget },
     /// Something failed outside a turn (a bad message, the worker's own start).
     Error { message: String },
+    /// The answer to [`WidgetRequest::ParseMarkdown`]: the text's events ([`gg_markdown::parse`]),
+    /// which the page renders as inert DOM (checking link addresses again).
+    Markdown { id: u64, events: Vec<MdEvent> },
 }
 
 /// One message on the wire.

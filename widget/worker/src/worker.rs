@@ -228,6 +228,10 @@ impl Worker {
                     self.post(WorkerMessage::Error { message });
                 }
             }
+            WidgetRequest::ParseMarkdown { id, text } => self.post(WorkerMessage::Markdown {
+                id,
+                events: gg_markdown::parse(&text),
+            }),
         }
     }
 

@@ -681,6 +681,38 @@ fn load_requests_and_foreign_messages() {
     ));
 }
 
+#[test]
+fn markdown_is_parsed_for_the_page_at_any_time() {
+    let mut s = setup(vec![answer("Hi")]);
+    // No turn runs; the answer's shape is the README's.
+    s.worker.on_message(json!({"protocol": "gemma-gem-widget/1",
+        "body": {"type": "parse_markdown", "id": 7, "text": "*a* [b](javascript:x) <i>c</i>"}}));
+    let posted = s.take();
+    let wire = serde_json::to_value(WidgetEnvelope::new(posted[0].clone())).expect("json");
+    assert_eq!(
+        wire["body"],
+        json!({"type": "markdown", "id": 7, "events": [
+            {"start": {"element": "p"}},
+            {"start": {"element": "em"}}, {"text": "a"}, "end",
+            {"text": " "}, {"start": {"link": {"href": null}}}, {"text": "b"}, "end",
+            {"text": " <i>c</i>"},
+            "end"
+        ]})
+    );
+    // After a turn as well.
+    s.send(ask(1, "hello", &[]));
+    s.send(WidgetRequest::ParseMarkdown {
+        id: 8,
+        text: "# T".into(),
+    });
+    let posted = s.take();
+    assert!(
+        posted.iter().any(|m| matches!(m, WorkerMessage::Markdown { id: 8, events }
+            if events.first() == Some(&gg_markdown::MdEvent::Start(gg_markdown::MdTag::Element(gg_markdown::MdElement::H1))))),
+        "{posted:#?}"
+    );
+}
+
 /// The shapes the page's main thread reads (widget/worker/README.md).
 #[test]
 fn the_wire_shapes_of_the_readme() {
