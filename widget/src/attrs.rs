@@ -542,10 +542,21 @@ mod tests {
     #[test]
     fn decimals_read_as_the_attribute_says() {
         // Plain decimals read as f32::from_str reads them.
-        for text in ["1", "0.7", "+.5", "2.", "-1.25", "1.3333333333333333", "0.1", "1.9"] {
+        for text in [
+            "1",
+            "0.7",
+            "+.5",
+            "2.",
+            "-1.25",
+            "1.3333333333333333",
+            "0.1",
+            "1.9",
+        ] {
             assert_eq!(<f32 as Number>::read(text), text.parse().ok(), "{text}");
         }
-        for bad in ["", ".", "-", "1e3", "inf", "NaN", "0,5", "1.2.3", " 1", "0x1"] {
+        for bad in [
+            "", ".", "-", "1e3", "inf", "NaN", "0,5", "1.2.3", " 1", "0x1",
+        ] {
             assert_eq!(<f32 as Number>::read(bad), None, "{bad:?}");
         }
     }

@@ -23,7 +23,7 @@ use gg_components::{
     ModelChoice, Settings, ShadowApp, ShadowAppProps, Theme, UiError, UiIntent,
     attach_closed_shadow,
 };
-use gg_messages::widget::{TurnSettings, WidgetRequest, WorkerMessage};
+use gg_messages::widget::{PageMessage, TurnSettings, WidgetRequest};
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 use wasm_bindgen::prelude::*;
@@ -632,7 +632,27 @@ fn fail_waiting(state: &Rc<RefCell<State>>, message: &str) {
     }
 }
 
-fn on_worker_message(state: &Rc<RefCell<State>>, message: WorkerMessage) {
+/// Posts the page tools' answer to the worker's request `id` when it comes (as the tools give it:
+/// the page never parses it).
+fn answer_later(
+    state: &Rc<RefCell<State>>,
+    kind: &'static str,
+    id: u64,
+    job: futures::future::LocalBoxFuture<'static, JsValue>,
+) {
+    let weak: Weak<RefCell<State>> = Rc::downgrade(state);
+    wasm_bindgen_futures::spawn_local(async move {
+        let result = job.await;
+        // A worker that ended (the element was removed) waits for nothing.
+        let link = weak.upgrade().and_then(|state| state.borrow().link.clone());
+        if let Some(link) = link {
+            link.post_answer(kind, id, &result);
+        }
+    });
+}
+
+fn on_worker_message(state: &Rc<RefCell<State>>, message: PageMessage) {
+    use gg_messages::widget::WorkerMessage;
     match message {
         WorkerMessage::Started { adapter } => {
             if adapter.adapter.is_none() {
@@ -659,24 +679,12 @@ fn on_worker_message(state: &Rc<RefCell<State>>, message: WorkerMessage) {
         }
         WorkerMessage::Agent { turn, event } => on_agent_event(state, turn, event),
         WorkerMessage::RunTool { id, call } => {
-            let weak: Weak<RefCell<State>> = Rc::downgrade(state);
             let job = state.borrow().tools.run(call);
-            wasm_bindgen_futures::spawn_local(async move {
-                let result = job.await;
-                if let Some(state) = weak.upgrade() {
-                    post(&state, WidgetRequest::ToolResult { id, result });
-                }
-            });
+            answer_later(state, "tool_result", id, job);
         }
         WorkerMessage::DescribeElement { id, target } => {
-            let weak: Weak<RefCell<State>> = Rc::downgrade(state);
             let job = state.borrow().tools.describe(target);
-            wasm_bindgen_futures::spawn_local(async move {
-                let result = job.await;
-                if let Some(state) = weak.upgrade() {
-                    post(&state, WidgetRequest::ElementFacts { id, result });
-                }
-            });
+            answer_later(state, "element_facts", id, job);
         }
         WorkerMessage::Error { message } => {
             show_error(state, ErrorKind::GenerationFailed, &message);

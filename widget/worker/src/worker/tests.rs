@@ -433,6 +433,29 @@ fn a_page_that_does_not_answer_times_out_with_a_clear_error() {
 }
 
 #[test]
+fn an_answer_of_an_unexpected_shape_fails_the_call_at_once() {
+    let mut s = setup(vec![call("get_page_title", json!({})), answer("no title")]);
+    s.send(ask(3, "Title?", &["get_page_title"]));
+    let (id, _) = run_tool(&s.take());
+    // The page posts the page tools' answers as they are; this one is not a Result.
+    s.worker.on_message(json!({"protocol": "gemma-gem-widget/1",
+        "body": {"type": "tool_result", "id": id, "result": {"value": "t"}}}));
+    s.pool.run_until_stalled();
+    let posted = s.take();
+    let events = Setup::events(&posted, 3);
+    assert!(
+        events.iter().any(|e| matches!(e, AgentEvent::ToolError { error, .. } if error.kind == ToolErrorKind::Failed && error.message.contains("unexpected shape"))),
+        "{events:#?}"
+    );
+    assert!(is_done(events.last().unwrap(), StopReason::EndOfTurn));
+    assert!(
+        !posted
+            .iter()
+            .any(|m| matches!(m, WorkerMessage::Error { .. }))
+    );
+}
+
+#[test]
 fn approvals_are_answered_by_call_id_and_only_when_asked() {
     let mut s = setup(vec![
         call("run_javascript", json!({"code": "document.title"})),
