@@ -21,15 +21,7 @@ pub struct PageTools {
 /// The refusal of a tool the page does not allow (worded as the worker's, which refuses first:
 /// this check only matters if a request reached the page anyway).
 pub fn refusal(name: &str, allowed: &[Tool]) -> ToolError {
-    let list: Vec<&str> = allowed.iter().map(|t| t.name()).collect();
-    ToolError::denied(format!(
-        "{name} is not enabled on this page (its tools: {})",
-        if list.is_empty() {
-            "none".to_owned()
-        } else {
-            list.join(", ")
-        }
-    ))
+    ToolError::denied(gg_vocab::not_allowed(name, allowed))
 }
 
 impl PageTools {

@@ -479,21 +479,9 @@ fn busy() -> ToolErr {
 }
 
 fn not_allowed(tool: Tool, allowed: &[Tool]) -> ToolErr {
-    let message = if allowed.is_empty() {
-        format!(
-            "{} is not allowed on this page: the page allows no page tools",
-            tool.name()
-        )
-    } else {
-        format!(
-            "{} is not allowed on this page: the page allows only {}",
-            tool.name(),
-            names(allowed)
-        )
-    };
     ToolErr {
         kind: ToolErrorKind::Blocked,
-        message: clip(&message, 400),
+        message: clip(&gg_vocab::not_allowed(tool.name(), allowed), 400),
     }
 }
 

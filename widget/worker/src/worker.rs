@@ -447,15 +447,9 @@ impl PageExecutor {
         if BuiltinTool::from_name(&call.name).is_some_and(|t| self.tools.contains(&t)) {
             return Ok(());
         }
-        let names: Vec<&str> = self.tools.iter().map(|t| t.name()).collect();
-        Err(ToolError::denied(format!(
-            "{} is not enabled on this page (its tools: {})",
-            call.name,
-            if names.is_empty() {
-                "none".to_owned()
-            } else {
-                names.join(", ")
-            }
+        Err(ToolError::denied(gg_vocab::not_allowed(
+            &call.name,
+            &self.tools,
         )))
     }
 }

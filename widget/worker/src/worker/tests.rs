@@ -328,7 +328,7 @@ fn the_executor_refuses_undeclared_tools_with_a_clear_error() {
     let error = none
         .allowed(&ToolCall::from_value("get_page_title", json!({})))
         .unwrap_err();
-    assert!(error.message.contains("none"), "{error}");
+    assert!(error.message.contains("allows no page tools"), "{error}");
 }
 
 #[test]
