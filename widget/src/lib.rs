@@ -55,16 +55,18 @@ struct State {
     /// WebGPU is missing in the worker: why (every question is answered with it).
     no_webgpu: Option<String>,
     tools: page::PageTools,
-    /// Markdown the UI asked the worker to parse, by request id: the source and where its events
-    /// go. Sent when asked if the worker runs, else when it starts (again, after a removal).
-    markdown: std::collections::BTreeMap<
-        u64,
-        (
-            Rc<str>,
-            yew::Callback<Vec<gg_components::markdown::MdEvent>>,
-        ),
-    >,
+    /// Markdown the UI asked the worker to parse and has no answer for: sent when asked if the
+    /// worker runs, else when it starts (again, after a removal).
+    markdown: Vec<MarkdownAsked>,
     markdown_ids: u64,
+}
+
+/// Markdown the UI asked the worker to parse ([`WidgetRequest::ParseMarkdown`]).
+struct MarkdownAsked {
+    id: u64,
+    source: Rc<str>,
+    /// Where its events go.
+    answer: yew::Callback<Vec<gg_components::markdown::MdEvent>>,
 }
 
 /// One `<gemma-gem-widget>` element.
@@ -197,7 +199,7 @@ impl Widget {
             waiting: Vec::new(),
             no_webgpu: None,
             tools: page::PageTools::new(),
-            markdown: Default::default(),
+            markdown: Vec::new(),
             markdown_ids: 0,
         }));
         state.borrow_mut().read_config();
@@ -438,7 +440,7 @@ fn link(state: &Rc<RefCell<State>>) -> Result<link::WorkerLink, String> {
         .borrow()
         .markdown
         .iter()
-        .map(|(id, (source, _))| (*id, Rc::clone(source)))
+        .map(|asked| (asked.id, Rc::clone(&asked.source)))
         .collect();
     for (id, source) in waiting {
         link.post(&WidgetRequest::ParseMarkdown {
@@ -460,7 +462,11 @@ fn parse_markdown(
         let mut s = state.borrow_mut();
         s.markdown_ids += 1;
         let id = s.markdown_ids;
-        s.markdown.insert(id, (Rc::clone(&source), answer));
+        s.markdown.push(MarkdownAsked {
+            id,
+            source: Rc::clone(&source),
+            answer,
+        });
         (id, s.link.clone())
     };
     if let Some(link) = link {
@@ -690,9 +696,13 @@ fn on_worker_message(state: &Rc<RefCell<State>>, message: PageMessage) {
             show_error(state, ErrorKind::GenerationFailed, &message);
         }
         WorkerMessage::Markdown { id, events } => {
-            let asked = state.borrow_mut().markdown.remove(&id);
-            if let Some((_, answer)) = asked {
-                answer.emit(events);
+            let asked = {
+                let mut s = state.borrow_mut();
+                let at = s.markdown.iter().position(|asked| asked.id == id);
+                at.map(|at| s.markdown.remove(at))
+            };
+            if let Some(asked) = asked {
+                asked.answer.emit(events);
             }
         }
     }
