@@ -1,7 +1,7 @@
 //! Markdown for untrusted model output.
 //!
-//! `pulldown-cmark` events are turned straight into Yew virtual nodes; no HTML string is ever parsed
-//! by the browser. Hence:
+//! Parsed events (`pulldown-cmark`'s, as [`MdEvent`]s) are turned straight into Yew virtual nodes;
+//! no HTML string is ever parsed by the browser. Hence:
 //! - raw HTML (blocks and inline) becomes text nodes: `<img onerror=...>` and `<script>` show as text;
 //! - links show where they go (the host after the text unless the text is the address, the full
 //!   address on hover, never the model's own title);
