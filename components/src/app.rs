@@ -12,6 +12,7 @@ use crate::chat_overlay::ChatOverlay;
 use crate::composer::Outgoing;
 use crate::error_banner::ErrorBanner;
 use crate::launcher::Launcher;
+use crate::markdown::MarkdownParser;
 use crate::settings_panel::SettingsPanel;
 use crate::state::{Action, ChatState, View};
 use crate::types::{ErrorAction, ErrorKind, UiError, UiIntent};
@@ -22,6 +23,9 @@ pub type ChatDispatcher = UseReducerDispatcher<ChatState>;
 /// Properties of [`GemApp`].
 #[derive(Clone, Properties, PartialEq)]
 pub struct GemAppProps {
+    /// How answers' Markdown is parsed: [`MarkdownParser::here`], or elsewhere (the widget's
+    /// worker). No default, so that a host that parses elsewhere links no parser.
+    pub markdown: MarkdownParser,
     /// The starting state (settings, models, site, restored conversation...).
     #[prop_or_default]
     pub initial: Option<Rc<ChatState>>,
@@ -225,7 +229,7 @@ pub fn gem_app(props: &GemAppProps) -> Html {
     let panel = show_panel.then(|| {
         let body = match state.view {
             View::Chat => html! {
-                <ChatOverlay messages={state.messages.clone()} generating={state.generating} model={state.model.clone()}
+                <ChatOverlay messages={state.messages.clone()} markdown={props.markdown.clone()} generating={state.generating} model={state.model.clone()}
                     errors={state.errors.clone()} site={site.clone()} {fill} autofocus={props.launcher} images={props.images}
                     {on_send} {on_stop} {on_new_chat} {on_approve} on_error_action={on_error_action.clone()}
                     on_open_settings={open_settings} on_close={on_close.clone()} />

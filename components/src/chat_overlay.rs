@@ -7,6 +7,7 @@ use yew::prelude::*;
 
 use crate::composer::{Composer, Outgoing};
 use crate::error_banner::ErrorBanner;
+use crate::markdown::MarkdownParser;
 use crate::message::MessageView;
 use crate::model_status::ModelStatusView;
 use crate::types::{
@@ -21,6 +22,8 @@ const STICK_TO_BOTTOM_PX: i32 = 48;
 pub struct ChatOverlayProps {
     /// The conversation, oldest first.
     pub messages: Vec<Rc<ChatMessage>>,
+    /// How answers' Markdown is parsed ([`MarkdownParser::here`], or elsewhere).
+    pub markdown: MarkdownParser,
     /// An answer is being generated (Stop is shown).
     #[prop_or_default]
     pub generating: bool,
@@ -164,10 +167,12 @@ pub fn chat_overlay(props: &ChatOverlayProps) -> Html {
                         <p>{ "Ask about this page, or ask Gemma Gem to do something on it. Everything runs on your device." }</p>
                     </div>
                 }
-                { for props.messages.iter().map(|message| html! {
-                    <MessageView key={message.id} message={Rc::clone(message)} on_approve={on_approve.clone()}
-                        site={props.site.clone()} on_render={on_render.clone()} />
-                }) }
+                <ContextProvider<MarkdownParser> context={props.markdown.clone()}>
+                    { for props.messages.iter().map(|message| html! {
+                        <MessageView key={message.id} message={Rc::clone(message)} on_approve={on_approve.clone()}
+                            site={props.site.clone()} on_render={on_render.clone()} />
+                    }) }
+                </ContextProvider<MarkdownParser>>
             </div>
             <Composer autofocus={props.autofocus} disabled={props.model.is_loading()} generating={props.generating}
                 images={props.images} on_send={props.on_send.clone()} on_stop={props.on_stop.clone()} />

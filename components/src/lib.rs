@@ -35,7 +35,7 @@ pub use code_block::{CodeBlock, CodeBlockProps};
 pub use composer::{Composer, ComposerProps, Outgoing};
 pub use error_banner::{ErrorBanner, ErrorBannerProps};
 pub use launcher::{Launcher, LauncherProps, LauncherStatus};
-pub use markdown::{Markdown, MarkdownProps};
+pub use markdown::{Markdown, MarkdownParser, MarkdownProps};
 pub use message::{MessageView, MessageViewProps};
 pub use model_status::{ModelStatusView, ModelStatusViewProps};
 pub use settings_panel::{SettingsPanel, SettingsPanelProps};

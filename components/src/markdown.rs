@@ -1,7 +1,7 @@
 //! Markdown for untrusted model output.
 //!
-//! `pulldown-cmark` events are turned straight into Yew virtual nodes; no HTML string is ever parsed
-//! by the browser. Hence:
+//! Parsed events (`pulldown-cmark`'s, as [`MdEvent`]s) are turned straight into Yew virtual nodes;
+//! no HTML string is ever parsed by the browser. Hence:
 //! - raw HTML (blocks and inline) becomes text nodes: `<img onerror=...>` and `<script>` show as text;
 //! - links show where they go (the host after the text unless the text is the address, the full
 //!   address on hover, never the model's own title);
@@ -13,217 +13,20 @@
 //! Because the output is a virtual DOM, re-rendering a growing answer only touches what changed
 //! (usually the last text node), which keeps streaming free of flicker.
 //!
-//! Two steps: [`parse`] turns the source into a flat list of [`MdEvent`]s (owned, serializable,
-//! links already checked), [`render_events`] turns such a list into virtual DOM. [`render`] is
-//! both. The list is a closed vocabulary: rendering any list, wherever it came from, still gives
-//! only the elements above, text nodes, and `href`s that pass [`safe_href`] (checked again).
+//! Two steps: [`parse`] (crate `gg-markdown`) turns the source into a flat list of [`MdEvent`]s
+//! (owned, serializable, links already checked), [`render_events`] turns such a list into virtual
+//! DOM. [`render`] is both. The list is a closed vocabulary: rendering any list, wherever it came
+//! from, still gives only the elements above, text nodes, and `href`s that pass [`safe_href`]
+//! (checked again). The [`Markdown`] component parses as its host says ([`MarkdownParser`]): here,
+//! or elsewhere — the widget's worker parses for the page, whose main thread links no parser.
 
 use std::rc::Rc;
 
-use pulldown_cmark::{CodeBlockKind, Event, HeadingLevel, Options, Parser, Tag};
-use serde::{Deserialize, Serialize};
+pub use gg_markdown::{MdElement, MdEvent, MdTag, destination, parse, safe_href};
 use yew::prelude::*;
 use yew::virtual_dom::VText;
 
 use crate::code_block::CodeBlock;
-
-/// The URL if it is safe to put in an `href`; `None` for any other scheme or a URL with control
-/// characters (which browsers strip, e.g. `java\tscript:`).
-pub fn safe_href(url: &str) -> Option<String> {
-    let trimmed = url.trim();
-    if trimmed.chars().any(char::is_control) {
-        return None;
-    }
-    let lower = trimmed.to_ascii_lowercase();
-    ["https://", "http://", "mailto:"]
-        .iter()
-        .any(|scheme| lower.starts_with(scheme))
-        .then(|| trimmed.to_owned())
-}
-
-/// Where a safe link goes, as shown next to it: the host of a web address (after any
-/// `user@` part, which could pose as a host), the address of a `mailto:` link.
-pub fn destination(href: &str) -> String {
-    let href = href.trim();
-    let lower = href.to_ascii_lowercase();
-    if let Some(address) = lower.strip_prefix("mailto:") {
-        return address.split('?').next().unwrap_or(address).to_owned();
-    }
-    let rest = lower
-        .split_once("://")
-        .map_or(lower.as_str(), |(_, rest)| rest);
-    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or(rest);
-    let host = authority.rsplit('@').next().unwrap_or(authority);
-    host.to_owned()
-}
-
-/// One step of a parsed Markdown document (see [`parse`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MdEvent {
-    /// Opens a container; closed by the matching [`MdEvent::End`].
-    Start(MdTag),
-    /// Closes the innermost open container.
-    End,
-    /// Text (raw HTML, math and footnote references are text too; a soft break is `"\n"`).
-    Text(String),
-    /// An inline code span.
-    Code(String),
-    HardBreak,
-    Rule,
-    /// A task list item's checkbox (shown disabled).
-    TaskListMarker(bool),
-}
-
-/// A container of a parsed Markdown document.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MdTag {
-    /// An element without attributes.
-    Element(MdElement),
-    /// A code block; its text events are the code.
-    CodeBlock {
-        lang: Option<String>,
-    },
-    /// A link; `href` is `None` when the address is not safe ([`safe_href`]).
-    Link {
-        href: Option<String>,
-    },
-    /// An image (never loaded); its text events are the alt text.
-    Image {
-        href: Option<String>,
-    },
-    /// A raw HTML block, shown as text.
-    HtmlBlock,
-    Table,
-    TableHead,
-    TableRow,
-    TableCell,
-}
-
-/// The plain elements Markdown renders to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MdElement {
-    P,
-    H1,
-    H2,
-    H3,
-    H4,
-    H5,
-    H6,
-    Blockquote,
-    Ol,
-    Ul,
-    Li,
-    Em,
-    Strong,
-    Del,
-    Sup,
-    Sub,
-    /// Neutral container for constructs the parser options leave off.
-    Div,
-}
-
-impl MdElement {
-    fn tag(self) -> &'static str {
-        match self {
-            Self::P => "p",
-            Self::H1 => "h1",
-            Self::H2 => "h2",
-            Self::H3 => "h3",
-            Self::H4 => "h4",
-            Self::H5 => "h5",
-            Self::H6 => "h6",
-            Self::Blockquote => "blockquote",
-            Self::Ol => "ol",
-            Self::Ul => "ul",
-            Self::Li => "li",
-            Self::Em => "em",
-            Self::Strong => "strong",
-            Self::Del => "del",
-            Self::Sup => "sup",
-            Self::Sub => "sub",
-            Self::Div => "div",
-        }
-    }
-}
-
-fn tag_of(tag: Tag<'_>) -> MdTag {
-    let element = MdTag::Element;
-    match tag {
-        Tag::Paragraph => element(MdElement::P),
-        Tag::Heading { level, .. } => element(match level {
-            HeadingLevel::H1 => MdElement::H1,
-            HeadingLevel::H2 => MdElement::H2,
-            HeadingLevel::H3 => MdElement::H3,
-            HeadingLevel::H4 => MdElement::H4,
-            HeadingLevel::H5 => MdElement::H5,
-            HeadingLevel::H6 => MdElement::H6,
-        }),
-        Tag::BlockQuote(_) => element(MdElement::Blockquote),
-        Tag::CodeBlock(kind) => MdTag::CodeBlock {
-            lang: match kind {
-                CodeBlockKind::Fenced(info) => info.split_whitespace().next().map(str::to_owned),
-                CodeBlockKind::Indented => None,
-            },
-        },
-        Tag::HtmlBlock => MdTag::HtmlBlock,
-        Tag::List(Some(_)) => element(MdElement::Ol),
-        Tag::List(None) => element(MdElement::Ul),
-        Tag::Item => element(MdElement::Li),
-        Tag::Table(_) => MdTag::Table,
-        Tag::TableHead => MdTag::TableHead,
-        Tag::TableRow => MdTag::TableRow,
-        Tag::TableCell => MdTag::TableCell,
-        Tag::Emphasis => element(MdElement::Em),
-        Tag::Strong => element(MdElement::Strong),
-        Tag::Strikethrough => element(MdElement::Del),
-        Tag::Superscript => element(MdElement::Sup),
-        Tag::Subscript => element(MdElement::Sub),
-        Tag::Link { dest_url, .. } => MdTag::Link {
-            href: safe_href(&dest_url),
-        },
-        Tag::Image { dest_url, .. } => MdTag::Image {
-            href: safe_href(&dest_url),
-        },
-        // Not enabled in the parser options; kept as neutral containers if they ever appear.
-        Tag::FootnoteDefinition(_)
-        | Tag::DefinitionList
-        | Tag::DefinitionListTitle
-        | Tag::DefinitionListDefinition
-        | Tag::MetadataBlock(_) => element(MdElement::Div),
-    }
-}
-
-/// Parses untrusted Markdown (CommonMark with tables, strikethrough and task lists) into events;
-/// adjacent text is joined.
-pub fn parse(source: &str) -> Vec<MdEvent> {
-    let options =
-        Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TASKLISTS;
-    let mut events: Vec<MdEvent> = Vec::new();
-    let text = |events: &mut Vec<MdEvent>, t: &str| match events.last_mut() {
-        Some(MdEvent::Text(last)) => last.push_str(t),
-        _ => events.push(MdEvent::Text(t.to_owned())),
-    };
-    for event in Parser::new_ext(source, options) {
-        match event {
-            Event::Start(tag) => events.push(MdEvent::Start(tag_of(tag))),
-            Event::End(_) => events.push(MdEvent::End),
-            Event::Text(t) => text(&mut events, &t),
-            Event::Code(code) => events.push(MdEvent::Code(code.into_string())),
-            // Raw HTML is shown as the text it is.
-            Event::Html(raw) | Event::InlineHtml(raw) => text(&mut events, &raw),
-            Event::InlineMath(math) | Event::DisplayMath(math) => text(&mut events, &math),
-            Event::FootnoteReference(name) => text(&mut events, &format!("[^{name}]")),
-            Event::SoftBreak => text(&mut events, "\n"),
-            Event::HardBreak => events.push(MdEvent::HardBreak),
-            Event::Rule => events.push(MdEvent::Rule),
-            Event::TaskListMarker(checked) => events.push(MdEvent::TaskListMarker(checked)),
-        }
-    }
-    events
-}
 
 enum Kind {
     Root,
@@ -436,6 +239,36 @@ pub fn render(source: &str) -> Html {
     render_events(&parse(source))
 }
 
+/// How [`Markdown`] components get the events of their source. The host of the chat chooses
+/// ([`crate::ChatOverlay`]'s and [`crate::GemApp`]'s `markdown` prop, given to the messages as a
+/// context): there is no default, so a build that only ever asks elsewhere never links a parser.
+#[derive(Clone)]
+pub enum MarkdownParser {
+    /// Parses on this thread ([`MarkdownParser::here`]: the extension's overlay, the demo site).
+    Here(fn(&str) -> Vec<MdEvent>),
+    /// Asks elsewhere: called with a source and where its events go, once (the widget: its worker
+    /// parses, off the page's main thread). A component has at most one question out; while it
+    /// waits it shows the events of its previous source (plain text before the first answer).
+    Elsewhere(Callback<(Rc<str>, Callback<Vec<MdEvent>>)>),
+}
+
+impl MarkdownParser {
+    /// Parsing here with [`parse`].
+    pub fn here() -> Self {
+        Self::Here(parse)
+    }
+}
+
+impl PartialEq for MarkdownParser {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::Here(a), Self::Here(b)) => std::ptr::fn_addr_eq(*a, *b),
+            (Self::Elsewhere(a), Self::Elsewhere(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
 /// Properties of [`Markdown`].
 #[derive(Clone, Properties, PartialEq)]
 pub struct MarkdownProps {
@@ -443,33 +276,89 @@ pub struct MarkdownProps {
     pub source: Rc<str>,
 }
 
-/// Markdown as a component: re-parses only when the source changes.
+/// The events a component received for a source, and its question out.
+#[derive(Default)]
+struct Asked {
+    /// The source asked about and not answered yet.
+    out: Option<Rc<str>>,
+    /// The newest source, to ask about when the answer comes (sources change while one is out).
+    next: Option<Rc<str>>,
+}
+
+type Received = Option<(Rc<str>, Rc<Vec<MdEvent>>)>;
+
+fn ask(
+    elsewhere: Callback<(Rc<str>, Callback<Vec<MdEvent>>)>,
+    asked: Rc<std::cell::RefCell<Asked>>,
+    received: UseStateSetter<Received>,
+    source: Rc<str>,
+) {
+    asked.borrow_mut().out = Some(Rc::clone(&source));
+    let answer = {
+        let (elsewhere, source) = (elsewhere.clone(), Rc::clone(&source));
+        Callback::from(move |events: Vec<MdEvent>| {
+            received.set(Some((Rc::clone(&source), Rc::new(events))));
+            let next = {
+                let mut asked = asked.borrow_mut();
+                asked.out = None;
+                asked.next.take()
+            };
+            if let Some(next) = next.filter(|next| *next != source) {
+                ask(elsewhere.clone(), asked.clone(), received.clone(), next);
+            }
+        })
+    };
+    elsewhere.emit((source, answer));
+}
+
+/// Markdown as a component, parsed as the [`MarkdownParser`] context says (plain text without
+/// one). Re-renders only when the source (or the parser) changes.
 #[function_component(Markdown)]
 pub fn markdown(props: &MarkdownProps) -> Html {
-    html! { <div class="gg-md">{ render(&props.source) }</div> }
+    let parser = use_context::<MarkdownParser>();
+    let received = use_state(|| None::<(Rc<str>, Rc<Vec<MdEvent>>)>);
+    let asked = use_mut_ref(Asked::default);
+    {
+        let received = received.clone();
+        use_effect_with(
+            (Rc::clone(&props.source), parser.clone()),
+            move |(source, parser)| {
+                let Some(MarkdownParser::Elsewhere(elsewhere)) = parser else {
+                    return;
+                };
+                if received.as_ref().is_some_and(|(of, _)| of == source) {
+                    return;
+                }
+                if asked.borrow().out.is_some() {
+                    asked.borrow_mut().next = Some(Rc::clone(source));
+                    return;
+                }
+                ask(
+                    elsewhere.clone(),
+                    asked,
+                    received.setter(),
+                    Rc::clone(source),
+                );
+            },
+        );
+    }
+    let body = match &parser {
+        Some(MarkdownParser::Here(parse)) => render_events(&parse(&props.source)),
+        Some(MarkdownParser::Elsewhere(_)) => match &*received {
+            Some((_, events)) => render_events(events),
+            None => html! { { props.source.to_string() } },
+        },
+        None => html! { { props.source.to_string() } },
+    };
+    html! { <div class="gg-md">{ body }</div> }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{MdElement, MdEvent, MdTag, destination, parse, render, render_events, safe_href};
+    use super::{MdEvent, MdTag, render, render_events};
 
     #[test]
     fn links_show_where_they_go() {
-        assert_eq!(destination("https://a.example/x?y#z"), "a.example");
-        assert_eq!(
-            destination("HTTPS://Bank.Example:8443/login"),
-            "bank.example:8443"
-        );
-        // A user part is not the host.
-        assert_eq!(
-            destination("https://bank.example@evil.example/"),
-            "evil.example"
-        );
-        assert_eq!(
-            destination("https://evil.example\\@bank.example/"),
-            "evil.example"
-        );
-        assert_eq!(destination("mailto:a@b.example?subject=x"), "a@b.example");
         let html = |md: &str| {
             futures::executor::block_on(
                 yew::LocalServerRenderer::<Wrap>::with_props(WrapProps { md: md.into() }).render(),
@@ -485,31 +374,6 @@ mod tests {
         // An address shown as itself needs no repeat.
         let plain = html("<https://a.example/>");
         assert!(!plain.contains("gg-md-dest"), "{plain}");
-    }
-
-    #[test]
-    fn parsed_events_are_plain_data() {
-        let events = parse("A *b* &amp; [c](javascript:x)\n\n```rs\nfn f() {}\n```\n\n<b>x</b>");
-        assert_eq!(
-            &events[..5],
-            &[
-                MdEvent::Start(MdTag::Element(MdElement::P)),
-                MdEvent::Text("A ".into()),
-                MdEvent::Start(MdTag::Element(MdElement::Em)),
-                MdEvent::Text("b".into()),
-                MdEvent::End,
-            ]
-        );
-        // Entities are decoded and adjacent text joined; the unsafe link has no address.
-        assert_eq!(events[5], MdEvent::Text(" & ".into()));
-        assert_eq!(events[6], MdEvent::Start(MdTag::Link { href: None }));
-        assert!(events.contains(&MdEvent::Start(MdTag::CodeBlock {
-            lang: Some("rs".into())
-        })));
-        assert!(events.contains(&MdEvent::Text("<b>x</b>".into())));
-        let json = serde_json::to_string(&events).expect("json");
-        let back: Vec<MdEvent> = serde_json::from_str(&json).expect("parse");
-        assert_eq!(back, events);
     }
 
     #[test]
@@ -558,35 +422,5 @@ mod tests {
     #[yew::function_component(Wrap)]
     fn wrap(props: &WrapProps) -> yew::Html {
         render(&props.md)
-    }
-
-    #[test]
-    fn only_web_and_mail_links_are_kept() {
-        assert_eq!(
-            safe_href("https://a.example/x").as_deref(),
-            Some("https://a.example/x")
-        );
-        assert_eq!(
-            safe_href(" HTTP://a.example ").as_deref(),
-            Some("HTTP://a.example")
-        );
-        assert_eq!(
-            safe_href("mailto:a@b.example").as_deref(),
-            Some("mailto:a@b.example")
-        );
-        for bad in [
-            "javascript:alert(1)",
-            "JaVaScRiPt:alert(1)",
-            " javascript:alert(1)",
-            "java\tscript:alert(1)",
-            "https://ok\n.example",
-            "data:text/html,<script>alert(1)</script>",
-            "vbscript:msgbox",
-            "/relative",
-            "//evil.example",
-            "",
-        ] {
-            assert_eq!(safe_href(bad), None, "{bad:?} must be rejected");
-        }
     }
 }

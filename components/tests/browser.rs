@@ -143,6 +143,7 @@ fn overlay_props(
 ) -> ChatOverlayProps {
     yew::props!(ChatOverlayProps {
         messages,
+        markdown: MarkdownParser::here(),
         model,
         generating,
         on_send: Callback::noop(),
@@ -565,8 +566,8 @@ fn stream_host(props: &StreamHostProps) -> Html {
         })
     };
     html! {
-        <ChatOverlay messages={state.messages.clone()} generating={state.generating} model={state.model.clone()}
-            on_send={Callback::noop()} on_message_render={Some(on_message_render)} />
+        <ChatOverlay messages={state.messages.clone()} markdown={MarkdownParser::here()} generating={state.generating}
+            model={state.model.clone()} on_send={Callback::noop()} on_message_render={Some(on_message_render)} />
     }
 }
 
@@ -672,6 +673,7 @@ async fn gem_app_round_trip_with_host_events() {
         ..ChatState::default()
     };
     let (root, app) = mount::<GemApp>(yew::props!(GemAppProps {
+        markdown: MarkdownParser::here(),
         initial: Some(Rc::new(initial)),
         on_intent,
         on_ready,
@@ -836,6 +838,7 @@ async fn hosted_panel_closes_through_the_host_only_when_closable() {
     for closable in [false, true] {
         let (on_intent, intents) = recorder::<UiIntent>();
         let (root, app) = mount::<GemApp>(yew::props!(GemAppProps {
+            markdown: MarkdownParser::here(),
             on_intent,
             launcher: false,
             closable,
@@ -897,7 +900,9 @@ async fn shadow_mount_is_closed_styled_inside_immune_to_page_css_and_unmounts() 
         &body,
         HostLayer::Overlay,
         Theme::Light,
-        yew::props!(GemAppProps {}),
+        yew::props!(GemAppProps {
+            markdown: MarkdownParser::here()
+        }),
     )
     .expect("mounted");
     settle().await;

@@ -76,6 +76,7 @@ fn overlay(
 ) -> ChatOverlayProps {
     yew::props!(ChatOverlayProps {
         messages,
+        markdown: MarkdownParser::here(),
         model,
         generating,
         errors,
@@ -319,7 +320,8 @@ fn gem_app_initial_markup() {
         ..ChatState::default()
     };
     let html = render::<GemApp>(yew::props!(GemAppProps {
-        initial: Some(Rc::new(state))
+        initial: Some(Rc::new(state)),
+        markdown: MarkdownParser::here(),
     }));
     assert!(html.contains(r#"data-testid="gg-launcher""#));
     assert!(html.contains(r#"data-status="thinking""#));
@@ -327,7 +329,10 @@ fn gem_app_initial_markup() {
     assert!(html.contains(r#"data-testid="gg-close""#));
     check_snapshot("gem_app", &html);
 
-    let html = render::<GemApp>(yew::props!(GemAppProps { launcher: false }));
+    let html = render::<GemApp>(yew::props!(GemAppProps {
+        launcher: false,
+        markdown: MarkdownParser::here(),
+    }));
     assert!(
         !html.contains(r#"data-testid="gg-launcher""#),
         "no launcher in the overlay page"
@@ -335,10 +340,20 @@ fn gem_app_initial_markup() {
     assert!(html.contains(r#"data-fill="true""#));
 }
 
+/// [`Markdown`] parsed here.
+#[yew::function_component(HereMarkdown)]
+fn here_markdown(props: &MarkdownProps) -> yew::Html {
+    yew::html! {
+        <yew::ContextProvider<MarkdownParser> context={MarkdownParser::here()}>
+            <Markdown source={props.source.clone()} />
+        </yew::ContextProvider<MarkdownParser>>
+    }
+}
+
 /// Model output is untrusted: raw HTML, script tags and `javascript:` links must come out as text.
 #[test]
 fn hostile_markdown_renders_as_inert_text() {
-    let html = render::<Markdown>(yew::props!(MarkdownProps {
+    let html = render::<HereMarkdown>(yew::props!(MarkdownProps {
         source: Rc::<str>::from(mock::HOSTILE_MARKDOWN)
     }));
     // No element was created from the raw HTML: every real tag is one the renderer makes itself and

@@ -242,13 +242,13 @@ pub fn mock_agent(props: &MockAgentProps) -> Html {
     if props.shadow {
         html! {
             <ShadowHost layer={HostLayer::Overlay}>
-                <GemApp {on_intent} {on_ready} />
+                <GemApp markdown={MarkdownParser::here()} {on_intent} {on_ready} />
             </ShadowHost>
         }
     } else {
         html! {
             <ThemeRoot>
-                <GemApp {on_intent} {on_ready} />
+                <GemApp markdown={MarkdownParser::here()} {on_intent} {on_ready} />
             </ThemeRoot>
         }
     }

@@ -48,7 +48,7 @@ fn chat(
 ) -> Callback<Theme, Html> {
     Callback::from(move |_theme: Theme| {
         html! {
-            <ChatOverlay messages={messages.clone()} model={model.clone()} {generating} errors={errors.clone()}
+            <ChatOverlay messages={messages.clone()} markdown={MarkdownParser::here()} model={model.clone()} {generating} errors={errors.clone()}
                 site={Some(AttrValue::from(mock::SITE))} on_send={Callback::noop()} />
         }
     })

@@ -79,6 +79,11 @@ for (const csp of [false, true]) {
     const end = await answer(page);
     assert.equal(end.type, 'gg-answer', `${JSON.stringify(end)}\n${console.join('\n')}`);
     assert.equal(end.detail.text, 'Your order for **Ada** is sent.');
+    // The panel shows the answer's Markdown, which the worker parsed (the page links no parser).
+    const strongAda = (n) => n.nodeName === 'STRONG' && (n.children ?? []).some((c) => c.nodeValue === 'Ada');
+    await until(async () => [...Pierce.walk(await pierce.tree())]
+      .filter((n) => Pierce.attrs(n).class === 'gg-md')
+      .some((md) => [...Pierce.walk(md)].some(strongAda)), { what: 'the answer\'s Markdown in the panel' });
     assert.equal(await page.inputValue('#name'), 'Ada');
     assert.equal(await page.textContent('#preview'), 'Order for Ada', 'the app\'s own state took the typed value');
     assert.deepEqual(await page.evaluate(() => window.clicks), ['send']);

@@ -155,12 +155,12 @@ fn number<T>(
     warnings: &mut Vec<Warning>,
 ) -> T
 where
-    T: std::str::FromStr + PartialOrd + Copy + std::fmt::Display,
+    T: Number + PartialOrd + Copy + std::fmt::Display,
 {
     let Some(raw) = value else { return default };
-    match raw.trim().parse::<T>() {
-        Ok(v) if v >= lo && v <= hi => v,
-        Ok(v) => {
+    match T::read(raw.trim()) {
+        Some(v) if v >= lo && v <= hi => v,
+        Some(v) => {
             let used = if v < lo { lo } else { hi };
             warnings.push(Warning {
                 attribute: name,
@@ -169,7 +169,7 @@ where
             });
             used
         }
-        Err(_) => {
+        None => {
             warnings.push(Warning {
                 attribute: name,
                 value: raw.to_owned(),
@@ -177,6 +177,45 @@ where
             });
             default
         }
+    }
+}
+
+/// A number attribute's value.
+trait Number: Sized {
+    fn read(text: &str) -> Option<Self>;
+}
+
+impl Number for u32 {
+    fn read(text: &str) -> Option<Self> {
+        text.parse().ok()
+    }
+}
+
+impl Number for f32 {
+    /// A plain decimal (`1`, `0.7`, `+.5`, `2.`), not `f32::from_str`: its correctly rounded
+    /// parsing (exponents, `inf`, `NaN`) and its 10 KB table of powers of five are more than a
+    /// setting with one or two decimals needs, on a main thread whose wasm has a size budget.
+    fn read(text: &str) -> Option<Self> {
+        let (negative, text) = match text.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, text.strip_prefix('+').unwrap_or(text)),
+        };
+        let (whole, fraction) = text.split_once('.').unwrap_or((text, ""));
+        let digits = || whole.bytes().chain(fraction.bytes());
+        if (whole.is_empty() && fraction.is_empty()) || !digits().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let mut value = 0f64;
+        for b in whole.bytes() {
+            value = value * 10.0 + f64::from(b - b'0');
+        }
+        let mut scale = 1f64;
+        for b in fraction.bytes().take(12) {
+            scale /= 10.0;
+            value += f64::from(b - b'0') * scale;
+        }
+        let value = value as f32;
+        Some(if negative { -value } else { value })
     }
 }
 
@@ -501,6 +540,28 @@ mod tests {
         assert!(c.allows("run_javascript") && c.allows("type_text"));
         let (c, _) = parse(&[("tools", "read"), ("allow-javascript", "true")]);
         assert!(!c.allows("run_javascript"), "read stays read-only");
+    }
+
+    #[test]
+    fn decimals_read_as_the_attribute_says() {
+        // Plain decimals read as f32::from_str reads them.
+        for text in [
+            "1",
+            "0.7",
+            "+.5",
+            "2.",
+            "-1.25",
+            "1.3333333333333333",
+            "0.1",
+            "1.9",
+        ] {
+            assert_eq!(<f32 as Number>::read(text), text.parse().ok(), "{text}");
+        }
+        for bad in [
+            "", ".", "-", "1e3", "inf", "NaN", "0,5", "1.2.3", " 1", "0x1",
+        ] {
+            assert_eq!(<f32 as Number>::read(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! question, runs the page tools the worker asks for in the page itself (confined to `scope`,
 //! limited to `tools`), and reports what happens as DOM events on the element (`gg-status`,
 //! `gg-token`, `gg-tool`, `gg-answer`, `gg-error`). The page's main thread renders and runs the
-//! tools only; the model never runs here.
+//! tools only; the model never runs here, and neither does the Markdown parser: answers are
+//! parsed by the worker ([`WidgetRequest::ParseMarkdown`]) and rendered here from its events.
 
 pub mod attrs;
 mod events;
@@ -18,10 +19,11 @@ mod page_content;
 use attrs::{Config, ThemeAttr};
 use gg_agent::AgentEvent;
 use gg_components::{
-    Action, ChatDispatcher, ChatMessage, ErrorKind, GemApp, GemAppProps, HostLayer, ModelChoice,
-    Settings, ShadowApp, ShadowAppProps, Theme, UiError, UiIntent, attach_closed_shadow,
+    Action, ChatDispatcher, ChatMessage, ErrorKind, GemApp, GemAppProps, HostLayer, MarkdownParser,
+    ModelChoice, Settings, ShadowApp, ShadowAppProps, Theme, UiError, UiIntent,
+    attach_closed_shadow,
 };
-use gg_messages::widget::{TurnSettings, WidgetRequest, WorkerMessage};
+use gg_messages::widget::{PageMessage, TurnSettings, WidgetRequest};
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 use wasm_bindgen::prelude::*;
@@ -53,6 +55,18 @@ struct State {
     /// WebGPU is missing in the worker: why (every question is answered with it).
     no_webgpu: Option<String>,
     tools: page::PageTools,
+    /// Markdown the UI asked the worker to parse and has no answer for: sent when asked if the
+    /// worker runs, else when it starts (again, after a removal).
+    markdown: Vec<MarkdownAsked>,
+    markdown_ids: u64,
+}
+
+/// Markdown the UI asked the worker to parse ([`WidgetRequest::ParseMarkdown`]).
+struct MarkdownAsked {
+    id: u64,
+    source: Rc<str>,
+    /// Where its events go.
+    answer: yew::Callback<Vec<gg_components::markdown::MdEvent>>,
 }
 
 /// One `<gemma-gem-widget>` element.
@@ -185,6 +199,8 @@ impl Widget {
             waiting: Vec::new(),
             no_webgpu: None,
             tools: page::PageTools::new(),
+            markdown: Vec::new(),
+            markdown_ids: 0,
         }));
         state.borrow_mut().read_config();
         Widget { state }
@@ -372,7 +388,18 @@ fn mount(state: &Rc<RefCell<State>>) -> Result<(), JsValue> {
             wasm_bindgen_futures::spawn_local(async move { on_intent(&state, intent) });
         }
     });
+    let markdown = {
+        let weak = Rc::downgrade(state);
+        MarkdownParser::Elsewhere(yew::Callback::from(
+            move |(source, answer): (Rc<str>, yew::Callback<_>)| {
+                if let Some(state) = weak.upgrade() {
+                    parse_markdown(&state, source, answer);
+                }
+            },
+        ))
+    };
     let inner = GemAppProps {
+        markdown,
         initial: Some(Rc::new(initial)),
         on_intent,
         on_ready,
@@ -408,7 +435,46 @@ fn link(state: &Rc<RefCell<State>>) -> Result<link::WorkerLink, String> {
         }
     })?;
     state.borrow_mut().link = Some(link.clone());
+    // Markdown asked for while no worker ran (a greeting) or of a worker that ended.
+    let waiting: Vec<(u64, Rc<str>)> = state
+        .borrow()
+        .markdown
+        .iter()
+        .map(|asked| (asked.id, Rc::clone(&asked.source)))
+        .collect();
+    for (id, source) in waiting {
+        link.post(&WidgetRequest::ParseMarkdown {
+            id,
+            text: source.to_string(),
+        });
+    }
     Ok(link)
+}
+
+/// The UI asks for the events of `source`: the worker parses it (never started for this alone:
+/// the question waits for the worker the panel or a question starts).
+fn parse_markdown(
+    state: &Rc<RefCell<State>>,
+    source: Rc<str>,
+    answer: yew::Callback<Vec<gg_components::markdown::MdEvent>>,
+) {
+    let (id, link) = {
+        let mut s = state.borrow_mut();
+        s.markdown_ids += 1;
+        let id = s.markdown_ids;
+        s.markdown.push(MarkdownAsked {
+            id,
+            source: Rc::clone(&source),
+            answer,
+        });
+        (id, s.link.clone())
+    };
+    if let Some(link) = link {
+        link.post(&WidgetRequest::ParseMarkdown {
+            id,
+            text: source.to_string(),
+        });
+    }
 }
 
 fn post(state: &Rc<RefCell<State>>, request: WidgetRequest) {
@@ -572,7 +638,27 @@ fn fail_waiting(state: &Rc<RefCell<State>>, message: &str) {
     }
 }
 
-fn on_worker_message(state: &Rc<RefCell<State>>, message: WorkerMessage) {
+/// Posts the page tools' answer to the worker's request `id` when it comes (as the tools give it:
+/// the page never parses it).
+fn answer_later(
+    state: &Rc<RefCell<State>>,
+    kind: &'static str,
+    id: u64,
+    job: futures::future::LocalBoxFuture<'static, JsValue>,
+) {
+    let weak: Weak<RefCell<State>> = Rc::downgrade(state);
+    wasm_bindgen_futures::spawn_local(async move {
+        let result = job.await;
+        // A worker that ended (the element was removed) waits for nothing.
+        let link = weak.upgrade().and_then(|state| state.borrow().link.clone());
+        if let Some(link) = link {
+            link.post_answer(kind, id, &result);
+        }
+    });
+}
+
+fn on_worker_message(state: &Rc<RefCell<State>>, message: PageMessage) {
+    use gg_messages::widget::WorkerMessage;
     match message {
         WorkerMessage::Started { adapter } => {
             if adapter.adapter.is_none() {
@@ -599,27 +685,25 @@ fn on_worker_message(state: &Rc<RefCell<State>>, message: WorkerMessage) {
         }
         WorkerMessage::Agent { turn, event } => on_agent_event(state, turn, event),
         WorkerMessage::RunTool { id, call } => {
-            let weak: Weak<RefCell<State>> = Rc::downgrade(state);
             let job = state.borrow().tools.run(call);
-            wasm_bindgen_futures::spawn_local(async move {
-                let result = job.await;
-                if let Some(state) = weak.upgrade() {
-                    post(&state, WidgetRequest::ToolResult { id, result });
-                }
-            });
+            answer_later(state, "tool_result", id, job);
         }
         WorkerMessage::DescribeElement { id, target } => {
-            let weak: Weak<RefCell<State>> = Rc::downgrade(state);
             let job = state.borrow().tools.describe(target);
-            wasm_bindgen_futures::spawn_local(async move {
-                let result = job.await;
-                if let Some(state) = weak.upgrade() {
-                    post(&state, WidgetRequest::ElementFacts { id, result });
-                }
-            });
+            answer_later(state, "element_facts", id, job);
         }
         WorkerMessage::Error { message } => {
             show_error(state, ErrorKind::GenerationFailed, &message);
+        }
+        WorkerMessage::Markdown { id, events } => {
+            let asked = {
+                let mut s = state.borrow_mut();
+                let at = s.markdown.iter().position(|asked| asked.id == id);
+                at.map(|at| s.markdown.remove(at))
+            };
+            if let Some(asked) = asked {
+                asked.answer.emit(events);
+            }
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The model worker: a module Worker from the widget's folder, spoken to in
 //! [`gg_messages::widget`]'s protocol.
 
-use gg_messages::widget::{WidgetEnvelope, WidgetRequest, WorkerMessage};
+use gg_messages::widget::{PageMessage, WIDGET_PROTOCOL, WidgetEnvelope, WidgetRequest};
 use std::rc::Rc;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -22,8 +22,8 @@ struct Inner {
 impl WorkerLink {
     /// Starts the worker at `url`; `on_message` gets each of its messages (anything that is
     /// not this protocol's is dropped). A worker that fails to start or throws is reported as
-    /// [`WorkerMessage::Error`].
-    pub fn start(url: &str, on_message: impl Fn(WorkerMessage) + 'static) -> Result<Self, String> {
+    /// [`PageMessage::Error`].
+    pub fn start(url: &str, on_message: impl Fn(PageMessage) + 'static) -> Result<Self, String> {
         let options = WorkerOptions::new();
         options.set_type(WorkerType::Module);
         options.set_name("gemma-gem-widget");
@@ -37,7 +37,7 @@ impl WorkerLink {
                 };
                 let Some(message) = serde_json::from_str(&String::from(json))
                     .ok()
-                    .and_then(WidgetEnvelope::<WorkerMessage>::parse)
+                    .and_then(WidgetEnvelope::<PageMessage>::parse)
                 else {
                     return;
                 };
@@ -54,7 +54,7 @@ impl WorkerLink {
                 } else {
                     e.message()
                 };
-                on_message(WorkerMessage::Error {
+                on_message(PageMessage::Error {
                     message: format!("the model worker failed: {detail}"),
                 });
             },
@@ -76,6 +76,25 @@ impl WorkerLink {
             .unwrap_or_else(|_| "null".into());
         if let Ok(value) = js_sys::JSON::parse(&text) {
             let _ = self.inner.worker.post_message(&value);
+        }
+    }
+
+    /// Posts the page tools' answer to request `id` as it is: `{"type": kind, "id": id,
+    /// "result": result}` (`tool_result` or `element_facts`, `result` in serde form).
+    pub fn post_answer(&self, kind: &str, id: u64, result: &JsValue) {
+        let body = js_sys::Object::new();
+        let envelope = js_sys::Object::new();
+        let set = |o: &js_sys::Object, k: &str, v: &JsValue| {
+            js_sys::Reflect::set(o, &JsValue::from_str(k), v).is_ok()
+        };
+        // Ids are the worker's counter, far below 2^53.
+        let complete = set(&body, "type", &JsValue::from_str(kind))
+            && set(&body, "id", &JsValue::from_f64(id as f64))
+            && set(&body, "result", result)
+            && set(&envelope, "protocol", &JsValue::from_str(WIDGET_PROTOCOL))
+            && set(&envelope, "body", &body);
+        if complete {
+            let _ = self.inner.worker.post_message(&envelope);
         }
     }
 

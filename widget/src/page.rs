@@ -4,7 +4,7 @@
 //! and the extension read and act on pages the same way.
 
 use futures::future::LocalBoxFuture;
-use gg_agent::{ElementFacts, ElementTarget, ToolCall, ToolError, ToolErrorKind, ToolOutput};
+use gg_agent::{ToolError, ToolErrorKind, ToolOutput};
 use gg_vocab::Tool;
 use std::time::Duration;
 use wasm_bindgen::{JsCast, JsValue};
@@ -21,15 +21,7 @@ pub struct PageTools {
 /// The refusal of a tool the page does not allow (worded as the worker's, which refuses first:
 /// this check only matters if a request reached the page anyway).
 pub fn refusal(name: &str, allowed: &[Tool]) -> ToolError {
-    let list: Vec<&str> = allowed.iter().map(|t| t.name()).collect();
-    ToolError::denied(format!(
-        "{name} is not enabled on this page (its tools: {})",
-        if list.is_empty() {
-            "none".to_owned()
-        } else {
-            list.join(", ")
-        }
-    ))
+    ToolError::denied(gg_vocab::not_allowed(name, allowed))
 }
 
 impl PageTools {
@@ -47,35 +39,47 @@ impl PageTools {
         self.allowed = allowed;
     }
 
-    /// Runs `call` in the page.
-    pub fn run(&self, call: ToolCall) -> LocalBoxFuture<'static, Result<ToolOutput, ToolError>> {
-        let tool = Tool::from_name(&call.name);
+    /// Runs `call` (the worker's `run_tool` call, `{"name": ..., "args": {...}}`) in the page;
+    /// resolves to the answer to post back as it is: `{"Ok": ToolOutput}` or
+    /// `{"Err": ToolError}` in serde form.
+    pub fn run(&self, call: serde_json::Value) -> LocalBoxFuture<'static, JsValue> {
+        let name = call
+            .get("name")
+            .and_then(|n| n.as_str())
+            .unwrap_or_default();
+        let tool = Tool::from_name(name);
         match tool {
             Some(t) if self.allowed.contains(&t) => {}
             _ => {
-                let refused = refusal(&call.name, &self.allowed);
-                return Box::pin(async move { Err(refused) });
+                let refused = answer(&Err::<(), _>(refusal(name, &self.allowed)));
+                return Box::pin(async move { refused });
             }
         }
         if tool == Some(Tool::RunJavascript) {
             let code = call
-                .args
-                .get("code")
+                .get("args")
+                .and_then(|a| a.get("code"))
                 .and_then(|c| c.as_str())
                 .unwrap_or_default()
                 .to_owned();
-            return Box::pin(run_javascript(code));
+            return Box::pin(async move { answer(&run_javascript(code).await) });
         }
         self.inner.run(call)
     }
 
-    /// Describes an element for the safety gate.
-    pub fn describe(
-        &self,
-        target: ElementTarget,
-    ) -> LocalBoxFuture<'static, Result<ElementFacts, ToolError>> {
+    /// Describes an element for the safety gate (`target`: the worker's `describe_element`
+    /// target); resolves to `{"Ok": ElementFacts}` or `{"Err": ToolError}` in serde form.
+    pub fn describe(&self, target: serde_json::Value) -> LocalBoxFuture<'static, JsValue> {
         self.inner.describe(target)
     }
+}
+
+/// A result in serde form as a JavaScript value (`{"Ok": ...}` / `{"Err": ...}`), to post as it is.
+pub fn answer<T: serde::Serialize>(result: &Result<T, ToolError>) -> JsValue {
+    serde_json::to_string(result)
+        .ok()
+        .and_then(|text| js_sys::JSON::parse(&text).ok())
+        .unwrap_or(JsValue::NULL)
 }
 
 /// `run_javascript` in this page (the page opted in): the code is evaluated as a script in the

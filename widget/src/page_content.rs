@@ -6,10 +6,11 @@
 //! valid selector, refuses the call: the tools never fall back to the whole page.
 
 use futures::future::LocalBoxFuture;
-use gg_agent::{ElementFacts, ElementTarget, ToolCall, ToolError, ToolErrorKind, ToolOutput};
+use gg_agent::{ToolError, ToolErrorKind};
 use gg_content::embedded::PageTools;
 use gg_vocab::Tool;
 use std::rc::Rc;
+use wasm_bindgen::JsValue;
 
 pub struct Tools {
     inner: Rc<PageTools>,
@@ -63,24 +64,39 @@ impl Tools {
         }
     }
 
-    pub fn run(&self, call: ToolCall) -> LocalBoxFuture<'static, Result<ToolOutput, ToolError>> {
+    /// Runs `call` (a JSON tool call) with the content script's tools; resolves to their answer,
+    /// `{"Ok": {"value": ...}}` or `{"Err": {"kind": ..., "message": ...}}`, as it is.
+    pub fn run(&self, call: serde_json::Value) -> LocalBoxFuture<'static, JsValue> {
         let aimed = self.aim();
         let tools = self.inner.clone();
         Box::pin(async move {
-            aimed?;
-            tools.call(&call).await
+            match aimed.and_then(|()| js(&call)) {
+                Ok(call) => tools.run_value(&call).await,
+                Err(e) => crate::page::answer(&Err::<(), _>(e)),
+            }
         })
     }
 
-    pub fn describe(
-        &self,
-        target: ElementTarget,
-    ) -> LocalBoxFuture<'static, Result<ElementFacts, ToolError>> {
+    /// The gate's facts about `target` (a JSON element target); resolves to
+    /// `{"Ok": facts}` or `{"Err": ...}` as the tools answer.
+    pub fn describe(&self, target: serde_json::Value) -> LocalBoxFuture<'static, JsValue> {
         let aimed = self.aim();
         let tools = self.inner.clone();
         Box::pin(async move {
-            aimed?;
-            tools.element_facts(&target).await
+            match aimed.and_then(|()| js(&target)) {
+                Ok(target) => tools.describe_value(&target).await,
+                Err(e) => crate::page::answer(&Err::<(), _>(e)),
+            }
         })
     }
+}
+
+/// A JSON value as the plain JavaScript object the tools read.
+fn js(value: &serde_json::Value) -> Result<JsValue, ToolError> {
+    js_sys::JSON::parse(&value.to_string()).map_err(|_| {
+        ToolError::new(
+            ToolErrorKind::MalformedCall,
+            "the worker's request could not be passed to the page tools",
+        )
+    })
 }

@@ -112,6 +112,11 @@ impl Field<'_> {
 /// The words of `text`, lowercase, split at anything but letters and digits and where a
 /// lowercase letter or digit is followed by an uppercase one (`cardNumber_2` -> `card`,
 /// `number`, `2`).
+///
+/// Lowercase means ASCII lowercase, plus the two letters whose Unicode lowercase has an ASCII
+/// letter (the Kelvin sign `K` and the dotted capital `İ`); other letters keep their case. Every
+/// marker is ASCII, so a field matches exactly as with full Unicode lowercasing, and the
+/// content script and the widget's main thread do without Unicode's lowercase table (11 KB).
 pub fn words(text: &str) -> Vec<String> {
     let mut words = Vec::new();
     let mut current = String::new();
@@ -128,7 +133,11 @@ pub fn words(text: &str) -> Vec<String> {
             words.push(core::mem::take(&mut current));
         }
         previous_lower = c.is_lowercase() || c.is_ascii_digit();
-        current.extend(c.to_lowercase());
+        match c {
+            '\u{212A}' => current.push('k'),
+            '\u{130}' => current.push_str("i\u{307}"),
+            c => current.push(c.to_ascii_lowercase()),
+        }
     }
     if !current.is_empty() {
         words.push(current);
@@ -180,6 +189,47 @@ mod tests {
             words("cardNumber_2 XMLHttp"),
             vec!["card", "number", "2", "xmlhttp"]
         );
+    }
+
+    #[test]
+    fn markers_match_as_with_unicode_lowercase() {
+        let unicode = |text: &str| -> Vec<String> {
+            words(text)
+                .iter()
+                .map(|w| w.chars().flat_map(char::to_lowercase).collect())
+                .collect()
+        };
+        for text in [
+            "ÜberPASSWORD",
+            "Contraseña",
+            "NÚMERO de tarjeta",
+            "\u{212A}REDITKARTE",
+            "İBAN",
+            "ΚΩΔΙΚΌΣ",
+            "cardNumber_2 XMLHttp",
+        ] {
+            let ours = words(text);
+            let theirs = unicode(text);
+            for marker in PASSWORD_MARKERS
+                .iter()
+                .chain(CARD_MARKERS)
+                .chain(OTP_MARKERS)
+            {
+                assert_eq!(
+                    ours.concat().contains(marker),
+                    theirs.concat().contains(marker),
+                    "{text} {marker}"
+                );
+            }
+            for word in CARD_WORDS.iter().chain(OTP_WORDS) {
+                assert_eq!(
+                    ours.iter().any(|w| w == word),
+                    theirs.iter().any(|w| w == word),
+                    "{text} {word}"
+                );
+            }
+        }
+        assert_eq!(words("\u{212A}REDITKARTE"), vec!["kreditkarte"]);
     }
 
     #[test]

@@ -106,6 +106,34 @@ pub const ACT_TOOLS: [Tool; 6] = [
     Tool::TypeText,
 ];
 
+/// Why a call of `tool` is refused where only `allowed` may run: the one wording of the widget's
+/// worker, its page side and the page tools (`gg_content::embedded`).
+///
+/// ```
+/// use gg_vocab::{Tool, not_allowed};
+/// assert_eq!(
+///     not_allowed("click_element", &[Tool::SnapshotPage, Tool::ReadPageContent]),
+///     "click_element is not allowed on this page: the page allows only snapshot_page, read_page_content"
+/// );
+/// assert_eq!(
+///     not_allowed("type_text", &[]),
+///     "type_text is not allowed on this page: the page allows no page tools"
+/// );
+/// ```
+pub fn not_allowed(tool: &str, allowed: &[Tool]) -> String {
+    if allowed.is_empty() {
+        return format!("{tool} is not allowed on this page: the page allows no page tools");
+    }
+    let mut names = String::new();
+    for (i, t) in allowed.iter().enumerate() {
+        if i > 0 {
+            names.push_str(", ");
+        }
+        names.push_str(t.name());
+    }
+    format!("{tool} is not allowed on this page: the page allows only {names}")
+}
+
 /// The tools of a level word: `read` ([`READ_TOOLS`]) or `act` ([`ACT_TOOLS`]), any case;
 /// `None` for anything else.
 ///

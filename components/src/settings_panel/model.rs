@@ -63,8 +63,10 @@ pub(super) fn model_section(props: &ModelSectionProps) -> Html {
             let value = e
                 .target()
                 .and_then(|t| t.dyn_into::<web_sys::HtmlInputElement>().ok())
-                .and_then(|i| i.value().parse::<f32>().ok());
-            if let Some(t) = value {
+                // The browser's number (a range input's value), not `f32::from_str`.
+                .map(|i| i.value_as_number())
+                .filter(|v| v.is_finite());
+            if let Some(t) = value.map(|v| v as f32) {
                 let mut next = settings.clone();
                 next.temperature = t.clamp(min, max);
                 if next != settings {

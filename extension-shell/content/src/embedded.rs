@@ -17,11 +17,11 @@
 //! - [`PageTools::describe`] takes the gate's target (`{"ref": "e3"}` or `{"selector": ...}`,
 //!   `gg_agent::ElementTarget`) and resolves to `Result<gg_agent::ElementFacts,
 //!   gg_agent::ToolError>` in serde form.
-//! - Typed, for the widget's protocol: [`PageTools::call`] (`gg_agent::ToolCall` ->
-//!   `Result<ToolOutput, ToolError>`) and [`PageTools::element_facts`] (`ElementTarget` ->
-//!   `Result<ElementFacts, ToolError>`), Rust futures that use no JavaScript `Promise` (a page
-//!   may replace it); [`PageTools::run_value`] / [`PageTools::describe_value`] are the untyped
-//!   futures.
+//! - [`PageTools::run_value`] / [`PageTools::describe_value`]: the same as Rust futures that use
+//!   no JavaScript `Promise` (a page may replace it); the widget posts their answers to its worker
+//!   as they are. Typed: [`PageTools::call`] (`gg_agent::ToolCall` -> `Result<ToolOutput,
+//!   ToolError>`) and [`PageTools::element_facts`] (`ElementTarget` -> `Result<ElementFacts,
+//!   ToolError>`), through `serde-wasm-bindgen`.
 //! - Calls run in slices of at most [`SLICE_MS`] ms, scheduled here (a `MessageChannel` task
 //!   between slices, a call's first slice after the page's next rendering update, like the
 //!   content script's loader), so the page's main thread keeps running between them. Calls run
@@ -479,21 +479,9 @@ fn busy() -> ToolErr {
 }
 
 fn not_allowed(tool: Tool, allowed: &[Tool]) -> ToolErr {
-    let message = if allowed.is_empty() {
-        format!(
-            "{} is not allowed on this page: the page allows no page tools",
-            tool.name()
-        )
-    } else {
-        format!(
-            "{} is not allowed on this page: the page allows only {}",
-            tool.name(),
-            names(allowed)
-        )
-    };
     ToolErr {
         kind: ToolErrorKind::Blocked,
-        message: clip(&message, 400),
+        message: clip(&gg_vocab::not_allowed(tool.name(), allowed), 400),
     }
 }
 

@@ -11,6 +11,7 @@ use gg_agent::{
     AgentEvent, ApprovalDecision, ElementFacts, ElementTarget, ImagePart, ToolCall, ToolError,
     ToolOutput,
 };
+use gg_markdown::MdEvent;
 use serde::{Deserialize, Serialize};
 
 use crate::{AdapterReport, ModelReport};
@@ -77,12 +78,20 @@ pub enum WidgetRequest {
         call_id: String,
         decision: ApprovalDecision,
     },
+    /// Parse this Markdown (an answer being shown), answered with [`WorkerMessage::Markdown`]:
+    /// the page's main thread links no Markdown parser. Answered at any time, turn or not.
+    ParseMarkdown {
+        /// Chosen by the page; echoed in the answer.
+        id: u64,
+        text: String,
+    },
 }
 
-/// From the worker to the page's main thread.
+/// From the worker to the page's main thread. `Call` and `Target` are the typed tool call and
+/// element target; the page parses them as JSON values ([`PageMessage`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-pub enum WorkerMessage {
+pub enum WorkerMessage<Call = ToolCall, Target = ElementTarget> {
     /// The worker runs; what WebGPU offers in it (`adapter: None` and a reason when nothing).
     Started { adapter: AdapterReport },
     /// Where the model stands (downloading with progress, initializing, ready, failed).
@@ -90,12 +99,21 @@ pub enum WorkerMessage {
     /// An event of the turn `turn` (tokens, tool steps, approvals, the end).
     Agent { turn: u64, event: AgentEvent },
     /// Run a page tool in the page (answered with [`WidgetRequest::ToolResult`]).
-    RunTool { id: u64, call: ToolCall },
+    RunTool { id: u64, call: Call },
     /// Describe an element for the safety gate (answered with [`WidgetRequest::ElementFacts`]).
-    DescribeElement { id: u64, target: ElementTarget },
+    DescribeElement { id: u64, target: Target },
     /// Something failed outside a turn (a bad message, the worker's own start).
     Error { message: String },
+    /// The answer to [`WidgetRequest::ParseMarkdown`]: the text's events ([`gg_markdown::parse`]),
+    /// which the page renders as inert DOM (checking link addresses again).
+    Markdown { id: u64, events: Vec<MdEvent> },
 }
+
+/// A [`WorkerMessage`] as the page's main thread reads it: the tool call and the element target
+/// stay JSON values, handed as they are to the page tools (which read every field defensively and
+/// answer in the serde form of `Result<ToolOutput, ToolError>` / `Result<ElementFacts,
+/// ToolError>`, posted back as they are), so the page links no typed parsing of them.
+pub type PageMessage = WorkerMessage<serde_json::Value, serde_json::Value>;
 
 /// One message on the wire.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -155,10 +173,34 @@ mod tests {
             None
         );
         // A worker message is not a request.
-        let msg = serde_json::to_value(WidgetEnvelope::new(WorkerMessage::Error {
-            message: "x".into(),
-        }))
-        .unwrap();
-        assert_eq!(WidgetEnvelope::<WidgetRequest>::parse(msg), None);
+        let msg =
+            serde_json::to_value(WidgetEnvelope::<WorkerMessage>::new(WorkerMessage::Error {
+                message: "x".into(),
+            }))
+            .unwrap();
+        assert_eq!(WidgetEnvelope::<WidgetRequest>::parse(msg.clone()), None);
+        // The page reads a tool call as the JSON value it is.
+        let run: WorkerMessage = WorkerMessage::RunTool {
+            id: 4,
+            call: ToolCall::new(
+                "snapshot_page",
+                serde_json::json!({"max": 3})
+                    .as_object()
+                    .cloned()
+                    .unwrap_or_default(),
+            ),
+        };
+        let wire = serde_json::to_value(WidgetEnvelope::new(run)).unwrap();
+        assert_eq!(
+            WidgetEnvelope::<PageMessage>::parse(wire),
+            Some(PageMessage::RunTool {
+                id: 4,
+                call: serde_json::json!({"name": "snapshot_page", "args": {"max": 3}})
+            })
+        );
+        assert!(matches!(
+            WidgetEnvelope::<PageMessage>::parse(msg),
+            Some(PageMessage::Error { .. })
+        ));
     }
 }

@@ -7,7 +7,7 @@ use gg_ui_bridge as convert;
 mod settings;
 
 use gg_chrome::log;
-use gg_components::{Action, ChatDispatcher, GemApp, ThemeRoot, UiIntent};
+use gg_components::{Action, ChatDispatcher, GemApp, MarkdownParser, ThemeRoot, UiIntent};
 use gg_messages::{
     Broadcast, Context, ConversationView, Envelope, OverlayAnswer, OverlayRequest, RequestId,
     SETTINGS_KEY, Settings,
@@ -405,7 +405,7 @@ fn overlay_app() -> Html {
     // (the colours follow the system's light or dark preference).
     html! {
         <ThemeRoot>
-            <GemApp launcher={false} closable={true} {on_ready} {on_intent} />
+            <GemApp markdown={MarkdownParser::here()} launcher={false} closable={true} {on_ready} {on_intent} />
         </ThemeRoot>
     }
 }

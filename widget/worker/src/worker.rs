@@ -140,7 +140,8 @@ impl Worker {
     /// A message from the page: a [`WidgetEnvelope`] of a [`WidgetRequest`]; anything else is
     /// answered with [`WorkerMessage::Error`] and otherwise ignored.
     pub fn on_message(self: &Rc<Self>, message: serde_json::Value) {
-        match WidgetEnvelope::<WidgetRequest>::parse(message) {
+        let answer = unreadable_answer(&message);
+        match WidgetEnvelope::<WidgetRequest>::parse(message).or(answer) {
             Some(request) => self.handle(request),
             None => self.post(WorkerMessage::Error {
                 message: format!(
@@ -228,6 +229,10 @@ impl Worker {
                     self.post(WorkerMessage::Error { message });
                 }
             }
+            WidgetRequest::ParseMarkdown { id, text } => self.post(WorkerMessage::Markdown {
+                id,
+                events: gg_markdown::parse(&text),
+            }),
         }
     }
 
@@ -442,15 +447,9 @@ impl PageExecutor {
         if BuiltinTool::from_name(&call.name).is_some_and(|t| self.tools.contains(&t)) {
             return Ok(());
         }
-        let names: Vec<&str> = self.tools.iter().map(|t| t.name()).collect();
-        Err(ToolError::denied(format!(
-            "{} is not enabled on this page (its tools: {})",
-            call.name,
-            if names.is_empty() {
-                "none".to_owned()
-            } else {
-                names.join(", ")
-            }
+        Err(ToolError::denied(gg_vocab::not_allowed(
+            &call.name,
+            &self.tools,
         )))
     }
 }
@@ -498,6 +497,32 @@ impl ToolExecutor for PageExecutor {
     fn current_site(&self) -> LocalBoxFuture<'_, Result<String, ToolError>> {
         let site = self.worker.host.site();
         async move { Ok(site) }.boxed_local()
+    }
+}
+
+/// A `tool_result` or `element_facts` of this protocol whose `result` is not in the expected
+/// shape (the page posts the page tools' answers as they are): the call fails at once with a clear
+/// error instead of waiting for its timeout.
+fn unreadable_answer(message: &serde_json::Value) -> Option<WidgetRequest> {
+    if message.get("protocol")?.as_str()? != gg_messages::widget::WIDGET_PROTOCOL {
+        return None;
+    }
+    let body = message.get("body")?;
+    let id = body.get("id")?.as_u64()?;
+    let error = ToolError::new(
+        gg_agent::ToolErrorKind::Failed,
+        "the page tools gave an answer of an unexpected shape",
+    );
+    match body.get("type")?.as_str()? {
+        "tool_result" => Some(WidgetRequest::ToolResult {
+            id,
+            result: Err(error),
+        }),
+        "element_facts" => Some(WidgetRequest::ElementFacts {
+            id,
+            result: Err(error),
+        }),
+        _ => None,
     }
 }
 

@@ -328,7 +328,7 @@ fn the_executor_refuses_undeclared_tools_with_a_clear_error() {
     let error = none
         .allowed(&ToolCall::from_value("get_page_title", json!({})))
         .unwrap_err();
-    assert!(error.message.contains("none"), "{error}");
+    assert!(error.message.contains("allows no page tools"), "{error}");
 }
 
 #[test]
@@ -430,6 +430,29 @@ fn a_page_that_does_not_answer_times_out_with_a_clear_error() {
     );
     assert!(is_done(events.last().unwrap(), StopReason::EndOfTurn));
     assert!(!s.worker.state.borrow().tool_calls.contains_key(&id));
+}
+
+#[test]
+fn an_answer_of_an_unexpected_shape_fails_the_call_at_once() {
+    let mut s = setup(vec![call("get_page_title", json!({})), answer("no title")]);
+    s.send(ask(3, "Title?", &["get_page_title"]));
+    let (id, _) = run_tool(&s.take());
+    // The page posts the page tools' answers as they are; this one is not a Result.
+    s.worker.on_message(json!({"protocol": "gemma-gem-widget/1",
+        "body": {"type": "tool_result", "id": id, "result": {"value": "t"}}}));
+    s.pool.run_until_stalled();
+    let posted = s.take();
+    let events = Setup::events(&posted, 3);
+    assert!(
+        events.iter().any(|e| matches!(e, AgentEvent::ToolError { error, .. } if error.kind == ToolErrorKind::Failed && error.message.contains("unexpected shape"))),
+        "{events:#?}"
+    );
+    assert!(is_done(events.last().unwrap(), StopReason::EndOfTurn));
+    assert!(
+        !posted
+            .iter()
+            .any(|m| matches!(m, WorkerMessage::Error { .. }))
+    );
 }
 
 #[test]
@@ -679,6 +702,38 @@ fn load_requests_and_foreign_messages() {
     assert!(posted.iter().all(
         |m| matches!(m, WorkerMessage::Error { message } if message.contains("gemma-gem-widget/1"))
     ));
+}
+
+#[test]
+fn markdown_is_parsed_for_the_page_at_any_time() {
+    let mut s = setup(vec![answer("Hi")]);
+    // No turn runs; the answer's shape is the README's.
+    s.worker.on_message(json!({"protocol": "gemma-gem-widget/1",
+        "body": {"type": "parse_markdown", "id": 7, "text": "*a* [b](javascript:x) <i>c</i>"}}));
+    let posted = s.take();
+    let wire = serde_json::to_value(WidgetEnvelope::new(posted[0].clone())).expect("json");
+    assert_eq!(
+        wire["body"],
+        json!({"type": "markdown", "id": 7, "events": [
+            {"start": {"element": "p"}},
+            {"start": {"element": "em"}}, {"text": "a"}, "end",
+            {"text": " "}, {"start": {"link": {"href": null}}}, {"text": "b"}, "end",
+            {"text": " <i>c</i>"},
+            "end"
+        ]})
+    );
+    // After a turn as well.
+    s.send(ask(1, "hello", &[]));
+    s.send(WidgetRequest::ParseMarkdown {
+        id: 8,
+        text: "# T".into(),
+    });
+    let posted = s.take();
+    assert!(
+        posted.iter().any(|m| matches!(m, WorkerMessage::Markdown { id: 8, events }
+            if events.first() == Some(&gg_markdown::MdEvent::Start(gg_markdown::MdTag::Element(gg_markdown::MdElement::H1))))),
+        "{posted:#?}"
+    );
 }
 
 /// The shapes the page's main thread reads (widget/worker/README.md).
