@@ -175,6 +175,7 @@ window.bench = {
     }
     out.wasm_memory_bytes_after = wasm ? wasm.memory.buffer.byteLength : null;
     out.dtype = runtime === 'ours' ? handle.dtype() : handle.dtype;
+    if (runtime === 'ort_web_static') out.graph_capture = handle.graphCapture;
     status(`${runtime}: done`);
     return out;
   },

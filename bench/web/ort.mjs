@@ -14,15 +14,17 @@
 // decoder derives the positions from attention_mask and runs GroupQueryAttention everywhere.
 // Two variants:
 // - `ort_web`: the KV cache grows each step (present fed back as past), as above;
-// - `ort_web_static` (GenAI packages only): a fixed-capacity cache bound in place (each past and
+// - `ort_web_static` (GenAI packages only): a fixed-capacity cache bound in place: each past and
 //   its present are the same preallocated GPU tensor of `capacity` rows, so GroupQueryAttention
-//   takes its shared-buffer path) and graph capture (`enableGraphCapture`): the prompt runs
-//   uncaptured (run option gpu_graph_id -1); every decode step has fixed shapes and every input
-//   and output in fixed GPU buffers (ids embedded into a fixed buffer, attention_mask a fixed
-//   [1, capacity] buffer of ones then zeros, logits into a fixed buffer), so the first decode step
-//   runs normally, the second is captured and the rest replay it. On the onnx-community graphs it
-//   does not apply: their attention concatenates past and new keys (present = Concat(past, new)),
-//   so the cache grows every step and no shape is fixed.
+//   takes its shared-buffer path (past_present_share_buffer, as ONNX Runtime GenAI runs these
+//   packages), the mask [1, total] as GenAI gives it. Graph capture (`enableGraphCapture`) is
+//   asked for first, on a probe session: onnxruntime-web 1.30 refuses it when any node is placed
+//   on the CPU EP, and mobius's decoder has 11 there (the mask's ReduceSum / Sub / Cast into
+//   seqlens_k, Shape / Gather / Cast into total_sequence_length, the KV-shared layers' Concat /
+//   ConstantOfShape for their empty K/V); the answer is recorded (`graph_capture`) and the
+//   fixed cache is measured without capture. On the onnx-community graphs the variant does not
+//   apply: their attention concatenates past and new keys (present = Concat(past, new)), so the
+//   cache grows every step.
 import * as ort from '/ort/ort.webgpu.min.mjs';
 
 ort.env.wasm.wasmPaths = '/ort/';
@@ -40,7 +42,7 @@ export function settings(variant = 'ort_web') {
     numThreads: ort.env.wasm.numThreads ?? null,
     preferredOutputLocation: 'gpu-buffer',
     kvCache: fixed ? 'fixed capacity, past and present the same GPU tensor (GroupQueryAttention shared buffer)' : 'grows each step (present fed back as past)',
-    graphCapture: fixed,
+    graphCapture: fixed ? 'asked for on a probe session; the answer is under graph_capture, the measured session runs without it' : false,
   };
 }
 
@@ -115,9 +117,20 @@ export async function load(model, dtype, verbose = false, variant = 'ort_web', c
     const g = (await genaiResp.json()).model;
     const fixed = variant === 'ort_web_static';
     const embed = g.embedding?.filename ? await genaiSession(base, g.embedding.filename, verbose) : null;
-    const decoder = await genaiSession(base, g.decoder.filename, verbose, fixed ? { enableGraphCapture: true } : {});
+    // `ort_web_static`: whether onnxruntime-web accepts graph capture on this graph (a probe
+    // session, released; the measured session runs without it).
+    let graphCapture = null;
+    if (fixed) {
+      try {
+        const probe = await genaiSession(base, g.decoder.filename, false, { enableGraphCapture: true });
+        await probe.release();
+        graphCapture = { accepted: true, error: null, measured: false };
+      } catch (e) {
+        graphCapture = { accepted: false, error: String(e.message ?? e), measured: false };
+      }
+    }
+    const decoder = await genaiSession(base, g.decoder.filename, verbose);
     const emeta = Object.fromEntries((embed?.inputMetadata ?? []).map((m) => [m.name, m]));
-    const dmeta = Object.fromEntries((decoder.outputMetadata ?? []).map((m) => [m.name, m]));
     const cache = cacheOf(decoder);
     h = {
       layout: 'genai', embed, decoder, cache, vocab: g.vocab_size,
@@ -125,8 +138,7 @@ export async function load(model, dtype, verbose = false, variant = 'ort_web', c
       dtype: cache[0]?.type === 'float16' ? 'q4f16' : 'q4',
       inputs: new Set(decoder.inputNames),
       imageFeatures: embed?.inputNames.includes('image_features') ? emeta.image_features : null,
-      logitsType: dmeta.logits?.type ?? 'float32',
-      variant, capacity,
+      variant, capacity, graphCapture,
     };
     if (fixed) h.fixed = await fixedBuffers(h);
   } else {
@@ -150,8 +162,8 @@ function f16ToF32(h) {
   return s * 2 ** (e - 15) * (1 + f / 1024);
 }
 
-async function argmax(t, keep = false) {
-  const d = await t.getData(!keep); // download, then (unless it is a fixed buffer) release it
+async function argmax(t) {
+  const d = await t.getData(true); // download, then release the GPU buffer
   const n = t.dims[t.dims.length - 1];
   const off = d.length - n; // the last position
   const get = t.type === 'float16' && !(d instanceof Float32Array) && typeof Float16Array === 'undefined'
@@ -165,39 +177,19 @@ async function argmax(t, keep = false) {
   return best;
 }
 
-const BYTES = { float32: 4, float16: 2, int64: 8 };
+const BYTES = { float32: 4, float16: 2 };
 
-/** The fixed GPU buffers of `ort_web_static`, made once per handle: the cache (capacity rows),
- * the decode step's embedding outputs, attention mask and logits. */
+/** The fixed cache of `ort_web_static`, made once per handle: one GPU tensor of `capacity`
+ * rows per past/present pair. */
 async function fixedBuffers(h) {
   const device = await ort.env.webgpu.device;
-  const U = GPUBufferUsage;
-  const tensor = (type, dims, readable = false) => {
-    const size = Math.ceil((dims.reduce((a, b) => a * b, 1) * BYTES[type]) / 16) * 16;
-    const buffer = device.createBuffer({ size, usage: U.STORAGE | U.COPY_SRC | U.COPY_DST });
-    const download = readable ? async () => {
-      const staging = device.createBuffer({ size, usage: U.MAP_READ | U.COPY_DST });
-      const enc = device.createCommandEncoder();
-      enc.copyBufferToBuffer(buffer, 0, staging, 0, size);
-      device.queue.submit([enc.finish()]);
-      await staging.mapAsync(GPUMapMode.READ);
-      const bytes = staging.getMappedRange().slice(0);
-      staging.destroy();
-      return type === 'float16' ? new Uint16Array(bytes) : new Float32Array(bytes);
-    } : undefined;
-    return { buffer, tensor: ort.Tensor.fromGpuBuffer(buffer, { dataType: type, dims, download }) };
-  };
-  const emb = (name) => h.embed.outputMetadata.find((m) => m.name === name);
-  const hidden = emb('inputs_embeds').shape.at(-1);
-  const pli = emb('per_layer_inputs')?.shape.at(-1);
-  return {
-    device,
-    cache: h.cache.map((c) => tensor(c.type, [1, c.heads, h.capacity, c.dim])),
-    inputsEmbeds: tensor(emb('inputs_embeds').type, [1, 1, hidden]),
-    perLayerInputs: pli ? tensor(emb('per_layer_inputs').type, [1, 1, pli]) : null,
-    mask: tensor('int64', [1, h.capacity]),
-    logits: tensor(h.logitsType, [1, 1, h.vocab], true),
-  };
+  const cache = h.cache.map((c) => {
+    const dims = [1, c.heads, h.capacity, c.dim];
+    const size = Math.ceil((dims.reduce((a, b) => a * b, 1) * BYTES[c.type]) / 16) * 16;
+    const buffer = device.createBuffer({ size, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
+    return ort.Tensor.fromGpuBuffer(buffer, { dataType: c.type, dims, dispose: () => buffer.destroy() });
+  });
+  return { cache };
 }
 
 function emptyImageFeatures(h) {
@@ -256,10 +248,8 @@ class Gen {
   }
 }
 
-/** `ort_web_static`: the cache is the handle's fixed buffers (capacity rows, each past bound as
- * its own present); the prompt runs uncaptured, the decode steps with fixed shapes and buffers
- * (graph capture: the first decode step of the session runs normally, the second is captured,
- * the rest replay). */
+/** `ort_web_static`: the cache is the handle's fixed tensors, each past bound as its own present
+ * (GroupQueryAttention writes the new rows in place); only the logits are allocated per step. */
 class StaticGen {
   constructor(h) {
     this.h = h;
@@ -268,40 +258,24 @@ class StaticGen {
 
   async step(ids) {
     const { h } = this;
-    const f = h.fixed;
-    const s = ids.length;
-    const total = this.past + s;
+    const total = this.past + ids.length;
     if (total > h.capacity) throw new Error(`ort_web_static: ${total} tokens over the fixed cache's ${h.capacity} rows`);
     const feeds = {};
-    const fetches = {};
-    h.cache.forEach((c, i) => { feeds[c.name] = f.cache[i].tensor; fetches[c.present] = f.cache[i].tensor; });
+    const fetches = { logits: null };
+    h.cache.forEach((c, i) => { feeds[c.name] = h.fixed.cache[i]; fetches[c.present] = h.fixed.cache[i]; });
     let emb = {};
-    if (s > 1) {
-      // The prompt: shapes of its own, not captured.
+    if (h.embed) {
       emb = await h.embed.run(embedFeeds(h, ids));
       feeds.inputs_embeds = emb.inputs_embeds;
       if (h.inputs.has('per_layer_inputs')) feeds.per_layer_inputs = emb.per_layer_inputs;
-      feeds.attention_mask = new ort.Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]);
-      const out = await h.decoder.run(feeds, { ...fetches, logits: null }, { extra: { gpu_graph_id: '-1' } });
-      for (const t of Object.values(emb)) t.dispose();
-      this.past = total;
-      return argmax(out.logits);
+    } else {
+      feeds.input_ids = new ort.Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]);
     }
-    // A decode step: the embedding written into the fixed buffers, the mask [1, capacity] with
-    // `total` ones, the logits into their fixed buffer.
-    const efetch = { inputs_embeds: f.inputsEmbeds.tensor };
-    if (f.perLayerInputs) efetch.per_layer_inputs = f.perLayerInputs.tensor;
-    await h.embed.run(embedFeeds(h, ids), efetch);
-    const mask = new BigInt64Array(h.capacity);
-    mask.fill(1n, 0, total);
-    f.device.queue.writeBuffer(f.mask.buffer, 0, mask);
-    feeds.inputs_embeds = f.inputsEmbeds.tensor;
-    if (h.inputs.has('per_layer_inputs')) feeds.per_layer_inputs = f.perLayerInputs.tensor;
-    feeds.attention_mask = f.mask.tensor;
-    fetches.logits = f.logits.tensor;
-    await h.decoder.run(feeds, fetches);
+    feeds.attention_mask = new ort.Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]);
+    const out = await h.decoder.run(feeds, fetches);
+    for (const t of Object.values(emb)) t.dispose();
     this.past = total;
-    return argmax(f.logits.tensor, true);
+    return argmax(out.logits);
   }
 
   dispose() {}

@@ -370,7 +370,9 @@ fn ensure_model(model: &BenchModel) -> Result<()> {
         return ensure_mobius_e2b(model);
     }
     if model.name != "gemma4-e2b-bench" {
-        if !model.dir.join("config.json").is_file() {
+        if !model.dir.join("config.json").is_file()
+            && !model.dir.join("genai_config.json").is_file()
+        {
             bail!("{} is missing (a committed fixture)", model.dir.display());
         }
         return Ok(());

@@ -261,6 +261,13 @@ pub fn browser_model(raw: &Value, peers: &[String]) -> Value {
         {
             m.insert("settings".into(), s);
         }
+        // `ort_web_static`: whether onnxruntime-web took graph capture, or its error.
+        if let Some(g) = pairs
+            .iter()
+            .find_map(|p| run_of(p, rt).and_then(|r| r.get("graph_capture").cloned()))
+        {
+            m.insert("graph_capture".into(), g);
+        }
         if rt == "ours" {
             // Our work counters per decoded token (shortest context), medians over the pairs.
             let mut counters = Map::new();
