@@ -3,7 +3,9 @@
 //   node bench/run-browser.mjs CONFIG.json OUT.json
 // CONFIG: { url, chromium, chromiumArgs, pairs, seed, runtimes: ['ours', 'ort_web', ...],
 //           prefill: [n...], decode: [{ context, tokens }...], requireGpu,
-//           models: [{ name, url, vocab }], vision: { url, softTokens, runs } }.
+//           models: [{ name, url, vocab, runtimes, capacity }], vision: { url, softTokens, runs } }
+// (a model's `runtimes`, when given, replaces the list for it: the peers that can read its graph
+// form; `capacity`: the fixed cache's rows of `ort_web_static`).
 // Per model: onnxruntime-web's node placement (verbose log, its own page, untimed), then `pairs`
 // pairs; in each pair every runtime runs once in a fresh page, in an order shuffled with a PRNG
 // seeded by `seed` (recorded). While a model loads it samples the JS heap + ArrayBuffers
@@ -191,13 +193,14 @@ try {
   const rand = prng(seed);
   for (const model of cfg.models) {
     const res = { dtype, pairs: [] };
-    if (cfg.runtimes.includes('ort_web')) {
+    const runtimes = model.runtimes ?? cfg.runtimes;
+    if (runtimes.includes('ort_web')) {
       log(`${model.name}: onnxruntime-web node placement`);
       res.ort_web_placement = await placement(model, dtype);
       log(`${model.name}: placement ${JSON.stringify(res.ort_web_placement.providers)}`);
     }
     for (let pair = 0; pair < cfg.pairs; pair++) {
-      const order = shuffled(cfg.runtimes, rand);
+      const order = shuffled(runtimes, rand);
       const runs = {};
       for (const runtime of order) {
         log(`${model.name}: pair ${pair + 1}/${cfg.pairs}, ${runtime} (order ${order.join(' ')})`);

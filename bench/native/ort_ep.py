@@ -15,6 +15,13 @@ then to the last of --decode-tokens further ids, nothing in flight before.
 
 `--ep cpu`: ONNX Runtime's CPU EP (no plug-in needed), the reference the benches consult when
 the runtimes' greedy ids differ.
+`--model` is a folder in the onnx-community layout (embed_tokens_<dtype>.onnx +
+decoder_model_merged_<dtype>.onnx) or an ONNX Runtime GenAI package (genai_config.json: mobius's
+`embedding/` + `decoder/`, or one graph taking input_ids; one variant, --dtype ignored). On the CPU
+EP a GenAI package's MatMulNBits run with accuracy_level 0 (exact fp32 dequantization, as our
+runtime computes; mobius writes 4, with which the CPU kernel quantizes the activations to int8 and
+the logits move by up to 14 on the tiny fixture: tools/fixtures/README.md), so the referee is exact
+math; the WebGPU EP runs the graph as written.
 
 Without a GPU: ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1 and a Vulkan ICD Dawn accepts (Chromium's
 SwiftShader, VK_ICD_FILENAMES=/usr/lib/chromium/vk_swiftshader_icd.json; Dawn refuses lavapipe),
@@ -42,11 +49,20 @@ NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 class Model:
     def __init__(self, folder: str, dtype: str | None, ep: str):
-        with open(f"{folder}/config.json") as f:
-            cfg = json.load(f)
-        text = cfg.get("text_config", cfg)
-        self.vocab = text["vocab_size"]
-        self.limit = text.get("max_position_embeddings")
+        try:
+            with open(f"{folder}/genai_config.json") as f:
+                genai = json.load(f)["model"]
+        except FileNotFoundError:
+            genai = None
+        if genai is None:
+            with open(f"{folder}/config.json") as f:
+                cfg = json.load(f)
+            text = cfg.get("text_config", cfg)
+            self.vocab = text["vocab_size"]
+            self.limit = text.get("max_position_embeddings")
+        else:
+            self.vocab = genai["vocab_size"]
+            self.limit = genai.get("context_length")
         self.ep = ep
         # Where the cache and the embeddings live between steps.
         self.where = "webgpu" if ep == "webgpu" else "cpu"
@@ -64,20 +80,47 @@ class Model:
             self.device = devices[0]
         self.dtype = dtype or "q4f16"
         t0 = time.perf_counter()
-        self.embed = self._session(f"{folder}/onnx/embed_tokens_{self.dtype}.onnx")
-        self.decoder = self._session(f"{folder}/onnx/decoder_model_merged_{self.dtype}.onnx")
+        if genai is None:
+            self.embed = self._session(f"{folder}/onnx/embed_tokens_{self.dtype}.onnx")
+            self.decoder = self._session(f"{folder}/onnx/decoder_model_merged_{self.dtype}.onnx")
+        else:
+            exact = ep == "cpu"
+            emb = genai.get("embedding", {}).get("filename")
+            self.embed = self._session(f"{folder}/{emb}", exact) if emb else None
+            self.decoder = self._session(f"{folder}/{genai['decoder']['filename']}", exact)
         self.load_s = time.perf_counter() - t0
         self.inputs = {i.name: i for i in self.decoder.get_inputs()}
+        if genai is not None:
+            past = [i for n, i in self.inputs.items() if n.startswith("past_key_values.")]
+            self.dtype = "q4f16" if past and past[0].type == "tensor(float16)" else "q4"
         self.cache = [
             (name, name.replace("past_key_values.", "present."), i)
             for name, i in self.inputs.items()
             if name.startswith("past_key_values.")
         ]
-        self.embed_outputs = [o.name for o in self.embed.get_outputs()]
+        self.embed_outputs = [o.name for o in self.embed.get_outputs()] if self.embed else []
+        # GenAI embedding graphs take image features too: none here ([0, hidden]).
+        self.embed_extra = {
+            i.name: np.zeros((0, i.shape[-1]), dtype=NP[i.type])
+            for i in (self.embed.get_inputs() if self.embed else [])
+            if i.name != "input_ids"
+        }
 
-    def _session(self, path: str) -> ort.InferenceSession:
+    def _session(self, path: str, exact: bool = False) -> ort.InferenceSession:
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if exact:
+            # MatMulNBits with accuracy_level 0 (see the module doc); external data stays next to
+            # the graph, so the model is loaded from its folder and passed as bytes.
+            import onnx
+
+            m = onnx.load(path, load_external_data=True)
+            for n in m.graph.node:
+                if n.op_type == "MatMulNBits":
+                    for a in n.attribute:
+                        if a.name == "accuracy_level":
+                            a.i = 0
+            path = m.SerializeToString()
         if self.device is None:
             return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
         so.add_provider_for_devices([self.device], {})
@@ -94,16 +137,21 @@ class Generation:
         m = self.m
         s = len(ids)
         total = self.past + s
-        eb = m.embed.io_binding()
-        eb.bind_cpu_input("input_ids", np.asarray([ids], dtype=np.int64))
-        for name in m.embed_outputs:
-            eb.bind_output(name, m.where)
-        m.embed.run_with_iobinding(eb)
-        emb = dict(zip(m.embed_outputs, eb.get_outputs()))
         b = m.decoder.io_binding()
-        b.bind_ortvalue_input("inputs_embeds", emb["inputs_embeds"])
-        if "per_layer_inputs" in m.inputs:
-            b.bind_ortvalue_input("per_layer_inputs", emb["per_layer_inputs"])
+        if m.embed is not None:
+            eb = m.embed.io_binding()
+            eb.bind_cpu_input("input_ids", np.asarray([ids], dtype=np.int64))
+            for name, v in m.embed_extra.items():
+                eb.bind_cpu_input(name, v)
+            for name in m.embed_outputs:
+                eb.bind_output(name, m.where)
+            m.embed.run_with_iobinding(eb)
+            emb = dict(zip(m.embed_outputs, eb.get_outputs()))
+            b.bind_ortvalue_input("inputs_embeds", emb["inputs_embeds"])
+            if "per_layer_inputs" in m.inputs:
+                b.bind_ortvalue_input("per_layer_inputs", emb["per_layer_inputs"])
+        else:
+            b.bind_cpu_input("input_ids", np.asarray([ids], dtype=np.int64))
         b.bind_cpu_input("attention_mask", np.ones((1, total), dtype=np.int64))
         if "position_ids" in m.inputs:
             b.bind_cpu_input("position_ids", np.arange(self.past, total, dtype=np.int64)[None, :])

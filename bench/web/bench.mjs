@@ -1,4 +1,5 @@
-// The bench page: the same measurements for our runtime (wasm, ./pkg), onnxruntime-web (./ort.mjs)
+// The bench page: the same measurements for our runtime (wasm, ./pkg), onnxruntime-web (./ort.mjs:
+// `ort_web`, and `ort_web_static` with a fixed-capacity cache and graph capture on GenAI packages)
 // and transformers.js (./tjs.mjs). The driver (bench/run-browser.mjs) opens a fresh page per
 // runtime and pair and calls window.bench.load(...) then window.bench.measure(...).
 //
@@ -105,11 +106,12 @@ window.bench = {
   adapterInfo,
   promptIds,
   async settings(runtime) {
-    if (runtime === 'ort_web') return { ...ort.settings(), ...await peerSubgroups() };
+    if (runtime === 'ort_web' || runtime === 'ort_web_static') return { ...ort.settings(runtime), ...await peerSubgroups() };
     if (runtime === 'transformers_js') return { ...(await import('./tjs.mjs')).settings(), ...await peerSubgroups() };
     return { crossOriginIsolated: globalThis.crossOriginIsolated === true, run_ahead: 'as the adapter tunes it (next steps only)' };
   },
-  /** Loads `model` ({ name, url }: a Hugging Face layout folder) with `runtime`. */
+  /** Loads `model` ({ name, url, capacity }: a Hugging Face layout folder or a GenAI package) with
+   * `runtime`; `capacity`: the fixed cache's rows for `ort_web_static`. */
   async load({ runtime, model, dtype }) {
     status(`${runtime}: loading ${model.url}`);
     if (runtime !== 'ours') await peerSubgroups(); // before the clock (settings() made it already)
@@ -118,8 +120,8 @@ window.bench = {
     if (runtime === 'ours') {
       wasm = await init();
       handle = await ours.load(model.url, dtype);
-    } else if (runtime === 'ort_web') {
-      handle = await ort.load(model.url, dtype);
+    } else if (runtime === 'ort_web' || runtime === 'ort_web_static') {
+      handle = await ort.load(model.url, dtype, false, runtime, model.capacity ?? 0);
     } else if (runtime === 'transformers_js') {
       handle = await (await import('./tjs.mjs')).load(model.name, dtype);
     } else {
@@ -205,6 +207,7 @@ window.bench = {
     }
     out.wasm_memory_bytes_after = wasm ? wasm.memory.buffer.byteLength : null;
     out.dtype = runtime === 'ours' ? handle.dtype() : handle.dtype;
+    if (runtime === 'ort_web_static') out.graph_capture = handle.graphCapture;
     status(`${runtime}: done`);
     return out;
   },

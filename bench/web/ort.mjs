@@ -8,18 +8,32 @@
 // - every present.* output and both embed outputs stay on the GPU (preferredOutputLocation
 //   'gpu-buffer') and are fed back as inputs, so the cache never visits the CPU;
 // - only the logits are read back (getData, argmax on the CPU: greedy, as in ours).
-// A fixed-capacity cache with graph capture (`ort_web_static`) does not apply to these graphs:
-// their attention concatenates past and new keys (present = Concat(past, new)), so the cache
-// grows every step and no shape is fixed; it needs GroupQueryAttention with a shared
-// past/present buffer (the exporters' form), see bench/README.md.
+// Two graph forms: the onnx-community layout (embed_tokens_<dtype>.onnx + decoder_model_merged_<dtype>.onnx,
+// our generator's form) and an ONNX Runtime GenAI package (genai_config.json; mobius's export:
+// `embedding/model.onnx` + `decoder/model.onnx`, or one `model.onnx` taking input_ids), whose
+// decoder derives the positions from attention_mask and runs GroupQueryAttention everywhere.
+// Two variants:
+// - `ort_web`: the KV cache grows each step (present fed back as past), as above;
+// - `ort_web_static` (GenAI packages only): a fixed-capacity cache bound in place: each past and
+//   its present are the same preallocated GPU tensor of `capacity` rows, so GroupQueryAttention
+//   takes its shared-buffer path (past_present_share_buffer, as ONNX Runtime GenAI runs these
+//   packages), the mask [1, total] as GenAI gives it. Graph capture (`enableGraphCapture`) is
+//   asked for first, on a probe session: onnxruntime-web 1.30 refuses it when any node is placed
+//   on the CPU EP, and mobius's decoder has 6 + 2 per KV-shared layer there (the mask's ReduceSum / Sub / Cast into
+//   seqlens_k, Shape / Gather / Cast into total_sequence_length, the KV-shared layers' Concat /
+//   ConstantOfShape for their empty K/V); the answer is recorded (`graph_capture`) and the
+//   fixed cache is measured without capture. On the onnx-community graphs the variant does not
+//   apply: their attention concatenates past and new keys (present = Concat(past, new)), so the
+//   cache grows every step.
 import * as ort from '/ort/ort.webgpu.min.mjs';
 
 ort.env.wasm.wasmPaths = '/ort/';
 ort.env.webgpu.powerPreference = 'high-performance';
 ort.env.logLevel = 'error';
 
-/** The settings in effect (recorded with the results). */
-export function settings() {
+/** The settings in effect for `variant` (recorded with the results). */
+export function settings(variant = 'ort_web') {
+  const fixed = variant === 'ort_web_static';
   return {
     version: ort.env.versions?.web ?? null,
     powerPreference: ort.env.webgpu.powerPreference,
@@ -27,7 +41,8 @@ export function settings() {
     crossOriginIsolated: globalThis.crossOriginIsolated === true,
     numThreads: ort.env.wasm.numThreads ?? null,
     preferredOutputLocation: 'gpu-buffer',
-    graphCapture: false,
+    kvCache: fixed ? 'fixed capacity, past and present the same GPU tensor (GroupQueryAttention shared buffer)' : 'grows each step (present fed back as past)',
+    graphCapture: fixed ? 'asked for on a probe session; the answer is under graph_capture, the measured session runs without it' : false,
   };
 }
 
@@ -45,11 +60,10 @@ function chunksOf(config, file) {
   return v === true ? 1 : typeof v === 'number' ? v : 0;
 }
 
-async function session(base, config, name, dtype, verbose) {
-  const file = `${name}_${dtype}.onnx`;
-  const externalData = chunkNames(file, chunksOf(config, file)).map((path) => ({ path, data: `${base}onnx/${path}` }));
+async function createSession(url, externalData, verbose, extra = {}) {
+  const file = url.split('/').slice(-2).join('/');
   try {
-    return await ort.InferenceSession.create(`${base}onnx/${file}`, {
+    return await ort.InferenceSession.create(url, {
       executionProviders: [{ name: 'webgpu', validationMode: 'disabled' }],
       graphOptimizationLevel: 'all',
       // Verbose: the node placement ("Node(s) placed on [...]") goes to the console.
@@ -57,29 +71,86 @@ async function session(base, config, name, dtype, verbose) {
       externalData,
       // Every output stays on the GPU; the logits are downloaded explicitly (getData).
       preferredOutputLocation: 'gpu-buffer',
+      ...extra,
     });
   } catch (e) {
     throw new Error(`onnxruntime-web could not load ${file}: ${e.message ?? e}`);
   }
 }
 
-/** Loads both sessions; `verbose` logs onnxruntime's node placement to the console. */
-export async function load(model, dtype, verbose = false) {
-  const base = model.endsWith('/') ? model : `${model}/`;
-  const config = await (await fetch(`${base}config.json`)).json();
-  const vocab = config.text_config?.vocab_size ?? config.vocab_size;
-  if (verbose) ort.env.logLevel = 'verbose';
-  const embed = await session(base, config, 'embed_tokens', dtype, verbose);
-  const decoder = await session(base, config, 'decoder_model_merged', dtype, verbose);
-  if (verbose) ort.env.logLevel = 'error';
+function session(base, config, name, dtype, verbose) {
+  const file = `${name}_${dtype}.onnx`;
+  const externalData = chunkNames(file, chunksOf(config, file)).map((path) => ({ path, data: `${base}onnx/${path}` }));
+  return createSession(`${base}onnx/${file}`, externalData, verbose);
+}
+
+/** A GenAI package's graph `file` (relative to the package) with its `<file>.data` when served. */
+async function genaiSession(base, file, verbose, extra) {
+  const data = `${file}.data`;
+  const name = data.split('/').at(-1);
+  // Whether it is served: the response's status (its body is not read).
+  const probe = await fetch(`${base}${data}`).catch(() => null);
+  probe?.body?.cancel();
+  const externalData = probe?.ok ? [{ path: name, data: `${base}${data}` }] : [];
+  return createSession(`${base}${file}`, externalData, verbose, extra);
+}
+
+function cacheOf(decoder) {
   const meta = Object.fromEntries((decoder.inputMetadata ?? []).map((m) => [m.name, m]));
-  const cache = decoder.inputNames.filter((n) => n.startsWith('past_key_values.')).map((name) => {
+  return decoder.inputNames.filter((n) => n.startsWith('past_key_values.')).map((name) => {
     const m = meta[name];
     if (!m?.shape) throw new Error(`onnxruntime-web gives no shape for ${name}`);
     const [, heads, , dim] = m.shape;
     return { name, present: name.replace('past_key_values.', 'present.'), type: m.type, heads, dim };
   });
-  return { embed, decoder, cache, vocab, dtype, inputs: new Set(decoder.inputNames) };
+}
+
+/** Loads the sessions of `model` (a folder URL) for `variant` (`ort_web` or `ort_web_static`);
+ * `verbose` logs onnxruntime's node placement to the console; `capacity`: the fixed cache's rows
+ * (`ort_web_static`). */
+export async function load(model, dtype, verbose = false, variant = 'ort_web', capacity = 0) {
+  const base = model.endsWith('/') ? model : `${model}/`;
+  const genaiResp = await fetch(`${base}genai_config.json`);
+  if (verbose) ort.env.logLevel = 'verbose';
+  let h;
+  if (genaiResp.ok) {
+    const g = (await genaiResp.json()).model;
+    const fixed = variant === 'ort_web_static';
+    const embed = g.embedding?.filename ? await genaiSession(base, g.embedding.filename, verbose) : null;
+    // `ort_web_static`: whether onnxruntime-web accepts graph capture on this graph (a probe
+    // session, released; the measured session runs without it).
+    let graphCapture = null;
+    if (fixed) {
+      try {
+        const probe = await genaiSession(base, g.decoder.filename, false, { enableGraphCapture: true });
+        await probe.release();
+        graphCapture = { accepted: true, error: null, measured: false };
+      } catch (e) {
+        graphCapture = { accepted: false, error: String(e.message ?? e), measured: false };
+      }
+    }
+    const decoder = await genaiSession(base, g.decoder.filename, verbose);
+    const emeta = Object.fromEntries((embed?.inputMetadata ?? []).map((m) => [m.name, m]));
+    const cache = cacheOf(decoder);
+    h = {
+      layout: 'genai', embed, decoder, cache, vocab: g.vocab_size,
+      // One variant per package: its activation dtype.
+      dtype: cache[0]?.type === 'float16' ? 'q4f16' : 'q4',
+      inputs: new Set(decoder.inputNames),
+      imageFeatures: embed?.inputNames.includes('image_features') ? emeta.image_features : null,
+      variant, capacity, graphCapture,
+    };
+    if (fixed) h.fixed = await fixedBuffers(h);
+  } else {
+    if (variant !== 'ort_web') throw new Error(`${variant} needs GroupQueryAttention's shared past/present buffer (a GenAI package); ${model} is in the onnx-community layout`);
+    const config = await (await fetch(`${base}config.json`)).json();
+    const vocab = config.text_config?.vocab_size ?? config.vocab_size;
+    const embed = await session(base, config, 'embed_tokens', dtype, verbose);
+    const decoder = await session(base, config, 'decoder_model_merged', dtype, verbose);
+    h = { layout: 'onnx-community', embed, decoder, cache: cacheOf(decoder), vocab, dtype, inputs: new Set(decoder.inputNames), variant };
+  }
+  if (verbose) ort.env.logLevel = 'error';
+  return h;
 }
 
 function f16ToF32(h) {
@@ -106,6 +177,34 @@ async function argmax(t) {
   return best;
 }
 
+const BYTES = { float32: 4, float16: 2 };
+
+/** The fixed cache of `ort_web_static`, made once per handle: one GPU tensor of `capacity`
+ * rows per past/present pair. */
+async function fixedBuffers(h) {
+  const device = await ort.env.webgpu.device;
+  const cache = h.cache.map((c) => {
+    const dims = [1, c.heads, h.capacity, c.dim];
+    const size = Math.ceil((dims.reduce((a, b) => a * b, 1) * BYTES[c.type]) / 16) * 16;
+    const buffer = device.createBuffer({ size, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
+    return ort.Tensor.fromGpuBuffer(buffer, { dataType: c.type, dims, dispose: () => buffer.destroy() });
+  });
+  return { cache };
+}
+
+function emptyImageFeatures(h) {
+  const m = h.imageFeatures;
+  const dim = m.shape.at(-1);
+  return new ort.Tensor(m.type, m.type === 'float16' ? new Uint16Array(0) : new Float32Array(0), [0, dim]);
+}
+
+/** The embedding session's feeds for `ids` (GenAI packages: with empty image features). */
+function embedFeeds(h, ids) {
+  const feeds = { input_ids: new ort.Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]) };
+  if (h.imageFeatures) feeds.image_features = emptyImageFeatures(h);
+  return feeds;
+}
+
 /** One generation: the cache (GPU tensors) and the position. */
 class Gen {
   constructor(h) {
@@ -114,15 +213,20 @@ class Gen {
     this.cache = h.cache.map((c) => new ort.Tensor(c.type, c.type === 'float16' ? new Uint16Array(0) : new Float32Array(0), [1, c.heads, 0, c.dim]));
   }
 
-  /** Runs both sessions on `ids` and returns the greedy next id. */
+  /** Runs the sessions on `ids` and returns the greedy next id. */
   async step(ids) {
     const { h } = this;
     const s = ids.length;
     const total = this.past + s;
-    const idsT = new ort.Tensor('int64', BigInt64Array.from(ids, BigInt), [1, s]);
-    const emb = await h.embed.run({ input_ids: idsT });
-    const feeds = { inputs_embeds: emb.inputs_embeds };
-    if (h.inputs.has('per_layer_inputs')) feeds.per_layer_inputs = emb.per_layer_inputs;
+    const feeds = {};
+    let emb = {};
+    if (h.embed) {
+      emb = await h.embed.run(embedFeeds(h, ids));
+      feeds.inputs_embeds = emb.inputs_embeds;
+      if (h.inputs.has('per_layer_inputs')) feeds.per_layer_inputs = emb.per_layer_inputs;
+    } else {
+      feeds.input_ids = new ort.Tensor('int64', BigInt64Array.from(ids, BigInt), [1, s]);
+    }
     feeds.attention_mask = new ort.Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]);
     if (h.inputs.has('position_ids')) {
       feeds.position_ids = new ort.Tensor('int64', BigInt64Array.from({ length: s }, (_, i) => BigInt(this.past + i)), [1, s]);
@@ -144,10 +248,43 @@ class Gen {
   }
 }
 
+/** `ort_web_static`: the cache is the handle's fixed tensors, each past bound as its own present
+ * (GroupQueryAttention writes the new rows in place); only the logits are allocated per step. */
+class StaticGen {
+  constructor(h) {
+    this.h = h;
+    this.past = 0;
+  }
+
+  async step(ids) {
+    const { h } = this;
+    const total = this.past + ids.length;
+    if (total > h.capacity) throw new Error(`ort_web_static: ${total} tokens over the fixed cache's ${h.capacity} rows`);
+    const feeds = {};
+    const fetches = { logits: null };
+    h.cache.forEach((c, i) => { feeds[c.name] = h.fixed.cache[i]; fetches[c.present] = h.fixed.cache[i]; });
+    let emb = {};
+    if (h.embed) {
+      emb = await h.embed.run(embedFeeds(h, ids));
+      feeds.inputs_embeds = emb.inputs_embeds;
+      if (h.inputs.has('per_layer_inputs')) feeds.per_layer_inputs = emb.per_layer_inputs;
+    } else {
+      feeds.input_ids = new ort.Tensor('int64', BigInt64Array.from(ids, BigInt), [1, ids.length]);
+    }
+    feeds.attention_mask = new ort.Tensor('int64', new BigInt64Array(total).fill(1n), [1, total]);
+    const out = await h.decoder.run(feeds, fetches);
+    for (const t of Object.values(emb)) t.dispose();
+    this.past = total;
+    return argmax(out.logits);
+  }
+
+  dispose() {}
+}
+
 /** A generation on `ids`, stepped by the bench page: first() is the prompt's step, next() one
  * decode step; each resolves to the greedy id once it is on the CPU. */
 export function generation(h, ids) {
-  const g = new Gen(h);
+  const g = h.variant === 'ort_web_static' ? new StaticGen(h) : new Gen(h);
   let id = null;
   return {
     first: async () => (id = await g.step(ids)),

@@ -21,9 +21,12 @@
 //!   bench wasm on WebGPU, timed with `performance.now()` in the page from the host patches to
 //!   the features read back; the keys of `native_vision` plus `encode_ms_min`, `encode_ms_max`,
 //!   `warm_up_ms`, `load_s`, `rows`, `hidden`, or `error`),
-//!   (with the pairs' `seed`), `ort_web_static` (why it is not measured), and per model
-//!   `models.<model>` ([`paired::browser_model`]): `runtimes.<runtime>` with every sample and its
-//!   median / min / max, and per peer (`ort_web`, `transformers_js`) `decode_tok_s_ratio`,
+//!   (with the pairs' `seed`), `ort_web_static` (what the variant is and where it cannot run),
+//!   and per model `models.<model>` ([`paired::browser_model`]): `graph_form` (ours or the
+//!   exporters'), `not_run` (the peers that cannot read that graph form, and why),
+//!   `ort_web_static_capacity` (its fixed cache's rows), `runtimes.<runtime>` with every sample
+//!   and its median / min / max, and per peer (`ort_web`, `ort_web_static`, `transformers_js`)
+//!   `decode_tok_s_ratio`,
 //!   `prefill_tok_s_ratio`, `ttft_ratio` (ours / peer, medians of the per-pair ratios), `runs`,
 //!   `tokens_match` and `pair_ratios`; a peer whose greedy ids differ fails the bench after the
 //!   results are written, with ONNX Runtime's CPU EP as the referee; `ours_in_call` (ours only,
@@ -62,9 +65,12 @@ pub struct BenchArgs {
     /// of --native, --browser, --pages, all three run.
     #[arg(long)]
     pub pages: bool,
-    /// Which model(s): the tiny fixture, the E2B-shaped synthetic model (10 layers), or both
-    /// (`all`); `e2b-full`: Gemma 4 E2B's full shapes (35 layers, ~6.3 GB for q4 and q4f16;
-    /// never part of `all`). The synthetic models are generated on demand into bench/cache/.
+    /// Which model(s): the tiny fixture, the E2B-shaped synthetic model (10 layers), the same two
+    /// in the exporters' graph form (mobius GenAI packages: `mobius-tiny` committed,
+    /// `mobius-e2b-bench` generated on demand with mobius in its own venv), or `all`: `tiny`,
+    /// `e2b-bench` and `mobius-tiny`; `e2b-full`: Gemma 4 E2B's full shapes (35 layers, ~6.3 GB
+    /// for q4 and q4f16). `e2b-full` and `mobius-e2b-bench` (torch, ~4 GB) are never part of
+    /// `all`. The synthetic models are generated on demand into bench/cache/.
     #[arg(long, value_enum, default_value_t = ModelChoice::All)]
     pub model: ModelChoice,
     /// Native: measured runs per configuration (the browser measures --pairs); the vision
@@ -103,9 +109,14 @@ pub struct BenchArgs {
     /// Browser: the seed of the per-pair order (default: from the clock; recorded either way).
     #[arg(long)]
     pub seed: Option<u32>,
-    /// Browser: the peers measured against ours (comma-separated: ort_web, transformers_js;
-    /// `--peers ''`: none, ours alone).
-    #[arg(long, value_delimiter = ',', default_value = "ort_web,transformers_js")]
+    /// Browser: the peers measured against ours (comma-separated: ort_web, ort_web_static,
+    /// transformers_js; `--peers ''`: none, ours alone). A peer that cannot read a model's graph
+    /// form is left out for it and says why (`not_run`).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ort_web,ort_web_static,transformers_js"
+    )]
     pub peers: Vec<String>,
     /// Browser: fail unless Chromium's WebGPU adapter is a hardware one (not SwiftShader).
     #[arg(long)]
@@ -145,6 +156,10 @@ pub enum ModelChoice {
     E2bBench,
     #[value(name = "e2b-full")]
     E2bFull,
+    #[value(name = "mobius-tiny")]
+    MobiusTiny,
+    #[value(name = "mobius-e2b-bench")]
+    MobiusE2bBench,
     All,
 }
 
@@ -246,7 +261,20 @@ impl Plan {
 }
 
 /// The runtimes of the browser bench: ours first, then the peers asked for.
-pub const BROWSER_PEERS: [&str; 2] = ["ort_web", "transformers_js"];
+pub const BROWSER_PEERS: [&str; 3] = ["ort_web", "ort_web_static", "transformers_js"];
+
+/// The rows of `ort_web_static`'s fixed KV cache for a model's configuration: the longest
+/// sequence any measured generation reaches (a prompt, a decode context plus its steps, the
+/// warm-up's 8 + 2).
+pub fn static_capacity(prefill: &[usize], decode: &[(usize, usize)]) -> usize {
+    prefill
+        .iter()
+        .copied()
+        .chain(decode.iter().map(|&(c, t)| c + t))
+        .chain([10])
+        .max()
+        .unwrap_or(10)
+}
 
 impl BenchArgs {
     /// (native, browser): both when neither flag is given.
@@ -314,21 +342,59 @@ pub fn models(choice: ModelChoice) -> Vec<BenchModel> {
         preset: Some(preset),
     };
     let e2b = generated("gemma4-e2b-bench", "e2b-bench");
+    let mobius_tiny = BenchModel {
+        name: "mobius-tiny",
+        dir: root().join("tests/fixtures/models/mobius-tiny-gqa-int4-split"),
+        preset: None,
+    };
+    let mobius_e2b = BenchModel {
+        name: "mobius-e2b-bench",
+        dir: root().join("bench/cache/mobius-e2b-bench"),
+        preset: None,
+    };
     match choice {
         ModelChoice::Tiny => vec![tiny],
         ModelChoice::E2bBench => vec![e2b],
         ModelChoice::E2bFull => vec![generated("gemma4-e2b-full", "e2b-full")],
-        ModelChoice::All => vec![tiny, e2b],
+        ModelChoice::MobiusTiny => vec![mobius_tiny],
+        ModelChoice::MobiusE2bBench => vec![mobius_e2b],
+        ModelChoice::All => vec![tiny, e2b, mobius_tiny],
+    }
+}
+
+impl BenchModel {
+    /// Whether the folder is an ONNX Runtime GenAI package (the exporters' graph form:
+    /// `genai_config.json`, GroupQueryAttention) rather than the onnx-community layout.
+    pub fn is_genai(&self) -> bool {
+        self.dir.join("genai_config.json").is_file() || self.name.starts_with("mobius-")
+    }
+}
+
+/// Why a browser peer does not run on a model's graph form (None: it does).
+pub fn peer_not_run(peer: &str, genai: bool) -> Option<&'static str> {
+    match (peer, genai) {
+        ("transformers_js", true) => Some(
+            "transformers.js reads the onnx-community layout (config.json + onnx/<name>_<dtype>.onnx); it cannot load an ONNX Runtime GenAI package (genai_config.json, embedding/ + decoder/)",
+        ),
+        ("ort_web_static", false) => Some(
+            "this graph's attention concatenates past and new keys (present = Concat(past, new)), so the KV cache grows each step: no fixed-capacity cache bound in place, and graph capture needs fixed shapes; it needs GroupQueryAttention's shared past/present buffer (the exporters' form)",
+        ),
+        _ => None,
     }
 }
 
 /// Generates a synthetic model (E2B-shaped, or E2B's full shapes) into bench/cache unless the
 /// generator's stamp says it is current (the stamp hashes the generator's code, so a generator
 /// change regenerates it). The weight variant `dtype` (`--dtype`), else both, q4 and q4f16; a
-/// cache holding both serves a run asking for one.
+/// cache holding both serves a run asking for one. `mobius-e2b-bench`: [`ensure_mobius_e2b`].
 fn ensure_model(model: &BenchModel, dtype: Option<&str>) -> Result<()> {
+    if model.name == "mobius-e2b-bench" {
+        return ensure_mobius_e2b(model);
+    }
     let Some(preset) = model.preset else {
-        if !model.dir.join("config.json").is_file() {
+        if !model.dir.join("config.json").is_file()
+            && !model.dir.join("genai_config.json").is_file()
+        {
             bail!("{} is missing (a committed fixture)", model.dir.display());
         }
         return Ok(());
@@ -355,8 +421,67 @@ fn ensure_model(model: &BenchModel, dtype: Option<&str>) -> Result<()> {
     .with_context(|| format!("generating the bench model {}", model.name))
 }
 
-/// A number of the model's text config (`config.json`, `text_config` or the top level).
+/// The E2B-shaped model in the exporters' form: `tools/fixtures/gen_mobius.py --only
+/// mobius-e2b-bench` (mobius-onnx, in its own venv: GEMMA_GEM_MOBIUS_PYTHON, else `.venv-mobius`
+/// made from tools/requirements-mobius.txt) on the weights of `gemma4-e2b-bench` (generated
+/// first); its stamp hashes the generator, the source's stamp and mobius's version.
+fn ensure_mobius_e2b(model: &BenchModel) -> Result<()> {
+    ensure_model(
+        &BenchModel {
+            name: "gemma4-e2b-bench",
+            dir: root().join("bench/cache/gemma4-e2b-bench"),
+            preset: Some("e2b-bench"),
+        },
+        None,
+    )?;
+    let python = match std::env::var_os("GEMMA_GEM_MOBIUS_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let venv = root().join(".venv-mobius");
+            let py = venv.join("bin/python");
+            if !py.is_file() {
+                eprintln!(
+                    "xtask: creating .venv-mobius (tools/requirements-mobius.txt: mobius-onnx, transformers, torch; ~4 GB)"
+                );
+                exec(Command::new("python3").args(["-m", "venv"]).arg(&venv))?;
+                exec(
+                    Command::new(venv.join("bin/pip"))
+                        .args(["install", "-q", "-r"])
+                        .arg(root().join("tools/requirements-mobius.txt")),
+                )
+                .context("installing tools/requirements-mobius.txt into .venv-mobius")?;
+            }
+            py
+        }
+    };
+    let parent = model
+        .dir
+        .parent()
+        .context("the model folder has no parent")?;
+    exec(
+        Command::new(python)
+            .current_dir(root())
+            .arg("tools/fixtures/gen_mobius.py")
+            .args(["--only", "mobius-e2b-bench", "--out"])
+            .arg(parent)
+            .arg("--skip-existing"),
+    )
+    .context("exporting the E2B-shaped bench model with mobius")
+}
+
+/// A number of the model's text config (`config.json`, `text_config` or the top level; a GenAI
+/// package's `genai_config.json`: `vocab_size`, `max_position_embeddings` as its
+/// `context_length`, `num_hidden_layers` from its decoder).
 fn text_config_u64(model: &BenchModel, key: &str) -> Option<u64> {
+    if let Ok(bytes) = std::fs::read(model.dir.join("genai_config.json")) {
+        let g: Value = serde_json::from_slice(&bytes).ok()?;
+        let m = &g["model"];
+        return match key {
+            "max_position_embeddings" => m["context_length"].as_u64(),
+            "num_hidden_layers" => m["decoder"]["num_hidden_layers"].as_u64(),
+            k => m[k].as_u64(),
+        };
+    }
     let cfg: Value =
         serde_json::from_slice(&std::fs::read(model.dir.join("config.json")).ok()?).ok()?;
     cfg.get("text_config")
@@ -718,6 +843,17 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
     for m in models {
         let limit = text_config_u64(m, "max_position_embeddings").map(|l| l as usize);
         let (prefill, decode, skipped) = plan.browser(limit);
+        let genai = m.is_genai();
+        let mut model_runtimes = vec!["ours".to_string()];
+        let mut not_run = Map::new();
+        for p in &args.peers {
+            match peer_not_run(p, genai) {
+                Some(why) => {
+                    not_run.insert(p.clone(), json!(why));
+                }
+                None => model_runtimes.push(p.clone()),
+            }
+        }
         model_cfg.push(json!({
             "name": m.name,
             "url": format!("{base}models/{}/", m.name),
@@ -725,6 +861,10 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
             "prefill": prefill,
             "decode": decode.iter().map(|&(context, tokens)| json!({"context": context, "tokens": tokens})).collect::<Vec<_>>(),
             "skipped": skipped,
+            "graph_form": if genai { "exporter (ONNX Runtime GenAI package, mobius: GroupQueryAttention, MatMulNBits accuracy_level as exported)" } else { "ours (onnx-community layout, gen_gemma4.py)" },
+            "runtimes": model_runtimes,
+            "not_run": not_run,
+            "capacity": static_capacity(&prefill, &decode),
         }));
     }
     let seed = args.seed.unwrap_or_else(|| {
@@ -761,16 +901,23 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
     let mut per_model = Map::new();
     if let Some(ms) = raw.get("models").and_then(Value::as_object) {
         for (name, r) in ms {
-            let mut summary = paired::browser_model(r, &args.peers);
-            if let Some(skipped) = model_cfg
-                .iter()
-                .find(|c| c["name"] == name.as_str())
-                .map(|c| c["skipped"].clone())
-            {
-                summary["skipped"] = skipped;
-            }
-            let mismatch = args
+            let cfg = model_cfg.iter().find(|c| c["name"] == name.as_str());
+            let peers: Vec<String> = args
                 .peers
+                .iter()
+                .filter(|p| cfg.is_none_or(|c| c["not_run"].get(p.as_str()).is_none()))
+                .cloned()
+                .collect();
+            let mut summary = paired::browser_model(r, &peers);
+            if let Some(c) = cfg {
+                for k in ["skipped", "graph_form", "not_run"] {
+                    summary[k] = c[k].clone();
+                }
+                if peers.iter().any(|p| p == "ort_web_static") {
+                    summary["ort_web_static_capacity"] = c["capacity"].clone();
+                }
+            }
+            let mismatch = peers
                 .iter()
                 .any(|p| summary[p.as_str()]["tokens_match"] == json!(false));
             if let Some(m) = models.iter().find(|m| m.name == name.as_str())
@@ -795,7 +942,7 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
                    "pairs": args.pairs, "seed": raw.get("seed"), "runtimes": runtimes,
                    "order": "per pair every runtime once, a fresh page each, in an order shuffled by a PRNG seeded with `seed`",
                    "clock": "performance.now() in the bench page around the same awaited calls for every runtime; decode timed from the first token on the CPU (nothing of ours in flight) to the last"},
-        "ort_web_static": {"measured": false, "why": "these graphs' attention concatenates past and new keys (present = Concat(past, new)), so the KV cache grows each step: no fixed-capacity cache, and graph capture needs fixed shapes. It needs GroupQueryAttention with a shared past/present buffer (the exporters' form)."},
+        "ort_web_static": {"what": "onnxruntime-web with a fixed-capacity KV cache bound in place (each past and its present one preallocated GPU tensor: GroupQueryAttention's shared buffer) and graph capture (enableGraphCapture; the prompt uncaptured, decode steps with fixed shapes and buffers)", "runs_on": "GenAI packages (the exporters' form) only", "not_run": peer_not_run("ort_web_static", false)},
         "models": per_model,
         "vision": browser_vision(raw.get("vision")),
     });
@@ -1045,7 +1192,7 @@ mod tests {
         assert_eq!(a.model, ModelChoice::All);
         assert_eq!(a.runs, 3);
         assert_eq!(a.out, PathBuf::from("bench/results"));
-        assert_eq!(models(a.model).len(), 2);
+        assert_eq!(models(a.model).len(), 3);
         let a = parse(&["--model", "e2b-bench", "--runs", "5", "--out", "x"]);
         assert_eq!(a.model, ModelChoice::E2bBench);
         assert_eq!(models(a.model)[0].name, "gemma4-e2b-bench");
@@ -1061,6 +1208,17 @@ mod tests {
             models(ModelChoice::All)
                 .iter()
                 .all(|m| m.preset != Some("e2b-full"))
+        );
+        let m = models(parse(&["--model", "mobius-tiny"]).model);
+        assert_eq!(m[0].name, "mobius-tiny");
+        assert!(
+            m[0].is_genai(),
+            "the committed mobius package is a GenAI package"
+        );
+        assert!(!models(ModelChoice::Tiny)[0].is_genai());
+        assert_eq!(
+            models(parse(&["--model", "mobius-e2b-bench"]).model)[0].name,
+            "mobius-e2b-bench"
         );
         assert!(Cli::try_parse_from(["bench", "--model", "huge"]).is_err());
     }
@@ -1112,6 +1270,21 @@ mod tests {
     }
 
     #[test]
+    fn peers_per_graph_form() {
+        assert!(peer_not_run("transformers_js", true).is_some());
+        assert!(peer_not_run("transformers_js", false).is_none());
+        assert!(peer_not_run("ort_web_static", false).is_some());
+        assert!(peer_not_run("ort_web_static", true).is_none());
+        assert!(
+            peer_not_run("ort_web", true).is_none() && peer_not_run("ort_web", false).is_none()
+        );
+        // The fixed cache holds the longest generation: prompts, contexts plus their steps.
+        assert_eq!(static_capacity(&[128, 512], &[(128, 32)]), 512);
+        assert_eq!(static_capacity(&[16], &[(16, 4)]), 20);
+        assert_eq!(static_capacity(&[4], &[(2, 2)]), 10);
+    }
+
+    #[test]
     fn argument_checks() {
         assert!(parse(&["--runs", "0"]).check().is_err());
         assert!(parse(&["--prefill", "0"]).check().is_err());
@@ -1125,7 +1298,7 @@ mod tests {
         assert!(alone.check().is_ok());
         assert_eq!(
             parse(&[]).normalized().peers,
-            ["ort_web", "transformers_js"]
+            ["ort_web", "ort_web_static", "transformers_js"]
         );
     }
 }

@@ -261,6 +261,13 @@ pub fn browser_model(raw: &Value, peers: &[String]) -> Value {
         {
             m.insert("settings".into(), s);
         }
+        // `ort_web_static`: whether onnxruntime-web took graph capture, or its error.
+        if let Some(g) = pairs
+            .iter()
+            .find_map(|p| run_of(p, rt).and_then(|r| r.get("graph_capture").cloned()))
+        {
+            m.insert("graph_capture".into(), g);
+        }
         if rt == "ours" {
             // Our work counters per decoded token (shortest context), medians over the pairs.
             let mut counters = Map::new();
@@ -637,6 +644,43 @@ pub fn markdown_model(name: &str, m: &Value, software: bool) -> String {
             ));
         }
     }
+    if let Some(f) = m.get("graph_form").and_then(Value::as_str) {
+        s.push_str(&format!("- graph form: {f}.\n"));
+    }
+    for (peer, why) in m
+        .get("not_run")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        s.push_str(&format!(
+            "- {peer}: not run on this model: {}.\n",
+            why.as_str().unwrap_or("")
+        ));
+    }
+    if let Some(g) = m
+        .get("runtimes")
+        .and_then(|x| x.get("ort_web_static"))
+        .and_then(|x| x.get("graph_capture"))
+    {
+        let rows = m
+            .get("ort_web_static_capacity")
+            .map_or("?".into(), Value::to_string);
+        let capture = match g.get("accepted") {
+            Some(Value::Bool(true)) => {
+                "accepted by onnxruntime-web on a probe session (not measured)".to_string()
+            }
+            _ => format!(
+                "refused: {}",
+                g.get("error")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no answer")
+            ),
+        };
+        s.push_str(&format!(
+            "- ort_web_static: fixed cache of {rows} rows bound in place, measured without graph capture; graph capture {capture}.\n"
+        ));
+    }
     if let Some(pl) = m.get("ort_web_placement") {
         s.push_str(&format!(
             "- onnxruntime-web node placement: {}; nodes on the CPU: {}\n",
@@ -836,6 +880,28 @@ mod tests {
         );
         let f = token_failures(&json!({"models": {"tiny": s}}));
         assert!(f[0].contains("ours match ONNX Runtime's CPU EP"), "{f:?}");
+    }
+
+    #[test]
+    fn graph_form_and_peers_not_run_are_reported() {
+        let m = json!({
+            "dtype": "q4", "pairs": 1,
+            "graph_form": "exporter",
+            "not_run": {"transformers_js": "it cannot read a GenAI package"},
+            "ort_web_static_capacity": 136,
+            "runtimes": {"ours": {}, "ort_web_static": {"graph_capture": {"accepted": false, "error": "not all nodes on WebGPU"}}},
+        });
+        let md = markdown_model("mobius-tiny", &m, true);
+        assert!(md.contains("- graph form: exporter."), "{md}");
+        assert!(
+            md.contains("transformers_js: not run on this model: it cannot read a GenAI package"),
+            "{md}"
+        );
+        assert!(
+            md.contains("fixed cache of 136 rows")
+                && md.contains("refused: not all nodes on WebGPU"),
+            "{md}"
+        );
     }
 
     #[test]
