@@ -97,17 +97,37 @@ async function setup() {
   page.on('worker', (w) => w.on('console', (m) => logs.push(`[worker] ${m.text()}`)));
   await page.goto(server.url);
   const received = () => page.evaluate(() => window.received);
-  const bodies = async () => (await received()).map((m) => {
+  const raw = async () => (await received()).map((m) => {
     assert.equal(m.protocol, PROTOCOL, JSON.stringify(m));
     return m.body;
   });
+  // The worker's messages as `{type, ...fields}`, read from their wire form.
+  const bodies = async () => (await raw()).map((b) => untag(b));
   const send = (body) => page.evaluate((b) => window.send(b), body);
   const close = async () => { await browser.close(); await server.close(); };
-  return { server, page, logs, bodies, send, close };
+  return { server, page, logs, raw, bodies, send, close };
 }
 
+/**
+ * An externally tagged value, the form of the worker's messages, of the agent events in them and
+ * of a `done`'s reason on the wire (`"stop"`, `{"agent": {"turn": 1, "event": {"token": {...}}}}`),
+ * as `{[key]: variant, ...fields}`: the form the assertions below read.
+ */
+const untag = (value, key = 'type') => {
+  if (typeof value === 'string') return { [key]: value };
+  const entries = Object.entries(value);
+  assert.equal(entries.length, 1, `externally tagged: ${JSON.stringify(value)}`);
+  const [[variant, fields]] = entries;
+  return { [key]: variant, ...fields };
+};
+/** An agent event as `{type, ...fields}`, a `done`'s reason as `{kind, ...fields}`. */
+const event = (e) => {
+  const out = untag(e);
+  if (out.type === 'done') out.reason = untag(out.reason, 'kind');
+  return out;
+};
 /** The events of `turn` among `bodies`. */
-const events = (bodies, turn) => bodies.filter((b) => b.type === 'agent' && b.turn === turn).map((b) => b.event);
+const events = (bodies, turn) => bodies.filter((b) => b.type === 'agent' && b.turn === turn).map((b) => event(b.event));
 const ended = (evs) => evs.some((e) => e.type === 'done' || e.type === 'error');
 
 test('the worker starts first, runs listed tools through the page by id, refuses the others, and stops', async () => {
@@ -124,6 +144,8 @@ test('the worker starts first, runs listed tools through the page by id, refuses
     await s.send({ type: 'tool_result', id: run.id, result: { Ok: { value: { title: 'Worker page' } } } });
     const turn1 = await until(async () => { const e = events(await s.bodies(), 1); return ended(e) && e; }, { what: 'turn 1 ends' });
     assert.deepEqual(turn1.at(-1), { type: 'done', reason: { kind: 'end_of_turn' } });
+    // On the wire, both the message and the event are externally tagged.
+    assert.ok((await s.raw()).some((b) => JSON.stringify(b) === JSON.stringify({ agent: { turn: 1, event: { done: { reason: 'end_of_turn' } } } })), JSON.stringify(await s.raw()));
     assert.ok(turn1.some((e) => e.type === 'tool_result' && e.output.value.title === 'Worker page'), JSON.stringify(turn1));
     assert.match(turn1.filter((e) => e.type === 'token').map((e) => e.text).join(''), /Worker page/);
 

@@ -8,8 +8,8 @@
 //! (the worker's `onmessage` also receives nothing but ours).
 
 use gg_agent::{
-    AgentEvent, ApprovalDecision, ElementFacts, ElementTarget, ImagePart, ToolCall, ToolError,
-    ToolOutput,
+    AgentError, AgentEvent, ApprovalDecision, ApprovalRequest, ElementFacts, ElementTarget,
+    ImagePart, Permission, RiskClass, StopReason, ToolCall, ToolError, ToolOutput,
 };
 use gg_markdown::MdEvent;
 use serde::{Deserialize, Serialize};
@@ -89,15 +89,24 @@ pub enum WidgetRequest {
 
 /// From the worker to the page's main thread. `Call` and `Target` are the typed tool call and
 /// element target; the page parses them as JSON values ([`PageMessage`]).
+///
+/// Externally tagged on the wire (`{"agent": {"turn": 1, "event": {"token": {"text": "Hi"}}}}`),
+/// and so is the agent event inside ([`wire_event`]): the page's main thread parses these, and an
+/// internally tagged enum makes serde buffer each message and parse it twice, code that weighed
+/// about 15 KB gzip of the page's bundle.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
+#[serde(rename_all = "snake_case")]
 pub enum WorkerMessage<Call = ToolCall, Target = ElementTarget> {
     /// The worker runs; what WebGPU offers in it (`adapter: None` and a reason when nothing).
     Started { adapter: AdapterReport },
     /// Where the model stands (downloading with progress, initializing, ready, failed).
     ModelStatus(ModelReport),
     /// An event of the turn `turn` (tokens, tool steps, approvals, the end).
-    Agent { turn: u64, event: AgentEvent },
+    Agent {
+        turn: u64,
+        #[serde(with = "wire_event")]
+        event: AgentEvent,
+    },
     /// Run a page tool in the page (answered with [`WidgetRequest::ToolResult`]).
     RunTool { id: u64, call: Call },
     /// Describe an element for the safety gate (answered with [`WidgetRequest::ElementFacts`]).
@@ -114,6 +123,179 @@ pub enum WorkerMessage<Call = ToolCall, Target = ElementTarget> {
 /// answer in the serde form of `Result<ToolOutput, ToolError>` / `Result<ElementFacts,
 /// ToolError>`, posted back as they are), so the page links no typed parsing of them.
 pub type PageMessage = WorkerMessage<serde_json::Value, serde_json::Value>;
+
+/// [`AgentEvent`] in [`WorkerMessage::Agent`]: the same variants and fields, externally tagged,
+/// and so is [`StopReason`] in `done` (`{"done": {"reason": "end_of_turn"}}`,
+/// `{"done": {"reason": {"max_new_tokens": {"limit": 512}}}}`). The extension's messages and the
+/// widget's DOM events keep the types' own (internally tagged) JSON.
+pub mod wire_event {
+    use super::*;
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(event: &AgentEvent, s: S) -> Result<S::Ok, S::Error> {
+        Event::from(event.clone()).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<AgentEvent, D::Error> {
+        Event::deserialize(d).map(AgentEvent::from)
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Event {
+        Token {
+            text: String,
+        },
+        Thinking {
+            text: String,
+        },
+        ToolStart {
+            call_id: u64,
+            call: ToolCall,
+            class: RiskClass,
+        },
+        AwaitingApproval {
+            request: ApprovalRequest,
+        },
+        PermissionGranted {
+            site: String,
+            permission: Permission,
+        },
+        ToolResult {
+            call_id: u64,
+            name: String,
+            output: ToolOutput,
+        },
+        ToolError {
+            call_id: u64,
+            name: Option<String>,
+            error: ToolError,
+        },
+        Done {
+            reason: Stop,
+        },
+        Error {
+            error: AgentError,
+        },
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Stop {
+        EndOfTurn,
+        MaxNewTokens { limit: u32 },
+        MaxIterations { limit: u32 },
+        Cancelled,
+        PageChanged { url: String },
+        RepeatedFailure { tool: String, error: String },
+    }
+
+    impl From<AgentEvent> for Event {
+        fn from(event: AgentEvent) -> Self {
+            match event {
+                AgentEvent::Token { text } => Self::Token { text },
+                AgentEvent::Thinking { text } => Self::Thinking { text },
+                AgentEvent::ToolStart {
+                    call_id,
+                    call,
+                    class,
+                } => Self::ToolStart {
+                    call_id,
+                    call,
+                    class,
+                },
+                AgentEvent::AwaitingApproval { request } => Self::AwaitingApproval { request },
+                AgentEvent::PermissionGranted { site, permission } => {
+                    Self::PermissionGranted { site, permission }
+                }
+                AgentEvent::ToolResult {
+                    call_id,
+                    name,
+                    output,
+                } => Self::ToolResult {
+                    call_id,
+                    name,
+                    output,
+                },
+                AgentEvent::ToolError {
+                    call_id,
+                    name,
+                    error,
+                } => Self::ToolError {
+                    call_id,
+                    name,
+                    error,
+                },
+                AgentEvent::Done { reason } => Self::Done {
+                    reason: match reason {
+                        StopReason::EndOfTurn => Stop::EndOfTurn,
+                        StopReason::MaxNewTokens { limit } => Stop::MaxNewTokens { limit },
+                        StopReason::MaxIterations { limit } => Stop::MaxIterations { limit },
+                        StopReason::Cancelled => Stop::Cancelled,
+                        StopReason::PageChanged { url } => Stop::PageChanged { url },
+                        StopReason::RepeatedFailure { tool, error } => {
+                            Stop::RepeatedFailure { tool, error }
+                        }
+                    },
+                },
+                AgentEvent::Error { error } => Self::Error { error },
+            }
+        }
+    }
+
+    impl From<Event> for AgentEvent {
+        fn from(event: Event) -> Self {
+            match event {
+                Event::Token { text } => Self::Token { text },
+                Event::Thinking { text } => Self::Thinking { text },
+                Event::ToolStart {
+                    call_id,
+                    call,
+                    class,
+                } => Self::ToolStart {
+                    call_id,
+                    call,
+                    class,
+                },
+                Event::AwaitingApproval { request } => Self::AwaitingApproval { request },
+                Event::PermissionGranted { site, permission } => {
+                    Self::PermissionGranted { site, permission }
+                }
+                Event::ToolResult {
+                    call_id,
+                    name,
+                    output,
+                } => Self::ToolResult {
+                    call_id,
+                    name,
+                    output,
+                },
+                Event::ToolError {
+                    call_id,
+                    name,
+                    error,
+                } => Self::ToolError {
+                    call_id,
+                    name,
+                    error,
+                },
+                Event::Done { reason } => Self::Done {
+                    reason: match reason {
+                        Stop::EndOfTurn => StopReason::EndOfTurn,
+                        Stop::MaxNewTokens { limit } => StopReason::MaxNewTokens { limit },
+                        Stop::MaxIterations { limit } => StopReason::MaxIterations { limit },
+                        Stop::Cancelled => StopReason::Cancelled,
+                        Stop::PageChanged { url } => StopReason::PageChanged { url },
+                        Stop::RepeatedFailure { tool, error } => {
+                            StopReason::RepeatedFailure { tool, error }
+                        }
+                    },
+                },
+                Event::Error { error } => Self::Error { error },
+            }
+        }
+    }
+}
 
 /// One message on the wire.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -202,5 +384,83 @@ mod tests {
             WidgetEnvelope::<PageMessage>::parse(msg),
             Some(PageMessage::Error { .. })
         ));
+    }
+
+    /// The agent events on the widget's wire are externally tagged, stop reasons too; each one
+    /// reads back as the event it was.
+    #[test]
+    fn agent_events_are_externally_tagged_on_the_wire() {
+        let call = ToolCall::new(
+            "click_element",
+            serde_json::json!({"ref": "e1"})
+                .as_object()
+                .cloned()
+                .unwrap_or_default(),
+        );
+        let events = [
+            AgentEvent::Token { text: "a".into() },
+            AgentEvent::Thinking { text: "b".into() },
+            AgentEvent::ToolStart {
+                call_id: 1,
+                call: call.clone(),
+                class: RiskClass::Act,
+            },
+            AgentEvent::ToolResult {
+                call_id: 1,
+                name: "click_element".into(),
+                output: ToolOutput::new(serde_json::json!({"clicked": true})),
+            },
+            AgentEvent::ToolError {
+                call_id: 2,
+                name: None,
+                error: ToolError::timeout("30 s"),
+            },
+            AgentEvent::Done {
+                reason: StopReason::EndOfTurn,
+            },
+            AgentEvent::Done {
+                reason: StopReason::MaxNewTokens { limit: 512 },
+            },
+            AgentEvent::Done {
+                reason: StopReason::RepeatedFailure {
+                    tool: "t".into(),
+                    error: "e".into(),
+                },
+            },
+            AgentEvent::Error {
+                error: AgentError::InvalidInput {
+                    message: "m".into(),
+                },
+            },
+        ];
+        for event in events {
+            let wire =
+                serde_json::to_value(WidgetEnvelope::new(WorkerMessage::<ToolCall>::Agent {
+                    turn: 2,
+                    event: event.clone(),
+                }))
+                .unwrap();
+            assert_eq!(wire["body"]["agent"]["turn"], 2, "{wire}");
+            assert!(
+                wire["body"]["agent"]["event"].get("type").is_none(),
+                "{wire}"
+            );
+            assert_eq!(
+                WidgetEnvelope::<PageMessage>::parse(wire),
+                Some(PageMessage::Agent { turn: 2, event })
+            );
+        }
+        let done = serde_json::to_value(WidgetEnvelope::new(WorkerMessage::<ToolCall>::Agent {
+            turn: 1,
+            event: AgentEvent::Done {
+                reason: StopReason::MaxNewTokens { limit: 8 },
+            },
+        }))
+        .unwrap();
+        assert_eq!(
+            done["body"],
+            serde_json::json!({"agent": {"turn": 1, "event":
+                {"done": {"reason": {"max_new_tokens": {"limit": 8}}}}}})
+        );
     }
 }
