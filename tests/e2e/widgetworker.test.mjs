@@ -109,8 +109,8 @@ async function setup() {
 }
 
 /**
- * An externally tagged value, the form of the worker's messages, of the agent events in them and
- * of a `done`'s reason on the wire (`"stop"`, `{"agent": {"turn": 1, "event": {"token": {...}}}}`),
+ * An externally tagged value, the form of the worker's messages, of the agent events in them, of
+ * a `done`'s reason and of a `model_status`'s state on the wire (`"stop"`, `{"agent": {"turn": 1, "event": {"token": {...}}}}`),
  * as `{[key]: variant, ...fields}`: the form the assertions below read.
  */
 const untag = (value, key = 'type') => {
@@ -177,7 +177,7 @@ test('load downloads the fixture model into Cache Storage with progress, and a t
     const repository = `${s.server.url}/models/gemma4-tiny-agent`;
     const l0 = Date.now();
     await s.send({ type: 'load', repository, model_size: 'E2B' });
-    const states = async () => (await s.bodies()).filter((b) => b.type === 'model_status').map((b) => b.state);
+    const states = async () => (await s.bodies()).filter((b) => b.type === 'model_status').map((b) => untag(b.state, 'phase'));
     await until(async () => (await states()).some((st) => st.phase === 'ready' || st.phase === 'failed'), { timeout: 180000, what: 'the model is ready' });
     console.log(`loaded after ${Date.now() - l0} ms`);
     const all = await states();

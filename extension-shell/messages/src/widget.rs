@@ -100,7 +100,7 @@ pub enum WorkerMessage<Call = ToolCall, Target = ElementTarget> {
     /// The worker runs; what WebGPU offers in it (`adapter: None` and a reason when nothing).
     Started { adapter: AdapterReport },
     /// Where the model stands (downloading with progress, initializing, ready, failed).
-    ModelStatus(ModelReport),
+    ModelStatus(#[serde(with = "wire_report")] ModelReport),
     /// An event of the turn `turn` (tokens, tool steps, approvals, the end).
     Agent {
         turn: u64,
@@ -297,6 +297,120 @@ pub mod wire_event {
     }
 }
 
+/// [`ModelReport`] in [`WorkerMessage::ModelStatus`]: the same fields, with `state` externally
+/// tagged (`{"initializing": {"stage": ...}}`, `"not_loaded"`, `{"downloading": {...}}`) where the
+/// extension's messages tag it by `phase`.
+pub mod wire_report {
+    use super::*;
+    use crate::{DownloadProgress, ModelErrorKind, ModelReport, ModelState};
+    use serde::{Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(report: &ModelReport, s: S) -> Result<S::Ok, S::Error> {
+        Report::from(report.clone()).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<ModelReport, D::Error> {
+        Report::deserialize(d).map(ModelReport::from)
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct Report {
+        seq: u64,
+        epoch: u64,
+        model_size: String,
+        source: String,
+        state: State,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum State {
+        NotLoaded,
+        Downloading(DownloadProgress),
+        Initializing {
+            stage: String,
+        },
+        Ready {
+            dtype: String,
+            adapter: String,
+            unverified: Vec<String>,
+        },
+        Failed {
+            tab_id: Option<i64>,
+            kind: ModelErrorKind,
+            message: String,
+        },
+    }
+
+    impl From<ModelReport> for Report {
+        fn from(r: ModelReport) -> Self {
+            Self {
+                seq: r.seq,
+                epoch: r.epoch,
+                model_size: r.model_size,
+                source: r.source,
+                state: match r.state {
+                    ModelState::NotLoaded => State::NotLoaded,
+                    ModelState::Downloading(p) => State::Downloading(p),
+                    ModelState::Initializing { stage } => State::Initializing { stage },
+                    ModelState::Ready {
+                        dtype,
+                        adapter,
+                        unverified,
+                    } => State::Ready {
+                        dtype,
+                        adapter,
+                        unverified,
+                    },
+                    ModelState::Failed {
+                        tab_id,
+                        kind,
+                        message,
+                    } => State::Failed {
+                        tab_id,
+                        kind,
+                        message,
+                    },
+                },
+            }
+        }
+    }
+
+    impl From<Report> for ModelReport {
+        fn from(r: Report) -> Self {
+            Self {
+                seq: r.seq,
+                epoch: r.epoch,
+                model_size: r.model_size,
+                source: r.source,
+                state: match r.state {
+                    State::NotLoaded => ModelState::NotLoaded,
+                    State::Downloading(p) => ModelState::Downloading(p),
+                    State::Initializing { stage } => ModelState::Initializing { stage },
+                    State::Ready {
+                        dtype,
+                        adapter,
+                        unverified,
+                    } => ModelState::Ready {
+                        dtype,
+                        adapter,
+                        unverified,
+                    },
+                    State::Failed {
+                        tab_id,
+                        kind,
+                        message,
+                    } => ModelState::Failed {
+                        tab_id,
+                        kind,
+                        message,
+                    },
+                },
+            }
+        }
+    }
+}
+
 /// One message on the wire.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WidgetEnvelope<B> {
@@ -384,6 +498,66 @@ mod tests {
             WidgetEnvelope::<PageMessage>::parse(msg),
             Some(PageMessage::Error { .. })
         ));
+    }
+
+    /// A model report's state is externally tagged on the widget's wire; it reads back as it was.
+    #[test]
+    fn model_reports_are_externally_tagged_on_the_wire() {
+        use crate::{DownloadProgress, ModelErrorKind, ModelReport, ModelState};
+        let states = [
+            ModelState::NotLoaded,
+            ModelState::Downloading(DownloadProgress {
+                loaded_bytes: 1,
+                total_bytes: 4,
+                percent: 25.0,
+                ..DownloadProgress::default()
+            }),
+            ModelState::Initializing { stage: "s".into() },
+            ModelState::Ready {
+                dtype: "q4".into(),
+                adapter: "a".into(),
+                unverified: vec!["f".into()],
+            },
+            ModelState::Failed {
+                tab_id: None,
+                kind: ModelErrorKind::DownloadFailed,
+                message: "m".into(),
+            },
+        ];
+        for state in states {
+            let report = ModelReport {
+                seq: 3,
+                epoch: 9,
+                model_size: "E2B".into(),
+                source: "https://x/".into(),
+                state,
+            };
+            let wire = serde_json::to_value(WidgetEnvelope::new(
+                WorkerMessage::<ToolCall>::ModelStatus(report.clone()),
+            ))
+            .unwrap();
+            assert_eq!(wire["body"]["model_status"]["seq"], 3, "{wire}");
+            assert!(
+                wire["body"]["model_status"]["state"].get("phase").is_none(),
+                "{wire}"
+            );
+            assert_eq!(
+                WidgetEnvelope::<PageMessage>::parse(wire),
+                Some(PageMessage::ModelStatus(report))
+            );
+        }
+        let wire = serde_json::to_value(WorkerMessage::<ToolCall>::ModelStatus(ModelReport {
+            seq: 1,
+            epoch: 2,
+            model_size: "E2B".into(),
+            source: "s".into(),
+            state: ModelState::Initializing { stage: "x".into() },
+        }))
+        .unwrap();
+        assert_eq!(
+            wire["model_status"]["state"],
+            serde_json::json!({"initializing": {"stage": "x"}})
+        );
     }
 
     /// The agent events on the widget's wire are externally tagged, stop reasons too; each one
