@@ -91,9 +91,9 @@ pub enum WidgetRequest {
 /// element target; the page parses them as JSON values ([`PageMessage`]).
 ///
 /// Externally tagged on the wire (`{"agent": {"turn": 1, "event": {"token": {"text": "Hi"}}}}`),
-/// and so is the agent event inside ([`wire_event`]): the page's main thread parses these, and an
-/// internally tagged enum makes serde buffer each message and parse it twice, code that weighed
-/// about 15 KB gzip of the page's bundle.
+/// and so are the agent event and the model report inside ([`wire_event`], [`wire_report`]): the
+/// page's main thread parses these, and an internally tagged enum makes serde buffer each message
+/// and parse it twice, code that weighed about 30 KB gzip of the page's bundle.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WorkerMessage<Call = ToolCall, Target = ElementTarget> {
@@ -130,6 +130,7 @@ pub type PageMessage = WorkerMessage<serde_json::Value, serde_json::Value>;
 /// widget's DOM events keep the types' own (internally tagged) JSON.
 pub mod wire_event {
     use super::*;
+    use gg_agent::{ActionKind, BackendError, ContextOverflow, SensitiveField, SensitiveReason};
     use serde::{Deserializer, Serializer};
 
     pub fn serialize<S: Serializer>(event: &AgentEvent, s: S) -> Result<S::Ok, S::Error> {
@@ -155,7 +156,7 @@ pub mod wire_event {
             class: RiskClass,
         },
         AwaitingApproval {
-            request: ApprovalRequest,
+            request: Approval,
         },
         PermissionGranted {
             site: String,
@@ -175,8 +176,150 @@ pub mod wire_event {
             reason: Stop,
         },
         Error {
-            error: AgentError,
+            error: Failure,
         },
+    }
+
+    /// [`ApprovalRequest`] with its reasons externally tagged.
+    #[derive(Serialize, Deserialize)]
+    struct Approval {
+        call_id: u64,
+        nonce: String,
+        allow_always: bool,
+        element: Option<String>,
+        site: String,
+        call: ToolCall,
+        reasons: Vec<Reason>,
+        summary: String,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Reason {
+        RunJavascript,
+        TypeIntoSensitiveField { field: SensitiveField },
+        SubmitSensitiveForm { fields: Vec<SensitiveField> },
+        SubmitForm { method: String },
+        Consequential { action: ActionKind, label: String },
+        LeaveSite { destination: String },
+        UnclassifiedTool { name: String },
+        UnverifiedElement,
+    }
+
+    /// [`AgentError`] with a backend error externally tagged.
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Failure {
+        Backend(Backend),
+        ContextOverflow(ContextOverflow),
+        InvalidInput { message: String },
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Backend {
+        NotReady { message: String },
+        ContextTooLong { tokens: usize, limit: usize },
+        Device { message: String },
+        Failed { message: String },
+    }
+
+    impl From<ApprovalRequest> for Approval {
+        fn from(r: ApprovalRequest) -> Self {
+            Self {
+                call_id: r.call_id,
+                nonce: r.nonce,
+                allow_always: r.allow_always,
+                element: r.element,
+                site: r.site,
+                call: r.call,
+                reasons: r.reasons.into_iter().map(Reason::from).collect(),
+                summary: r.summary,
+            }
+        }
+    }
+
+    impl From<Approval> for ApprovalRequest {
+        fn from(r: Approval) -> Self {
+            Self {
+                call_id: r.call_id,
+                nonce: r.nonce,
+                allow_always: r.allow_always,
+                element: r.element,
+                site: r.site,
+                call: r.call,
+                reasons: r.reasons.into_iter().map(SensitiveReason::from).collect(),
+                summary: r.summary,
+            }
+        }
+    }
+
+    impl From<SensitiveReason> for Reason {
+        fn from(r: SensitiveReason) -> Self {
+            use SensitiveReason as S;
+            match r {
+                S::RunJavascript => Self::RunJavascript,
+                S::TypeIntoSensitiveField { field } => Self::TypeIntoSensitiveField { field },
+                S::SubmitSensitiveForm { fields } => Self::SubmitSensitiveForm { fields },
+                S::SubmitForm { method } => Self::SubmitForm { method },
+                S::Consequential { action, label } => Self::Consequential { action, label },
+                S::LeaveSite { destination } => Self::LeaveSite { destination },
+                S::UnclassifiedTool { name } => Self::UnclassifiedTool { name },
+                S::UnverifiedElement => Self::UnverifiedElement,
+            }
+        }
+    }
+
+    impl From<Reason> for SensitiveReason {
+        fn from(r: Reason) -> Self {
+            use Reason as R;
+            match r {
+                R::RunJavascript => Self::RunJavascript,
+                R::TypeIntoSensitiveField { field } => Self::TypeIntoSensitiveField { field },
+                R::SubmitSensitiveForm { fields } => Self::SubmitSensitiveForm { fields },
+                R::SubmitForm { method } => Self::SubmitForm { method },
+                R::Consequential { action, label } => Self::Consequential { action, label },
+                R::LeaveSite { destination } => Self::LeaveSite { destination },
+                R::UnclassifiedTool { name } => Self::UnclassifiedTool { name },
+                R::UnverifiedElement => Self::UnverifiedElement,
+            }
+        }
+    }
+
+    impl From<AgentError> for Failure {
+        fn from(e: AgentError) -> Self {
+            use BackendError as B;
+            match e {
+                AgentError::Backend(b) => Self::Backend(match b {
+                    B::NotReady { message } => Backend::NotReady { message },
+                    B::ContextTooLong { tokens, limit } => {
+                        Backend::ContextTooLong { tokens, limit }
+                    }
+                    B::Device { message } => Backend::Device { message },
+                    B::Failed { message } => Backend::Failed { message },
+                }),
+                AgentError::ContextOverflow(c) => Self::ContextOverflow(c),
+                AgentError::InvalidInput { message } => Self::InvalidInput { message },
+            }
+        }
+    }
+
+    impl From<Failure> for AgentError {
+        fn from(e: Failure) -> Self {
+            use BackendError as B;
+            match e {
+                Failure::Backend(b) => Self::Backend(match b {
+                    Backend::NotReady { message } => B::NotReady { message },
+                    Backend::ContextTooLong { tokens, limit } => {
+                        B::ContextTooLong { tokens, limit }
+                    }
+                    Backend::Device { message } => B::Device { message },
+                    Backend::Failed { message } => B::Failed { message },
+                }),
+                Failure::ContextOverflow(c) => Self::ContextOverflow(c),
+                Failure::InvalidInput { message } => Self::InvalidInput { message },
+            }
+        }
     }
 
     #[derive(Serialize, Deserialize)]
@@ -204,7 +347,9 @@ pub mod wire_event {
                     call,
                     class,
                 },
-                AgentEvent::AwaitingApproval { request } => Self::AwaitingApproval { request },
+                AgentEvent::AwaitingApproval { request } => Self::AwaitingApproval {
+                    request: request.into(),
+                },
                 AgentEvent::PermissionGranted { site, permission } => {
                     Self::PermissionGranted { site, permission }
                 }
@@ -238,7 +383,9 @@ pub mod wire_event {
                         }
                     },
                 },
-                AgentEvent::Error { error } => Self::Error { error },
+                AgentEvent::Error { error } => Self::Error {
+                    error: error.into(),
+                },
             }
         }
     }
@@ -257,7 +404,9 @@ pub mod wire_event {
                     call,
                     class,
                 },
-                Event::AwaitingApproval { request } => Self::AwaitingApproval { request },
+                Event::AwaitingApproval { request } => Self::AwaitingApproval {
+                    request: request.into(),
+                },
                 Event::PermissionGranted { site, permission } => {
                     Self::PermissionGranted { site, permission }
                 }
@@ -291,7 +440,9 @@ pub mod wire_event {
                         }
                     },
                 },
-                Event::Error { error } => Self::Error { error },
+                Event::Error { error } => Self::Error {
+                    error: error.into(),
+                },
             }
         }
     }
@@ -606,6 +757,26 @@ mod tests {
                     message: "m".into(),
                 },
             },
+            AgentEvent::Error {
+                error: AgentError::Backend(gg_agent::BackendError::ContextTooLong {
+                    tokens: 9,
+                    limit: 8,
+                }),
+            },
+            AgentEvent::AwaitingApproval {
+                request: ApprovalRequest::new(
+                    4,
+                    "https://a.example",
+                    call.clone(),
+                    vec![
+                        gg_agent::SensitiveReason::RunJavascript,
+                        gg_agent::SensitiveReason::SubmitForm {
+                            method: "post".into(),
+                        },
+                        gg_agent::SensitiveReason::UnverifiedElement,
+                    ],
+                ),
+            },
         ];
         for event in events {
             let wire =
@@ -635,6 +806,19 @@ mod tests {
             done["body"],
             serde_json::json!({"agent": {"turn": 1, "event":
                 {"done": {"reason": {"max_new_tokens": {"limit": 8}}}}}})
+        );
+        let failed = serde_json::to_value(WorkerMessage::<ToolCall>::Agent {
+            turn: 1,
+            event: AgentEvent::Error {
+                error: AgentError::Backend(gg_agent::BackendError::NotReady {
+                    message: "m".into(),
+                }),
+            },
+        })
+        .unwrap();
+        assert_eq!(
+            failed["agent"]["event"],
+            serde_json::json!({"error": {"error": {"backend": {"not_ready": {"message": "m"}}}}})
         );
     }
 }

@@ -764,7 +764,7 @@ fn the_wire_shapes_of_the_readme() {
     });
     assert_eq!(
         not_ready["body"]["agent"]["event"]["error"]["error"]["backend"],
-        json!({"kind": "not_ready", "message": "m"})
+        json!({"not_ready": {"message": "m"}})
     );
     let done = wire(WorkerMessage::Agent {
         turn: 1,
