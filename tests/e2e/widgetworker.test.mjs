@@ -1,6 +1,9 @@
 // The embeddable widget's model worker (gg-widget-worker, dist/widget-dev) in headless Chromium,
 // no extension: a plain page creates the module Worker and speaks gg_messages::widget with it
-// directly (the widget's element and UI are tested by widget.test.mjs). Checks: `started` comes
+// directly (the widget's element and UI are tested by widget.test.mjs). The worker posts bytes
+// (postcard); the page reads them as JSON with the development build's `wire_json` (the worker's
+// own module, loaded in the page: the same types, the same serde). Checks: every message is
+// bytes; `started` comes
 // first (with SwiftShader's adapter) even when the page posts before the wasm loaded; a scripted
 // turn asks the page to run a listed tool by id and streams its events; a tool outside the turn's
 // list is refused without asking the page; Stop cancels a call the page never answers; `load`
@@ -35,11 +38,21 @@ const SCRIPTS = {
 
 const PAGE = `<!doctype html><title>Worker page</title><body><button id="go">Go</button>
 <script type="module">
+  import init, { wire_json } from '/widget/gg_widget_worker.js';
+  const decoder = init({ module_or_path: '/widget/gg_widget_worker_bg.wasm' });
   const worker = new Worker('/widget/gemma-gem-widget-worker.js', { type: 'module' });
-  window.received = [];
-  worker.onmessage = (e) => window.received.push(e.data);
-  worker.onerror = (e) => window.received.push({ workerError: String(e.message ?? e) });
+  const raw = [];
+  worker.onmessage = (e) => raw.push(e.data);
+  worker.onerror = (e) => raw.push({ workerError: String(e.message ?? e) });
   window.send = (body) => worker.postMessage({ protocol: '${PROTOCOL}', body });
+  // Each message as JSON (what is not bytes, or not a message, is kept as it is, and fails below).
+  window.received = async () => {
+    await decoder;
+    return raw.map((m) => {
+      if (!(m instanceof Uint8Array)) return { notBytes: m };
+      try { return JSON.parse(wire_json(m)); } catch (e) { return { undecodable: String(e) }; }
+    });
+  };
 </script>`;
 
 const TYPES = { '.js': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json' };
@@ -96,7 +109,7 @@ async function setup() {
   page.on('console', (m) => logs.push(m.text()));
   page.on('worker', (w) => w.on('console', (m) => logs.push(`[worker] ${m.text()}`)));
   await page.goto(server.url);
-  const received = () => page.evaluate(() => window.received);
+  const received = () => page.evaluate(() => window.received());
   const raw = async () => (await received()).map((m) => {
     assert.equal(m.protocol, PROTOCOL, JSON.stringify(m));
     return m.body;
