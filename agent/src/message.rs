@@ -117,12 +117,9 @@ impl ImagePart {
 
     /// The error for an image of `bytes` bytes, above [`ImagePart::MAX_BYTES`].
     pub fn too_large(label: &str, bytes: f64) -> String {
-        // Tenths of a MB in integers: `{:.1}` would pull float formatting into the page-side wasm.
-        let tenths = (bytes.max(0.0) * 10.0 / 1_048_576.0).round() as u64;
         format!(
-            "{label} is {}.{} MB; images up to {} MB can be attached",
-            tenths / 10,
-            tenths % 10,
+            "{label} is {:.1} MB; images up to {} MB can be attached",
+            bytes / 1_048_576.0,
             Self::MAX_BYTES >> 20
         )
     }

@@ -12,30 +12,11 @@ pub fn bytes(n: u64) -> String {
         value /= 1000.0;
         unit += 1;
     }
-    let digits = if value >= 100.0 { 0 } else { 1 };
-    format!("{} {}", fixed(value, digits), UNITS[unit])
-}
-
-/// `value` with `decimals` (at most 6) digits after the point, rounded half away from zero:
-/// `fixed(1.25, 1)` = `1.3`, `fixed(-0.04, 1)` = `-0.0` is written `0.0`. NaN and infinities are
-/// written `0`. The UI's numbers go through this instead of `{:.N}`, whose float-to-decimal
-/// tables are a sizeable part of the widget's page-side wasm.
-pub fn fixed(value: f64, decimals: u32) -> String {
-    let decimals = decimals.min(6);
-    if !value.is_finite() {
-        return "0".to_owned();
+    if value >= 100.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
     }
-    let scale = 10u64.pow(decimals);
-    // Beyond 2^53 the value is an integer already; the cast saturates, which is far past
-    // anything the UI shows.
-    let scaled = (value.abs() * scale as f64).round() as u64;
-    let sign = if value < 0.0 && scaled != 0 { "-" } else { "" };
-    let whole = scaled / scale;
-    if decimals == 0 {
-        return format!("{sign}{whole}");
-    }
-    let frac = scaled % scale;
-    format!("{sign}{whole}.{frac:0width$}", width = decimals as usize)
 }
 
 /// Whole percent of a 0..=1 fraction, clamped.
@@ -70,7 +51,7 @@ pub fn duration_ms(ms: f64) -> String {
     if ms < 1000.0 {
         format!("{} ms", ms.round() as u64)
     } else if ms < 60_000.0 {
-        format!("{} s", fixed(ms / 1000.0, 1))
+        format!("{:.1} s", ms / 1000.0)
     } else {
         let s = (ms / 1000.0).round() as u64;
         format!("{} min {} s", s / 60, s % 60)
@@ -123,23 +104,6 @@ mod tests {
         assert_eq!(eta(61.0), "about 2 min left");
         assert_eq!(eta(3600.0 + 5.0 * 60.0), "about 1 h 5 min left");
         assert_eq!(eta(f64::INFINITY), "unknown");
-    }
-
-    #[test]
-    fn fixed_rounds_like_a_person() {
-        assert_eq!(fixed(0.0, 1), "0.0");
-        assert_eq!(fixed(1.25, 1), "1.3");
-        assert_eq!(fixed(0.7, 1), "0.7");
-        assert_eq!(fixed(f64::from(0.7f32), 1), "0.7");
-        assert_eq!(fixed(99.96, 1), "100.0");
-        assert_eq!(fixed(157.08, 2), "157.08");
-        assert_eq!(fixed(3.14159, 0), "3");
-        assert_eq!(fixed(-2.5, 0), "-3");
-        assert_eq!(fixed(-0.04, 1), "0.0");
-        assert_eq!(fixed(-12.345, 2), "-12.35");
-        assert_eq!(fixed(1.05, 3), "1.050");
-        assert_eq!(fixed(f64::NAN, 1), "0");
-        assert_eq!(fixed(f64::INFINITY, 2), "0");
     }
 
     #[test]

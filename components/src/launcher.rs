@@ -5,7 +5,6 @@ use serde::{Deserialize, Serialize};
 use yew::prelude::*;
 
 use crate::drag_corner::{DragCornerHandlers, use_drag_corner};
-use crate::format::fixed;
 use crate::types::Corner;
 
 /// What the launcher's status dot shows.
@@ -106,7 +105,7 @@ pub fn launcher(props: &LauncherProps) -> Html {
     {
         let button = button.clone();
         let transform = drag
-            .map(|(dx, dy)| format!("translate({}px, {}px)", fixed(dx, 0), fixed(dy, 0)))
+            .map(|(dx, dy)| format!("translate({dx:.0}px, {dy:.0}px)"))
             .unwrap_or_default();
         use_effect_with(transform, move |transform| {
             if let Some(el) = button.cast::<web_sys::HtmlElement>() {
@@ -124,11 +123,11 @@ pub fn launcher(props: &LauncherProps) -> Html {
         let p = if p.is_finite() { p.clamp(0.0, 1.0) } else { 0.0 };
         let offset = circumference * (1.0 - p);
         html! {
-            <svg class="gg-launcher-ring" viewBox="0 0 56 56" aria-hidden="true" data-progress={fixed(p * 100.0, 0)}>
-                <circle class="gg-launcher-ring-track" cx="28" cy="28" r={fixed(RING_RADIUS, 0)} />
-                <circle class="gg-launcher-ring-value" cx="28" cy="28" r={fixed(RING_RADIUS, 0)}
-                    stroke-dasharray={fixed(circumference, 2)}
-                    stroke-dashoffset={fixed(offset, 2)} />
+            <svg class="gg-launcher-ring" viewBox="0 0 56 56" aria-hidden="true" data-progress={format!("{:.0}", p * 100.0)}>
+                <circle class="gg-launcher-ring-track" cx="28" cy="28" r={RING_RADIUS.to_string()} />
+                <circle class="gg-launcher-ring-value" cx="28" cy="28" r={RING_RADIUS.to_string()}
+                    stroke-dasharray={format!("{circumference:.2}")}
+                    stroke-dashoffset={format!("{offset:.2}")} />
             </svg>
         }
     });

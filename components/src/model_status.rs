@@ -22,10 +22,7 @@ pub fn model_status_view(props: &ModelStatusViewProps) -> Html {
     let bar = use_node_ref();
     {
         let bar = bar.clone();
-        let width = format!(
-            "{}%",
-            crate::format::fixed(status.progress().unwrap_or(0.0) * 100.0, 1)
-        );
+        let width = format!("{:.1}%", status.progress().unwrap_or(0.0) * 100.0);
         use_effect_with(width, move |width| {
             if let Some(el) = bar.cast::<web_sys::HtmlElement>() {
                 let _ = el.style().set_property("width", width);

@@ -155,7 +155,7 @@ fn number<T>(
     warnings: &mut Vec<Warning>,
 ) -> T
 where
-    T: Number + PartialOrd + Copy,
+    T: Number + PartialOrd + Copy + std::fmt::Display,
 {
     let Some(raw) = value else { return default };
     match T::read(raw.trim()) {
@@ -165,7 +165,7 @@ where
             warnings.push(Warning {
                 attribute: name,
                 value: raw.to_owned(),
-                used: format!("{} (allowed: {} to {})", used.show(), lo.show(), hi.show()),
+                used: format!("{used} (allowed: {lo} to {hi})"),
             });
             used
         }
@@ -173,7 +173,7 @@ where
             warnings.push(Warning {
                 attribute: name,
                 value: raw.to_owned(),
-                used: format!("{} (not a number)", default.show()),
+                used: format!("{default} (not a number)"),
             });
             default
         }
@@ -183,17 +183,11 @@ where
 /// A number attribute's value.
 trait Number: Sized {
     fn read(text: &str) -> Option<Self>;
-    /// As a warning shows it.
-    fn show(self) -> String;
 }
 
 impl Number for u32 {
     fn read(text: &str) -> Option<Self> {
         text.parse().ok()
-    }
-
-    fn show(self) -> String {
-        self.to_string()
     }
 }
 
@@ -222,23 +216,6 @@ impl Number for f32 {
         }
         let value = value as f32;
         Some(if negative { -value } else { value })
-    }
-
-    /// At most three decimals, trailing zeros dropped (`0.7`, `2`): `f32`'s `Display` would
-    /// link float formatting for a warning.
-    fn show(self) -> String {
-        let text = gg_components::format::fixed(f64::from(self), 3);
-        match text.split_once('.') {
-            Some((whole, fraction)) => {
-                let fraction = fraction.trim_end_matches('0');
-                if fraction.is_empty() {
-                    whole.to_owned()
-                } else {
-                    format!("{whole}.{fraction}")
-                }
-            }
-            None => text,
-        }
     }
 }
 
@@ -581,16 +558,6 @@ mod tests {
             "", ".", "-", "1e3", "inf", "NaN", "0,5", "1.2.3", " 1", "0x1",
         ] {
             assert_eq!(<f32 as Number>::read(bad), None, "{bad:?}");
-        }
-        for (value, shown) in [
-            (0.7f32, "0.7"),
-            (2.0, "2"),
-            (0.0, "0"),
-            (1.25, "1.25"),
-            (0.1, "0.1"),
-        ] {
-            assert_eq!(value.show(), shown);
-            assert_eq!(value.show(), value.to_string());
         }
     }
 

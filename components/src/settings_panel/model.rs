@@ -4,7 +4,7 @@ use wasm_bindgen::JsCast;
 use yew::prelude::*;
 
 use super::{change, target_checked, target_value};
-use crate::format::{self, fixed};
+use crate::format;
 use crate::types::{ModelChoice, ModelInfo, Settings};
 
 /// Properties of [`ModelSection`].
@@ -143,9 +143,9 @@ pub(super) fn model_section(props: &ModelSectionProps) -> Html {
                 <span>{ "Temperature" }</span>
                 <span>
                     <input type="range" class="gg-range" data-testid="gg-setting-temperature"
-                        min={fixed(Settings::TEMPERATURE_RANGE.0.into(), 0)} max={fixed(Settings::TEMPERATURE_RANGE.1.into(), 0)} step="0.1"
-                        value={fixed(settings.temperature.into(), 1)} oninput={on_temperature} />
-                    <output class="gg-muted">{ format!(" {}", fixed(settings.temperature.into(), 1)) }</output>
+                        min={Settings::TEMPERATURE_RANGE.0.to_string()} max={Settings::TEMPERATURE_RANGE.1.to_string()} step="0.1"
+                        value={format!("{:.1}", settings.temperature)} oninput={on_temperature} />
+                    <output class="gg-muted">{ format!(" {:.1}", settings.temperature) }</output>
                 </span>
             </label>
             <label class="gg-field-stack">
