@@ -1,6 +1,9 @@
 // The embeddable widget's model worker (gg-widget-worker, dist/widget-dev) in headless Chromium,
 // no extension: a plain page creates the module Worker and speaks gg_messages::widget with it
-// directly (the widget's element and UI are tested by widget.test.mjs). Checks: `started` comes
+// directly (the widget's element and UI are tested by widget.test.mjs). The worker posts bytes
+// (postcard); the page reads them as JSON with the development build's `wire_json` (the worker's
+// own module, loaded in the page: the same types, the same serde). Checks: every message is
+// bytes; `started` comes
 // first (with SwiftShader's adapter) even when the page posts before the wasm loaded; a scripted
 // turn asks the page to run a listed tool by id and streams its events; a tool outside the turn's
 // list is refused without asking the page; Stop cancels a call the page never answers; `load`
@@ -35,11 +38,21 @@ const SCRIPTS = {
 
 const PAGE = `<!doctype html><title>Worker page</title><body><button id="go">Go</button>
 <script type="module">
+  import init, { wire_json } from '/widget/gg_widget_worker.js';
+  const decoder = init({ module_or_path: '/widget/gg_widget_worker_bg.wasm' });
   const worker = new Worker('/widget/gemma-gem-widget-worker.js', { type: 'module' });
-  window.received = [];
-  worker.onmessage = (e) => window.received.push(e.data);
-  worker.onerror = (e) => window.received.push({ workerError: String(e.message ?? e) });
+  const raw = [];
+  worker.onmessage = (e) => raw.push(e.data);
+  worker.onerror = (e) => raw.push({ workerError: String(e.message ?? e) });
   window.send = (body) => worker.postMessage({ protocol: '${PROTOCOL}', body });
+  // Each message as JSON (what is not bytes, or not a message, is kept as it is, and fails below).
+  window.received = async () => {
+    await decoder;
+    return raw.map((m) => {
+      if (!(m instanceof Uint8Array)) return { notBytes: m };
+      try { return JSON.parse(wire_json(m)); } catch (e) { return { undecodable: String(e) }; }
+    });
+  };
 </script>`;
 
 const TYPES = { '.js': 'text/javascript', '.wasm': 'application/wasm', '.json': 'application/json' };
@@ -96,18 +109,38 @@ async function setup() {
   page.on('console', (m) => logs.push(m.text()));
   page.on('worker', (w) => w.on('console', (m) => logs.push(`[worker] ${m.text()}`)));
   await page.goto(server.url);
-  const received = () => page.evaluate(() => window.received);
-  const bodies = async () => (await received()).map((m) => {
+  const received = () => page.evaluate(() => window.received());
+  const raw = async () => (await received()).map((m) => {
     assert.equal(m.protocol, PROTOCOL, JSON.stringify(m));
     return m.body;
   });
+  // The worker's messages as `{type, ...fields}`, read from their wire form.
+  const bodies = async () => (await raw()).map((b) => untag(b));
   const send = (body) => page.evaluate((b) => window.send(b), body);
   const close = async () => { await browser.close(); await server.close(); };
-  return { server, page, logs, bodies, send, close };
+  return { server, page, logs, raw, bodies, send, close };
 }
 
+/**
+ * An externally tagged value, the form of the worker's messages, of the agent events in them, of
+ * a `done`'s reason and of a `model_status`'s state on the wire (`"stop"`, `{"agent": {"turn": 1, "event": {"token": {...}}}}`),
+ * as `{[key]: variant, ...fields}`: the form the assertions below read.
+ */
+const untag = (value, key = 'type') => {
+  if (typeof value === 'string') return { [key]: value };
+  const entries = Object.entries(value);
+  assert.equal(entries.length, 1, `externally tagged: ${JSON.stringify(value)}`);
+  const [[variant, fields]] = entries;
+  return { [key]: variant, ...fields };
+};
+/** An agent event as `{type, ...fields}`, a `done`'s reason as `{kind, ...fields}`. */
+const event = (e) => {
+  const out = untag(e);
+  if (out.type === 'done') out.reason = untag(out.reason, 'kind');
+  return out;
+};
 /** The events of `turn` among `bodies`. */
-const events = (bodies, turn) => bodies.filter((b) => b.type === 'agent' && b.turn === turn).map((b) => b.event);
+const events = (bodies, turn) => bodies.filter((b) => b.type === 'agent' && b.turn === turn).map((b) => event(b.event));
 const ended = (evs) => evs.some((e) => e.type === 'done' || e.type === 'error');
 
 test('the worker starts first, runs listed tools through the page by id, refuses the others, and stops', async () => {
@@ -124,6 +157,8 @@ test('the worker starts first, runs listed tools through the page by id, refuses
     await s.send({ type: 'tool_result', id: run.id, result: { Ok: { value: { title: 'Worker page' } } } });
     const turn1 = await until(async () => { const e = events(await s.bodies(), 1); return ended(e) && e; }, { what: 'turn 1 ends' });
     assert.deepEqual(turn1.at(-1), { type: 'done', reason: { kind: 'end_of_turn' } });
+    // On the wire, both the message and the event are externally tagged.
+    assert.ok((await s.raw()).some((b) => JSON.stringify(b) === JSON.stringify({ agent: { turn: 1, event: { done: { reason: 'end_of_turn' } } } })), JSON.stringify(await s.raw()));
     assert.ok(turn1.some((e) => e.type === 'tool_result' && e.output.value.title === 'Worker page'), JSON.stringify(turn1));
     assert.match(turn1.filter((e) => e.type === 'token').map((e) => e.text).join(''), /Worker page/);
 
@@ -155,7 +190,7 @@ test('load downloads the fixture model into Cache Storage with progress, and a t
     const repository = `${s.server.url}/models/gemma4-tiny-agent`;
     const l0 = Date.now();
     await s.send({ type: 'load', repository, model_size: 'E2B' });
-    const states = async () => (await s.bodies()).filter((b) => b.type === 'model_status').map((b) => b.state);
+    const states = async () => (await s.bodies()).filter((b) => b.type === 'model_status').map((b) => untag(b.state, 'phase'));
     await until(async () => (await states()).some((st) => st.phase === 'ready' || st.phase === 'failed'), { timeout: 180000, what: 'the model is ready' });
     console.log(`loaded after ${Date.now() - l0} ms`);
     const all = await states();

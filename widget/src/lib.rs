@@ -8,7 +8,7 @@
 //! limited to `tools`), and reports what happens as DOM events on the element (`gg-status`,
 //! `gg-token`, `gg-tool`, `gg-answer`, `gg-error`). The page's main thread renders and runs the
 //! tools only; the model never runs here, and neither does the Markdown parser: answers are
-//! parsed by the worker ([`WidgetRequest::ParseMarkdown`]) and rendered here from its events.
+//! parsed by the worker ([`PageRequest::ParseMarkdown`]) and rendered here from its events.
 
 pub mod attrs;
 mod events;
@@ -23,7 +23,7 @@ use gg_components::{
     ModelChoice, Settings, ShadowApp, ShadowAppProps, Theme, UiError, UiIntent,
     attach_closed_shadow,
 };
-use gg_messages::widget::{PageMessage, TurnSettings, WidgetRequest};
+use gg_messages::widget::{PageMessage, PageRequest, TurnSettings};
 use std::cell::RefCell;
 use std::rc::{Rc, Weak};
 use wasm_bindgen::prelude::*;
@@ -61,7 +61,7 @@ struct State {
     markdown_ids: u64,
 }
 
-/// Markdown the UI asked the worker to parse ([`WidgetRequest::ParseMarkdown`]).
+/// Markdown the UI asked the worker to parse ([`PageRequest::ParseMarkdown`]).
 struct MarkdownAsked {
     id: u64,
     source: Rc<str>,
@@ -443,7 +443,7 @@ fn link(state: &Rc<RefCell<State>>) -> Result<link::WorkerLink, String> {
         .map(|asked| (asked.id, Rc::clone(&asked.source)))
         .collect();
     for (id, source) in waiting {
-        link.post(&WidgetRequest::ParseMarkdown {
+        link.post(&PageRequest::ParseMarkdown {
             id,
             text: source.to_string(),
         });
@@ -470,14 +470,14 @@ fn parse_markdown(
         (id, s.link.clone())
     };
     if let Some(link) = link {
-        link.post(&WidgetRequest::ParseMarkdown {
+        link.post(&PageRequest::ParseMarkdown {
             id,
             text: source.to_string(),
         });
     }
 }
 
-fn post(state: &Rc<RefCell<State>>, request: WidgetRequest) {
+fn post(state: &Rc<RefCell<State>>, request: PageRequest) {
     match link(state) {
         Ok(l) => l.post(&request),
         Err(e) => {
@@ -526,7 +526,7 @@ fn send_question(
     };
     post(
         state,
-        WidgetRequest::Ask {
+        PageRequest::Ask {
             turn,
             text,
             images,
@@ -560,12 +560,12 @@ fn on_intent(state: &Rc<RefCell<State>>, intent: UiIntent) {
         }
         UiIntent::Stop => {
             if state.borrow().link.is_some() {
-                post(state, WidgetRequest::Stop);
+                post(state, PageRequest::Stop);
             }
         }
         UiIntent::NewChat => {
             if state.borrow().link.is_some() {
-                post(state, WidgetRequest::Clear);
+                post(state, PageRequest::Clear);
             }
             let turn = state.borrow_mut().running.take();
             if let Some(turn) = turn {
@@ -573,7 +573,7 @@ fn on_intent(state: &Rc<RefCell<State>>, intent: UiIntent) {
             }
         }
         UiIntent::Approve { call_id, decision } => {
-            post(state, WidgetRequest::Approval { call_id, decision });
+            post(state, PageRequest::Approval { call_id, decision });
         }
         UiIntent::SettingsChanged { settings } => {
             state.borrow_mut().user_settings = Some(settings.clone());

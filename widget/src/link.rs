@@ -1,7 +1,7 @@
 //! The model worker: a module Worker from the widget's folder, spoken to in
-//! [`gg_messages::widget`]'s protocol.
+//! [`gg_messages::widget`]'s protocol (requests as JSON values, its messages back as bytes).
 
-use gg_messages::widget::{PageMessage, WIDGET_PROTOCOL, WidgetEnvelope, WidgetRequest};
+use gg_messages::widget::{PageMessage, PageRequest, WIDGET_PROTOCOL, WidgetEnvelope};
 use std::rc::Rc;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::prelude::*;
@@ -32,12 +32,11 @@ impl WorkerLink {
         let handler = {
             let on_message = on_message.clone();
             Closure::<dyn FnMut(MessageEvent)>::new(move |event: MessageEvent| {
-                let Ok(json) = js_sys::JSON::stringify(&event.data()) else {
+                // The worker posts bytes (`WidgetEnvelope::to_bytes`).
+                let Some(bytes) = event.data().dyn_into::<js_sys::Uint8Array>().ok() else {
                     return;
                 };
-                let Some(message) = serde_json::from_str(&String::from(json))
-                    .ok()
-                    .and_then(WidgetEnvelope::<PageMessage>::parse)
+                let Some(message) = WidgetEnvelope::<PageMessage>::from_bytes(&bytes.to_vec())
                 else {
                     return;
                 };
@@ -71,10 +70,8 @@ impl WorkerLink {
     }
 
     /// Posts `request` (as a JSON value).
-    pub fn post(&self, request: &WidgetRequest) {
-        let text = serde_json::to_string(&WidgetEnvelope::new(request.clone()))
-            .unwrap_or_else(|_| "null".into());
-        if let Ok(value) = js_sys::JSON::parse(&text) {
+    pub fn post(&self, request: &PageRequest) {
+        if let Ok(value) = js_sys::JSON::parse(&request.to_json()) {
             let _ = self.inner.worker.post_message(&value);
         }
     }

@@ -190,6 +190,11 @@ const RUSTC_WASM_FEATURES: &[&str] = &[
 /// Size optimisation with `wasm-opt -Oz` (Debian's binaryen where it understands the module,
 /// otherwise the newer one from npm).
 pub fn optimise(tools: &Tools, wasm: &Path) -> Result<()> {
+    optimise_with(tools, wasm, &[])
+}
+
+/// [`optimise`] with more `wasm-opt` arguments.
+pub fn optimise_with(tools: &Tools, wasm: &Path, extra: &[&str]) -> Result<()> {
     let npm_opt = root().join("xtask/js/node_modules/binaryen/bin/wasm-opt");
     let candidates: Vec<PathBuf> = tools
         .wasm_opt
@@ -203,6 +208,7 @@ pub fn optimise(tools: &Tools, wasm: &Path) -> Result<()> {
         // The features rustc enables for wasm32-unknown-unknown, and no more: `--all-features`
         // lets a new binaryen emit encodings (compact imports, …) that Chrome does not accept.
         cmd.args(["-Oz", "--strip-debug"])
+            .args(extra)
             .args(RUSTC_WASM_FEATURES)
             .arg("-o")
             .arg(&tmp)

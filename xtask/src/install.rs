@@ -21,6 +21,9 @@ pub struct Tools {
     pub wasm2js: PathBuf,
     /// `wasm-opt` (Debian `binaryen`), when available and new enough (see [`MIN_WASM_OPT`]).
     pub wasm_opt: Option<PathBuf>,
+    /// The npm `terser` package's command (a Node script): minifies the widget's page-side
+    /// JavaScript in release builds.
+    pub terser: PathBuf,
 }
 
 impl Tools {
@@ -63,9 +66,17 @@ pub fn install_build() -> Result<Tools> {
             wasm2js.display()
         );
     }
+    let terser = root().join("xtask/js/node_modules/terser/bin/terser");
+    if !terser.is_file() {
+        bail!(
+            "{} is missing after `npm ci` in xtask/js; delete xtask/js/node_modules and try again",
+            terser.display()
+        );
+    }
     Ok(Tools {
         wasm_bindgen_dir,
         wasm2js,
+        terser,
         wasm_opt: which("wasm-opt").filter(|p| usable_wasm_opt(p)),
     })
 }

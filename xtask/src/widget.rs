@@ -25,8 +25,32 @@ pub const WASM: &[(&str, &str, &str)] = &[
     ),
 ];
 
-/// Features of development builds: debug logging and the scripted model (`script:URL` sources).
-pub const DEV_FEATURES: &str = "gg-widget-worker/dev-log,gg-widget-worker/scripted-model";
+/// Features of development builds: debug logging, the scripted model (`script:URL` sources) and
+/// the worker's `wire_json` (its messages as JSON, for tests).
+pub const DEV_FEATURES: &str =
+    "gg-widget-worker/dev-log,gg-widget-worker/scripted-model,gg-widget-worker/wire-json";
+
+/// Minifies the ES module `file` in place with terser (names mangled, exports and property names
+/// kept: the glue's import object is looked up by name from the wasm).
+fn minify(tools: &Tools, file: &Path) -> Result<()> {
+    let tmp = file.with_extension("min.js");
+    crate::util::exec(
+        std::process::Command::new("node")
+            .arg(&tools.terser)
+            .arg(file)
+            .args([
+                "--module",
+                "--ecma",
+                "2020",
+                "--compress",
+                "passes=2",
+                "--mangle",
+            ])
+            .arg("-o")
+            .arg(&tmp),
+    )?;
+    std::fs::rename(&tmp, file).with_context(|| format!("replacing {}", file.display()))
+}
 
 /// Where the widget is written.
 pub fn widget_dir(release: bool) -> PathBuf {
@@ -51,9 +75,23 @@ pub fn package(tools: &Tools, wasm_dir: &Path, release: bool) -> Result<()> {
             release,
         )?;
         if release {
-            crate::build::optimise(tools, &out.join(format!("{stem}_bg.wasm")))?;
+            // The page's main thread has a size budget (300 KB gzip with its glue and loader):
+            // its wasm is optimised until binaryen finds nothing more to shrink, without the
+            // producers section (~0.7 KB gzip).
+            let extra: &[&str] = if *stem == "gg_widget" {
+                &["--converge", "--strip-producers"]
+            } else {
+                &[]
+            };
+            crate::build::optimise_with(tools, &out.join(format!("{stem}_bg.wasm")), extra)?;
         }
         copy_dir(&root().join(files), &out)?;
+    }
+    if release {
+        // The page's loader and wasm-bindgen glue, minified (~2.7 KB gzip of the budget).
+        for file in ["gemma-gem-widget.js", "gg_widget.js"] {
+            minify(tools, &out.join(file))?;
+        }
     }
     eprintln!("xtask: widget written to {}", out.display());
     Ok(())

@@ -15,7 +15,6 @@ use futures::future::LocalBoxFuture;
 use gg_agent::{Agent, ModelBackend};
 use gg_messages::widget::{TurnSettings, WidgetEnvelope, WorkerMessage};
 use gg_web::turn::TurnModel;
-use serde::Serialize;
 use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use web_sys::{DedicatedWorkerGlobalScope, MessageEvent};
@@ -26,13 +25,17 @@ struct WebHost {
     scope: DedicatedWorkerGlobalScope,
 }
 
-/// Posts `message` in its envelope (a plain JSON-compatible object).
+/// Posts `message` in its envelope, as bytes ([`WidgetEnvelope::to_bytes`]: a `Uint8Array` whose
+/// buffer is transferred).
 fn post_to(scope: &DedicatedWorkerGlobalScope, message: WorkerMessage) {
-    let value = WidgetEnvelope::new(message)
-        .serialize(&serde_wasm_bindgen::Serializer::json_compatible())
-        .map_err(|e| JsValue::from_str(&e.to_string()))
-        .and_then(|v| scope.post_message(&v));
-    if let Err(e) = value {
+    let posted = WidgetEnvelope::new(message)
+        .to_bytes()
+        .map_err(|e| JsValue::from_str(&e))
+        .and_then(|bytes| {
+            let array = js_sys::Uint8Array::from(bytes.as_slice());
+            scope.post_message_with_transfer(&array, &js_sys::Array::of1(&array.buffer()))
+        });
+    if let Err(e) = posted {
         gg_web::log::error(&format!(
             "could not post to the page: {}",
             gg_web::cache::js_message(&e)
@@ -92,6 +95,14 @@ impl worker::Host for WebHost {
         }
         .boxed_local()
     }
+}
+
+/// A message of this worker (the bytes it posts) as the JSON of its serde form, for tests that
+/// speak the protocol from a page (`tests/e2e/widgetworker.test.mjs`): development builds only.
+#[cfg(feature = "wire-json")]
+#[wasm_bindgen]
+pub fn wire_json(bytes: &[u8]) -> Result<String, JsValue> {
+    WidgetEnvelope::<WorkerMessage>::bytes_to_json(bytes).map_err(|e| JsValue::from_str(&e))
 }
 
 /// Called by `gemma-gem-widget-worker.js` once the module has loaded, with the messages the page

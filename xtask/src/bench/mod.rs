@@ -1027,7 +1027,8 @@ fn sizes(args: &BenchArgs) -> Result<Value> {
         &widget,
         &["gemma-gem-widget.js", "gg_widget.js", "gg_widget_bg.wasm"],
     )?;
-    page["budget_gzip_bytes"] = json!(300 * 1024);
+    // 300 KB read as 300,000 bytes (the stricter reading of the "300 KB").
+    page["budget_gzip_bytes"] = json!(300_000);
     list.push(page);
     let mut worker = bundle(
         "our widget, model worker (loader + glue + wasm: runtime, model, agent)",

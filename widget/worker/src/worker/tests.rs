@@ -714,13 +714,13 @@ fn markdown_is_parsed_for_the_page_at_any_time() {
     let wire = serde_json::to_value(WidgetEnvelope::new(posted[0].clone())).expect("json");
     assert_eq!(
         wire["body"],
-        json!({"type": "markdown", "id": 7, "events": [
+        json!({"markdown": {"id": 7, "events": [
             {"start": {"element": "p"}},
             {"start": {"element": "em"}}, {"text": "a"}, "end",
             {"text": " "}, {"start": {"link": {"href": null}}}, {"text": "b"}, "end",
             {"text": " <i>c</i>"},
             "end"
-        ]})
+        ]}})
     );
     // After a turn as well.
     s.send(ask(1, "hello", &[]));
@@ -749,9 +749,9 @@ fn the_wire_shapes_of_the_readme() {
         },
     });
     assert_eq!(refused["protocol"], "gemma-gem-widget/1");
-    assert_eq!(refused["body"]["type"], "agent");
+    assert_eq!(refused["body"]["agent"]["turn"], 1);
     assert_eq!(
-        refused["body"]["event"]["error"]["invalid_input"]["message"],
+        refused["body"]["agent"]["event"]["error"]["error"]["invalid_input"]["message"],
         "m"
     );
     let not_ready = wire(WorkerMessage::Agent {
@@ -763,8 +763,8 @@ fn the_wire_shapes_of_the_readme() {
         },
     });
     assert_eq!(
-        not_ready["body"]["event"]["error"]["backend"],
-        json!({"kind": "not_ready", "message": "m"})
+        not_ready["body"]["agent"]["event"]["error"]["error"]["backend"],
+        json!({"not_ready": {"message": "m"}})
     );
     let done = wire(WorkerMessage::Agent {
         turn: 1,
@@ -773,8 +773,8 @@ fn the_wire_shapes_of_the_readme() {
         },
     });
     assert_eq!(
-        done["body"]["event"],
-        json!({"type": "done", "reason": {"kind": "cancelled"}})
+        done["body"]["agent"]["event"],
+        json!({"done": {"reason": "cancelled"}})
     );
     // The page's answers.
     let answer: WidgetRequest = serde_json::from_value(json!({
