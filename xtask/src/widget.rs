@@ -77,9 +77,12 @@ pub fn package(tools: &Tools, wasm_dir: &Path, release: bool) -> Result<()> {
         if release {
             // The page's main thread has a size budget (300 KB gzip with its glue and loader):
             // its wasm is optimised until binaryen finds nothing more to shrink, without the
-            // producers section (~0.7 KB gzip).
+            // producers section (~0.7 KB gzip), and with `--low-memory-unused` (~1.6 KB gzip:
+            // `ptr + constant` folded into load/store offsets). That flag only changes an access
+            // whose address wraps around 2^32 into the low 1 KiB, which Rust never makes: rustc
+            // lays out wasm32 memory stack first (the stack grows down from 1 MiB, data above).
             let extra: &[&str] = if *stem == "gg_widget" {
-                &["--converge", "--strip-producers"]
+                &["--converge", "--strip-producers", "--low-memory-unused"]
             } else {
                 &[]
             };
