@@ -18,6 +18,7 @@ import { createServer } from 'node:http';
 import { join, dirname, extname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { runCase } from './case.mjs';
+import { f16ToF32 } from '../web/f16.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const argv = process.argv.slice(2);
@@ -32,18 +33,10 @@ const tol = Number(opt('tol', '1e-3'));
 const all = argv.includes('--all');
 const c = JSON.parse(readFileSync(join(caseDir, 'case.json'), 'utf8'));
 
-function f16(h) {
-  const s = h & 0x8000 ? -1 : 1;
-  const e = (h >> 10) & 0x1f;
-  const f = h & 0x3ff;
-  if (e === 0) return s * 2 ** -14 * (f / 1024);
-  if (e === 31) return f ? NaN : s * Infinity;
-  return s * 2 ** (e - 15) * (1 + f / 1024);
-}
 function numbers(type, buf) {
   const b = buf.buffer.slice(buf.byteOffset, buf.byteOffset + buf.byteLength);
   if (type === 'float32') return Float32Array.from(new Float32Array(b));
-  if (type === 'float16') return Float32Array.from(new Uint16Array(b), f16);
+  if (type === 'float16') return Float32Array.from(new Uint16Array(b), f16ToF32);
   if (type === 'int64') return Float64Array.from(new BigInt64Array(b), Number);
   if (type === 'int32') return Float64Array.from(new Int32Array(b));
   return Float64Array.from(new Uint8Array(b));

@@ -26,6 +26,7 @@
 //   apply: their attention concatenates past and new keys (present = Concat(past, new)), so the
 //   cache grows every step.
 import * as ort from '/ort/ort.webgpu.min.mjs';
+import { f16ToF32 } from './f16.mjs';
 
 ort.env.wasm.wasmPaths = '/ort/';
 ort.env.webgpu.powerPreference = 'high-performance';
@@ -151,15 +152,6 @@ export async function load(model, dtype, verbose = false, variant = 'ort_web', c
   }
   if (verbose) ort.env.logLevel = 'error';
   return h;
-}
-
-function f16ToF32(h) {
-  const s = h & 0x8000 ? -1 : 1;
-  const e = (h >> 10) & 0x1f;
-  const f = h & 0x3ff;
-  if (e === 0) return s * 2 ** -14 * (f / 1024);
-  if (e === 31) return f ? NaN : s * Infinity;
-  return s * 2 ** (e - 15) * (1 + f / 1024);
 }
 
 async function argmax(t) {
