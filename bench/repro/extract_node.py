@@ -63,6 +63,8 @@ def main():
     for i, name in enumerate(new.input):
         if not name:
             continue
+        if name in feeds or any(t.name == name for t in ginits):
+            continue  # the same tensor in two slots (a KV-shared layer's empty key and value)
         if name in inits:
             ginits.append(inits[name])
             continue

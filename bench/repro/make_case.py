@@ -1,7 +1,12 @@
 """Prepares a case for comparing ONNX Runtime's CPU EP (python) with onnxruntime-web.
 
     python bench/repro/make_case.py --model tests/fixtures/models/gemma4-tiny --dtype q4 \
-        --tokens 64 --out /tmp/case [--outputs all|NAME,NAME]  (all: every node output of a known type)
+        --tokens 64 --out /tmp/case [--outputs all|NAME,NAME]  (all: every node output of a known type;
+        float: every float one)
+
+MODEL is an onnx-community folder (config.json, onnx/embed_tokens_DTYPE.onnx,
+onnx/GRAPH_DTYPE.onnx) or an ONNX Runtime GenAI package (genai_config.json with its embedding
+and decoder files, as mobius writes them; --dtype and --graph do not apply).
 
 Writes into OUT: the decoder graph (its weights in one external file), with extra graph outputs
 when asked (`all`: every node output of a known type; else the listed tensor names), the decoder's inputs
@@ -31,6 +36,17 @@ def safe(name):
     return name.replace("/", "_").replace(":", "_").lstrip("_")
 
 
+def set_attrs(graph, settings):
+    """Sets OP.NAME=INT attributes (make_case's --accuracy-level and --set-attr) on every node of the op."""
+    for op, name, value in settings:
+        for n in graph.node:
+            if n.op_type == op:
+                keep = [x for x in n.attribute if x.name != name]
+                del n.attribute[:]
+                n.attribute.extend(keep)
+                n.attribute.append(onnx.helper.make_attribute(name, value))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", required=True)
@@ -40,22 +56,55 @@ def main():
     ap.add_argument("--past", type=int, default=0,
                     help="a decode step instead: TOKENS of prompt run on the CPU EP first, then one step on the CPU EP's greedy id with that cache as past")
     ap.add_argument("--graph", default="decoder_model_merged", help="graph file stem in MODEL/onnx")
+    ap.add_argument("--accuracy-level", type=int, default=None,
+                    help="set every MatMulNBits' accuracy_level in the case's graph (0: exact math; the CPU EP's int8 path at 4 is another computation)")
+    ap.add_argument("--set-attr", action="append", default=[], metavar="OP.NAME=INT",
+                    help="set an integer attribute on every node of that op type in the case's graph and in the prompt run of --past "
+                         "(e.g. GroupQueryAttention.local_window_size=-1)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     os.makedirs(os.path.join(a.out, "cpu"), exist_ok=True)
-    cfg = json.load(open(os.path.join(a.model, "config.json")))
-    vocab = cfg.get("text_config", cfg)["vocab_size"]
+    genai = os.path.exists(os.path.join(a.model, "genai_config.json"))
+    if genai:
+        # An ONNX Runtime GenAI package (mobius): embedding/model.onnx takes the ids and empty
+        # image features; decoder/model.onnx has no position_ids (GroupQueryAttention derives the
+        # positions from the mask).
+        gc = json.load(open(os.path.join(a.model, "genai_config.json")))["model"]
+        vocab = gc["vocab_size"]
+        emb_path = os.path.join(a.model, gc["embedding"]["filename"])
+        dec_path = os.path.join(a.model, gc["decoder"]["filename"])
+    else:
+        cfg = json.load(open(os.path.join(a.model, "config.json")))
+        vocab = cfg.get("text_config", cfg)["vocab_size"]
+        emb_path = os.path.join(a.model, "onnx", f"embed_tokens_{a.dtype}.onnx")
+        dec_path = os.path.join(a.model, "onnx", f"{a.graph}_{a.dtype}.onnx")
     ids = np.array([prompt_ids(a.tokens, vocab)], dtype=np.int64)
 
-    emb = ort.InferenceSession(os.path.join(a.model, "onnx", f"embed_tokens_{a.dtype}.onnx"), providers=["CPUExecutionProvider"])
-    e = dict(zip([o.name for o in emb.get_outputs()], emb.run(None, {"input_ids": ids})))
+    emb = ort.InferenceSession(emb_path, providers=["CPUExecutionProvider"])
 
-    m = onnx.load(os.path.join(a.model, "onnx", f"{a.graph}_{a.dtype}.onnx"))
+    def embed(ids):
+        feeds = {"input_ids": ids}
+        for i in emb.get_inputs():
+            if i.name == "image_features":
+                feeds[i.name] = np.zeros((0, i.shape[1]), np.float32 if i.type == "tensor(float)" else np.float16)
+        return dict(zip([o.name for o in emb.get_outputs()], emb.run(None, feeds)))
+
+    e = embed(ids)
+
+    settings = [("MatMulNBits", "accuracy_level", a.accuracy_level)] if a.accuracy_level is not None else []
+    for kv in a.set_attr:
+        k, v = kv.split("=")
+        op, name = k.split(".")
+        settings.append((op, name, int(v)))
+
+    m = onnx.load(dec_path)
     g = m.graph
     past, start = {}, 0
     if a.past:
         # The prompt on the CPU EP; its cache becomes the past of one decode step.
-        full = ort.InferenceSession(os.path.join(a.model, "onnx", f"{a.graph}_{a.dtype}.onnx"), providers=["CPUExecutionProvider"])
+        pm = onnx.load(dec_path)
+        set_attrs(pm.graph, settings)
+        full = ort.InferenceSession(pm.SerializeToString(), providers=["CPUExecutionProvider"])
         pf = {k: v for k, v in e.items()}
         pf["attention_mask"] = np.ones((1, a.tokens), np.int64)
         pf["position_ids"] = np.arange(a.tokens, dtype=np.int64)[None]
@@ -66,10 +115,11 @@ def main():
         names = [o.name for o in full.get_outputs()]
         res = dict(zip(names, full.run(None, {k: v for k, v in pf.items() if k in {i.name for i in full.get_inputs()}})))
         nxt = int(np.argmax(res["logits"][0, -1]))
+        print(f"prompt of {a.tokens} on the CPU EP: greedy id {nxt}")
         past = {k.replace("present.", "past_key_values."): v for k, v in res.items() if k.startswith("present.")}
         start = a.tokens
         ids = np.array([[nxt]], np.int64)
-        e = dict(zip([o.name for o in emb.get_outputs()], emb.run(None, {"input_ids": ids})))
+        e = embed(ids)
     n = ids.shape[1]
     feeds = {}
     for i in g.input:
@@ -89,6 +139,7 @@ def main():
         else:
             raise SystemExit(f"unknown input {i.name}")
 
+    set_attrs(g, settings)
     extra = []
     if a.outputs:
         inferred = onnx.shape_inference.infer_shapes(m)
@@ -104,8 +155,9 @@ def main():
                     if o and o not in types and t in (1, 10):
                         types[o] = t
         have = {o.name for o in g.output}
-        if a.outputs == "all":
-            want = [o for n in g.node for o in n.output if o and types.get(o) in (1, 6, 7, 9, 10)]
+        if a.outputs in ("all", "float"):
+            kinds = (1, 6, 7, 9, 10) if a.outputs == "all" else (1, 10)
+            want = [o for n in g.node for o in n.output if o and types.get(o) in kinds]
         else:
             want = a.outputs.split(",")
         for name in want:
@@ -123,6 +175,18 @@ def main():
     sess = ort.InferenceSession(os.path.join(a.out, "model.onnx"), so, providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     outs = sess.run(None, feeds)
+    # Empty tensors (a KV-shared layer's ConstantOfShape K/V) as extra outputs make ONNX Runtime's
+    # WebGPU EP fail the run ("Unsupported OrtValue type"): leave them out.
+    empty = {k for k, v in zip(names, outs) if v.size == 0 and k in extra}
+    if empty:
+        kept = [o for o in g.output if o.name not in empty]
+        del g.output[:]
+        g.output.extend(kept)
+        onnx.save(m, os.path.join(a.out, "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                  location="model.onnx_data", size_threshold=1024)
+        sess = ort.InferenceSession(os.path.join(a.out, "model.onnx"), so, providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        outs = sess.run(None, feeds)
     case = {"ort_python": ort.__version__, "tokens": a.tokens, "past": start, "ids": ids[0].tolist(), "inputs": [], "outputs": []}
     for k, v in feeds.items():
         v = np.ascontiguousarray(v).reshape(v.shape)

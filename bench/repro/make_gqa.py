@@ -1,12 +1,17 @@
 """A one-node GroupQueryAttention case (the form compare.mjs reads), without any model.
 
     python bench/repro/make_gqa.py OUT [--seq 32] [--heads 1] [--head-size 16] [--window -1]
-        [--seed 0]
+        [--shared P] [--seed 0]
 
 A prompt of SEQ tokens, no past (empty past_key/past_value), no rotary, no bias: query, key and
 value random normal (seeded), seqlens_k = SEQ - 1, total_sequence_length = SEQ. The expected
 output is ONNX Runtime's CPU EP (written to OUT/cpu, as make_case.py does) and also checked here
 against a causal softmax attention in numpy.
+
+--shared P: a KV-shared layer as mobius exports Gemma 4's (the layers that reuse an earlier
+layer's cache): key and value empty ([1, 0, D]), past_key/past_value the other layer's present
+of P rows (random normal), seqlens_k = P - 1, total_sequence_length = P; SEQ query rows, the last
+SEQ positions of the P (SEQ = P: the prompt; SEQ = 1: a decode step).
 """
 
 import argparse
@@ -27,9 +32,14 @@ def main():
     ap.add_argument("--heads", type=int, default=1)
     ap.add_argument("--head-size", type=int, default=16)
     ap.add_argument("--window", type=int, default=-1)
+    ap.add_argument("--shared", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     s, n, d = a.seq, a.heads, a.head_size
+    if a.shared and a.shared < s:
+        raise SystemExit("--shared P needs P >= --seq")
+    kv = 0 if a.shared else s  # rows of the new key/value
+    total = a.shared or s
     node = helper.make_node(
         "GroupQueryAttention",
         ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length"],
@@ -38,8 +48,8 @@ def main():
     f = lambda name, shape: helper.make_tensor_value_info(name, T.FLOAT, shape)
     g = helper.make_graph(
         [node], "gqa",
-        [f("query", [1, s, n * d]), f("key", [1, s, d]), f("value", [1, s, d]), f("past_key", [1, 1, 0, d]),
-         f("past_value", [1, 1, 0, d]), helper.make_tensor_value_info("seqlens_k", T.INT32, [1]),
+        [f("query", [1, s, n * d]), f("key", [1, kv, d]), f("value", [1, kv, d]), f("past_key", [1, 1, total - kv, d]),
+         f("past_value", [1, 1, total - kv, d]), helper.make_tensor_value_info("seqlens_k", T.INT32, [1]),
          helper.make_tensor_value_info("total_sequence_length", T.INT32, [])],
         [f("output", None), f("present_key", None), f("present_value", None)])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
@@ -50,12 +60,12 @@ def main():
     rng = np.random.default_rng(a.seed)
     feeds = {
         "query": rng.standard_normal((1, s, n * d), np.float32),
-        "key": rng.standard_normal((1, s, d), np.float32),
-        "value": rng.standard_normal((1, s, d), np.float32),
-        "past_key": np.zeros((1, 1, 0, d), np.float32),
-        "past_value": np.zeros((1, 1, 0, d), np.float32),
-        "seqlens_k": np.array([s - 1], np.int32),
-        "total_sequence_length": np.array(s, np.int32),
+        "key": rng.standard_normal((1, kv, d), np.float32),
+        "value": rng.standard_normal((1, kv, d), np.float32),
+        "past_key": rng.standard_normal((1, 1, total - kv, d), np.float32),
+        "past_value": rng.standard_normal((1, 1, total - kv, d), np.float32),
+        "seqlens_k": np.array([total - 1], np.int32),
+        "total_sequence_length": np.array(total, np.int32),
     }
     sess = ort.InferenceSession(os.path.join(a.out, "model.onnx"), providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
@@ -63,19 +73,23 @@ def main():
 
     # The same in numpy: causal (and windowed) softmax attention, every query head on the one key head.
     q = feeds["query"][0].reshape(s, n, d)
-    k, v = feeds["key"][0], feeds["value"][0]
+    # All keys: the past's rows, then the new ones; query row r sits at position total - s + r.
+    k = np.concatenate([feeds["past_key"][0, 0], feeds["key"][0]])
+    v = np.concatenate([feeds["past_value"][0, 0], feeds["value"][0]])
     want = np.zeros((s, n, d), np.float32)
     for r in range(s):
-        lo = 0 if a.window < 0 else max(0, r - a.window + 1)
+        pos = total - s + r
+        lo = 0 if a.window < 0 else max(0, pos - a.window + 1)
         for h in range(n):
-            sc = q[r, h] @ k[lo:r + 1].T
+            sc = q[r, h] @ k[lo:pos + 1].T
             p = np.exp(sc - sc.max())
-            want[r, h] = (p / p.sum()) @ v[lo:r + 1]
+            want[r, h] = (p / p.sum()) @ v[lo:pos + 1]
     err = np.abs(want.reshape(1, s, n * d) - res["output"]).max()
     assert err < 1e-4, f"the CPU EP and numpy differ by {err}"
 
     case = {"ort_python": ort.__version__, "tokens": s, "node": "GroupQueryAttention", "inputs": [], "outputs": [], "order": names,
-            "external_data": False, "about": f"GroupQueryAttention prompt of {s}, {n} query heads on 1 kv head of size {d}, window {a.window}, no rotary"}
+            "external_data": False, "about": f"GroupQueryAttention {'prompt' if s > 1 else 'step'} of {s}, {n} query heads on 1 kv head of size {d}, window {a.window}, no rotary"
+                     + (f", KV-shared: empty key/value, past of {total}" if a.shared else "")}
     for k_, v_ in feeds.items():
         fn = f"in_{k_}.bin"
         v_.tofile(os.path.join(a.out, fn))
