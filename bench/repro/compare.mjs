@@ -177,10 +177,19 @@ for (const name of order) {
   if (name === 'logits') {
     const n = ref.dims[ref.dims.length - 1];
     const top2 = (a) => {
-      const last = Array.from(a.slice(a.length - n));
-      const i = last.indexOf(Math.max(...last));
-      const s = [...last].sort((x, y) => y - x);
-      return `argmax ${i} (gap ${(s[0] - s[1]).toFixed(6)})`;
+      // A loop, not Math.max(...last): a 262144-entry vocabulary overflows the call stack.
+      let i = 0;
+      let second = -Infinity;
+      for (let j = 1; j < n; j++) {
+        const x = a[a.length - n + j];
+        if (x > a[a.length - n + i]) {
+          second = a[a.length - n + i];
+          i = j;
+        } else if (x > second) {
+          second = x;
+        }
+      }
+      return `argmax ${i} (gap ${(a[a.length - n + i] - second).toFixed(6)})`;
     };
     console.log(`     logits, last position: cpu ${top2(r)}, web ${top2(v)}`);
   }

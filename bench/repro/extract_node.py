@@ -43,6 +43,9 @@ def main():
             for o in lst:
                 if o["name"] == name:
                     return np.fromfile(os.path.join(a.case, sub, o["file"]), NP[o["type"]]).reshape(o["dims"])
+        for o in c.get("empty", []):
+            if o["name"] == name:
+                return np.zeros(o["dims"], NP[o["type"]])
         raise SystemExit(f"{name}: not an input or output of the case (make it with --outputs all)")
 
     new = helper.make_node(node.op_type, list(node.input), list(node.output), name=node.name, domain=node.domain)

@@ -61,6 +61,8 @@ def main():
     ap.add_argument("--set-attr", action="append", default=[], metavar="OP.NAME=INT",
                     help="set an integer attribute on every node of that op type in the case's graph and in the prompt run of --past "
                          "(e.g. GroupQueryAttention.local_window_size=-1)")
+    ap.add_argument("--part", choices=["decoder", "embedding"], default="decoder",
+                    help="embedding: a case of the embedding graph itself (its inputs: the ids and, in a GenAI package, empty image features)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     os.makedirs(os.path.join(a.out, "cpu"), exist_ok=True)
@@ -122,7 +124,14 @@ def main():
         e = embed(ids)
     n = ids.shape[1]
     feeds = {}
-    for i in g.input:
+    if a.part == "embedding":
+        m = onnx.load(emb_path)
+        g = m.graph
+        feeds["input_ids"] = ids
+        for i in emb.get_inputs():
+            if i.name == "image_features":
+                feeds[i.name] = np.zeros((0, i.shape[1]), np.float32 if i.type == "tensor(float)" else np.float16)
+    for i in (g.input if a.part == "decoder" else []):
         dims = [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
         if i.name in e:
             feeds[i.name] = e[i.name]
@@ -157,7 +166,14 @@ def main():
         have = {o.name for o in g.output}
         if a.outputs in ("all", "float"):
             kinds = (1, 6, 7, 9, 10) if a.outputs == "all" else (1, 10)
-            want = [o for n in g.node for o in n.output if o and types.get(o) in kinds]
+            # Not the present K/V of a GroupQueryAttention that is no graph output: those are
+            # mobius's KV-shared layers, whose present ONNX Runtime's WebGPU EP never allocates
+            # (asking for them fails the run with "Unsupported OrtValue type"); nothing reads them.
+            # Nor the optional mean / inverse-std outputs of the layer norms (WebGPU computes none).
+            not_made = {o for n in g.node if n.op_type == "GroupQueryAttention" for o in n.output[1:]}
+            not_made |= {o for n in g.node if n.op_type.endswith("LayerNormalization") for o in n.output[1:3]}
+            not_made -= {o.name for o in g.output}
+            want = [o for n in g.node for o in n.output if o and types.get(o) in kinds and o not in not_made]
         else:
             want = a.outputs.split(",")
         for name in want:
@@ -178,6 +194,7 @@ def main():
     # Empty tensors (a KV-shared layer's ConstantOfShape K/V) as extra outputs make ONNX Runtime's
     # WebGPU EP fail the run ("Unsupported OrtValue type"): leave them out.
     empty = {k for k, v in zip(names, outs) if v.size == 0 and k in extra}
+    empties = [{"name": k, "type": str(v.dtype), "dims": list(v.shape)} for k, v in zip(names, outs) if k in empty]
     if empty:
         kept = [o for o in g.output if o.name not in empty]
         del g.output[:]
@@ -187,7 +204,8 @@ def main():
         sess = ort.InferenceSession(os.path.join(a.out, "model.onnx"), so, providers=["CPUExecutionProvider"])
         names = [o.name for o in sess.get_outputs()]
         outs = sess.run(None, feeds)
-    case = {"ort_python": ort.__version__, "tokens": a.tokens, "past": start, "ids": ids[0].tolist(), "inputs": [], "outputs": []}
+    case = {"ort_python": ort.__version__, "tokens": a.tokens, "past": start, "ids": ids[0].tolist(), "inputs": [], "outputs": [],
+            "empty": empties}  # the empty tensors left out of the outputs (for extract_node.py)
     for k, v in feeds.items():
         v = np.ascontiguousarray(v).reshape(v.shape)
         f = f"in_{safe(k)}.bin"
@@ -200,6 +218,9 @@ def main():
     # Graph order of the outputs, for "first node that differs".
     case["order"] = [o for n in g.node for o in n.output if o in set(names)]
     json.dump(case, open(os.path.join(a.out, "case.json"), "w"), indent=1)
+    if "logits" not in names:
+        print(f"{len(names)} outputs ({len(extra)} extra)")
+        return
     lg = outs[names.index("logits")][0, -1]
     top = np.argsort(lg)[::-1][:2]
     print(f"{len(names)} outputs ({len(extra)} extra); cpu argmax {top[0]} top-2 gap {lg[top[0]] - lg[top[1]]:.6g}")

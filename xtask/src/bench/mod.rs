@@ -135,6 +135,13 @@ pub struct BenchArgs {
     /// repo's .venv): `native.<model>.ort_cpu.tokens_match`; the bench fails when they differ.
     #[arg(long)]
     pub cpu_reference: bool,
+    /// Exporters' graph form (GenAI packages) only: run every runtime on a copy of the package
+    /// whose MatMulNBits all have this `accuracy_level` (0 to 4; `bench/accuracy_level.py` writes
+    /// it to bench/cache/<model>-accuracy<N>/). mobius writes 4 (int8 activations allowed: the
+    /// level ONNX Runtime's fast int paths need); 0 is exact math, what ours computes at any
+    /// level. Without it the package runs as exported. Recorded in `graph_form`.
+    #[arg(long, value_name = "N")]
+    pub accuracy_level: Option<u8>,
     /// Port of the local server for the browser bench.
     #[arg(long, default_value_t = 8093)]
     pub port: u16,
@@ -316,6 +323,11 @@ impl BenchArgs {
         if self.pairs == 0 {
             bail!("--pairs must be at least 1");
         }
+        if let Some(n) = self.accuracy_level
+            && n > 4
+        {
+            bail!("--accuracy-level must be 0 to 4, MatMulNBits' levels (got {n})");
+        }
         if let Some(p) = self
             .peers
             .iter()
@@ -467,6 +479,45 @@ fn ensure_mobius_e2b(model: &BenchModel) -> Result<()> {
             .arg("--skip-existing"),
     )
     .context("exporting the E2B-shaped bench model with mobius")
+}
+
+/// `--accuracy-level`: a GenAI package's copy with every MatMulNBits at `level`
+/// (`bench/accuracy_level.py`, reused while current); other graph forms are returned as they are
+/// (our generator writes no accuracy_level: exact math).
+fn with_accuracy_level(model: BenchModel, level: u8) -> Result<BenchModel> {
+    if !model.is_genai() {
+        eprintln!(
+            "xtask: note: --accuracy-level applies to the exporters' graph form; {} runs as it is",
+            model.name
+        );
+        return Ok(model);
+    }
+    let python = match std::env::var_os("GEMMA_GEM_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => crate::install::ensure_python_venv()?,
+    };
+    let dir = root()
+        .join("bench/cache")
+        .join(format!("{}-accuracy{level}", model.name));
+    exec(
+        Command::new(python)
+            .current_dir(root())
+            .arg("bench/accuracy_level.py")
+            .arg(&model.dir)
+            .arg(&dir)
+            .arg(level.to_string()),
+    )
+    .with_context(|| format!("rewriting {}'s accuracy_level to {level}", model.name))?;
+    Ok(BenchModel { dir, ..model })
+}
+
+/// `graph_form` of a model in the results: whose graph, and the MatMulNBits' accuracy_level.
+fn graph_form(genai: bool, accuracy_level: Option<u8>) -> String {
+    match (genai, accuracy_level) {
+        (false, _) => "ours (onnx-community layout, gen_gemma4.py)".into(),
+        (true, None) => "exporter (ONNX Runtime GenAI package, mobius: GroupQueryAttention, MatMulNBits accuracy_level as exported)".into(),
+        (true, Some(n)) => format!("exporter (ONNX Runtime GenAI package, mobius: GroupQueryAttention, MatMulNBits accuracy_level rewritten to {n} by --accuracy-level)"),
+    }
 }
 
 /// A number of the model's text config (`config.json`, `text_config` or the top level; a GenAI
@@ -861,7 +912,7 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
             "prefill": prefill,
             "decode": decode.iter().map(|&(context, tokens)| json!({"context": context, "tokens": tokens})).collect::<Vec<_>>(),
             "skipped": skipped,
-            "graph_form": if genai { "exporter (ONNX Runtime GenAI package, mobius: GroupQueryAttention, MatMulNBits accuracy_level as exported)" } else { "ours (onnx-community layout, gen_gemma4.py)" },
+            "graph_form": graph_form(genai, args.accuracy_level),
             "runtimes": model_runtimes,
             "not_run": not_run,
             "capacity": static_capacity(&prefill, &decode),
@@ -1079,6 +1130,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     for m in &models {
         ensure_model(m, args.dtype.as_deref())?;
     }
+    let models = match args.accuracy_level {
+        Some(level) => models
+            .into_iter()
+            .map(|m| with_accuracy_level(m, level))
+            .collect::<Result<Vec<_>>>()?,
+        None => models,
+    };
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -1286,6 +1344,16 @@ mod tests {
     }
 
     #[test]
+    fn accuracy_level_applies_to_the_exporters_form_only() {
+        // Our generator's graphs run as they are (no Python is started for them).
+        let tiny = models(ModelChoice::Tiny).remove(0);
+        assert_eq!(with_accuracy_level(tiny.clone(), 0).unwrap(), tiny);
+        assert!(graph_form(false, Some(0)).starts_with("ours"));
+        assert!(graph_form(true, None).contains("as exported"));
+        assert!(graph_form(true, Some(0)).contains("rewritten to 0"));
+    }
+
+    #[test]
     fn argument_checks() {
         assert!(parse(&["--runs", "0"]).check().is_err());
         assert!(parse(&["--prefill", "0"]).check().is_err());
@@ -1293,6 +1361,9 @@ mod tests {
         assert!(parse(&["--dtype", "fp32"]).check().is_err());
         assert!(parse(&["--dtype", "q4"]).check().is_ok());
         assert!(parse(&["--peers", "ort"]).check().is_err());
+        assert!(parse(&["--accuracy-level", "5"]).check().is_err());
+        assert!(parse(&["--accuracy-level", "0"]).check().is_ok());
+        assert!(parse(&["--accuracy-level", "4"]).check().is_ok());
         // `--peers ''`: ours alone.
         let alone = parse(&["--peers", ""]).normalized();
         assert!(alone.peers.is_empty());
