@@ -652,7 +652,9 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
         let out = output(cmd.stderr(std::process::Stdio::inherit()))?;
         let doc: Value = serde_json::from_str(&out)
             .with_context(|| format!("gemma-gem bench printed no JSON for {}", m.name))?;
-        summary.insert(m.name.into(), report::native_model(&doc, layers_of(m)));
+        let mut model_summary = report::native_model(&doc, layers_of(m));
+        model_summary["graph_form"] = json!(graph_form(m.is_genai(), args.accuracy_level));
+        summary.insert(m.name.into(), model_summary);
         if args.cpu_reference {
             let dtype = doc["dtype"].as_str().unwrap_or("q4").to_string();
             let check = cpu_reference(plan, m, &dtype).map(|r| cpu_check(&doc, &r))?;
