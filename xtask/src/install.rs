@@ -272,6 +272,16 @@ pub fn ensure_npm(dir: &Path) -> Result<()> {
     .with_context(|| format!("`npm ci` failed in {}", dir.display()))
 }
 
+/// The Python that runs the repo's fixture and reference tools: `GEMMA_GEM_PYTHON` when set (a
+/// Python with numpy, onnx and onnxruntime, e.g. on the lent GPU machine: bench/device.sh), else
+/// the repo's [`ensure_python_venv`].
+pub fn tools_python() -> Result<PathBuf> {
+    match std::env::var_os("GEMMA_GEM_PYTHON") {
+        Some(p) => Ok(PathBuf::from(p)),
+        None => ensure_python_venv(),
+    }
+}
+
 /// The Python virtual environment with ONNX, ONNX Runtime and the other reference tools
 /// (`tools/requirements.txt`), at `.venv/` in the repository.
 pub fn ensure_python_venv() -> Result<PathBuf> {

@@ -293,10 +293,7 @@ pub fn run(args: &TestArgs) -> Result<()> {
             // Generated on demand and cached (bench/cache/, not committed): the 35-layer model
             // and its ONNX Runtime reference.
             let dir = root().join("bench/cache/gemma4-e2b-full");
-            let python = match std::env::var_os("GEMMA_GEM_PYTHON") {
-                Some(p) => std::path::PathBuf::from(p),
-                None => install::ensure_python_venv()?,
-            };
+            let python = install::tools_python()?;
             crate::util::exec(
                 Command::new(&python)
                     .current_dir(root())

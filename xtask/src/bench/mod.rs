@@ -411,11 +411,8 @@ fn ensure_model(model: &BenchModel, dtype: Option<&str>) -> Result<()> {
         }
         return Ok(());
     };
-    // GEMMA_GEM_PYTHON: a Python with numpy and onnx (bench/device.sh), else the repo's .venv.
-    let python = match std::env::var_os("GEMMA_GEM_PYTHON") {
-        Some(p) => PathBuf::from(p),
-        None => crate::install::ensure_python_venv()?,
-    };
+    // GEMMA_GEM_PYTHON (bench/device.sh), else the repo's .venv.
+    let python = crate::install::tools_python()?;
     exec(
         Command::new(python)
             .current_dir(root())
@@ -492,10 +489,7 @@ fn with_accuracy_level(model: BenchModel, level: u8) -> Result<BenchModel> {
         );
         return Ok(model);
     }
-    let python = match std::env::var_os("GEMMA_GEM_PYTHON") {
-        Some(p) => PathBuf::from(p),
-        None => crate::install::ensure_python_venv()?,
-    };
+    let python = crate::install::tools_python()?;
     let dir = root()
         .join("bench/cache")
         .join(format!("{}-accuracy{level}", model.name));
