@@ -84,12 +84,16 @@ def main():
 
     emb = ort.InferenceSession(emb_path, providers=["CPUExecutionProvider"])
 
-    def embed(ids):
+    def embed_feeds(ids):
+        """The embedding graph's inputs: the ids, and empty image features in a GenAI package."""
         feeds = {"input_ids": ids}
         for i in emb.get_inputs():
             if i.name == "image_features":
                 feeds[i.name] = np.zeros((0, i.shape[1]), np.float32 if i.type == "tensor(float)" else np.float16)
-        return dict(zip([o.name for o in emb.get_outputs()], emb.run(None, feeds)))
+        return feeds
+
+    def embed(ids):
+        return dict(zip([o.name for o in emb.get_outputs()], emb.run(None, embed_feeds(ids))))
 
     e = embed(ids)
 
@@ -127,10 +131,7 @@ def main():
     if a.part == "embedding":
         m = onnx.load(emb_path)
         g = m.graph
-        feeds["input_ids"] = ids
-        for i in emb.get_inputs():
-            if i.name == "image_features":
-                feeds[i.name] = np.zeros((0, i.shape[1]), np.float32 if i.type == "tensor(float)" else np.float16)
+        feeds = embed_feeds(ids)
     for i in (g.input if a.part == "decoder" else []):
         dims = [d.dim_value if d.HasField("dim_value") else None for d in i.type.tensor_type.shape.dim]
         if i.name in e:
@@ -192,18 +193,18 @@ def main():
     names = [o.name for o in sess.get_outputs()]
     outs = sess.run(None, feeds)
     # Empty tensors (a KV-shared layer's ConstantOfShape K/V) as extra outputs make ONNX Runtime's
-    # WebGPU EP fail the run ("Unsupported OrtValue type"): leave them out.
-    empty = {k for k, v in zip(names, outs) if v.size == 0 and k in extra}
-    empties = [{"name": k, "type": str(v.dtype), "dims": list(v.shape)} for k, v in zip(names, outs) if k in empty]
-    if empty:
-        kept = [o for o in g.output if o.name not in empty]
-        del g.output[:]
-        g.output.extend(kept)
-        onnx.save(m, os.path.join(a.out, "model.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
-                  location="model.onnx_data", size_threshold=1024)
-        sess = ort.InferenceSession(os.path.join(a.out, "model.onnx"), so, providers=["CPUExecutionProvider"])
-        names = [o.name for o in sess.get_outputs()]
-        outs = sess.run(None, feeds)
+    # WebGPU EP fail the run ("Unsupported OrtValue type"): leave them out of the saved graph (its
+    # weights stay in model.onnx_data as written) and of the outputs, which they do not change.
+    empties = [{"name": k, "type": str(v.dtype), "dims": list(v.shape)} for k, v in zip(names, outs) if v.size == 0 and k in extra]
+    if empties:
+        empty = {e["name"] for e in empties}
+        saved = onnx.load(os.path.join(a.out, "model.onnx"), load_external_data=False)
+        kept = [o for o in saved.graph.output if o.name not in empty]
+        del saved.graph.output[:]
+        saved.graph.output.extend(kept)
+        onnx.save(saved, os.path.join(a.out, "model.onnx"))
+        outs = [v for k, v in zip(names, outs) if k not in empty]
+        names = [k for k in names if k not in empty]
     case = {"ort_python": ort.__version__, "tokens": a.tokens, "past": start, "ids": ids[0].tolist(), "inputs": [], "outputs": [],
             "empty": empties}  # the empty tensors left out of the outputs (for extract_node.py)
     for k, v in feeds.items():
