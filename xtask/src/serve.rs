@@ -1,12 +1,20 @@
-//! A small static HTTP server for the demo site and the fixture models (Hugging Face layout),
-//! with `Range` support so model downloads can resume.
+//! A small static HTTP/1.1 server for the demo site and the fixture models (Hugging Face
+//! layout), with `Range` support so model downloads can resume.
+//!
+//! One thread per connection, persistent connections (keep-alive) as browsers use them, requests
+//! parsed with `httparse`. It replaced tiny_http 0.12, whose connection pool could leave a new
+//! connection queued behind the browser's open keep-alive connections until one of them closed
+//! (Chromium closes idle ones after 5 minutes): the bench's transformers.js page, which fetches
+//! seven files at once, waited ~300 s for two of them, and `curl --parallel` reproduced it in
+//! one run of ten (`parallel_keep_alive` below is that case).
 
 use anyhow::{Context, Result};
 use std::fs::File;
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
-use tiny_http::{Header, Request, Response, Server, StatusCode};
+use std::time::Duration;
 
 #[derive(clap::Args)]
 pub struct ServeArgs {
@@ -37,7 +45,7 @@ pub fn run(args: &ServeArgs) -> Result<()> {
     let server = start_with(args.port, default_mounts(dir), args.cross_origin_isolated)?;
     eprintln!(
         "xtask: serving on http://127.0.0.1:{} (Ctrl-C to stop)",
-        args.port
+        server.port
     );
     server.join();
     Ok(())
@@ -58,18 +66,18 @@ pub fn default_mounts(site: PathBuf) -> Vec<Mount> {
 }
 
 pub struct Running {
-    threads: Vec<std::thread::JoinHandle<()>>,
+    /// The port it listens on (the one asked for, or the system's choice for 0).
+    pub port: u16,
+    accept: std::thread::JoinHandle<()>,
 }
 
 impl Running {
     pub fn join(self) {
-        for t in self.threads {
-            let _ = t.join();
-        }
+        let _ = self.accept.join();
     }
 }
 
-/// Starts serving on 127.0.0.1:`port` with a few worker threads.
+/// Starts serving on 127.0.0.1:`port`, a thread per connection.
 pub fn start(port: u16, mounts: Vec<Mount>) -> Result<Running> {
     start_with(port, mounts, false)
 }
@@ -82,30 +90,39 @@ pub const ISOLATION_HEADERS: [(&str, &str); 3] = [
     ("Cross-Origin-Resource-Policy", "same-origin"),
 ];
 
+/// A connection idle this long (no new request) is closed.
+const IDLE: Duration = Duration::from_secs(60);
+/// The longest request head (request line and headers) read.
+const MAX_HEAD: usize = 64 * 1024;
+
 /// [`start`], with [`ISOLATION_HEADERS`] on every response when `isolated`.
 pub fn start_with(port: u16, mounts: Vec<Mount>, isolated: bool) -> Result<Running> {
-    let server = Arc::new(
-        Server::http(("127.0.0.1", port))
-            .map_err(|e| anyhow::anyhow!("{e}"))
-            .with_context(|| format!("cannot listen on 127.0.0.1:{port} (in use? pass --port)"))?,
-    );
+    let listener = TcpListener::bind(("127.0.0.1", port))
+        .with_context(|| format!("cannot listen on 127.0.0.1:{port} (in use? pass --port)"))?;
+    let port = listener.local_addr()?.port();
     let mounts = Arc::new(mounts);
-    let threads = (0..4)
-        .map(|_| {
-            let server = Arc::clone(&server);
+    let accept = std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { continue };
             let mounts = Arc::clone(&mounts);
             std::thread::spawn(move || {
-                for request in server.incoming_requests() {
-                    handle(request, &mounts, isolated);
+                if let Err(e) = connection(stream, &mounts, isolated)
+                    && !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::BrokenPipe
+                            | std::io::ErrorKind::ConnectionReset
+                            | std::io::ErrorKind::ConnectionAborted
+                            | std::io::ErrorKind::TimedOut
+                            | std::io::ErrorKind::WouldBlock
+                            | std::io::ErrorKind::UnexpectedEof
+                    )
+                {
+                    eprintln!("xtask: serve: {e}");
                 }
-            })
-        })
-        .collect();
-    Ok(Running { threads })
-}
-
-fn header(name: &str, value: &str) -> Option<Header> {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).ok()
+            });
+        }
+    });
+    Ok(Running { port, accept })
 }
 
 fn content_type(path: &Path) -> &'static str {
@@ -159,68 +176,236 @@ pub fn parse_range(value: &str, len: u64) -> Option<(u64, u64)> {
     (start <= end && start < len).then_some((start, end))
 }
 
-fn handle(request: Request, mounts: &[Mount], isolated: bool) {
-    let Some(file_path) = resolve(mounts, request.url()) else {
-        let _ = request.respond(Response::from_string("not found").with_status_code(404));
-        return;
-    };
-    let result = (|| -> std::io::Result<()> {
-        let mut file = File::open(&file_path)?;
-        let len = file.metadata()?.len();
-        let range = request
-            .headers()
-            .iter()
-            .find(|h| h.field.equiv("Range"))
-            .map(|h| h.value.as_str().to_owned());
-        let ctype = content_type(&file_path);
-        let mut headers: Vec<Header> = [
-            header("Content-Type", ctype),
-            header("Accept-Ranges", "bytes"),
-            header("Cache-Control", "no-cache"),
-        ]
-        .into_iter()
-        .flatten()
-        .collect();
-        if isolated {
-            headers.extend(ISOLATION_HEADERS.iter().filter_map(|(k, v)| header(k, v)));
-        }
-        match range {
-            Some(r) => match parse_range(&r, len) {
-                Some((start, end)) => {
-                    file.seek(SeekFrom::Start(start))?;
-                    let n = end - start + 1;
-                    headers.extend(header(
-                        "Content-Range",
-                        &format!("bytes {start}-{end}/{len}"),
-                    ));
-                    let body = file.take(n);
-                    let response =
-                        Response::new(StatusCode(206), headers, body, Some(n as usize), None);
-                    request.respond(response)
+/// What one request asks for.
+struct Asked {
+    method: String,
+    path: String,
+    range: Option<String>,
+    keep_alive: bool,
+}
+
+/// Serves the requests of one connection until the client closes it, asks to, stays idle for
+/// [`IDLE`], or sends something that is not HTTP/1.x.
+fn connection(stream: TcpStream, mounts: &[Mount], isolated: bool) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(IDLE))?;
+    stream.set_nodelay(true)?;
+    let mut reader = BufReader::new(stream.try_clone()?);
+    let mut out = stream;
+    loop {
+        let mut head = Vec::new();
+        loop {
+            let n = (&mut reader)
+                .take((MAX_HEAD + 1 - head.len()) as u64)
+                .read_until(b'\n', &mut head)?;
+            if n == 0 {
+                if head.len() > MAX_HEAD {
+                    return simple(&mut out, 431, "Request Header Fields Too Large", isolated);
                 }
-                None => {
-                    headers.extend(header("Content-Range", &format!("bytes */{len}")));
-                    request.respond(Response::new(
-                        StatusCode(416),
-                        headers,
-                        std::io::empty(),
-                        Some(0),
-                        None,
-                    ))
-                }
-            },
-            None => request.respond(Response::new(
-                StatusCode(200),
-                headers,
-                file,
-                Some(len as usize),
-                None,
-            )),
+                return Ok(()); // closed (between requests, or mid-head)
+            }
+            if head == b"\r\n" || head == b"\n" {
+                head.clear(); // a blank line before a request is allowed
+                continue;
+            }
+            if head.ends_with(b"\r\n\r\n") || head.ends_with(b"\n\n") {
+                break;
+            }
         }
-    })();
-    if let Err(e) = result {
-        eprintln!("xtask: serving {}: {e}", file_path.display());
+        let asked = match parse_head(&head) {
+            Ok(a) => a,
+            Err(why) => return simple(&mut out, 400, why, isolated),
+        };
+        // A request body (none is expected) is read and dropped; chunked ones are refused.
+        match body_length(&head) {
+            Ok(0) => {}
+            Ok(n) => {
+                std::io::copy(&mut (&mut reader).take(n), &mut std::io::sink())?;
+            }
+            Err(why) => return simple(&mut out, 400, why, isolated),
+        }
+        respond(&mut out, &asked, mounts, isolated)?;
+        if !asked.keep_alive {
+            return Ok(());
+        }
     }
+}
+
+fn parse_head(head: &[u8]) -> Result<Asked, &'static str> {
+    let mut headers = [httparse::EMPTY_HEADER; 96];
+    let mut req = httparse::Request::new(&mut headers);
+    match req.parse(head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err("incomplete request head"),
+        Err(_) => return Err("malformed request"),
+    }
+    let value = |name: &str| {
+        req.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .and_then(|h| std::str::from_utf8(h.value).ok())
+            .map(str::to_owned)
+    };
+    let connection = value("Connection").unwrap_or_default().to_ascii_lowercase();
+    let keep_alive = match req.version {
+        Some(1) => !connection.contains("close"),
+        _ => connection.contains("keep-alive"),
+    };
+    Ok(Asked {
+        method: req.method.unwrap_or("").to_owned(),
+        path: req.path.unwrap_or("/").to_owned(),
+        range: value("Range"),
+        keep_alive,
+    })
+}
+
+/// The length of the request's body: its Content-Length, else none; `Transfer-Encoding` refused.
+fn body_length(head: &[u8]) -> Result<u64, &'static str> {
+    let mut headers = [httparse::EMPTY_HEADER; 96];
+    let mut req = httparse::Request::new(&mut headers);
+    let _ = req.parse(head);
+    if req
+        .headers
+        .iter()
+        .any(|h| h.name.eq_ignore_ascii_case("Transfer-Encoding"))
+    {
+        return Err("request bodies with a Transfer-Encoding are not accepted");
+    }
+    match req
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("Content-Length"))
+    {
+        None => Ok(0),
+        Some(h) => std::str::from_utf8(h.value)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or("bad Content-Length"),
+    }
+}
+
+/// Writes a status line and headers (`extra` after the common ones).
+fn write_head(
+    out: &mut TcpStream,
+    status: u16,
+    reason: &str,
+    extra: &[(&str, String)],
+    length: u64,
+    keep_alive: bool,
+    isolated: bool,
+) -> std::io::Result<()> {
+    let mut h = format!("HTTP/1.1 {status} {reason}\r\n");
+    for (k, v) in extra {
+        h.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if isolated {
+        for (k, v) in ISOLATION_HEADERS {
+            h.push_str(&format!("{k}: {v}\r\n"));
+        }
+    }
+    h.push_str(&format!(
+        "Content-Length: {length}\r\nConnection: {}\r\n\r\n",
+        if keep_alive { "keep-alive" } else { "close" }
+    ));
+    out.write_all(h.as_bytes())
+}
+
+/// A short text response that closes the connection (malformed requests).
+fn simple(out: &mut TcpStream, status: u16, text: &str, isolated: bool) -> std::io::Result<()> {
+    let extra = [("Content-Type", "text/plain; charset=utf-8".to_string())];
+    write_head(
+        out,
+        status,
+        text,
+        &extra,
+        text.len() as u64,
+        false,
+        isolated,
+    )?;
+    out.write_all(text.as_bytes())?;
+    out.flush()
+}
+
+fn respond(
+    out: &mut TcpStream,
+    asked: &Asked,
+    mounts: &[Mount],
+    isolated: bool,
+) -> std::io::Result<()> {
+    let keep = asked.keep_alive;
+    let head_only = asked.method == "HEAD";
+    if asked.method != "GET" && !head_only {
+        let text = "only GET and HEAD are served";
+        let extra = [
+            ("Allow", "GET, HEAD".to_string()),
+            ("Content-Type", "text/plain; charset=utf-8".to_string()),
+        ];
+        write_head(
+            out,
+            405,
+            "Method Not Allowed",
+            &extra,
+            text.len() as u64,
+            keep,
+            isolated,
+        )?;
+        return out.write_all(text.as_bytes());
+    }
+    let opened = resolve(mounts, &asked.path).and_then(|p| {
+        let file = File::open(&p).ok()?;
+        let len = file.metadata().ok()?.len();
+        Some((p, file, len))
+    });
+    let Some((file_path, mut file, len)) = opened else {
+        let text = "not found";
+        let extra = [("Content-Type", "text/plain; charset=utf-8".to_string())];
+        write_head(
+            out,
+            404,
+            "Not Found",
+            &extra,
+            text.len() as u64,
+            keep,
+            isolated,
+        )?;
+        return if head_only {
+            Ok(())
+        } else {
+            out.write_all(text.as_bytes())
+        };
+    };
+    let mut extra = vec![
+        ("Content-Type", content_type(&file_path).to_string()),
+        ("Accept-Ranges", "bytes".to_string()),
+        ("Cache-Control", "no-cache".to_string()),
+    ];
+    let (status, reason, start, n) = match asked.range.as_deref() {
+        None => (200, "OK", 0, len),
+        Some(r) => match parse_range(r, len) {
+            Some((start, end)) => {
+                extra.push(("Content-Range", format!("bytes {start}-{end}/{len}")));
+                (206, "Partial Content", start, end - start + 1)
+            }
+            None => {
+                extra.push(("Content-Range", format!("bytes */{len}")));
+                write_head(out, 416, "Range Not Satisfiable", &extra, 0, keep, isolated)?;
+                return Ok(());
+            }
+        },
+    };
+    write_head(out, status, reason, &extra, n, keep, isolated)?;
+    if head_only {
+        return Ok(());
+    }
+    file.seek(SeekFrom::Start(start))?;
+    let sent = std::io::copy(&mut file.take(n), out)?;
+    if sent != n {
+        // The file shrank while being served: the client must not take the short body as whole.
+        return Err(std::io::Error::other(format!(
+            "{} shrank while it was being served",
+            file_path.display()
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -238,6 +423,161 @@ mod tests {
         assert_eq!(parse_range("bytes=0-1,3-4", 100), None);
         assert_eq!(parse_range("items=0-1", 100), None);
         assert_eq!(parse_range("bytes=0-", 0), None);
+    }
+
+    /// Sends `request` on `s` and reads one response: status, headers (lower-case names), body.
+    fn exchange(s: &mut TcpStream, request: &str) -> (u16, Vec<(String, String)>, Vec<u8>) {
+        s.write_all(request.as_bytes()).unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            s.read_exact(&mut byte)
+                .expect("response head (a hang fails here)");
+            head.push(byte[0]);
+        }
+        let text = String::from_utf8(head).unwrap();
+        let mut lines = text.split("\r\n");
+        let status = lines
+            .next()
+            .unwrap()
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        let headers: Vec<(String, String)> = lines
+            .filter_map(|l| l.split_once(": "))
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+            .collect();
+        let len: usize = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .map(|(_, v)| v.parse().unwrap())
+            .unwrap();
+        let mut body = vec![0; if request.starts_with("HEAD") { 0 } else { len }];
+        s.read_exact(&mut body)
+            .expect("response body (a hang fails here)");
+        (status, headers, body)
+    }
+
+    fn fixture(files: &[(&str, usize)]) -> (PathBuf, Running) {
+        let dir = std::env::temp_dir().join(format!(
+            "gg-serve-{}-{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, len) in files {
+            let bytes: Vec<u8> = (0..*len).map(|i| (i * 31 % 251) as u8).collect();
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+        let mounts = vec![Mount {
+            prefix: "/".into(),
+            dir: dir.clone(),
+        }];
+        (dir, start_with(0, mounts, true).unwrap())
+    }
+
+    fn connect(port: u16) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s
+    }
+
+    /// Many keep-alive connections at once, each with several requests, as a browser loading a
+    /// model folder makes them: every response comes (tiny_http 0.12 queued some connections
+    /// behind open ones; the read timeout turns such a wait into a failure).
+    #[test]
+    fn parallel_keep_alive() {
+        let files = [
+            ("a.json", 300),
+            ("b.onnx", 200_000),
+            ("c.onnx_data", 1_500_000),
+            ("d.json", 10),
+        ];
+        let (dir, server) = fixture(&files);
+        let port = server.port;
+        for _round in 0..5 {
+            let clients: Vec<_> = (0..12)
+                .map(|c| {
+                    std::thread::spawn(move || {
+                        let mut s = connect(port);
+                        for i in 0..files.len() {
+                            let (name, len) = files[(c + i) % files.len()];
+                            let req = format!(
+                                "GET /{name} HTTP/1.1\r\nHost: x\r\nConnection: keep-alive\r\n\r\n"
+                            );
+                            let (status, headers, body) = exchange(&mut s, &req);
+                            assert_eq!((status, body.len()), (200, len), "{name}");
+                            assert!(headers.contains(&("connection".into(), "keep-alive".into())));
+                        }
+                    })
+                })
+                .collect();
+            for c in clients {
+                c.join().unwrap();
+            }
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn requests_and_answers() {
+        let (dir, server) = fixture(&[("m.bin", 1000), ("page.html", 5)]);
+        let mut s = connect(server.port);
+        // Range, on the same connection as the requests after it.
+        let (st, h, body) = exchange(&mut s, "GET /m.bin HTTP/1.1\r\nRange: bytes=10-19\r\n\r\n");
+        assert_eq!(st, 206);
+        assert!(
+            h.contains(&("content-range".into(), "bytes 10-19/1000".into())),
+            "{h:?}"
+        );
+        assert_eq!(
+            body,
+            (10..20).map(|i| (i * 31 % 251) as u8).collect::<Vec<_>>()
+        );
+        let (st, h, _) = exchange(&mut s, "GET /m.bin HTTP/1.1\r\nRange: bytes=2000-\r\n\r\n");
+        assert_eq!(st, 416);
+        assert!(
+            h.contains(&("content-range".into(), "bytes */1000".into())),
+            "{h:?}"
+        );
+        let (st, h, body) = exchange(&mut s, "HEAD /page.html HTTP/1.1\r\n\r\n");
+        assert_eq!((st, body.len()), (200, 0));
+        assert!(h.contains(&("content-length".into(), "5".into())));
+        assert!(h.contains(&("content-type".into(), "text/html; charset=utf-8".into())));
+        assert!(h.contains(&("cross-origin-embedder-policy".into(), "require-corp".into())));
+        let (st, _, _) = exchange(&mut s, "GET /missing HTTP/1.1\r\n\r\n");
+        assert_eq!(st, 404);
+        let (st, _, _) = exchange(&mut s, "GET /../etc/passwd HTTP/1.1\r\n\r\n");
+        assert_eq!(st, 404);
+        // A body (none expected) is skipped, and the next request on the connection still works.
+        let (st, h, _) = exchange(
+            &mut s,
+            "POST /m.bin HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",
+        );
+        assert_eq!(st, 405);
+        assert!(h.contains(&("allow".into(), "GET, HEAD".into())));
+        let (st, _, body) = exchange(
+            &mut s,
+            "GET /page.html HTTP/1.1\r\nConnection: close\r\n\r\n",
+        );
+        assert_eq!((st, body.len()), (200, 5));
+        // Closed as asked.
+        assert_eq!(s.read(&mut [0u8; 1]).unwrap(), 0);
+        // Not HTTP: a 400, then the connection closes.
+        let mut s = connect(server.port);
+        let (st, h, _) = exchange(&mut s, "\x01\x02 nonsense\r\n\r\n");
+        assert_eq!(st, 400);
+        assert!(h.contains(&("connection".into(), "close".into())));
+        assert_eq!(s.read(&mut [0u8; 1]).unwrap(), 0);
+        // HTTP/1.0 without keep-alive: one request per connection.
+        let mut s = connect(server.port);
+        let (st, h, _) = exchange(&mut s, "GET /page.html HTTP/1.0\r\n\r\n");
+        assert_eq!(st, 200);
+        assert!(h.contains(&("connection".into(), "close".into())));
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
