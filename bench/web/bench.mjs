@@ -123,7 +123,8 @@ window.bench = {
     } else if (runtime === 'ort_web' || runtime === 'ort_web_static') {
       handle = await ort.load(model.url, dtype, false, runtime, model.capacity ?? 0);
     } else if (runtime === 'transformers_js') {
-      handle = await (await import('./tjs.mjs')).load(model.name, dtype);
+      // A GenAI package: its onnx-community view (bench/tjs_layout.py) and that view's variant.
+      handle = await (await import('./tjs.mjs')).load(model.tjs?.name ?? model.name, model.tjs?.dtype ?? dtype);
     } else {
       throw new Error(`unknown runtime ${runtime}`);
     }

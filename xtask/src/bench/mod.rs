@@ -24,7 +24,8 @@
 //!   (with the pairs' `seed`), `ort_web_static` (what the variant is and where it cannot run),
 //!   and per model `models.<model>` ([`paired::browser_model`]): `graph_form` (ours or the
 //!   exporters'), `not_run` (the peers that cannot read that graph form, and why),
-//!   `ort_web_static_capacity` (its fixed cache's rows), `runtimes.<runtime>` with every sample
+//!   `ort_web_static_capacity` (its fixed cache's rows), `transformers_js_layout` (on a GenAI
+//!   package: the view transformers.js read, see [`tjs_layout`]), `runtimes.<runtime>` with every sample
 //!   and its median / min / max, and per peer (`ort_web`, `ort_web_static`, `transformers_js`)
 //!   `decode_tok_s_ratio`,
 //!   `prefill_tok_s_ratio`, `ttft_ratio` (ours / peer, medians of the per-pair ratios), `runs`,
@@ -385,9 +386,6 @@ impl BenchModel {
 /// Why a browser peer does not run on a model's graph form (None: it does).
 pub fn peer_not_run(peer: &str, genai: bool) -> Option<&'static str> {
     match (peer, genai) {
-        ("transformers_js", true) => Some(
-            "transformers.js reads the onnx-community layout (config.json + onnx/<name>_<dtype>.onnx); it cannot load an ONNX Runtime GenAI package (genai_config.json, embedding/ + decoder/)",
-        ),
         ("ort_web_static", false) => Some(
             "this graph's attention concatenates past and new keys (present = Concat(past, new)), so the KV cache grows each step: no fixed-capacity cache bound in place, and graph capture needs fixed shapes; it needs GroupQueryAttention's shared past/present buffer (the exporters' form)",
         ),
@@ -504,6 +502,46 @@ fn with_accuracy_level(model: BenchModel, level: u8) -> Result<BenchModel> {
     .with_context(|| format!("rewriting {}'s accuracy_level to {level}", model.name))?;
     Ok(BenchModel { dir, ..model })
 }
+
+/// transformers.js's view of a GenAI package: `bench/tjs_layout.py` writes the package's own
+/// graphs and weights under the onnx-community file names into `bench/cache/<folder>-tjs/`
+/// (reused while current). Returns the folder and the weight variant's name there (`q4`...).
+fn tjs_layout(model: &BenchModel) -> Result<(PathBuf, String)> {
+    let folder = model
+        .dir
+        .file_name()
+        .context("the model folder has no name")?
+        .to_string_lossy()
+        .into_owned();
+    let dir = root().join("bench/cache").join(format!("{folder}-tjs"));
+    let out = Command::new(crate::install::tools_python()?)
+        .current_dir(root())
+        .arg("bench/tjs_layout.py")
+        .arg(&model.dir)
+        .arg(&dir)
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .context("running bench/tjs_layout.py")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprint!("{text}");
+    if !out.status.success() {
+        bail!(
+            "bench/tjs_layout.py could not lay {} out for transformers.js ({})",
+            model.name,
+            out.status
+        );
+    }
+    let dtype = text
+        .lines()
+        .find_map(|l| l.strip_prefix("dtype "))
+        .context("bench/tjs_layout.py printed no dtype line")?
+        .trim()
+        .to_string();
+    Ok((dir, dtype))
+}
+
+/// What the results say about the folder transformers.js reads for a GenAI package.
+pub const TJS_LAYOUT_NOTE: &str = "the GenAI package's own graphs and weights under transformers.js's file names (bench/tjs_layout.py): onnx/embed_tokens_<dtype>.onnx with its image_features input bound to an empty constant (text only, what the other runtimes feed it), onnx/decoder_model_merged_<dtype>.onnx with its batch dimension labelled batch_size; config.json from genai_config.json";
 
 /// `graph_form` of a model in the results: whose graph, and the MatMulNBits' accuracy_level.
 fn graph_form(genai: bool, accuracy_level: Option<u8>) -> String {
@@ -867,11 +905,35 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
             .unwrap_or_default(),
         },
     ];
+    // transformers.js on a GenAI package: its onnx-community view, served beside the package.
+    let mut tjs_views: Vec<Result<(String, String), String>> = Vec::new();
     for m in models {
         mounts.push(crate::serve::Mount {
             prefix: format!("/models/{}/", m.name),
             dir: m.dir.clone(),
         });
+        let view = if m.is_genai() && args.peers.iter().any(|p| p == "transformers_js") {
+            match tjs_layout(m) {
+                Ok((dir, dtype)) => {
+                    let name = format!("{}-tjs", m.name);
+                    mounts.push(crate::serve::Mount {
+                        prefix: format!("/models/{name}/"),
+                        dir,
+                    });
+                    Ok((name, dtype))
+                }
+                Err(e) => {
+                    eprintln!(
+                        "xtask: warning: transformers.js will not run on {}: {e:#}",
+                        m.name
+                    );
+                    Err(format!("{e:#}"))
+                }
+            }
+        } else {
+            Err(String::new())
+        };
+        tjs_views.push(view);
     }
     mounts.push(crate::serve::Mount {
         prefix: "/vision/".into(),
@@ -887,20 +949,30 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
     let mut runtimes = vec!["ours".to_string()];
     runtimes.extend(args.peers.iter().cloned());
     let mut model_cfg = Vec::new();
-    for m in models {
+    for (m, tjs_view) in models.iter().zip(&tjs_views) {
         let limit = text_config_u64(m, "max_position_embeddings").map(|l| l as usize);
         let (prefill, decode, skipped) = plan.browser(limit);
         let genai = m.is_genai();
         let mut model_runtimes = vec!["ours".to_string()];
         let mut not_run = Map::new();
         for p in &args.peers {
-            match peer_not_run(p, genai) {
+            let why = match (p.as_str(), tjs_view) {
+                ("transformers_js", Err(e)) if genai => Some(format!(
+                    "its onnx-community view of the GenAI package could not be made: {e}"
+                )),
+                _ => peer_not_run(p, genai).map(str::to_string),
+            };
+            match why {
                 Some(why) => {
                     not_run.insert(p.clone(), json!(why));
                 }
                 None => model_runtimes.push(p.clone()),
             }
         }
+        let tjs = match tjs_view {
+            Ok((name, dtype)) => json!({"name": name, "dtype": dtype, "layout": TJS_LAYOUT_NOTE}),
+            Err(_) => Value::Null,
+        };
         model_cfg.push(json!({
             "name": m.name,
             "url": format!("{base}models/{}/", m.name),
@@ -912,6 +984,7 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
             "runtimes": model_runtimes,
             "not_run": not_run,
             "capacity": static_capacity(&prefill, &decode),
+            "tjs": tjs,
         }));
     }
     let seed = args.seed.unwrap_or_else(|| {
@@ -962,6 +1035,9 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
                 }
                 if peers.iter().any(|p| p == "ort_web_static") {
                     summary["ort_web_static_capacity"] = c["capacity"].clone();
+                }
+                if peers.iter().any(|p| p == "transformers_js") && !c["tjs"].is_null() {
+                    summary["transformers_js_layout"] = c["tjs"].clone();
                 }
             }
             let mismatch = peers
@@ -1324,9 +1400,73 @@ mod tests {
         assert!(parse(&["--cpu-reference"]).cpu_reference);
     }
 
+    /// bench/tjs_layout.py on the committed mobius fixture: the view runs bit-identically to the
+    /// package on the CPU EP (`--check`), its config says which layers share a cache, a second
+    /// run reuses it, and a folder that is no GenAI package is refused.
+    #[test]
+    fn tjs_layout_of_a_genai_package() {
+        let python = crate::install::ensure_python_venv().unwrap();
+        let src = root().join("tests/fixtures/models/mobius-tiny-gqa-int4-split");
+        let dst = std::env::temp_dir().join(format!("gg-tjs-layout-{}", std::process::id()));
+        let run = |src: &Path| {
+            Command::new(&python)
+                .current_dir(root())
+                .arg("bench/tjs_layout.py")
+                .arg(src)
+                .arg(&dst)
+                .arg("--check")
+                .output()
+                .unwrap()
+        };
+        let text = |o: &std::process::Output| {
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            )
+        };
+        let out = run(&src);
+        assert!(out.status.success(), "{}", text(&out));
+        let t = text(&out);
+        assert!(
+            t.contains("bit-identical") && t.ends_with("dtype q4\n"),
+            "{t}"
+        );
+        let cfg: Value =
+            serde_json::from_slice(&std::fs::read(dst.join("config.json")).unwrap()).unwrap();
+        assert_eq!(cfg["model_type"], json!("gemma4"));
+        assert_eq!(cfg["text_config"]["num_hidden_layers"], json!(6));
+        assert_eq!(cfg["text_config"]["num_kv_shared_layers"], json!(2));
+        assert_eq!(
+            cfg["transformers.js_config"]["use_external_data_format"],
+            json!({"embed_tokens_q4.onnx": 1, "decoder_model_merged_q4.onnx": 1})
+        );
+        for f in [
+            "onnx/embed_tokens_q4.onnx_data",
+            "onnx/decoder_model_merged_q4.onnx_data",
+            "tokenizer.json",
+        ] {
+            assert!(dst.join(f).is_file(), "{f}");
+        }
+        let again = run(&src);
+        assert!(
+            again.status.success() && text(&again).contains(": current"),
+            "{}",
+            text(&again)
+        );
+        let refused = run(&root().join("tests/fixtures/models/gemma4-tiny"));
+        assert!(!refused.status.success());
+        assert!(
+            text(&refused).contains("is not an ONNX Runtime GenAI package"),
+            "{}",
+            text(&refused)
+        );
+        let _ = std::fs::remove_dir_all(&dst);
+    }
+
     #[test]
     fn peers_per_graph_form() {
-        assert!(peer_not_run("transformers_js", true).is_some());
+        assert!(peer_not_run("transformers_js", true).is_none());
         assert!(peer_not_run("transformers_js", false).is_none());
         assert!(peer_not_run("ort_web_static", false).is_some());
         assert!(peer_not_run("ort_web_static", true).is_none());

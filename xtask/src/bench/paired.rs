@@ -647,6 +647,14 @@ pub fn markdown_model(name: &str, m: &Value, software: bool) -> String {
     if let Some(f) = m.get("graph_form").and_then(Value::as_str) {
         s.push_str(&format!("- graph form: {f}.\n"));
     }
+    if let Some(t) = m.get("transformers_js_layout") {
+        s.push_str(&format!(
+            "- transformers_js read it as `{}` ({}): {}.\n",
+            t["name"].as_str().unwrap_or(""),
+            t["dtype"].as_str().unwrap_or(""),
+            t["layout"].as_str().unwrap_or("")
+        ));
+    }
     for (peer, why) in m
         .get("not_run")
         .and_then(Value::as_object)
@@ -888,11 +896,18 @@ mod tests {
             "dtype": "q4", "pairs": 1,
             "graph_form": "exporter",
             "not_run": {"transformers_js": "it cannot read a GenAI package"},
+            "transformers_js_layout": {"name": "mobius-tiny-tjs", "dtype": "q4", "layout": "the package's graphs"},
             "ort_web_static_capacity": 136,
             "runtimes": {"ours": {}, "ort_web_static": {"graph_capture": {"accepted": false, "error": "not all nodes on WebGPU"}}},
         });
         let md = markdown_model("mobius-tiny", &m, true);
         assert!(md.contains("- graph form: exporter."), "{md}");
+        assert!(
+            md.contains(
+                "- transformers_js read it as `mobius-tiny-tjs` (q4): the package's graphs."
+            ),
+            "{md}"
+        );
         assert!(
             md.contains("transformers_js: not run on this model: it cannot read a GenAI package"),
             "{md}"
