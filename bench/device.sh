@@ -192,7 +192,8 @@ browser)
       --seed "${SEED:-33}" --require-gpu --no-release-build "${args[@]}" "$@"
   done
   # The targets' graph: the exporters' form of the same model (mobius-e2b-bench, exported with
-  # mobius in .venv-mobius on first use), f32 activations. First with every MatMulNBits at
+  # mobius in .venv-mobius on first use), f32 activations, against the three browser peers
+  # (transformers.js through the package's onnx-community view, bench/tjs_layout.py). First with every MatMulNBits at
   # accuracy_level 0 (exact math: the peers' greedy ids must equal ours, the check that they
   # compute the same model; a mismatch fails the script), then as exported (accuracy_level 4:
   # onnxruntime-web's int8 path where the adapter has one, the peer at its fastest). On these
@@ -201,7 +202,7 @@ browser)
   # in its results and not fatal; any other failure is.
   mobius_e2b() {
     cargo xtask bench --browser --model mobius-e2b-bench --pairs "${PAIRS:-5}" \
-      --peers ort_web,ort_web_static --seed "${SEED:-33}" --require-gpu --no-release-build "${args[@]}" "$@"
+      --seed "${SEED:-33}" --require-gpu --no-release-build "${args[@]}" "$@"
   }
   mobius_e2b --accuracy-level 0 "$@"
   log=$(mktemp)
