@@ -10,6 +10,10 @@ import * as T from '/tjs/transformers.min.js';
 
 T.env.allowRemoteModels = false;
 T.env.allowLocalModels = true;
+// Every runtime loads from the local server in every run: without this, transformers.js keeps
+// the model files in the page's Cache API storage, which outlives the page in the bench's browser
+// context, and its later runs would load from there.
+T.env.useBrowserCache = false;
 T.env.localModelPath = '/models/';
 // Its own onnxruntime-web build's wasm files, served locally (by default it fetches them from a CDN).
 T.env.backends.onnx.wasm.wasmPaths = '/tjs-ort/';

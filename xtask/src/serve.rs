@@ -182,6 +182,8 @@ struct Asked {
     path: String,
     range: Option<String>,
     keep_alive: bool,
+    /// The request body's length (Content-Length; bodies with a Transfer-Encoding are refused).
+    body: u64,
 }
 
 /// Serves the requests of one connection until the client closes it, asks to, stays idle for
@@ -215,13 +217,9 @@ fn connection(stream: TcpStream, mounts: &[Mount], isolated: bool) -> std::io::R
             Ok(a) => a,
             Err(why) => return simple(&mut out, 400, why, isolated),
         };
-        // A request body (none is expected) is read and dropped; chunked ones are refused.
-        match body_length(&head) {
-            Ok(0) => {}
-            Ok(n) => {
-                std::io::copy(&mut (&mut reader).take(n), &mut std::io::sink())?;
-            }
-            Err(why) => return simple(&mut out, 400, why, isolated),
+        // A request body (none is expected) is read and dropped.
+        if asked.body > 0 {
+            std::io::copy(&mut (&mut reader).take(asked.body), &mut std::io::sink())?;
         }
         respond(&mut out, &asked, mounts, isolated)?;
         if !asked.keep_alive {
@@ -250,37 +248,20 @@ fn parse_head(head: &[u8]) -> Result<Asked, &'static str> {
         Some(1) => !connection.contains("close"),
         _ => connection.contains("keep-alive"),
     };
+    if value("Transfer-Encoding").is_some() {
+        return Err("request bodies with a Transfer-Encoding are not accepted");
+    }
+    let body = match value("Content-Length") {
+        None => 0,
+        Some(v) => v.trim().parse().map_err(|_| "bad Content-Length")?,
+    };
     Ok(Asked {
         method: req.method.unwrap_or("").to_owned(),
         path: req.path.unwrap_or("/").to_owned(),
         range: value("Range"),
         keep_alive,
+        body,
     })
-}
-
-/// The length of the request's body: its Content-Length, else none; `Transfer-Encoding` refused.
-fn body_length(head: &[u8]) -> Result<u64, &'static str> {
-    let mut headers = [httparse::EMPTY_HEADER; 96];
-    let mut req = httparse::Request::new(&mut headers);
-    let _ = req.parse(head);
-    if req
-        .headers
-        .iter()
-        .any(|h| h.name.eq_ignore_ascii_case("Transfer-Encoding"))
-    {
-        return Err("request bodies with a Transfer-Encoding are not accepted");
-    }
-    match req
-        .headers
-        .iter()
-        .find(|h| h.name.eq_ignore_ascii_case("Content-Length"))
-    {
-        None => Ok(0),
-        Some(h) => std::str::from_utf8(h.value)
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .ok_or("bad Content-Length"),
-    }
 }
 
 /// Writes a status line and headers (`extra` after the common ones).
@@ -309,7 +290,9 @@ fn write_head(
     out.write_all(h.as_bytes())
 }
 
-/// A short text response that closes the connection (malformed requests).
+/// A short text response that closes the connection (malformed requests). The rest of what the
+/// client sent is read and dropped before the socket closes: closing with unread input would
+/// reset the connection, and the client could lose the response.
 fn simple(out: &mut TcpStream, status: u16, text: &str, isolated: bool) -> std::io::Result<()> {
     let extra = [("Content-Type", "text/plain; charset=utf-8".to_string())];
     write_head(
@@ -322,7 +305,11 @@ fn simple(out: &mut TcpStream, status: u16, text: &str, isolated: bool) -> std::
         isolated,
     )?;
     out.write_all(text.as_bytes())?;
-    out.flush()
+    out.flush()?;
+    out.shutdown(std::net::Shutdown::Write)?;
+    out.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let _ = std::io::copy(&mut (&*out).take(1 << 20), &mut std::io::sink());
+    Ok(())
 }
 
 fn respond(
@@ -571,6 +558,14 @@ mod tests {
         let (st, h, _) = exchange(&mut s, "\x01\x02 nonsense\r\n\r\n");
         assert_eq!(st, 400);
         assert!(h.contains(&("connection".into(), "close".into())));
+        assert_eq!(s.read(&mut [0u8; 1]).unwrap(), 0);
+        // A chunked body is refused (400) and the connection closed.
+        let mut s = connect(server.port);
+        let (st, _, _) = exchange(
+            &mut s,
+            "POST /m.bin HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        );
+        assert_eq!(st, 400);
         assert_eq!(s.read(&mut [0u8; 1]).unwrap(), 0);
         // HTTP/1.0 without keep-alive: one request per connection.
         let mut s = connect(server.port);
