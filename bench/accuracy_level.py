@@ -19,6 +19,8 @@ import sys
 import onnx
 from onnx import helper
 
+from stamp import source_files
+
 STAMP = ".accuracy_level.json"
 
 
@@ -30,12 +32,7 @@ def main():
         raise SystemExit(f"accuracy_level must be 0 to 4 (got {level})")
     if not os.path.isfile(os.path.join(src, "genai_config.json")):
         raise SystemExit(f"{src} is not an ONNX Runtime GenAI package (no genai_config.json)")
-    files = []
-    for here, _, names in os.walk(src):
-        for f in sorted(names):
-            p = os.path.join(here, f)
-            st = os.stat(p)
-            files.append([os.path.relpath(p, src), st.st_size, int(st.st_mtime_ns)])
+    files = source_files(src)
     stamp = {"source": src, "accuracy_level": level, "files": files}
     try:
         with open(os.path.join(dst, STAMP)) as f:

@@ -45,6 +45,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from stamp import source_files
+
 STAMP = ".tjs_layout.json"
 SUPPORTED_TYPES = ("gemma4_text", "gemma4")
 
@@ -109,6 +111,17 @@ def relocate_external_data(model, src_dir, dst_dir, base):
     return len(names)
 
 
+def template_index(template, name):
+    """N when `name` is `template` (a genai_config.json name with %d) filled with N, else None."""
+    m = re.fullmatch(re.escape(template).replace("%d", r"(\d+)"), name)
+    return int(m.group(1)) if m else None
+
+
+def np_type(ort_type):
+    """numpy's type for an ONNX Runtime input type string (float or float16 tensors)."""
+    return np.float32 if ort_type == "tensor(float)" else np.float16
+
+
 def io_names(section, key, default):
     return (section or {}).get(key, default)
 
@@ -143,7 +156,7 @@ def check(src, dst, genai, dtype):
         feeds = {ids_name: ids}
         for i in e0.get_inputs():
             if i.name == image_name:
-                feeds[i.name] = np.zeros((0, i.shape[1]), np.float32 if "float)" in i.type else np.float16)
+                feeds[i.name] = np.zeros((0, i.shape[1]), np_type(i.type))
         emb = dict(zip([o.name for o in e0.get_outputs()], e0.run(None, feeds)))
         feeds = {
             d_ins.get("inputs_embeds", "inputs_embeds"): emb[e_outs.get("inputs_embeds", "inputs_embeds")],
@@ -154,19 +167,18 @@ def check(src, dst, genai, dtype):
             feeds[pli] = emb[e_outs.get("per_layer_inputs", "per_layer_inputs")]
         for i in d0.get_inputs():
             for t, kind in ((pk, "key"), (pv, "value")):
-                m = re.fullmatch(re.escape(t).replace("%d", r"(\d+)"), i.name)
-                if m:
-                    n = int(m.group(1))
+                n = template_index(t, i.name)
+                if n is not None:
                     feeds[i.name] = past[(n, kind)] if past else np.zeros(
-                        [1, i.shape[1], 0, i.shape[3]], np.float32 if "float)" in i.type else np.float16)
+                        [1, i.shape[1], 0, i.shape[3]], np_type(i.type))
         out = dict(zip([o.name for o in d0.get_outputs()], d0.run(None, feeds)))
         logits = out[d_outs.get("logits", "logits")]
         presents = {}
         for name, v in out.items():
             for t, kind in ((ok, "key"), (ov, "value")):
-                m = re.fullmatch(re.escape(t).replace("%d", r"(\d+)"), name)
-                if m:
-                    presents[(int(m.group(1)), kind)] = v
+                n = template_index(t, name)
+                if n is not None:
+                    presents[(n, kind)] = v
         return logits, presents
 
     def run_view(ids, past, total):
@@ -182,7 +194,7 @@ def check(src, dst, genai, dtype):
                     feeds[i.name] = past[(int(m.group(1)), m.group(2))]
                 else:  # transformers.js: batch_size -> 1, any other symbol -> 0
                     shape = [d if isinstance(d, int) else (1 if d == "batch_size" else 0) for d in i.shape]
-                    feeds[i.name] = np.zeros(shape, np.float32 if "float)" in i.type else np.float16)
+                    feeds[i.name] = np.zeros(shape, np_type(i.type))
         out = dict(zip([o.name for o in d1.get_outputs()], d1.run(None, feeds)))
         presents = {}
         for name, v in out.items():
@@ -227,12 +239,7 @@ def main():
     if not emb_cfg or not emb_cfg.get("filename") or not dec_cfg or not dec_cfg.get("filename"):
         fail("genai_config.json names no embedding or no decoder graph (model.embedding / model.decoder .filename)")
 
-    files = []
-    for here, _, names in os.walk(src):
-        for name in sorted(names):
-            p = os.path.join(here, name)
-            st = os.stat(p)
-            files.append([os.path.relpath(p, src), st.st_size, int(st.st_mtime_ns)])
+    files = source_files(src)
     with open(__file__, "rb") as f:
         script = hashlib.sha256(f.read()).hexdigest()
     stamp = {"source": src, "script": script, "files": files}
@@ -267,10 +274,6 @@ def main():
     pv = ins.get("past_value_names", "past_key_values.%d.value")
     ok = outs.get("present_key_names", "present.%d.key")
     ov = outs.get("present_value_names", "present.%d.value")
-
-    def template_index(template, name):
-        m = re.fullmatch(re.escape(template).replace("%d", r"(\d+)"), name)
-        return int(m.group(1)) if m else None
 
     cache_layers = set()
     for vi in dec.graph.input:
