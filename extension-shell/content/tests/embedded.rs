@@ -44,6 +44,16 @@ fn page(html: &str) {
     root.set_inner_html(html);
 }
 
+async fn sleep(ms: i32) {
+    let wait = js_sys::Promise::new(&mut |done, _| {
+        web_sys::window()
+            .expect("window")
+            .set_timeout_with_callback_and_timeout_and_arguments_0(&done, ms)
+            .expect("timer");
+    });
+    JsFuture::from(wait).await.expect("a timer never rejects");
+}
+
 fn by_id(id: &str) -> Element {
     document()
         .get_element_by_id(id)
@@ -365,13 +375,15 @@ async fn a_page_that_replaced_query_selector_and_push_does_not_break_the_tools()
     // A hostile page: lookups find nothing, and push throws — for calls made with our wasm on
     // the stack. Anyone else (ChromeDriver's scripts, which the test runner polls the page
     // with in the page's own world while this test awaits) gets the original behaviour: a
-    // runner that met the hostile methods crashed ("missing field `chunk`").
+    // runner that met the hostile methods crashed ("missing field `chunk`"). A wasm frame
+    // reads `wasm-function[N]`; a plain `/wasm/` also matched every caller, since the hostile
+    // function's own frame names the page it was made on (`.../wasm-bindgen-test`).
     let hostile = |original: &JsValue, behaviour: &str| -> JsValue {
         js_sys::Function::new_with_args(
             "original",
             &format!(
                 "return function (...args) {{ \
-                   if (/wasm/.test(String(new Error().stack))) {{ {behaviour} }} \
+                   if (/wasm-function\\[/.test(String(new Error().stack))) {{ {behaviour} }} \
                    return original.apply(this, args); }};"
             ),
         )
@@ -397,6 +409,15 @@ async fn a_page_that_replaced_query_selector_and_push_does_not_break_the_tools()
         .is_err(),
         "the hostile push let a wasm caller through"
     );
+    // ... and spare a caller without wasm on its stack (a timer's script, as ChromeDriver's).
+    web_sys::window()
+        .expect("window")
+        .set_timeout_with_str("window.__ggPlainPush = (function () { \
+            try { const a = []; a.push(1); return a.length === 1 && document.querySelector('#field') !== null ? 'spared' : 'bitten'; } \
+            catch (e) { return 'threw: ' + e; } })();")
+        .expect("timer");
+    sleep(20).await;
+    let plain_caller = get(&window, "__ggPlainPush").as_string();
 
     let tools = PageTools::new(Some(by_id("scope")), &ACT_TOOLS);
     let snap = tools.run(&json(r#"{"name": "snapshot_page", "args": {}}"#));
@@ -416,6 +437,11 @@ async fn a_page_that_replaced_query_selector_and_push_does_not_break_the_tools()
     for (target, name, original) in saved {
         Reflect::set(&target, &name.into(), &original).expect("never fails here");
     }
+    assert_eq!(
+        plain_caller.as_deref(),
+        Some("spared"),
+        "the hostile methods bit a caller without wasm: the test runner's polls would crash"
+    );
     let outline = text(&get(&get(&snap, "Ok"), "value"), "outline");
     assert!(outline.contains("Inside button"), "{outline}");
     assert!(
