@@ -46,7 +46,7 @@ async function adapterInfo() {
     description: i.description ?? null, isFallbackAdapter: i.isFallbackAdapter ?? null };
 }
 
-/** onnxruntime-web's prompt FlashAttention (1.30, and transformers.js's 1.31 dev build) assumes
+/** onnxruntime-web's prompt FlashAttention (1.30, 1.31.1, and transformers.js's 1.31 dev build) assumes
  * subgroups of at least 8 lanes: on narrower ones (SwiftShader's are 4) it scores 8 keys per step
  * with subgroupShuffle(x, 0..7) while advancing by 4, and from the 5th row of any prompt of 32
  * tokens or more its attention is wrong (bench/repro/README.md). On such an adapter the peers'

@@ -18,7 +18,7 @@
 //   its present are the same preallocated GPU tensor of `capacity` rows, so GroupQueryAttention
 //   takes its shared-buffer path (past_present_share_buffer, as ONNX Runtime GenAI runs these
 //   packages), the mask [1, total] as GenAI gives it. Graph capture (`enableGraphCapture`) is
-//   asked for first, on a probe session: onnxruntime-web 1.30 refuses it when any node is placed
+//   asked for first, on a probe session: onnxruntime-web (1.30, 1.31) refuses it when any node is placed
 //   on the CPU EP, and mobius's decoder has 6 + 2 per KV-shared layer there (the mask's ReduceSum / Sub / Cast into
 //   seqlens_k, Shape / Gather / Cast into total_sequence_length, the KV-shared layers' Concat /
 //   ConstantOfShape for their empty K/V); the answer is recorded (`graph_capture`) and the

@@ -1084,6 +1084,15 @@ fn gzip_len(path: &Path) -> Result<u64> {
     Ok(out.stdout.len() as u64)
 }
 
+/// The `version` of an npm package.json ("?" when unreadable: a size label, not a check).
+fn npm_version(package_json: &Path) -> String {
+    std::fs::read(package_json)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v["version"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
+
 fn bundle(name: &str, base: &Path, files: &[&str]) -> Result<Value> {
     let (mut raw, mut gz) = (0, 0);
     for f in files {
@@ -1133,7 +1142,10 @@ fn sizes(args: &BenchArgs) -> Result<Value> {
             &["offscreen/gg_offscreen_bg.wasm"],
         )?,
         bundle(
-            "onnxruntime-web 1.30 WebGPU (ort.webgpu.min.mjs + asyncify wasm + glue)",
+            &format!(
+                "onnxruntime-web {} WebGPU (ort.webgpu.min.mjs + asyncify wasm + glue)",
+                npm_version(&ort.join("../package.json"))
+            ),
             &ort,
             &[
                 "ort.webgpu.min.mjs",
