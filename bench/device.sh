@@ -35,10 +35,11 @@
 # Browser (a machine with an NVIDIA / AMD / Intel GPU, Chromium, Node 20+ and Rust):
 #   bench/device.sh browser [extra xtask bench arguments]
 #   runs `cargo xtask bench --browser --model e2b-bench --require-gpu` (5 pairs, full configuration,
-#   q4f16 then q4), then the exporters' form `--model mobius-e2b-bench` against ort_web and
-#   ort_web_static, once with `--accuracy-level 0` (the token check) and once as exported
-#   (accuracy_level 4, int8 allowed: its token mismatch is expected on random weights and not
-#   fatal), with Chromium flags that use the GPU (Vulkan through ANGLE, the GPU blocklist
+#   q4f16 then q4), then the exporters' form `--model mobius-e2b-bench` (mobius's --ep cpu profile,
+#   q4) against the three peers, once with `--accuracy-level 0` (the token check) and once as
+#   exported (accuracy_level 4, int8 allowed: its token mismatch is expected on random weights and
+#   not fatal), then `--model mobius-tiny-webgpu-q4f16` (its --ep webgpu profile, q4f16, graph
+#   capture for ort_web_static; no token mismatch fatal there), with Chromium flags that use the GPU (Vulkan through ANGLE, the GPU blocklist
 #   ignored, no software rasterizer); --require-gpu fails the run when Chromium's WebGPU adapter is
 #   SwiftShader or another fallback adapter.
 #
@@ -200,17 +201,32 @@ browser)
   # random weights int8 activations change the greedy ids (ONNX Runtime's CPU EP at level 4: logits
   # off by 22.6 after 16 tokens, bench/repro/README.md), so that run's token mismatch is reported
   # in its results and not fatal; any other failure is.
-  mobius_e2b() {
-    cargo xtask bench --browser --model mobius-e2b-bench --pairs "${PAIRS:-5}" \
-      --seed "${SEED:-33}" --require-gpu --no-release-build "${args[@]}" "$@"
+  mobius() {
+    cargo xtask bench --browser --model "$1" --pairs "${PAIRS:-5}" \
+      --seed "${SEED:-33}" --require-gpu --no-release-build "${args[@]}" "${@:2}"
   }
-  mobius_e2b --accuracy-level 0 "$@"
-  log=$(mktemp)
-  if ! mobius_e2b "$@" 2>&1 | tee "$log"; then
-    grep -q "the runtimes disagree on the greedy tokens" "$log" || { rm -f "$log"; exit 1; }
-    echo "bench/device.sh: the as-exported run's greedy ids differ from ours (accuracy_level 4: int8 activations); results kept, the accuracy-level-0 run is the token check" >&2
-  fi
-  rm -f "$log"
+  # A run whose greedy ids may differ from ours for a known reason ($1): its results are kept and
+  # the mismatch reported; any other failure stops the script.
+  tolerant() {
+    local why=$1 log
+    shift
+    log=$(mktemp)
+    if ! mobius "$@" 2>&1 | tee "$log"; then
+      grep -q "the runtimes disagree on the greedy tokens" "$log" || { rm -f "$log"; exit 1; }
+      echo "bench/device.sh: $1's greedy ids differ from ours ($why); results kept" >&2
+    fi
+    rm -f "$log"
+  }
+  mobius mobius-e2b-bench --accuracy-level 0 "$@"
+  tolerant "as exported, accuracy_level 4: int8 activations; the accuracy-level-0 run is the token check" \
+    mobius-e2b-bench "$@"
+  # mobius's --ep webgpu profile in float16 (q4f16, the committed tiny package): the graph form
+  # onnxruntime-web 1.31 accepts graph capture on, so ort_web_static replays a captured decode
+  # step (SwiftShader cannot run it: no shader-f16). Token mismatches are expected and not fatal:
+  # the peers compute in float16 and ours in f32, and past the tiny model's 8-token window ONNX
+  # Runtime drops the window on KV-shared layers (bench/repro/README.md part 2).
+  tolerant "float16 peers; ONNX Runtime's KV-shared window past 8 tokens" mobius-tiny-webgpu-q4f16 \
+    --accuracy-level 0 "$@"
   ;;
 *)
   echo "usage: bench/device.sh prepare   (here: build, fetch the loader and the EP wheel, check)" >&2

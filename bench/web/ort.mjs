@@ -18,11 +18,14 @@
 //   its present are the same preallocated GPU tensor of `capacity` rows, so GroupQueryAttention
 //   takes its shared-buffer path (past_present_share_buffer, as ONNX Runtime GenAI runs these
 //   packages), the mask [1, total] as GenAI gives it. Graph capture (`enableGraphCapture`) is
-//   asked for first, on a probe session: onnxruntime-web (1.30, 1.31) refuses it when any node is placed
-//   on the CPU EP, and mobius's decoder has 6 + 2 per KV-shared layer there (the mask's ReduceSum / Sub / Cast into
-//   seqlens_k, Shape / Gather / Cast into total_sequence_length, the KV-shared layers' Concat /
-//   ConstantOfShape for their empty K/V); the answer is recorded (`graph_capture`) and the
-//   fixed cache is measured without capture. On the onnx-community graphs the variant does not
+//   asked for on a second decoder session: onnxruntime-web refuses it when any node is placed on
+//   the CPU EP (mobius's `--ep cpu` decoder has 6 + 2 per KV-shared layer there: the mask's
+//   ReduceSum / Sub / Cast into seqlens_k, Shape / Gather / Cast into total_sequence_length, the
+//   KV-shared layers' Concat / ConstantOfShape for their empty K/V); 1.31.1 accepts it on mobius's
+//   `--ep webgpu` decoder in float16. Accepted, the decode steps replay the graph captured there
+//   (`CapturedGen`: fixed shapes and buffers, the mask [1, capacity]); refused, the fixed cache
+//   runs without it. The answer is recorded (`graph_capture`: accepted, measured, error). On the
+//   onnx-community graphs the variant does not
 //   apply: their attention concatenates past and new keys (present = Concat(past, new)), so the
 //   cache grows every step.
 import * as ort from '/ort/ort.webgpu.min.mjs';
@@ -43,7 +46,7 @@ export function settings(variant = 'ort_web') {
     numThreads: ort.env.wasm.numThreads ?? null,
     preferredOutputLocation: 'gpu-buffer',
     kvCache: fixed ? 'fixed capacity, past and present the same GPU tensor (GroupQueryAttention shared buffer)' : 'grows each step (present fed back as past)',
-    graphCapture: fixed ? 'asked for on a probe session; the answer is under graph_capture, the measured session runs without it' : false,
+    graphCapture: fixed ? 'asked for on a second decoder session; where onnxruntime-web accepts it, the decode steps replay the graph captured there (the prompt runs on the first, uncaptured session; load time and memory include both), else the fixed cache runs without it; the answer is under graph_capture' : false,
   };
 }
 
@@ -118,14 +121,23 @@ export async function load(model, dtype, verbose = false, variant = 'ort_web', c
     const g = (await genaiResp.json()).model;
     const fixed = variant === 'ort_web_static';
     const embed = g.embedding?.filename ? await genaiSession(base, g.embedding.filename, verbose) : null;
-    // `ort_web_static`: whether onnxruntime-web accepts graph capture on this graph (a probe
-    // session, released; the measured session runs without it).
+    // `ort_web_static`: whether onnxruntime-web accepts graph capture on this graph; if it does
+    // (and the decoder takes nothing the capture loop cannot feed), that session runs the decode
+    // steps (`CapturedGen`), else it is released and the fixed cache runs without capture.
     let graphCapture = null;
+    let captured = null;
     if (fixed) {
       try {
-        const probe = await genaiSession(base, g.decoder.filename, false, { enableGraphCapture: true });
-        await probe.release();
-        graphCapture = { accepted: true, error: null, measured: false };
+        captured = await genaiSession(base, g.decoder.filename, false, { enableGraphCapture: true });
+        const other = captured.inputNames.filter((n) => !CAPTURE_INPUTS.has(n) && !n.startsWith('past_key_values.'));
+        const outs = captured.outputNames.filter((n) => n !== 'logits' && !n.startsWith('present.'));
+        if (other.length || outs.length) {
+          await captured.release();
+          captured = null;
+          graphCapture = { accepted: true, error: `the capture loop feeds only ${[...CAPTURE_INPUTS].join(', ')} and the cache, and fetches logits and present.*; this decoder also has ${[...other, ...outs].join(', ')}`, measured: false };
+        } else {
+          graphCapture = { accepted: true, error: null, measured: true };
+        }
       } catch (e) {
         graphCapture = { accepted: false, error: String(e.message ?? e), measured: false };
       }
@@ -139,9 +151,27 @@ export async function load(model, dtype, verbose = false, variant = 'ort_web', c
       dtype: cache[0]?.type === 'float16' ? 'q4f16' : 'q4',
       inputs: new Set(decoder.inputNames),
       imageFeatures: embed?.inputNames.includes('image_features') ? emeta.image_features : null,
-      variant, capacity, graphCapture,
+      variant, capacity, graphCapture, captured,
     };
     if (fixed) h.fixed = await fixedBuffers(h);
+    if (h.captured) {
+      // Capture, then one replay, on the fixed buffers (a one-token mask) right after loading.
+      // Observed with onnxruntime-web 1.31.1: when the graph was first captured inside a
+      // generation (after a prompt on the uncaptured session and an embedding run), the next
+      // captured run failed in onnxruntime-web's output handling ("Cannot set properties of
+      // undefined (setting 'Symbol(gpuBufferMetadata)')", its `webgpuRegisterBuffer` given no
+      // buffer); captured here first, every later replay ran and gave the same ids as ours.
+      // Should the replay fail, the session is released and the fixed cache runs without
+      // capture, the error recorded. The rows written here are overwritten by every prompt.
+      try {
+        await captureReplay(h);
+      } catch (e) {
+        graphCapture.measured = false;
+        graphCapture.error = `session created, but a replay failed: ${e.message ?? e}`;
+        await h.captured.release();
+        h.captured = null;
+      }
+    }
   } else {
     if (variant !== 'ort_web') throw new Error(`${variant} needs GroupQueryAttention's shared past/present buffer (a GenAI package); ${model} is in the onnx-community layout`);
     const config = await (await fetch(`${base}config.json`)).json();
@@ -181,7 +211,32 @@ async function fixedBuffers(h) {
     const buffer = device.createBuffer({ size, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
     return ort.Tensor.fromGpuBuffer(buffer, { dataType: c.type, dims, dispose: () => buffer.destroy() });
   });
-  return { cache };
+  if (!h.captured) return { cache };
+  // The captured decode step's other inputs and its logits: the same GPU buffers in every run
+  // (a replay reads and writes the buffers bound when the graph was captured).
+  const meta = Object.fromEntries((h.captured.inputMetadata ?? []).map((m) => [m.name, m]));
+  const outMeta = Object.fromEntries((h.captured.outputMetadata ?? []).map((m) => [m.name, m]));
+  const tensor = (type, dims, usage) => {
+    const size = Math.ceil((dims.reduce((a, b) => a * b, 1) * (type === 'int64' ? 8 : BYTES[type])) / 16) * 16;
+    const buffer = device.createBuffer({ size, usage: GPUBufferUsage.STORAGE | usage });
+    return { buffer, tensor: ort.Tensor.fromGpuBuffer(buffer, { dataType: type, dims, dispose: () => buffer.destroy() }) };
+  };
+  const width = (name) => {
+    const w = meta[name]?.shape?.at(-1);
+    if (typeof w !== 'number') throw new Error(`onnxruntime-web gives no width for ${name}`);
+    return w;
+  };
+  const feeds = {
+    inputs_embeds: tensor(meta.inputs_embeds.type, [1, 1, width('inputs_embeds')], GPUBufferUsage.COPY_DST),
+    attention_mask: tensor('int64', [1, h.capacity], GPUBufferUsage.COPY_DST),
+  };
+  if (meta.per_layer_inputs) {
+    feeds.per_layer_inputs = tensor(meta.per_layer_inputs.type, [1, 1, width('per_layer_inputs')], GPUBufferUsage.COPY_DST);
+  }
+  const logitsType = outMeta.logits?.type ?? meta.inputs_embeds.type;
+  const logits = tensor(logitsType, [1, 1, h.vocab], GPUBufferUsage.COPY_SRC);
+  const staging = device.createBuffer({ size: logits.buffer.size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+  return { cache, feeds, logits, logitsType, staging, mask: new BigInt64Array(h.capacity) };
 }
 
 function emptyImageFeatures(h) {
@@ -273,10 +328,83 @@ class StaticGen {
   dispose() {}
 }
 
+/** Two runs of the captured session (capture, replay) on the fixed buffers with a one-token
+ * mask, the embedding inputs as they are (zeros when fresh). */
+async function captureReplay(h) {
+  const F = h.fixed;
+  const device = await ort.env.webgpu.device;
+  F.mask.fill(0n);
+  F.mask[0] = 1n;
+  device.queue.writeBuffer(F.feeds.attention_mask.buffer, 0, F.mask);
+  const feeds = {};
+  const fetches = { logits: F.logits.tensor };
+  for (const [name, f] of Object.entries(F.feeds)) feeds[name] = f.tensor;
+  h.cache.forEach((c, i) => { feeds[c.name] = F.cache[i]; fetches[c.present] = F.cache[i]; });
+  for (let i = 0; i < 2; i++) await h.captured.run(feeds, fetches);
+}
+
+/** The decoder inputs the capture loop feeds (besides the cache). */
+const CAPTURE_INPUTS = new Set(['inputs_embeds', 'per_layer_inputs', 'attention_mask']);
+
+/** `ort_web_static` with graph capture (onnxruntime-web accepted it on this decoder): the prompt
+ * runs as in `StaticGen` on the uncaptured session (its length differs from run to run), every
+ * decode step on the captured one with fixed shapes and buffers: the embedding session's outputs
+ * are copied into the bound input buffers, the mask is [1, capacity] with ones for the tokens so
+ * far and zeros after (the exporter's WebGPU graph takes the length from the mask's sum, as ONNX
+ * Runtime GenAI feeds it under capture), the cache is the fixed tensors bound as past and present,
+ * and the logits land in a bound buffer that is copied out and read. The first decode step of the
+ * session captures the graph, later ones replay it. */
+class CapturedGen extends StaticGen {
+  async step(ids) {
+    if (this.past === 0) return super.step(ids);
+    const { h } = this;
+    const F = h.fixed;
+    const total = this.past + ids.length;
+    if (ids.length !== 1) throw new Error('ort_web_static: a captured step decodes one token');
+    if (total > h.capacity) throw new Error(`ort_web_static: ${total} tokens over the fixed cache's ${h.capacity} rows`);
+    const device = await ort.env.webgpu.device;
+    const emb = await h.embed.run(embedFeeds(h, ids));
+    const encoder = device.createCommandEncoder();
+    for (const name of ['inputs_embeds', 'per_layer_inputs']) {
+      if (!F.feeds[name]) continue;
+      const from = emb[name];
+      const bytes = from.dims.reduce((a, b) => a * b, 1) * BYTES[from.type];
+      encoder.copyBufferToBuffer(from.gpuBuffer, 0, F.feeds[name].buffer, 0, bytes);
+    }
+    F.mask.fill(0n);
+    F.mask.fill(1n, 0, total);
+    device.queue.writeBuffer(F.feeds.attention_mask.buffer, 0, F.mask);
+    device.queue.submit([encoder.finish()]);
+    const feeds = {};
+    const fetches = { logits: F.logits.tensor };
+    for (const [name, f] of Object.entries(F.feeds)) feeds[name] = f.tensor;
+    h.cache.forEach((c, i) => { feeds[c.name] = F.cache[i]; fetches[c.present] = F.cache[i]; });
+    await h.captured.run(feeds, fetches);
+    for (const t of Object.values(emb)) t.dispose();
+    this.past = total;
+    const read = device.createCommandEncoder();
+    read.copyBufferToBuffer(F.logits.buffer, 0, F.staging, 0, F.staging.size);
+    device.queue.submit([read.finish()]);
+    await F.staging.mapAsync(GPUMapMode.READ);
+    const bytes = F.staging.getMappedRange().slice(0);
+    F.staging.unmap();
+    const n = h.vocab;
+    const d = F.logitsType === 'float16' ? new Uint16Array(bytes, 0, n) : new Float32Array(bytes, 0, n);
+    const get = F.logitsType === 'float16' ? (i) => f16ToF32(d[i]) : (i) => d[i];
+    let best = 0;
+    let bv = -Infinity;
+    for (let i = 0; i < n; i++) {
+      const v = get(i);
+      if (v > bv) { bv = v; best = i; }
+    }
+    return best;
+  }
+}
+
 /** A generation on `ids`, stepped by the bench page: first() is the prompt's step, next() one
  * decode step; each resolves to the greedy id once it is on the CPU. */
 export function generation(h, ids) {
-  const g = h.variant === 'ort_web_static' ? new StaticGen(h) : new Gen(h);
+  const g = h.variant !== 'ort_web_static' ? new Gen(h) : h.captured ? new CapturedGen(h) : new StaticGen(h);
   let id = null;
   return {
     first: async () => (id = await g.step(ids)),

@@ -67,11 +67,14 @@ pub struct BenchArgs {
     #[arg(long)]
     pub pages: bool,
     /// Which model(s): the tiny fixture, the E2B-shaped synthetic model (10 layers), the same two
-    /// in the exporters' graph form (mobius GenAI packages: `mobius-tiny` committed,
-    /// `mobius-e2b-bench` generated on demand with mobius in its own venv), or `all`: `tiny`,
-    /// `e2b-bench` and `mobius-tiny`; `e2b-full`: Gemma 4 E2B's full shapes (35 layers, ~6.3 GB
-    /// for q4 and q4f16). `e2b-full` and `mobius-e2b-bench` (torch, ~4 GB) are never part of
-    /// `all`. The synthetic models are generated on demand into bench/cache/.
+    /// in the exporters' graph form (mobius GenAI packages, its `--ep cpu` profile:
+    /// `mobius-tiny` committed, `mobius-e2b-bench` generated on demand with mobius in its own
+    /// venv) and in mobius's `--ep webgpu` profile (`mobius-tiny-webgpu` q4 and
+    /// `mobius-tiny-webgpu-q4f16`, committed), or
+    /// `all`: `tiny`, `e2b-bench` and `mobius-tiny`; `e2b-full`: Gemma 4 E2B's full shapes (35
+    /// layers, ~6.3 GB for q4 and q4f16). `e2b-full` and the generated mobius models (torch,
+    /// ~4 GB) are never part of `all`. The synthetic models are generated on demand into
+    /// bench/cache/.
     #[arg(long, value_enum, default_value_t = ModelChoice::All)]
     pub model: ModelChoice,
     /// Native: measured runs per configuration (the browser measures --pairs); the vision
@@ -168,6 +171,12 @@ pub enum ModelChoice {
     MobiusTiny,
     #[value(name = "mobius-e2b-bench")]
     MobiusE2bBench,
+    /// mobius's `--ep webgpu` profile (committed, q4): graph-capture-ready in float16 only.
+    #[value(name = "mobius-tiny-webgpu")]
+    MobiusTinyWebgpu,
+    /// The same in float16 (q4f16; the peers need `shader-f16`, which SwiftShader lacks).
+    #[value(name = "mobius-tiny-webgpu-q4f16")]
+    MobiusTinyWebgpuQ4f16,
     All,
 }
 
@@ -365,12 +374,27 @@ pub fn models(choice: ModelChoice) -> Vec<BenchModel> {
         dir: root().join("bench/cache/mobius-e2b-bench"),
         preset: None,
     };
+    let fixture = |name: &'static str, folder: &str| BenchModel {
+        name,
+        dir: root().join("tests/fixtures/models").join(folder),
+        preset: None,
+    };
     match choice {
         ModelChoice::Tiny => vec![tiny],
         ModelChoice::E2bBench => vec![e2b],
         ModelChoice::E2bFull => vec![generated("gemma4-e2b-full", "e2b-full")],
         ModelChoice::MobiusTiny => vec![mobius_tiny],
         ModelChoice::MobiusE2bBench => vec![mobius_e2b],
+        ModelChoice::MobiusTinyWebgpu => {
+            vec![fixture(
+                "mobius-tiny-webgpu",
+                "mobius-tiny-webgpu-int4-split",
+            )]
+        }
+        ModelChoice::MobiusTinyWebgpuQ4f16 => vec![fixture(
+            "mobius-tiny-webgpu-q4f16",
+            "mobius-tiny-webgpu-int4f16-split",
+        )],
         ModelChoice::All => vec![tiny, e2b, mobius_tiny],
     }
 }
@@ -469,7 +493,7 @@ fn ensure_mobius_e2b(model: &BenchModel) -> Result<()> {
         Command::new(python)
             .current_dir(root())
             .arg("tools/fixtures/gen_mobius.py")
-            .args(["--only", "mobius-e2b-bench", "--out"])
+            .args(["--only", model.name, "--out"])
             .arg(parent)
             .arg("--skip-existing"),
     )
@@ -1363,6 +1387,24 @@ mod tests {
             models(parse(&["--model", "mobius-e2b-bench"]).model)[0].name,
             "mobius-e2b-bench"
         );
+        // mobius's --ep webgpu profile: the committed packages, read as GenAI packages.
+        for (arg, folder) in [
+            ("mobius-tiny-webgpu", "mobius-tiny-webgpu-int4-split"),
+            (
+                "mobius-tiny-webgpu-q4f16",
+                "mobius-tiny-webgpu-int4f16-split",
+            ),
+        ] {
+            let m = &models(parse(&["--model", arg]).model)[0];
+            assert_eq!(m.name, arg);
+            assert_eq!(m.dir.file_name().and_then(|n| n.to_str()), Some(folder));
+            assert!(m.is_genai() && m.preset.is_none(), "{arg}");
+            let genai = std::fs::read_to_string(m.dir.join("genai_config.json")).expect(arg);
+            assert!(
+                genai.contains("enableGraphCapture"),
+                "{arg}: the webgpu profile"
+            );
+        }
         assert!(Cli::try_parse_from(["bench", "--model", "huge"]).is_err());
     }
 

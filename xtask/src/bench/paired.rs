@@ -674,19 +674,21 @@ pub fn markdown_model(name: &str, m: &Value, software: bool) -> String {
         let rows = m
             .get("ort_web_static_capacity")
             .map_or("?".into(), Value::to_string);
-        let capture = match g.get("accepted") {
-            Some(Value::Bool(true)) => {
-                "accepted by onnxruntime-web on a probe session (not measured)".to_string()
+        let error = g
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("no answer");
+        let line = match (g.get("accepted"), g.get("measured")) {
+            (Some(Value::Bool(true)), Some(Value::Bool(true))) => {
+                "measured with graph capture (decode steps replay a captured graph; the prompt runs uncaptured)".to_string()
             }
-            _ => format!(
-                "refused: {}",
-                g.get("error")
-                    .and_then(Value::as_str)
-                    .unwrap_or("no answer")
+            (Some(Value::Bool(true)), _) => format!(
+                "measured without graph capture; graph capture accepted by onnxruntime-web but not measured: {error}"
             ),
+            _ => format!("measured without graph capture; graph capture refused: {error}"),
         };
         s.push_str(&format!(
-            "- ort_web_static: fixed cache of {rows} rows bound in place, measured without graph capture; graph capture {capture}.\n"
+            "- ort_web_static: fixed cache of {rows} rows bound in place, {line}.\n"
         ));
     }
     if let Some(pl) = m.get("ort_web_placement") {
@@ -917,6 +919,21 @@ mod tests {
                 && md.contains("refused: not all nodes on WebGPU"),
             "{md}"
         );
+        for (capture, want) in [
+            (
+                json!({"accepted": true, "measured": true, "error": null}),
+                "136 rows bound in place, measured with graph capture",
+            ),
+            (
+                json!({"accepted": true, "measured": false, "error": "a replay failed"}),
+                "measured without graph capture; graph capture accepted by onnxruntime-web but not measured: a replay failed",
+            ),
+        ] {
+            let mut m = m.clone();
+            m["runtimes"]["ort_web_static"]["graph_capture"] = capture;
+            let md = markdown_model("mobius-tiny", &m, true);
+            assert!(md.contains(want), "{md}");
+        }
     }
 
     #[test]
