@@ -17,11 +17,11 @@ use gg_llm::{
     TextOptions,
 };
 use gg_runtime::{Gpu, HostTensor};
-use reference::{Q4F16_LOGIT_TOL, argmax, ids, margins};
+use reference::{Q4F16_LOGIT_TOL, ids};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::rc::Rc;
-use teacher::teacher_forced;
+use teacher::{argmax_agrees_where_clear, teacher_forced};
 
 const FIXTURES: &[&str] = &["gemma4-tiny", "gemma4-tiny-e4b"];
 
@@ -174,28 +174,12 @@ fn q4f16_logits_on(gpu: &Rc<Gpu>) {
         let worst = check_logits(&model, name, &reference, Q4F16_LOGIT_TOL);
         // Teacher forcing over all reference tokens: where ONNX Runtime's top-1 margin is clear
         // (above twice the tolerance), the argmax must agree.
-        let mut compared = 0;
-        for prompt in reference["prompts"].as_array().expect("prompts") {
-            let pname = prompt["name"].as_str().expect("name");
-            let input = ids(&prompt["input_ids"]);
-            let want = ids(&prompt["greedy_tokens"]);
-            let margins = margins(prompt);
-            let mut g = Generator::new(&model, &input, Sampling::Greedy).expect("generator");
-            let mut feed: Vec<u32> = Vec::new();
-            for (step, &tok) in want.iter().enumerate() {
-                let logits = pollster::block_on(g.logits_for(&feed)).expect("step");
-                if margins[step] > f64::from(2.0 * Q4F16_LOGIT_TOL) {
-                    assert_eq!(
-                        argmax(&logits),
-                        tok,
-                        "{name} q4f16 {pname}: step {step} (margin {})",
-                        margins[step]
-                    );
-                    compared += 1;
-                }
-                feed = vec![tok];
-            }
-        }
+        let compared = argmax_agrees_where_clear(
+            &model,
+            &reference,
+            &format!("{name} q4f16"),
+            f64::from(2.0 * Q4F16_LOGIT_TOL),
+        );
         assert!(compared >= 20, "{name}: only {compared} clear steps");
         eprintln!(
             "{name} q4f16: logits max diff {worst:.3} (tolerance {Q4F16_LOGIT_TOL}); {compared} teacher-forced steps agree"

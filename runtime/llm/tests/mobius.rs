@@ -20,11 +20,11 @@ mod teacher;
 use gg_llm::config::Package;
 use gg_llm::{Dtype, GemmaModel, Generator, LoadOptions, ModelRepo, Sampling};
 use gg_runtime::{Gpu, HostTensor};
-use reference::{Q4F16_LOGIT_TOL, argmax, ids, margins};
+use reference::{Q4F16_LOGIT_TOL, ids};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use teacher::teacher_forced;
+use teacher::{argmax_agrees_where_clear, teacher_forced};
 
 /// Every committed mobius package.
 const PACKAGES: &[&str] = &[
@@ -176,28 +176,8 @@ fn float16_webgpu_package_matches_onnx_runtime() {
         2.0 * Q4F16_LOGIT_TOL,
         |pname, step| npy(name, &format!("ort.{pname}.{step}_logits.npy")).to_f32(),
     );
-    let mut compared = 0;
-    for prompt in reference["prompts"].as_array().expect("prompts") {
-        let pname = prompt["name"].as_str().expect("name");
-        let want = ids(&prompt["greedy_tokens"]);
-        let margins = margins(prompt);
-        let mut g = Generator::new(&model, &ids(&prompt["input_ids"]), Sampling::Greedy)
-            .expect("generator");
-        let mut feed: Vec<u32> = Vec::new();
-        for (step, &tok) in want.iter().enumerate() {
-            let logits = pollster::block_on(g.logits_for(&feed)).expect("step");
-            if margins[step] > f64::from(2.0 * Q4F16_LOGIT_TOL) {
-                assert_eq!(
-                    argmax(&logits),
-                    tok,
-                    "{name} {pname}: step {step} (margin {})",
-                    margins[step]
-                );
-                compared += 1;
-            }
-            feed = vec![tok];
-        }
-    }
+    let compared =
+        argmax_agrees_where_clear(&model, &reference, name, f64::from(2.0 * Q4F16_LOGIT_TOL));
     assert!(compared >= 20, "{name}: only {compared} clear steps");
     eprintln!(
         "{name}: logits within {vs_f32:.3} of the float32 computation, {worst:.3} of ONNX Runtime's float16 one; {compared} teacher-forced steps agree"

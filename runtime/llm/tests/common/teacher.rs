@@ -2,7 +2,7 @@
 //! Runtime's logits: shared by the native tests of our own fixtures (`fixtures.rs`) and of the
 //! exporters' packages (`mobius.rs`).
 
-use crate::reference::{ids, max_abs_diff};
+use crate::reference::{argmax, ids, margins, max_abs_diff};
 use gg_llm::{GemmaModel, Generator, Sampling};
 use serde_json::Value;
 
@@ -43,4 +43,37 @@ pub fn teacher_forced(
         }
     }
     worst
+}
+
+/// Teacher forcing over all of the reference's greedy tokens: wherever its top-1 margin is above
+/// `clear`, the argmax must be the reference's token. Returns how many steps were compared.
+pub fn argmax_agrees_where_clear(
+    model: &GemmaModel,
+    reference: &Value,
+    label: &str,
+    clear: f64,
+) -> usize {
+    let mut compared = 0;
+    for prompt in reference["prompts"].as_array().expect("prompts") {
+        let pname = prompt["name"].as_str().expect("name");
+        let want = ids(&prompt["greedy_tokens"]);
+        let margins = margins(prompt);
+        let mut g =
+            Generator::new(model, &ids(&prompt["input_ids"]), Sampling::Greedy).expect("generator");
+        let mut feed: Vec<u32> = Vec::new();
+        for (step, &tok) in want.iter().enumerate() {
+            let logits = pollster::block_on(g.logits_for(&feed)).expect("step");
+            if margins[step] > clear {
+                assert_eq!(
+                    argmax(&logits),
+                    tok,
+                    "{label} {pname}: step {step} (margin {})",
+                    margins[step]
+                );
+                compared += 1;
+            }
+            feed = vec![tok];
+        }
+    }
+    compared
 }
