@@ -187,9 +187,13 @@ export async function load(model, dtype, verbose = false, variant = 'ort_web', c
 async function argmax(t) {
   const d = await t.getData(true); // download, then release the GPU buffer
   const n = t.dims[t.dims.length - 1];
-  const off = d.length - n; // the last position
-  const get = t.type === 'float16' && !(d instanceof Float32Array) && typeof Float16Array === 'undefined'
-    ? (i) => f16ToF32(d[i]) : (i) => Number(d[i]);
+  return argmaxRow(d, d.length - n, n, t.type); // the last position
+}
+
+/** The index of the largest of `n` logits of type `type` in `d` from `off` (float16 either a
+ * Float16Array or its raw bits in a Uint16Array). */
+function argmaxRow(d, off, n, type) {
+  const get = type === 'float16' && d instanceof Uint16Array ? (i) => f16ToF32(d[i]) : (i) => Number(d[i]);
   let best = 0;
   let bv = -Infinity;
   for (let i = 0; i < n; i++) {
@@ -199,28 +203,30 @@ async function argmax(t) {
   return best;
 }
 
-const BYTES = { float32: 4, float16: 2 };
+const BYTES = { float32: 4, float16: 2, int64: 8 };
 
 /** The fixed cache of `ort_web_static`, made once per handle: one GPU tensor of `capacity`
  * rows per past/present pair. */
 async function fixedBuffers(h) {
   const device = await ort.env.webgpu.device;
-  const cache = h.cache.map((c) => {
-    const dims = [1, c.heads, h.capacity, c.dim];
-    const size = Math.ceil((dims.reduce((a, b) => a * b, 1) * BYTES[c.type]) / 16) * 16;
-    const buffer = device.createBuffer({ size, usage: GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST });
-    return ort.Tensor.fromGpuBuffer(buffer, { dataType: c.type, dims, dispose: () => buffer.destroy() });
-  });
-  if (!h.captured) return { cache };
+  const tensor = (type, dims, usage) => {
+    const size = Math.ceil((dims.reduce((a, b) => a * b, 1) * BYTES[type]) / 16) * 16;
+    const buffer = device.createBuffer({ size, usage: GPUBufferUsage.STORAGE | usage });
+    return { buffer, tensor: ort.Tensor.fromGpuBuffer(buffer, { dataType: type, dims, dispose: () => buffer.destroy() }) };
+  };
+  // Each past and its present: one tensor, bound as both.
+  const past = {};
+  const present = {};
+  for (const c of h.cache) {
+    const t = tensor(c.type, [1, c.heads, h.capacity, c.dim], GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST).tensor;
+    past[c.name] = t;
+    present[c.present] = t;
+  }
+  if (!h.captured) return { past, present };
   // The captured decode step's other inputs and its logits: the same GPU buffers in every run
   // (a replay reads and writes the buffers bound when the graph was captured).
   const meta = Object.fromEntries((h.captured.inputMetadata ?? []).map((m) => [m.name, m]));
   const outMeta = Object.fromEntries((h.captured.outputMetadata ?? []).map((m) => [m.name, m]));
-  const tensor = (type, dims, usage) => {
-    const size = Math.ceil((dims.reduce((a, b) => a * b, 1) * (type === 'int64' ? 8 : BYTES[type])) / 16) * 16;
-    const buffer = device.createBuffer({ size, usage: GPUBufferUsage.STORAGE | usage });
-    return { buffer, tensor: ort.Tensor.fromGpuBuffer(buffer, { dataType: type, dims, dispose: () => buffer.destroy() }) };
-  };
   const width = (name) => {
     const w = meta[name]?.shape?.at(-1);
     if (typeof w !== 'number') throw new Error(`onnxruntime-web gives no width for ${name}`);
@@ -236,7 +242,12 @@ async function fixedBuffers(h) {
   const logitsType = outMeta.logits?.type ?? meta.inputs_embeds.type;
   const logits = tensor(logitsType, [1, 1, h.vocab], GPUBufferUsage.COPY_SRC);
   const staging = device.createBuffer({ size: logits.buffer.size, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-  return { cache, feeds, logits, logitsType, staging, mask: new BigInt64Array(h.capacity) };
+  // What every captured run is given: always these tensors.
+  const run = {
+    feeds: { ...past, ...Object.fromEntries(Object.entries(feeds).map(([name, f]) => [name, f.tensor])) },
+    fetches: { logits: logits.tensor, ...present },
+  };
+  return { past, present, feeds, logits, logitsType, staging, run, mask: new BigInt64Array(h.capacity) };
 }
 
 function emptyImageFeatures(h) {
@@ -307,9 +318,8 @@ class StaticGen {
     const { h } = this;
     const total = this.past + ids.length;
     if (total > h.capacity) throw new Error(`ort_web_static: ${total} tokens over the fixed cache's ${h.capacity} rows`);
-    const feeds = {};
-    const fetches = { logits: null };
-    h.cache.forEach((c, i) => { feeds[c.name] = h.fixed.cache[i]; fetches[c.present] = h.fixed.cache[i]; });
+    const feeds = { ...h.fixed.past };
+    const fetches = { logits: null, ...h.fixed.present };
     let emb = {};
     if (h.embed) {
       emb = await h.embed.run(embedFeeds(h, ids));
@@ -336,11 +346,7 @@ async function captureReplay(h) {
   F.mask.fill(0n);
   F.mask[0] = 1n;
   device.queue.writeBuffer(F.feeds.attention_mask.buffer, 0, F.mask);
-  const feeds = {};
-  const fetches = { logits: F.logits.tensor };
-  for (const [name, f] of Object.entries(F.feeds)) feeds[name] = f.tensor;
-  h.cache.forEach((c, i) => { feeds[c.name] = F.cache[i]; fetches[c.present] = F.cache[i]; });
-  for (let i = 0; i < 2; i++) await h.captured.run(feeds, fetches);
+  for (let i = 0; i < 2; i++) await h.captured.run(F.run.feeds, F.run.fetches);
 }
 
 /** The decoder inputs the capture loop feeds (besides the cache). */
@@ -375,11 +381,7 @@ class CapturedGen extends StaticGen {
     F.mask.fill(1n, 0, total);
     device.queue.writeBuffer(F.feeds.attention_mask.buffer, 0, F.mask);
     device.queue.submit([encoder.finish()]);
-    const feeds = {};
-    const fetches = { logits: F.logits.tensor };
-    for (const [name, f] of Object.entries(F.feeds)) feeds[name] = f.tensor;
-    h.cache.forEach((c, i) => { feeds[c.name] = F.cache[i]; fetches[c.present] = F.cache[i]; });
-    await h.captured.run(feeds, fetches);
+    await h.captured.run(F.run.feeds, F.run.fetches);
     for (const t of Object.values(emb)) t.dispose();
     this.past = total;
     const read = device.createCommandEncoder();
@@ -390,14 +392,7 @@ class CapturedGen extends StaticGen {
     F.staging.unmap();
     const n = h.vocab;
     const d = F.logitsType === 'float16' ? new Uint16Array(bytes, 0, n) : new Float32Array(bytes, 0, n);
-    const get = F.logitsType === 'float16' ? (i) => f16ToF32(d[i]) : (i) => d[i];
-    let best = 0;
-    let bv = -Infinity;
-    for (let i = 0; i < n; i++) {
-      const v = get(i);
-      if (v > bv) { bv = v; best = i; }
-    }
-    return best;
+    return argmaxRow(d, 0, n, F.logitsType);
   }
 }
 
