@@ -11,6 +11,7 @@ use crate::install::{self, Tools};
 use crate::util::{Clippy, cargo, root, show};
 use anyhow::{Context, Result, bail};
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -45,6 +46,32 @@ const WASM_TESTS: &[(&str, &str)] = &[
 /// Features for the wasm test invocation: the components' client-side renderer, and the page
 /// tools' library build (`embedded`; the content script itself is built without it).
 const WASM_TEST_FEATURES: &str = "gg-components/csr,gg-content/embedded";
+
+/// A folder under the system's temporary folder, made empty and removed when dropped (also when
+/// the stage using it fails).
+struct ScratchDir(PathBuf);
+
+impl ScratchDir {
+    fn new(prefix: &str) -> Result<Self> {
+        let dir = std::env::temp_dir().join(format!("{prefix}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(Self(dir))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        if let Err(e) = std::fs::remove_dir_all(&self.0) {
+            eprintln!("xtask: cannot remove {}: {e}", self.0.display());
+        }
+    }
+}
 
 #[derive(Default, Debug, Clone, Copy)]
 struct Counts {
@@ -246,6 +273,11 @@ pub fn run(args: &TestArgs) -> Result<()> {
         )
         .env("CHROMEDRIVER", "/usr/bin/chromedriver")
         .env("WASM_BINDGEN_TEST_TIMEOUT", "900");
+        // wasm-bindgen-test-runner stops ChromeDriver without ending its session, so every test
+        // binary left Chromium's profile (~35 MB, `org.chromium.Chromium.scoped_dir.*`) in the
+        // temporary folder. They go into a folder of this run's own, removed when the stage ends.
+        let scratch = ScratchDir::new("gg-wasm-tests")?;
+        cmd.env("TMPDIR", scratch.path());
         Ok(Some(run_counting(&mut cmd)?))
     })?;
 
