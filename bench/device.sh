@@ -38,8 +38,8 @@
 #   q4f16 then q4), then the exporters' form `--model mobius-e2b-bench` (mobius's --ep cpu profile,
 #   q4) against the three peers, once with `--accuracy-level 0` (the token check) and once as
 #   exported (accuracy_level 4, int8 allowed: its token mismatch is expected on random weights and
-#   not fatal), then `--model mobius-tiny-webgpu-q4f16` (its --ep webgpu profile, q4f16, graph
-#   capture for ort_web_static; no token mismatch fatal there), with Chromium flags that use the GPU (Vulkan through ANGLE, the GPU blocklist
+#   not fatal), then `--model mobius-tiny-webgpu-q4f16` and `mobius-e2b-bench-webgpu-q4f16` (its
+#   --ep webgpu profile, q4f16, graph capture for ort_web_static; no token mismatch fatal there), with Chromium flags that use the GPU (Vulkan through ANGLE, the GPU blocklist
 #   ignored, no software rasterizer); --require-gpu fails the run when Chromium's WebGPU adapter is
 #   SwiftShader or another fallback adapter.
 #
@@ -226,6 +226,11 @@ browser)
   # the peers compute in float16 and ours in f32, and past the tiny model's 8-token window ONNX
   # Runtime drops the window on KV-shared layers (bench/repro/README.md part 2).
   tolerant "float16 peers; ONNX Runtime's KV-shared window past 8 tokens" mobius-tiny-webgpu-q4f16 \
+    --accuracy-level 0 "$@"
+  # The same profile at E2B's shapes (exported with mobius on first use, its per-layer table split
+  # into float16 tables as for Gemma 4 E2B): graph capture on the targets' shapes. Float16
+  # rounding moves the greedy ids on these random weights, so a mismatch is not fatal.
+  tolerant "float16 peers on random E2B-shaped weights" mobius-e2b-bench-webgpu-q4f16 \
     --accuracy-level 0 "$@"
   ;;
 *)

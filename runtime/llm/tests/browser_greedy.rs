@@ -168,6 +168,17 @@ const MOBIUS: &[Package] = &[
             "decoder/model.onnx.data"
         ]
     ),
+    // The same with one per-layer table per layer in the decoder (read at input_ids): mobius'
+    // split for tables above WebGPU's buffer limit, as Gemma 4 E2B's.
+    mobius!(
+        "mobius-tiny-webgpu-int4-split-ple",
+        [
+            "embedding/model.onnx",
+            "embedding/model.onnx.data",
+            "decoder/model.onnx",
+            "decoder/model.onnx.data"
+        ]
+    ),
 ];
 
 /// A model repository held in memory, read in small chunks like a network body.

@@ -54,6 +54,10 @@
 //!   sin and positions (a layer's query and key), one dispatch writing both.
 //! - **Scaled lookups** (`gather_scale.rs`): `Mul(Gather(table, ids), s)` of a 2-D f32 table
 //!   initializer and an f32 scalar initializer (an embedding times its scale), one dispatch.
+//! - **Per-layer lookups** (`layer_lookups.rs`): `Concat` on a new axis of `Unsqueeze(Mul(Gather(
+//!   T_j, ids), s_j))` (mobius' WebGPU split of Gemma's per-layer table: one table per layer in
+//!   the decoder, f32 or f16), the lookups writing their slots of the result directly, as many
+//!   tables per dispatch as the adapter's storage bindings allow.
 //! - **RotaryTables** (`rotary_table.rs`): `Concat(Gather(cache, pos), same)` cos/sin tables read
 //!   at the same positions, or two plain `Gather(cache, pos)` of same-shaped 2-D caches, one
 //!   dispatch.
@@ -84,6 +88,7 @@ mod gelu_gather;
 mod gemv;
 mod gemv_wgsl;
 mod graph;
+mod layer_lookups;
 mod norms;
 mod pack;
 mod rewrite;

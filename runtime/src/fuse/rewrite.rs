@@ -6,8 +6,8 @@
 use super::graph::Graphs;
 use super::norms::NormGroups;
 use super::{
-    Limits, attn_kv_view, gather_scale, gelu_gather, norms, rotary_2d, rotary_pair, rotary_table,
-    shared_attn, spec, spelled_attn, spelled_norm,
+    Limits, attn_kv_view, gather_scale, gelu_gather, layer_lookups, norms, rotary_2d, rotary_pair,
+    rotary_table, shared_attn, spec, spelled_attn, spelled_norm,
 };
 use crate::model::Node;
 use crate::ops::Op;
@@ -15,7 +15,8 @@ use std::collections::{HashMap, HashSet};
 
 /// The rewrites, in the order they look for groups and build them: the KV-shared attentions
 /// first (they hold per-head norms the norm rewrite would take), then the attentions spelled out
-/// in MatMul / Add / Softmax / MatMul and the 2-D rotaries (the vision encoder's), the rotary
+/// in MatMul / Add / Softmax / MatMul and the 2-D rotaries (the vision encoder's), the per-layer
+/// lookups (before the rotary tables, which would pair their same-shaped gathers), the rotary
 /// tables, the attentions on transposed caches, the rotary pairs, the scaled lookups, the fused
 /// GEMVs (with their results' sibling norms), the other norms, the spelled-out norms and
 /// `Gelu * Gather`.
@@ -28,6 +29,11 @@ pub(super) fn rewrites() -> Vec<Box<dyn Rewrite>> {
             &p.nodes
         })),
         Box::new(Groups::new(rotary_2d::find, rotary_2d::build, |p| &p.nodes)),
+        Box::new(Groups::new(
+            layer_lookups::find,
+            layer_lookups::build,
+            |p| &p.nodes,
+        )),
         Box::new(Groups::new(rotary_table::find, rotary_table::build, |p| {
             &p.nodes
         })),

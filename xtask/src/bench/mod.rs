@@ -70,7 +70,8 @@ pub struct BenchArgs {
     /// in the exporters' graph form (mobius GenAI packages, its `--ep cpu` profile:
     /// `mobius-tiny` committed, `mobius-e2b-bench` generated on demand with mobius in its own
     /// venv) and in mobius's `--ep webgpu` profile (`mobius-tiny-webgpu` q4 and
-    /// `mobius-tiny-webgpu-q4f16`, committed), or
+    /// `mobius-tiny-webgpu-q4f16` committed, `mobius-e2b-bench-webgpu-q4f16` generated on
+    /// demand), or
     /// `all`: `tiny`, `e2b-bench` and `mobius-tiny`; `e2b-full`: Gemma 4 E2B's full shapes (35
     /// layers, ~6.3 GB for q4 and q4f16). `e2b-full` and the generated mobius models (torch,
     /// ~4 GB) are never part of `all`. The synthetic models are generated on demand into
@@ -171,6 +172,11 @@ pub enum ModelChoice {
     MobiusTiny,
     #[value(name = "mobius-e2b-bench")]
     MobiusE2bBench,
+    /// The same weights in mobius's `--ep webgpu` profile, q4f16 (generated on demand; its
+    /// per-layer table split into float16 tables, as mobius does for WebGPU): the peers' graph
+    /// capture form at E2B's shapes. The peers need `shader-f16`.
+    #[value(name = "mobius-e2b-bench-webgpu-q4f16")]
+    MobiusE2bBenchWebgpuQ4f16,
     /// mobius's `--ep webgpu` profile (committed, q4): graph-capture-ready in float16 only.
     #[value(name = "mobius-tiny-webgpu")]
     MobiusTinyWebgpu,
@@ -385,6 +391,11 @@ pub fn models(choice: ModelChoice) -> Vec<BenchModel> {
         ModelChoice::E2bFull => vec![generated("gemma4-e2b-full", "e2b-full")],
         ModelChoice::MobiusTiny => vec![mobius_tiny],
         ModelChoice::MobiusE2bBench => vec![mobius_e2b],
+        ModelChoice::MobiusE2bBenchWebgpuQ4f16 => vec![BenchModel {
+            name: "mobius-e2b-bench-webgpu-q4f16",
+            dir: root().join("bench/cache/mobius-e2b-bench-webgpu-q4f16"),
+            preset: None,
+        }],
         ModelChoice::MobiusTinyWebgpu => {
             vec![fixture(
                 "mobius-tiny-webgpu",
@@ -422,7 +433,7 @@ pub fn peer_not_run(peer: &str, genai: bool) -> Option<&'static str> {
 /// change regenerates it). The weight variant `dtype` (`--dtype`), else both, q4 and q4f16; a
 /// cache holding both serves a run asking for one. `mobius-e2b-bench`: [`ensure_mobius_e2b`].
 fn ensure_model(model: &BenchModel, dtype: Option<&str>) -> Result<()> {
-    if model.name == "mobius-e2b-bench" {
+    if model.name.starts_with("mobius-e2b-bench") {
         return ensure_mobius_e2b(model);
     }
     let Some(preset) = model.preset else {
@@ -453,7 +464,7 @@ fn ensure_model(model: &BenchModel, dtype: Option<&str>) -> Result<()> {
 }
 
 /// The E2B-shaped model in the exporters' form: `tools/fixtures/gen_mobius.py --only
-/// mobius-e2b-bench` (mobius-onnx, in its own venv: GEMMA_GEM_MOBIUS_PYTHON, else `.venv-mobius`
+/// mobius-e2b-bench` or `mobius-e2b-bench-webgpu-q4f16` (mobius-onnx, in its own venv: GEMMA_GEM_MOBIUS_PYTHON, else `.venv-mobius`
 /// made from tools/requirements-mobius.txt) on the weights of `gemma4-e2b-bench` (generated
 /// first); its stamp hashes the generator, the source's stamp and mobius's version.
 fn ensure_mobius_e2b(model: &BenchModel) -> Result<()> {
@@ -1383,10 +1394,12 @@ mod tests {
             "the committed mobius package is a GenAI package"
         );
         assert!(!models(ModelChoice::Tiny)[0].is_genai());
-        assert_eq!(
-            models(parse(&["--model", "mobius-e2b-bench"]).model)[0].name,
-            "mobius-e2b-bench"
-        );
+        for name in ["mobius-e2b-bench", "mobius-e2b-bench-webgpu-q4f16"] {
+            let m = &models(parse(&["--model", name]).model)[0];
+            assert_eq!(m.name, name);
+            assert_eq!(m.dir, root().join("bench/cache").join(name));
+            assert!(m.is_genai() && m.preset.is_none());
+        }
         // mobius's --ep webgpu profile: the committed packages, read as GenAI packages.
         for (arg, folder) in [
             ("mobius-tiny-webgpu", "mobius-tiny-webgpu-int4-split"),
