@@ -1258,6 +1258,115 @@ fn layer_lookups_fuse_and_split_by_bindings() {
     assert_eq!(df, dp, "axis 1 runs the original nodes");
 }
 
+/// Float16 norms (ai.onnx `RMSNormalization` with an f16 scale, `SkipSimplifiedLayerNormalization`
+/// with its sum output) on rows of `len`: y (and the sum) against the f32 computation of the same
+/// f16 inputs rounded once to f16, and the dispatches of a run.
+fn f16_norms(len: usize) -> (f32, u64) {
+    let gpu = gpu();
+    let mut rng = Rng(17);
+    let mut f16s = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| half::f16::from_f32(2.0 * rng.next()).to_f32())
+            .collect()
+    };
+    let (x, skip, gamma) = (f16s(6 * len), f16s(6 * len), f16s(len));
+    let to16 = |v: &[f32]| -> Vec<u8> {
+        v.iter()
+            .flat_map(|&f| half::f16::from_f32(f).to_le_bytes())
+            .collect()
+    };
+    let mut g = G::default();
+    for name in ["x", "skip"] {
+        g.input(name);
+        g.inputs.last_mut().expect("input").elem_type = 10;
+    }
+    let gm = g.init("gamma", DType::F16, vec![len], to16(&gamma));
+    g.node(
+        "RMSNormalization",
+        "",
+        &["x", &gm],
+        "rms",
+        vec![attr_f("epsilon", 1e-6), attr_i("axis", -1)],
+    );
+    g.nodes.push(Node {
+        name: "skipnorm".into(),
+        op_type: "SkipSimplifiedLayerNormalization".into(),
+        domain: "com.microsoft".into(),
+        inputs: vec!["x".into(), "skip".into(), gm.clone()],
+        outputs: vec!["sy".into(), String::new(), String::new(), "sum".into()],
+        attributes: vec![attr_f("epsilon", 1e-6)],
+    });
+    for o in ["rms", "sy", "sum"] {
+        g.output(o);
+    }
+    let mut graph = g.graph();
+    graph.opsets.insert(String::new(), 23);
+    let s = session(&gpu, graph, false);
+    let shape = vec![2, 3, len];
+    let feed =
+        |v: &[f32]| Value::Host(HostTensor::new(DType::F16, shape.clone(), to16(v)).expect("f16"));
+    let before = gpu.counters.snapshot().dispatches;
+    let outs = pollster::block_on(s.run(vec![
+        ("x".to_string(), feed(&x)),
+        ("skip".to_string(), feed(&skip)),
+    ]))
+    .expect("runs");
+    let dispatches = gpu.counters.snapshot().dispatches - before;
+    let got = read_all(&s, outs);
+    // the f32 computation, rounded to f16 once
+    let norm = |v: &[f32]| -> Vec<f32> {
+        v.chunks(len)
+            .flat_map(|r| {
+                let ms = r.iter().map(|a| a * a).sum::<f32>() / len as f32;
+                let inv = 1.0 / (ms + 1e-6).sqrt();
+                r.iter()
+                    .zip(&gamma)
+                    .map(move |(a, g)| half::f16::from_f32(a * inv * g).to_f32())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let sum: Vec<f32> = x.iter().zip(&skip).map(|(a, b)| a + b).collect();
+    let want = [
+        norm(&x),
+        norm(&sum),
+        sum.iter()
+            .map(|&v| half::f16::from_f32(v).to_f32())
+            .collect(),
+    ];
+    let mut worst = 0f32;
+    for ((name, v), w) in got.iter().zip(&want) {
+        assert_eq!(v.len(), w.len(), "{name}");
+        for (a, b) in v.iter().zip(w) {
+            worst = worst.max((a - b).abs() / b.abs().max(1.0));
+        }
+    }
+    (worst, dispatches)
+}
+
+/// Float16 norms write their f16 results themselves on rows of even length (a word holds two
+/// elements of one row): one dispatch per node instead of the f32 result and a cast for each
+/// output; odd rows keep the cast. Both within two f16 roundings of the f32 computation.
+#[test]
+fn f16_norms_write_f16_directly_on_even_rows() {
+    let (even, d_even) = f16_norms(64);
+    let (odd, d_odd) = f16_norms(63);
+    eprintln!(
+        "f16 norms: rows of 64: {d_even} dispatches, max rel {even:.1e}; rows of 63: {d_odd}, {odd:.1e}"
+    );
+    assert_eq!(
+        d_even, 2,
+        "RMSNormalization and SkipSimplifiedLayerNormalization: one each"
+    );
+    assert_eq!(
+        d_odd, 5,
+        "the f32 results and a cast for each of the three outputs"
+    );
+    for worst in [even, odd] {
+        assert!(worst <= 2.0 * 9.8e-4, "max relative difference {worst}");
+    }
+}
+
 /// The standard-Attention profile (E2B-style, one KV head; E4B-style, two): each layer's query
 /// and key rotations are one dispatch, the KV-shared layers' Attention reads the shared caches in
 /// place instead of through `Transpose` + `Reshape`, the cos and sin `Gather`s go in pairs; the
@@ -1427,11 +1536,14 @@ fn spelled_out_rms_norm_is_one_dispatch_and_guarded() {
 }
 
 /// `y = Gelu(tanh)(a) * Gather(data, idx, axis = 2)`; `idx` a scalar initializer, or (`input`)
-/// a graph input.
-fn gelu_gather_graph(idx_input: bool) -> Graph {
+/// a graph input; `a` and `data` of ONNX type `elem` (1 f32, 10 f16).
+fn gelu_gather_graph(idx_input: bool, elem: i32) -> Graph {
     let mut g = G::default();
     g.input("a");
     g.input("data");
+    for i in &mut g.inputs {
+        i.elem_type = elem;
+    }
     let idx = if idx_input {
         g.inputs.push(ValueInfo {
             name: "idx".into(),
@@ -1449,23 +1561,30 @@ fn gelu_gather_graph(idx_input: bool) -> Graph {
     g.graph()
 }
 
+/// f32 and f16 (the f16 kernel rounds the Gelu result as the unfused f16 graph stores it: the
+/// same values exactly).
 #[test]
 fn gelu_times_gathered_slice_is_one_dispatch_and_guarded() {
     let gpu = gpu();
-    for rows in [1, 4] {
+    for (rows, dtype, elem) in [
+        (1, DType::F32, 1),
+        (4, DType::F32, 1),
+        (1, DType::F16, 10),
+        (4, DType::F16, 10),
+    ] {
         let mut rng = Rng(17);
         let mut t = |shape: Vec<usize>| {
             let n = shape.iter().product();
-            let v: Vec<f32> = (0..n).map(|_| 2.0 * rng.next()).collect();
-            Value::Host(HostTensor::from_f32(shape, &v))
+            let v: Vec<f64> = (0..n).map(|_| 2.0 * f64::from(rng.next())).collect();
+            Value::Host(HostTensor::from_f64_as(dtype, shape, &v))
         };
         let feeds = vec![
             ("a".to_string(), t(vec![1, rows, 32])),
             ("data".to_string(), t(vec![1, rows, 3, 32])),
         ];
         let (f, p) = (
-            session(&gpu, gelu_gather_graph(false), true),
-            session(&gpu, gelu_gather_graph(false), false),
+            session(&gpu, gelu_gather_graph(false, elem), true),
+            session(&gpu, gelu_gather_graph(false, elem), false),
         );
         assert_eq!(f.fused(), ["Fused[Gelu+Gather+Mul] at n0_Gelu"]);
         let before = gpu.counters.snapshot().dispatches;
@@ -1473,13 +1592,17 @@ fn gelu_times_gathered_slice_is_one_dispatch_and_guarded() {
         let mid = gpu.counters.snapshot().dispatches;
         let b = read_all(&p, pollster::block_on(p.run(feeds)).expect("runs"));
         let after = gpu.counters.snapshot().dispatches;
-        assert_eq!(mid - before, 1, "fused dispatches");
-        assert_eq!(after - mid, 3, "unfused dispatches");
-        assert_close(&a, &b);
+        assert_eq!(mid - before, 1, "{dtype:?} fused dispatches");
+        assert_eq!(after - mid, 3, "{dtype:?} unfused dispatches");
+        if dtype == DType::F16 {
+            assert_eq!(a, b, "f16: the same values");
+        } else {
+            assert_close(&a, &b);
+        }
     }
     // An index known only at run time: left alone.
     assert!(
-        session(&gpu, gelu_gather_graph(true), true)
+        session(&gpu, gelu_gather_graph(true, 1), true)
             .fused()
             .is_empty()
     );

@@ -1,8 +1,9 @@
 //! `y = Mul(Gelu(tanh)(a), Gather(data, i, axis))` with `i` a scalar constant (Gemma's per-layer
 //! input gate when its projection is a float `MatMul`, as in the mobius exports, so that the
 //! fused GEMV's epilogue cannot take it): one elementwise dispatch that reads the gathered slice
-//! of `data` through a strided view, instead of three (Gelu, Gather, Mul). f32 only (an f16
-//! graph rounds the Gelu result before the Mul): other types run the three nodes.
+//! of `data` through a strided view, instead of three (Gelu, Gather, Mul). f32, or f16 (the Gelu
+//! result rounded to f16 before the product, as the f16 graph stores it); mixed types run the
+//! three nodes.
 
 use super::Graphs;
 use super::rewrite::{Find, claim_each};
@@ -122,7 +123,12 @@ impl FastPath for FusedGeluGather {
         } else {
             self.axis
         };
-        if av.dtype() != DType::F32 || dv.dtype() != DType::F32 || !(0..r).contains(&ax) {
+        let (expr, dtype) = match (av.dtype(), dv.dtype()) {
+            (DType::F32, DType::F32) => ("gelu_tanh(a) * b", DType::F32),
+            (DType::F16, DType::F16) => ("round_f16(gelu_tanh(a)) * b", DType::F16),
+            _ => return Ok(None),
+        };
+        if !(0..r).contains(&ax) {
             return Ok(None);
         }
         let ax = ax as usize;
@@ -164,13 +170,7 @@ impl FastPath for FusedGeluGather {
             base: i * st[ax] as i64,
             strides: vst,
         };
-        let y = ew_gpu(
-            cx,
-            "gelu_tanh(a) * b",
-            &[View::bcast(&a, &out), slice],
-            &out,
-            DType::F32,
-        )?;
+        let y = ew_gpu(cx, expr, &[View::bcast(&a, &out), slice], &out, dtype)?;
         Ok(Some(vec![Value::Gpu(y)]))
     }
 }

@@ -46,7 +46,8 @@
 //!   dispatch (any number of rows).
 //! - **Gelu+Gather+Mul** (`gelu_gather.rs`): `Gelu(tanh)(a) * Gather(data, i, axis)` (`i` a
 //!   scalar constant) that no GEMV epilogue took (a float projection): one elementwise dispatch
-//!   reading the slice through a strided view (f32; other types run the three nodes).
+//!   reading the slice through a strided view (f32, or f16 rounding the Gelu result as the f16
+//!   graph stores it; mixed types run the three nodes).
 //! - **Attention on transposed caches** (`attn_kv_view.rs`): an ai.onnx `Attention` whose 3-D
 //!   key and value are `Reshape(Transpose(cache, perm 0,2,1,3))` of [B, kv_heads, T, D] caches
 //!   (the mobius exports' KV-shared layers) reads the caches in place: no Transpose copies.

@@ -123,7 +123,19 @@ impl Op for Norm {
                 s.shape, shape
             )));
         }
-        let y = cx.alloc(DType::F32, shape.clone())?;
+        // RMSNormalization's Y has the scale's type (V); the other norms' Y the input's. An f16
+        // Y (and sum) of rows of even length is written by the kernel, word by word; otherwise
+        // the kernel writes f32 and a cast follows.
+        let out_dtype = match &gamma {
+            Some(g) if self.bcast_scale => g.dtype,
+            _ => x.dtype,
+        };
+        let direct = if out_dtype == DType::F16 && l.is_multiple_of(2) {
+            DType::F16
+        } else {
+            DType::F32
+        };
+        let y = cx.alloc(direct, shape.clone())?;
         let mut stat_shape = shape[..ax].to_vec();
         stat_shape.extend(std::iter::repeat_n(1, shape.len() - ax));
         let mean = self.outs[1]
@@ -133,7 +145,7 @@ impl Op for Norm {
             .map(|_| cx.alloc(DType::F32, stat_shape.clone()))
             .transpose()?;
         let sum = self.outs[3]
-            .map(|_| cx.alloc(DType::F32, shape.clone()))
+            .map(|_| cx.alloc(direct, shape.clone()))
             .transpose()?;
 
         let spec = NormSpec {
@@ -148,6 +160,7 @@ impl Op for Norm {
             mean: mean.is_some(),
             inv: inv.is_some(),
             sum: sum.is_some(),
+            y: y.storage(),
         };
         let p = NormParams {
             rows: rows as u32,
@@ -169,13 +182,8 @@ impl Op for Norm {
                 .bind_opt("sum", sum.as_ref());
             cx.launch(bound, &p, rows as u64 * 64)?;
         }
-        // RMSNormalization's Y has the scale's type (V); the other norms' Y the input's.
-        let out_dtype = match &gamma {
-            Some(g) if self.bcast_scale => g.dtype,
-            _ => x.dtype,
-        };
         let conv = |cx: &mut Ctx<'_>, t: GpuTensor| -> Result<Value> {
-            Ok(Value::Gpu(if out_dtype == DType::F32 {
+            Ok(Value::Gpu(if out_dtype == t.dtype {
                 t
             } else {
                 cast_gpu(cx, &t, out_dtype)?
@@ -237,6 +245,8 @@ struct NormSpec {
     mean: bool,
     inv: bool,
     sum: bool,
+    /// The storage of y and the sum: F32, or F16 written directly (rows of even length).
+    y: Storage,
 }
 
 impl crate::gpu::KernelSpec for NormSpec {
@@ -267,9 +277,9 @@ impl crate::gpu::KernelSpec for NormSpec {
             Some(g) => {
                 k = k.input("gamma", g);
                 if self.scale_whole {
-                    "* ld_gamma(base + l)"
+                    "* ld_gamma(i)"
                 } else {
-                    "* ld_gamma(l % gl)"
+                    "* ld_gamma(l % prm.gamma_len)"
                 }
             }
             None => "",
@@ -277,7 +287,7 @@ impl crate::gpu::KernelSpec for NormSpec {
         if let Some(b) = self.beta {
             k = k.input("beta", b);
         }
-        k = k.output("y", Storage::F32);
+        k = k.output("y", self.y);
         let mut stats = String::new();
         if self.mean {
             k = k.output("mean", Storage::F32);
@@ -288,26 +298,52 @@ impl crate::gpu::KernelSpec for NormSpec {
             stats.push_str("stf_inv(row, inv); ");
         }
         if self.sum {
-            k = k.output("sum", Storage::F32);
+            k = k.output("sum", self.y);
         }
+        let half = self.y == Storage::F16;
+        // f32: the sum is stored in the statistics pass, y in the last one, an element a step;
+        // f16: both in the last pass, a word (two elements of an even-length row) a step.
+        let store = if half {
+            format!(
+                "for (var l = 2u * t; l < L; l = l + 2u * WG) {{
+        let i = base + l;
+        let x0 = xin(i, l);
+        let x1 = xin(i + 1u, l + 1u);
+        {}
+        st_y(i / 2u, yout(i, l, x0, mean, inv), yout(i + 1u, l + 1u, x1, mean, inv));
+    }}",
+                if self.sum {
+                    "st_sum(i / 2u, x0, x1);"
+                } else {
+                    ""
+                }
+            )
+        } else {
+            "for (var l = t; l < L; l = l + WG) {
+        let i = base + l;
+        stf_y(i, yout(i, l, xin(i, l), mean, inv));
+    }"
+            .to_string()
+        };
         k.code("LOAD_X", &load)
             .code("SCALE", scale)
             .code(
                 "BETA",
                 if self.beta.is_some() {
-                    "+ ld_beta(l % bl)"
+                    "+ ld_beta(l % prm.beta_len)"
                 } else {
                     ""
                 },
             )
             .code(
                 "STORE_SUM",
-                if self.sum {
+                if self.sum && !half {
                     "stf_sum(base + l, v);"
                 } else {
                     ""
                 },
             )
+            .code("STORE", &store)
             .code("STORE_STATS", &stats)
     }
 }
