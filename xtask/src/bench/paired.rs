@@ -211,9 +211,16 @@ pub fn browser_model(raw: &Value, peers: &[String]) -> Value {
     let mut runtimes = vec!["ours".to_string()];
     runtimes.extend(peers.iter().cloned());
     let mut out = Map::new();
+    // The weights ours ran (a GenAI package has one variant whatever was asked: its dtype, not
+    // the adapter's default), else the variant asked for.
+    let ran = pairs
+        .iter()
+        .filter_map(|p| run_of(p, "ours"))
+        .find_map(|r| r.get("dtype").filter(|d| d.is_string()).cloned());
     out.insert(
         "dtype".into(),
-        raw.get("dtype").cloned().unwrap_or(Value::Null),
+        ran.or_else(|| raw.get("dtype").cloned())
+            .unwrap_or(Value::Null),
     );
     out.insert("pairs".into(), json!(pairs.len()));
     out.insert(
@@ -805,6 +812,15 @@ mod tests {
             json!([2.0, 1.0, null])
         );
         assert_eq!(s["runtimes"]["ours"]["dispatches_per_token"], json!(62.0));
+        // No run says its weights: the variant asked for. A GenAI package's own variant (ours
+        // reports the weights it ran) wins over the adapter's default.
+        assert_eq!(s["dtype"], json!("q4"));
+        let mut ran = raw.clone();
+        ran["pairs"][1]["runs"]["ours"]["dtype"] = json!("q4f16");
+        assert_eq!(
+            browser_model(&ran, &["ort_web".to_string()])["dtype"],
+            json!("q4f16")
+        );
         assert!(token_failures(&json!({"models": {"tiny": s.clone()}})).is_empty());
         let md = markdown_model("tiny", &s, true);
         assert!(md.contains("| `decode_tok_s` | 1.5 tok/s (1.0 tok/s–2.0 tok/s) | 0.500 tok/s (0.500 tok/s–0.500 tok/s) | 3.00× (2.00–4.00) |"), "{md}");
