@@ -1270,11 +1270,7 @@ fn f16_norms(len: usize) -> (f32, u64) {
             .collect()
     };
     let (x, skip, gamma) = (f16s(6 * len), f16s(6 * len), f16s(len));
-    let to16 = |v: &[f32]| -> Vec<u8> {
-        v.iter()
-            .flat_map(|&f| half::f16::from_f32(f).to_le_bytes())
-            .collect()
-    };
+    let to16 = gg_runtime::exec::f16_bytes;
     let mut g = G::default();
     for name in ["x", "skip"] {
         g.input(name);

@@ -550,7 +550,7 @@ impl KernelSpec for RowsPrologueSpec {
 /// graph stores every result as f16), the identity for f32.
 pub(super) fn rd_code(f16: bool) -> &'static str {
     if f16 {
-        "return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;"
+        "return round_f16(x);"
     } else {
         "return x;"
     }

@@ -7,8 +7,12 @@ use crate::error::{Error, Result};
 
 impl Kernel {
     pub(super) fn source(&self) -> Result<String> {
-        // A runtime bitcast for NaN/infinity constants (see `wgsl_f32`).
-        let mut s = String::from("fn f32_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n");
+        // A runtime bitcast for NaN/infinity constants (see `wgsl_f32`), and `x` rounded to f16
+        // as a stored f16 result is (for fused kernels standing for f16 nodes' outputs).
+        let mut s = String::from(
+            "fn f32_bits(b: u32) -> f32 { return bitcast<f32>(b); }\n\
+             fn round_f16(x: f32) -> f32 { return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x; }\n",
+        );
         for (i, b) in self.bindings.iter().enumerate() {
             let n = &b.name;
             let access = if b.write { "read_write" } else { "read" };

@@ -37,11 +37,6 @@ fn gelu_tanh(x: f32) -> f32 {
     return 0.5 * x * (1.0 + tanh_(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
 
-// x rounded to f16 as a stored f16 result is (a fused kernel standing for an f16 node's output).
-fn round_f16(x: f32) -> f32 {
-    return unpack2x16float(pack2x16float(vec2<f32>(x, 0.0))).x;
-}
-
 fn pow_(a: f32, b: f32) -> f32 {
     if (b == 0.0) { return 1.0; }
     let r = pow(abs(a), b);
