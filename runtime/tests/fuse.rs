@@ -1386,10 +1386,8 @@ fn mobius_attention_profile_fuses() {
     }
 }
 
-/// The fixture `name`'s graph (`model.onnx` in that folder): its groups (kind prefix, count),
-/// then fused = unfused.
-fn mobius_graph_fuses(name: &str, want: &[(&str, usize)]) {
-    let gpu = gpu();
+/// The fixture `name`'s graph (`model.onnx` in that folder) and a session of it, fused or not.
+fn mobius_session(gpu: &Rc<Gpu>, name: &str, fuse: bool) -> Session {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/models")
         .join(name);
@@ -1398,16 +1396,73 @@ fn mobius_graph_fuses(name: &str, want: &[(&str, usize)]) {
         "mobius",
     )
     .expect("decodes");
-    let load = |fuse: bool| {
-        pollster::block_on(Session::from_graph_with(
-            gpu.clone(),
-            graph.clone(),
-            &gg_runtime::source::DirSource::new(&dir),
-            SessionOptions { fuse },
-        ))
-        .expect("loads")
+    pollster::block_on(Session::from_graph_with(
+        gpu.clone(),
+        graph,
+        &gg_runtime::source::DirSource::new(&dir),
+        SessionOptions { fuse },
+    ))
+    .expect("loads")
+}
+
+/// mobius's float16 (`int4f16`) exports keep their norms' scales and the per-layer float
+/// projections in float16, with no Casts around them: `RMSNormalization(x16, g16)`,
+/// `SkipSimplifiedLayerNormalization` with an f16 scale, `MatMul(x16, W16)`, and the value norm
+/// spelled out between `Cast(float)` and `Cast(float16)`. Each graph forms exactly the groups of
+/// its float32 twin (the same export in int4), and its fused and unfused sessions agree.
+#[test]
+fn mobius_float16_graphs_fuse_as_their_float32_twins() {
+    let gpu = gpu();
+    let kinds = |s: &Session| {
+        let mut k: Vec<String> = s
+            .fused()
+            .iter()
+            .map(|f| f.split(" at ").next().unwrap_or(f).to_string())
+            .collect();
+        k.sort();
+        k
     };
-    let (fused, plain) = (load(true), load(false));
+    for (half, single) in [
+        (
+            "mobius-tiny-webgpu-int4f16-split-ple/decoder",
+            "mobius-tiny-webgpu-int4-split-ple/decoder",
+        ),
+        (
+            "mobius-tiny-webgpu-int4f16-split/decoder",
+            "mobius-tiny-webgpu-int4-split/decoder",
+        ),
+        (
+            "mobius-tiny-webgpu-int4f16-split/embedding",
+            "mobius-tiny-webgpu-int4-split/embedding",
+        ),
+    ] {
+        let (h, f) = (
+            mobius_session(&gpu, half, true),
+            mobius_session(&gpu, single, true),
+        );
+        assert!(!kinds(&f).is_empty(), "{single}: no groups");
+        assert_eq!(kinds(&h), kinds(&f), "{half} vs {single}");
+    }
+    mobius_graph_fuses(
+        "mobius-tiny-webgpu-int4f16-split-ple/decoder",
+        &[
+            ("Fused[Norm+Add+Norm+2xMatMulNBits+Gelu+Mul] at ", 6),
+            ("Fused[2xRMSNormalization+1xSpelledRMSNorm] at ", 4),
+            ("Fused[Norm+Add+1xMatMul+Gelu+Gather+Mul] at ", 6),
+            ("Fused[Norm+Add+Mul+Norm+3xMatMulNBits] at ", 3),
+        ],
+    );
+}
+
+/// The fixture `name`'s graph (`model.onnx` in that folder): its groups (kind prefix, count),
+/// then fused = unfused.
+fn mobius_graph_fuses(name: &str, want: &[(&str, usize)]) {
+    let gpu = gpu();
+    let (fused, plain) = (
+        mobius_session(&gpu, name, true),
+        mobius_session(&gpu, name, false),
+    );
+    let graph = &fused.graph;
     // Relative to the output's scale. A float16 graph's unfused nodes round each intermediate to
     // f16 (unit roundoff 4.9e-4) where the fused kernels keep f32 (the per-layer tables' q4f16
     // decoder: 2.5e-3 after a prompt of 5), so it gets the f16 bound.

@@ -39,6 +39,8 @@ pub(super) struct ResidualSlots {
     pub(super) gamma: usize,
     pub(super) scalar: Option<usize>,
     pub(super) eps: f32,
+    /// A skip norm's residual: the sum normalised before it is rounded.
+    pub(super) skip: bool,
 }
 
 /// The norm prologue's scale and epsilon.
@@ -78,7 +80,7 @@ pub(super) struct FusedGemv {
     pub(super) kind: String,
     pub(super) k: usize,
     pub(super) block: usize,
-    /// Float weights (`MatMul` by f32 `[K, N]`; `block` is 8).
+    /// Float weights (`MatMul` by `[K, N]` of the activation type; `block` is 8).
     pub(super) float: bool,
     pub(super) ns: Vec<usize>,
     pub(super) epi: Epilogue,
@@ -130,6 +132,12 @@ pub(super) fn host_scalar(
         }
         _ => None,
     }
+}
+
+/// A norm's scale for rows of `k`: f32, or f16 (mobius's float16 graphs keep their norms' scales
+/// in the activation type).
+fn scale_ok(k: usize) -> impl Fn(&Value) -> bool {
+    move |v: &Value| matches!(v.dtype(), DType::F32 | DType::F16) && v.numel() == k
 }
 
 /// The checks of one call's input row that the one-kernel path passed.
@@ -295,11 +303,17 @@ impl FusedGemv {
         }))
     }
 
-    /// The residual prologue's code values.
-    fn residual_code(&self) -> Option<ResidualCode> {
+    /// The residual prologue's code values (its scale as bound in `pro`).
+    fn residual_code(&self, pro: &Prologue) -> Option<ResidualCode> {
+        let g1 = match &pro.row {
+            RowOperands::Residual { g1, .. } => g1.storage(),
+            RowOperands::Plain { .. } => return None,
+        };
         self.slots.residual.map(|r| ResidualCode {
             eps: r.eps.to_bits(),
             scaled: r.scalar.is_some(),
+            skip: r.skip,
+            g1,
         })
     }
 
@@ -333,15 +347,16 @@ impl FusedGemv {
             return Ok(None);
         }
         let row = |v: &Value| v.dtype() == act && v.shape() == shape.as_slice();
-        let gamma = |v: &Value| v.dtype() == DType::F32 && v.numel() == k;
-        let Some(pro) = self.prologue_operands(cx, inputs, row, gamma, act, shape.len())? else {
+        let Some(pro) = self.prologue_operands(cx, inputs, row, scale_ok(k), act, shape.len())?
+        else {
             return Ok(None);
         };
         let spec = RowsPrologueSpec {
             k,
             f16,
-            residual: self.residual_code(),
+            residual: self.residual_code(&pro),
             norm_eps: self.slots.norm.map(|n| n.eps.to_bits()),
+            g2: pro.g2.as_ref().map_or(Storage::F32, GpuTensor::storage),
             h: rows.h.is_some() && self.slots.residual.is_some(),
             y: rows.y.is_some() && self.slots.norm.is_some(),
         };
@@ -453,7 +468,6 @@ impl FusedGemv {
             || self.slots.f16.is_some_and(|m| m != f16)
             || (f16 && (!k.is_multiple_of(2) || self.ns.iter().any(|n| !n.is_multiple_of(2))))
             || (lone && !f16)
-            || (self.float && f16)
         {
             return None;
         }
@@ -476,8 +490,9 @@ impl FusedGemv {
         let (k, n) = (self.k, m.n);
         let nb = k.div_ceil(self.block);
         if self.float {
-            // f32 [K, N], in one buffer (split weights take the fallback).
-            let ok = |v: &Value| v.dtype() == DType::F32 && v.numel() == k * n;
+            // [K, N] in the activation type, in one buffer (split weights take the fallback).
+            let want = if f16 { DType::F16 } else { DType::F32 };
+            let ok = |v: &Value| v.dtype() == want && v.numel() == k * n;
             let Some(w) = gpu_operand(cx, inputs, m.qw, ok)? else {
                 return Ok(None);
             };
@@ -552,9 +567,9 @@ impl FusedGemv {
         let (k, act) = (self.k, call.act);
         // Operands on the GPU (small constants live on the host and are uploaded).
         let row = |v: &Value| v.dtype() == act && v.numel() == k;
-        let gamma = |v: &Value| v.dtype() == DType::F32 && v.numel() == k;
         let rank = call.row_shape.len();
-        let Some(prologue) = self.prologue_operands(cx, inputs, row, gamma, act, rank)? else {
+        let Some(prologue) = self.prologue_operands(cx, inputs, row, scale_ok(k), act, rank)?
+        else {
             return Ok(None);
         };
         let mut weights: [Option<Weight>; MAX_MATS] = Default::default();
@@ -684,9 +699,14 @@ impl FusedGemv {
             ns: &self.ns,
             f16: call.f16(),
             staged: call.staged,
-            residual: self.residual_code(),
+            residual: self.residual_code(&ops.prologue),
             h_out: self.slots.h_out,
             norm_eps: self.slots.norm.map(|n| n.eps.to_bits()),
+            g2: ops
+                .prologue
+                .g2
+                .as_ref()
+                .map_or(Storage::F32, GpuTensor::storage),
             weights,
             wide,
             epi,

@@ -75,12 +75,35 @@ pub(super) struct ResidualCode {
     pub(super) eps: u32,
     /// Times the layer scalar (`prm.scalar`).
     pub(super) scaled: bool,
+    /// The sum is normalised unrounded (a `SkipSimplifiedLayerNormalization`: it adds in f32
+    /// and rounds only the sum it outputs), not rounded first as an `Add` node stores it.
+    pub(super) skip: bool,
+    /// The norm's scale's storage (F32, or F16 in float16 graphs).
+    pub(super) g1: Storage,
+}
+
+impl ResidualCode {
+    /// WGSL for h at column `l` of the row starting at element `base` (`""`: the fused GEMV's
+    /// one row), as the unfused nodes compute it (rounded by `rd()` where they store f16).
+    fn h(&self, base: &str, l: &str) -> String {
+        let normed = format!("rd(ld_o({base}{l}) * inv1 * ld_g1({l}))");
+        let h = if self.skip {
+            format!("(ld_res({base}{l}) + {normed})")
+        } else {
+            format!("rd(ld_res({base}{l}) + {normed})")
+        };
+        if self.scaled {
+            format!("rd({h} * scalar)")
+        } else {
+            h
+        }
+    }
 }
 
 /// Where one weight's bits, scales and zero points are read.
 #[derive(Clone, Copy, Hash, PartialEq, Eq)]
 pub(super) struct WeightCode {
-    /// The scales' storage (a float weight's: F32, unread).
+    /// The scales' storage (a float weight's: its own storage, F32 or F16).
     pub(super) scales: Storage,
     /// Whether it has zero points (otherwise 8).
     pub(super) zp: bool,
@@ -138,7 +161,7 @@ pub(super) struct FusedGemvSpec<'a> {
     pub(super) k: usize,
     /// Quant block (8 for float weights).
     pub(super) block: usize,
-    /// Float weights (`[K, N]` f32).
+    /// Float weights (`[K, N]` of the activation type).
     pub(super) float: bool,
     /// Each weight's columns.
     pub(super) ns: &'a [usize],
@@ -152,6 +175,8 @@ pub(super) struct FusedGemvSpec<'a> {
     pub(super) h_out: bool,
     /// The norm prologue's epsilon (`f32::to_bits`; its scale `g2`).
     pub(super) norm_eps: Option<u32>,
+    /// The norm prologue's scale's storage (F32, or F16 in float16 graphs).
+    pub(super) g2: Storage,
     /// The weights (the first `ns.len()`).
     pub(super) weights: [Option<WeightCode>; MAX_MATS],
     /// The bits are read 16 bytes per load.
@@ -225,15 +250,12 @@ impl FusedGemvSpec<'_> {
     /// The inputs and outputs, in binding order.
     fn declare(&self, mut k: Kernel) -> Kernel {
         let act = self.act();
-        k = if self.residual.is_some() {
-            k.input("o", act)
-                .input("res", act)
-                .input("g1", Storage::F32)
-        } else {
-            k.input("x", act)
+        k = match self.residual {
+            Some(r) => k.input("o", act).input("res", act).input("g1", r.g1),
+            None => k.input("x", act),
         };
         if self.norm_eps.is_some() {
-            k = k.input("g2", Storage::F32);
+            k = k.input("g2", self.g2);
         }
         let bits = |k: Kernel, name: &str| {
             if self.wide {
@@ -247,7 +269,7 @@ impl FusedGemvSpec<'_> {
         } else {
             for (j, w) in self.weights() {
                 if self.float {
-                    k = k.input(QW[j], Storage::F32);
+                    k = k.input(QW[j], w.scales);
                     continue;
                 }
                 k = bits(k, QW[j]).input(SC[j], w.scales);
@@ -278,11 +300,7 @@ impl FusedGemvSpec<'_> {
     fn prologue(&self) -> String {
         let mut pro = String::new();
         match self.residual {
-            Some(r) => pro.push_str(&residual_prologue(
-                f32::from_bits(r.eps),
-                r.scaled,
-                self.h_out,
-            )),
+            Some(r) => pro.push_str(&residual_prologue(&r, self.h_out)),
             None if self.staged => pro.push_str(STAGE_ROW),
             None => {}
         }
@@ -302,9 +320,14 @@ impl FusedGemvSpec<'_> {
         let mut dots = String::new();
         for (j, w) in self.weights() {
             if self.float {
-                let ld = match w.packed {
-                    Some(at) => format!("bitcast<f32>(ldw_wts(i + {}u))", at.bits / 4),
-                    None => format!("ld_qw{j}(i)"),
+                // A float weight's storage is its `scales` (the weight stands in for them).
+                let ld = match (w.packed, w.scales) {
+                    (Some(at), Storage::F16) => format!(
+                        "unpack2x16float(ldw_wts((i >> 1u) + {}u))[i & 1u]",
+                        at.bits / 4
+                    ),
+                    (Some(at), _) => format!("bitcast<f32>(ldw_wts(i + {}u))", at.bits / 4),
+                    (None, _) => format!("ld_qw{j}(i)"),
                 };
                 dots.push_str(&float_dot(j, self.reps, self.ns[j], &ld));
                 continue;
@@ -466,6 +489,8 @@ pub(super) struct RowsPrologueSpec {
     pub(super) residual: Option<ResidualCode>,
     /// The norm part's epsilon (`f32::to_bits`; its scale `g2`).
     pub(super) norm_eps: Option<u32>,
+    /// The norm part's scale's storage.
+    pub(super) g2: Storage,
     /// h is stored (output `h`).
     pub(super) h: bool,
     /// The normalised row is stored (output `y`).
@@ -478,37 +503,30 @@ impl RowsPrologueSpec {
         let mut body = String::new();
         match self.residual {
             Some(r) => {
-                let h = |l: &str| {
-                    let h = format!(
-                        "rd(ld_res(base + {l}) + rd(ld_o(base + {l}) * inv1 * ld_g1({l})))"
-                    );
-                    if r.scaled {
-                        format!("rd({h} * scalar)")
-                    } else {
-                        h
-                    }
-                };
                 // One pass of substitution, as `format!` did: no placeholder's value is read
                 // again.
                 body.push_str(
                     &ROWS_RESIDUAL
                         .replace("{eps}", &wgsl_f32(f32::from_bits(r.eps)))
-                        .replace("{h0}", &h("l"))
-                        .replace("{h1}", &h("l1")),
+                        .replace("{h0}", &r.h("base + ", "l"))
+                        .replace("{h1}", &r.h("base + ", "l1")),
                 );
             }
             None => body.push_str(ROWS_ROW),
         }
         if let Some(eps) = self.norm_eps {
-            let src = if self.residual.is_some() {
-                "ld_h"
-            } else {
-                "ld_x"
+            // The norm reads back the h words this invocation stored, or (a skip norm, which
+            // normalises the sum before it is rounded) computes h again; else the row x.
+            let src = |l: &str| match self.residual {
+                Some(r) if r.skip && self.f16 => r.h("base + ", l),
+                Some(_) => format!("ld_h(base + {l})"),
+                None => format!("ld_x(base + {l})"),
             };
             body.push_str(
                 &ROWS_NORM
                     .replace("{eps}", &wgsl_f32(f32::from_bits(eps)))
-                    .replace("{src}", src),
+                    .replace("{x0}", &src("l"))
+                    .replace("{x1}", &src("l1")),
             );
         }
         body
@@ -525,13 +543,12 @@ impl KernelSpec for RowsPrologueSpec {
             .params::<RowsPrologueParams>()
             .workgroup(WG)
             .wg_reduce(f.subgroups);
-        k = if self.residual.is_some() {
-            k.input("o", st).input("res", st).input("g1", Storage::F32)
-        } else {
-            k.input("x", st)
+        k = match self.residual {
+            Some(r) => k.input("o", st).input("res", st).input("g1", r.g1),
+            None => k.input("x", st),
         };
         if self.norm_eps.is_some() {
-            k = k.input("g2", Storage::F32);
+            k = k.input("g2", self.g2);
         }
         if self.h {
             k = k.output("h", st);
@@ -632,7 +649,7 @@ pub(super) fn gemv_dot(j: usize, reps: u32, wide: bool) -> String {
     )
 }
 
-/// WGSL `dot{j}(n, lane) -> array<f32, REPS>` for float weight `j` (`[K, N]` f32, `N` = `n`,
+/// WGSL `dot{j}(n, lane) -> array<f32, REPS>` for float weight `j` (`[K, N]`, `N` = `n`,
 /// element `i` read by the expression `ld`): as [`gemv_dot`], lane `lane`'s share (row words
 /// lane, lane + TPC, .. of 8 elements each) of the dot products of columns n, n + COLS, .. with
 /// the staged row. Elements past `K` (the staging's padding) count as zero.
@@ -683,20 +700,15 @@ pub(super) fn packed_store(j: usize, at: &str) -> String {
     )
 }
 
-/// The fused GEMV's residual prologue `h = res + RMSNorm(o) [* scalar]` into the staged row
-/// (`residual_prologue.wgsl`), `eps` the norm's epsilon; `scaled`: times the layer scalar;
-/// `h_out`: the first workgroup also stores h (`store_h.wgsl`).
-fn residual_prologue(eps: f32, scaled: bool, h_out: bool) -> String {
-    let h = if scaled {
-        "rd(rd(ld_res(l) + rd(ld_o(l) * inv1 * ld_g1(l))) * scalar)"
-    } else {
-        "rd(ld_res(l) + rd(ld_o(l) * inv1 * ld_g1(l)))"
-    };
+/// The fused GEMV's residual prologue `h = res + RMSNorm(o) [* scalar]` (`r`) into the staged
+/// row (`residual_prologue.wgsl`); `h_out`: the first workgroup also stores h (`store_h.wgsl`,
+/// rounding it as the unfused node stores it).
+fn residual_prologue(r: &ResidualCode, h_out: bool) -> String {
     let store = if h_out { STORE_H } else { "" };
     // One pass of substitution, as `format!` did: no placeholder's value is read again.
     RESIDUAL_PROLOGUE
-        .replace("{eps}", &wgsl_f32(eps))
-        .replace("{h}", h)
+        .replace("{eps}", &wgsl_f32(f32::from_bits(r.eps)))
+        .replace("{h}", &r.h("", "l"))
         .replace("{store}", store)
 }
 

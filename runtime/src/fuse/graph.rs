@@ -90,8 +90,10 @@ impl<'a> Graphs<'a> {
         let n = self.node(i);
         n.outputs.len() == 1 && n.inputs.len() == n_in && n.inputs.iter().all(|s| !s.is_empty())
     }
-    /// An RMS norm over the last axis with f32 statistics and an f32 `[k]` scale.
-    pub(super) fn rms_norm(&self, i: usize, k: usize) -> Option<(String, f32)> {
+    /// An RMS norm over the last axis with f32 statistics and a `[k]` scale: its name, epsilon
+    /// and whether the scale is f16 (otherwise f32). A norm's result has its scale's type
+    /// (ONNX's `V`), so an f16 scale means f16 results.
+    pub(super) fn rms_norm(&self, i: usize, k: usize) -> Option<(String, f32, bool)> {
         if !self.is_rms(i) || !self.plain(i, 2) {
             return None;
         }
@@ -100,19 +102,22 @@ impl<'a> Graphs<'a> {
             return None;
         }
         let g = &self.node(i).inputs[1];
-        self.init_is(g, DType::F32, k)
-            .then(|| (g.clone(), a.f_or("epsilon", 1e-5)))
+        let g16 = self.init_is(g, DType::F16, k);
+        (g16 || self.init_is(g, DType::F32, k)).then(|| (g.clone(), a.f_or("epsilon", 1e-5), g16))
     }
     /// A Cast node to `to` (ONNX elem type) with one input and output.
     pub(super) fn cast_to(&self, i: usize, to: i64) -> bool {
         self.is(i, "", "Cast") && self.plain(i, 1) && self.attrs(i).i("to") == Some(to)
     }
-    /// The RMS-norm unit around norm node `p` over rows of `k`: the norm alone (f32 activations),
-    /// or `Cast(float) -> norm -> Cast(float16)` (f16 activations, the q4f16 exports).
+    /// The RMS-norm unit around norm node `p` over rows of `k`: the norm alone (f32 activations
+    /// with an f32 scale; f16 ones with an f16 scale, as mobius's float16 exports write it), or
+    /// `Cast(float) -> norm -> Cast(float16)` with an f32 scale (f16 activations, the
+    /// onnx-community q4f16 exports).
     pub(super) fn unit(&self, p: usize, k: usize) -> Option<Unit> {
-        let (gamma, eps) = self.rms_norm(p, k)?;
+        let (gamma, eps, g16) = self.rms_norm(p, k)?;
         let n = self.node(p);
-        if let Some(c1) = self.producer.get(n.inputs[0].as_str()).copied()
+        if !g16
+            && let Some(c1) = self.producer.get(n.inputs[0].as_str()).copied()
             && self.cast_to(c1, 1)
             && self.only_for(&n.inputs[0], p)
             && self.users(&n.outputs[0]).len() == 1
@@ -135,7 +140,7 @@ impl<'a> Graphs<'a> {
             output: n.outputs[0].clone(),
             gamma,
             eps,
-            f16: false,
+            f16: g16,
         })
     }
     /// The norm unit whose output is `v`.
@@ -218,15 +223,20 @@ impl<'a> Graphs<'a> {
         ))
     }
 
-    /// `MatMul(x, W)` with `W` an f32 initializer `[K, N]` (a float projection: mobius keeps the
-    /// per-layer input gate and projection float in its int4 exports, and every weight in fp32).
+    /// `MatMul(x, W)` with `W` a float initializer `[K, N]`, f32 or f16 (a float projection:
+    /// mobius keeps the per-layer input gate and projection float in its int4 exports, f16 in
+    /// its int4f16 ones, and every weight in fp32).
     pub(super) fn float_matmul(&self, i: usize, x: &str) -> Option<(usize, Mat)> {
         let n = self.node(i);
         if !self.plain(i, 2) || n.inputs[0] != x || n.inputs[1] == x {
             return None;
         }
         let w = self.inits.get(n.inputs[1].as_str())?;
-        if w.dtype != DType::F32 || w.shape.len() != 2 || w.shape[0] == 0 || w.shape[1] == 0 {
+        if !matches!(w.dtype, DType::F32 | DType::F16)
+            || w.shape.len() != 2
+            || w.shape[0] == 0
+            || w.shape[1] == 0
+        {
             return None;
         }
         Some((
@@ -322,6 +332,7 @@ impl<'a> Graphs<'a> {
                 g1: u.gamma,
                 eps1: u.eps,
                 f16: u.f16,
+                skip: false,
                 res: ins[ri].clone(),
                 scalar,
             });
@@ -329,11 +340,13 @@ impl<'a> Graphs<'a> {
         None
     }
 
-    /// `v = SkipSimplifiedLayerNormalization(res, RMSNorm(o), gamma)[0]` (f32, no bias, its mean
-    /// and inverse-deviation outputs unread): the norm unit (the skip node, its input row the
-    /// sum output `x`) and the residual `x = res + RMSNorm(o)` of a prologue, as ONNX Runtime
+    /// `v = SkipSimplifiedLayerNormalization(res, RMSNorm(o), gamma)[0]` (no bias, its mean and
+    /// inverse-deviation outputs unread): the norm unit (the skip node, its input row the sum
+    /// output `x`) and the residual `x = res + RMSNorm(o)` of a prologue, as ONNX Runtime
     /// GenAI's exporters (mobius) write the post-norm + residual add + pre-norm step that our
-    /// own graphs spell `Add` + `SimplifiedLayerNormalization`.
+    /// own graphs spell `Add` + `SimplifiedLayerNormalization`. f32 (scales and inner norm
+    /// f32), or f16 (both scales f16, the inner norm without Casts: mobius's float16 exports);
+    /// an f16 skip norm normalises the sum before it is rounded (`Residual::skip`).
     pub(super) fn skip_norm(&self, v: &str, k: usize) -> Option<(Unit, Residual)> {
         let s = self.producer.get(v).copied()?;
         let n = self.node(s);
@@ -344,8 +357,11 @@ impl<'a> Graphs<'a> {
             || n.outputs.len() != 4
             || n.outputs[3].is_empty()
             || n.inputs[0] == n.inputs[1]
-            || !self.init_is(&n.inputs[2], DType::F32, k)
         {
+            return None;
+        }
+        let f16 = self.init_is(&n.inputs[2], DType::F16, k);
+        if !f16 && !self.init_is(&n.inputs[2], DType::F32, k) {
             return None;
         }
         let unread = |o: &String| {
@@ -356,7 +372,12 @@ impl<'a> Graphs<'a> {
         }
         for (oi, ri) in [(1, 0), (0, 1)] {
             let normed = &n.inputs[oi];
-            let Some(u) = self.unit_producing(normed, k).filter(|u| !u.f16) else {
+            // The inner norm's result has the skip norm's type: the norm node alone (an f16
+            // one between Casts has an f32 scale, another pattern).
+            let Some(u) = self
+                .unit_producing(normed, k)
+                .filter(|u| u.f16 == f16 && u.nodes.len() == 1)
+            else {
                 continue;
             };
             if !self.only_for(normed, s) {
@@ -369,10 +390,11 @@ impl<'a> Graphs<'a> {
                 output: v.to_string(),
                 gamma: n.inputs[2].clone(),
                 eps,
-                f16: false,
+                f16,
             };
             let residual = Residual {
-                f16: false,
+                f16,
+                skip: true,
                 nodes: u.nodes,
                 o: u.input,
                 g1: u.gamma,

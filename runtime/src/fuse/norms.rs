@@ -85,8 +85,8 @@ struct NormCode {
     len: usize,
     /// Epsilon, as bits.
     eps: u32,
-    /// Times a scale.
-    scaled: bool,
+    /// Times a scale, and the scale's storage (F32, or F16 in float16 graphs).
+    scaled: Option<Storage>,
     /// The storage of the tail's other operand (`None`: no tail).
     other: Option<Storage>,
     /// The tail's scalar factor, as bits.
@@ -113,11 +113,11 @@ impl crate::gpu::KernelSpec for NormsSpec<'_> {
         let mut disp = String::new();
         for (j, c) in self.norms.iter().enumerate() {
             kern = kern.input(X_NAMES[j], act);
-            if c.scaled {
-                kern = kern.input(G_NAMES[j], Storage::F32);
+            if let Some(g) = c.scaled {
+                kern = kern.input(G_NAMES[j], g);
             }
             let scale = |l: &str| {
-                if c.scaled {
+                if c.scaled.is_some() {
                     format!(" * ld_g{j}({l})")
                 } else {
                     String::new()
@@ -225,7 +225,11 @@ impl Op for FusedNorms {
             };
             let gv = match gi {
                 Some(gi) => match inputs.get(gi).copied().flatten() {
-                    Some(gv) if gv.dtype() == DType::F32 && gv.numel() == l => Some(gv),
+                    Some(gv)
+                        if matches!(gv.dtype(), DType::F32 | DType::F16) && gv.numel() == l =>
+                    {
+                        Some(gv)
+                    }
                     _ => return self.fallback.run(cx, inputs),
                 },
                 None => None,
@@ -250,7 +254,7 @@ impl Op for FusedNorms {
             let mut code = NormCode {
                 len: l,
                 eps: eps.to_bits(),
-                scaled: g.is_some(),
+                scaled: g.as_ref().map(GpuTensor::storage),
                 other: None,
                 scalar: None,
             };
@@ -351,7 +355,8 @@ pub(super) struct Norms;
 impl Rewrite for Norms {
     fn find(&mut self, cx: &mut Find<'_>) {
         let g = cx.g;
-        // Any other norm between Casts (f16 activations): one kernel instead of three.
+        // Any other norm between Casts (f16 activations): one kernel instead of three; any norm
+        // with an `Add [-> Mul]` tail: one instead of two or three.
         for (p, node) in g.graph.nodes.iter().enumerate() {
             if cx.used.contains(&p) || !g.is_rms(p) {
                 continue;
@@ -379,7 +384,9 @@ impl Rewrite for Norms {
                         continue;
                     }
                 }
-                if u.f16 && 4 <= cx.limits.storage_buffers {
+                // Between Casts: their two dispatches saved (a float16 norm alone is one
+                // dispatch already).
+                if u.f16 && u.nodes.len() > 1 && 4 <= cx.limits.storage_buffers {
                     cx.used.extend(&u.nodes);
                     cx.norms.groups.push(vec![u]);
                 }

@@ -268,7 +268,9 @@ impl Graphs<'_> {
         let mut norm = None;
         if let Some(r2) = self.producer.get(q.as_str()).copied()
             && let Some((normed, sh2)) = self.reshape_const(r2)
-            && let Some(u) = self.unit_producing(&normed, d as usize)
+            && let Some(u) = self
+                .unit_producing(&normed, d as usize)
+                .filter(|u| self.init_is(&u.gamma, DType::F32, d as usize))
             && self.only_for(&normed, r2)
             && let Some(r1) = self.producer.get(u.input.as_str()).copied()
             && let Some((src, sh1)) = self.reshape_const(r1)

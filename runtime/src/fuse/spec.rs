@@ -51,6 +51,10 @@ pub(super) struct Tail {
 
 pub(super) struct Residual {
     pub(super) f16: bool,
+    /// The sum is normalised before it is rounded to the activation type (a
+    /// `SkipSimplifiedLayerNormalization` adds in f32 and rounds only the sum it outputs; an
+    /// `Add` node rounds its result before the next norm reads it).
+    pub(super) skip: bool,
     pub(super) nodes: Vec<usize>,
     pub(super) o: String,
     pub(super) g1: String,
@@ -234,14 +238,13 @@ impl<'a> Graphs<'a> {
             .as_ref()
             .map(|u| u.f16)
             .or(residual.as_ref().map(|r| r.f16));
-        // Float weights: f32 activations only, and only with something to fuse (a lone float
-        // MatMul would run its own op anyway).
+        // Float weights: only with something to fuse (a lone float MatMul would run its own op
+        // anyway).
         if float
-            && (f16 == Some(true)
-                || (mats.len() == 1
-                    && norm.is_none()
-                    && residual.is_none()
-                    && matches!(epi, Epi::Separate)))
+            && mats.len() == 1
+            && norm.is_none()
+            && residual.is_none()
+            && matches!(epi, Epi::Separate)
         {
             return None;
         }
@@ -491,6 +494,7 @@ impl Rewrite for Gemvs {
                     gamma: need(&r.g1),
                     scalar: r.scalar.as_deref().map(need),
                     eps: r.eps1,
+                    skip: r.skip,
                 }),
                 x: if spec.residual.is_some() {
                     // Unused by the fast path (the row comes from the prologue); shape from `o`.

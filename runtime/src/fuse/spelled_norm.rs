@@ -59,7 +59,8 @@ impl Graphs<'_> {
     /// The spelled-out scale-free norm reading `v` (directly or through one `Reshape` by a
     /// constant int64 shape, `v` read only by it) as a norm unit without a scale (`gamma`
     /// empty): a sibling of the per-head norms after a GEMV's separate results (mobius' value
-    /// norm next to the query and key norms), fused with them into one dispatch.
+    /// norm next to the query and key norms), fused with them into one dispatch. Between a
+    /// `Cast` to float and one back to float16, with the Casts: an f16 unit.
     pub(super) fn spelled_after(&self, v: &str) -> Option<Unit> {
         let mut x = v;
         if let Some(r) = self.single(v)
@@ -70,6 +71,28 @@ impl Graphs<'_> {
                 .is_some_and(|t| t.dtype == DType::I64)
         {
             x = &self.node(r).outputs[0];
+        }
+        // f16 activations: `Cast(float) -> norm -> Cast(float16)` (mobius's float16 exports),
+        // the Casts read only on the way.
+        if let Some(c1) = self.single(x)
+            && self.cast_to(c1, 1)
+        {
+            let cx = &self.node(c1).outputs[0];
+            return self.users(cx).iter().find_map(|&sq| {
+                let p = self.spelled_rms(sq).filter(|p| p.x == *cx)?;
+                let c2 = self.single(&p.y).filter(|&c| self.cast_to(c, 10))?;
+                let mut nodes = p.nodes;
+                nodes.extend([c1, c2]);
+                nodes.sort_unstable();
+                Some(Unit {
+                    nodes,
+                    input: x.to_string(),
+                    output: self.node(c2).outputs[0].clone(),
+                    gamma: String::new(),
+                    eps: p.eps,
+                    f16: true,
+                })
+            });
         }
         self.users(x).iter().find_map(|&sq| {
             let p = self.spelled_rms(sq).filter(|p| p.x == x)?;

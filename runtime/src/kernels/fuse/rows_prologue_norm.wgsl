@@ -2,5 +2,5 @@ let inv2 = inverseSqrt(wg_sum(t, s2) / f32(K) + {eps});
     for (var w = t; w < K / EPW; w = w + WG) {
         let l = w * EPW;
         let l1 = min(l + 1u, K - 1u);
-        st_y(base / EPW + w, rd({src}(base + l) * inv2 * ld_g2(l)), rd({src}(base + l1) * inv2 * ld_g2(l1)));
+        st_y(base / EPW + w, rd({x0} * inv2 * ld_g2(l)), rd({x1} * inv2 * ld_g2(l1)));
     }
