@@ -1435,6 +1435,7 @@ fn mobius_float16_graphs_fuse_as_their_float32_twins() {
             "mobius-tiny-webgpu-int4f16-split/embedding",
             "mobius-tiny-webgpu-int4-split/embedding",
         ),
+        ("mobius-tiny-attn-int4f16", "mobius-tiny-attn-int4"),
     ] {
         let (h, f) = (
             mobius_session(&gpu, half, true),

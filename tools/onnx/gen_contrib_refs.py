@@ -289,6 +289,8 @@ def mha(out):
         ("f16_decode_past_uni_attnbias", 1, 1, 7, 2, 6, 6, False, None, (1, 2), 1, 0.0, None, np.float16),
         ("f16_odd_heads_past", 2, 3, 5, 3, 5, 5, True, "2d", None, 1, 0.0, None, np.float16),
         ("kpm_fully_padded_batch", 2, 3, 2, 2, 8, 8, False, "none_b1", None, 1, 0.0, None, np.float32),
+        # f16 written by the attention kernel itself with two output dims per thread (80 > 64).
+        ("f16_long_past_h80", 1, 2, 150, 2, 80, 80, True, None, (1, 1), 1, 0.0, None, np.float16),
     ]
     for name, b, s, past, n, h, hv, bias, kpm, ab, uni, scale, filt, dt in configs:
         t = past + s

@@ -2,7 +2,8 @@
 // row (b, h, s) per workgroup, keys in chunks of WG with an online softmax (running max `m` and
 // sum `l` per row, f32 accumulation; no score scratch). Each thread owns output dims
 // d = tid + j * WG (j < NACC). Masked keys (key_bias(..).y == 0) are skipped, never added as
-// -inf; a row without any allowed key writes zeros.
+// -inf; a row without any allowed key writes zeros. The output is f32 (each thread its dims), or
+// f16 (STORE_Y: through workgroup memory, a word of two dims per store).
 // q element (b, h, s, d) at b*prm.q_b + h*prm.q_h + s*prm.q_s + d; k/v (b, kvh, t, d) at
 // b*k_b + kvh*k_h + t*k_t + d; y (b, h, s, d) at b*prm.y_b + h*prm.y_h + s*prm.y_s + d.
 // Parameters: `SdpaParams` (ops/attention/sdpa.rs).
@@ -73,12 +74,11 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
         workgroupBarrier();
     }
     let yb = b * prm.y_b + h * prm.y_h + s * prm.y_s;
+    var o: array<f32, {{NACC}}>;
     for (var j = 0u; j < {{NACC}}; j = j + 1u) {
-        let d = tid + j * WG;
-        if (d < DV) {
-            var o = 0.0;
-            if (l > 0.0) { o = acc[j] / l; }
-            stf_y(yb + d, o);
-        }
+        if (l > 0.0) { o[j] = acc[j] / l; }
     }
+    store_y(yb, tid, &o);
 }
+
+{{STORE_Y}}

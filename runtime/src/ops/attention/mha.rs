@@ -184,7 +184,7 @@ impl Op for Mha {
             scale: self.scale.unwrap_or(1.0 / (h as f32).sqrt()),
             softcap: 0.0,
         };
-        let y = plan.run(cx, vec![b, s, n * hv], bsnh(n, s, hv))?;
+        let y = plan.run(cx, vec![b, s, n * hv], bsnh(n, s, hv), q.dtype)?;
         let y = f32_out(cx, y, q.dtype)?;
         let mut outs = vec![Value::Gpu(y)];
         if self.wants[1] || self.wants[2] {

@@ -118,6 +118,9 @@ struct SdpaSpec {
     unidirectional: bool,
     /// com.microsoft `mask_filter_value` (bits).
     filter: u32,
+    /// `sdpa.wgsl` writes its output in f16 itself (a word, two dims, at a time through
+    /// workgroup memory: DV and the output's strides even); otherwise in f32.
+    y16: bool,
 }
 
 crate::gpu_params! {
@@ -223,13 +226,14 @@ impl SdpaSpec {
         f
     }
 
-    /// The kernel `name` (body `body`, output `out_name`) with its bindings: q, k, v, then the
-    /// present masks, then the output.
+    /// The kernel `name` (body `body`, output `out_name` of storage `out`) with its bindings: q,
+    /// k, v, then the present masks, then the output.
     fn kernel(
         &self,
         name: &'static str,
         body: &'static str,
         out_name: &str,
+        out: Storage,
         f: &Features,
     ) -> Kernel {
         let softcap = crate::gpu::softcap_wgsl("sc", f32::from_bits(self.softcap));
@@ -254,7 +258,7 @@ impl SdpaSpec {
         if let Some(s) = self.ab {
             k = k.input("ab", s);
         }
-        k.output(out_name, Storage::F32).wg_reduce(f.subgroups)
+        k.output(out_name, out).wg_reduce(f.subgroups)
     }
 }
 
@@ -262,7 +266,35 @@ impl KernelSpec for SdpaSpec {
     const NAME: &'static str = "sdpa";
     const WGSL: &'static [&'static str] = &[SDPA];
     fn build(&self, f: &Features) -> Kernel {
-        self.kernel("sdpa", SDPA, "y", f)
+        let nacc = self.nacc;
+        let store = if self.y16 {
+            // Each thread's dims go through workgroup memory; then each word is stored whole.
+            format!(
+                "var<workgroup> ys: array<f32, {ycap}>;
+fn store_y(yb: u32, tid: u32, o: ptr<function, array<f32, {nacc}>>) {{
+    for (var j = 0u; j < {nacc}u; j = j + 1u) {{
+        let d = tid + j * WG;
+        if (d < prm.dv) {{ ys[d] = (*o)[j]; }}
+    }}
+    workgroupBarrier();
+    for (var w = tid; w < prm.dv / 2u; w = w + WG) {{
+        st_y(yb / 2u + w, ys[2u * w], ys[2u * w + 1u]);
+    }}
+}}",
+                ycap = nacc as usize * WG,
+            )
+        } else {
+            format!(
+                "fn store_y(yb: u32, tid: u32, o: ptr<function, array<f32, {nacc}>>) {{
+    for (var j = 0u; j < {nacc}u; j = j + 1u) {{
+        let d = tid + j * WG;
+        if (d < prm.dv) {{ stf_y(yb + d, (*o)[j]); }}
+    }}
+}}"
+            )
+        };
+        let y = if self.y16 { Storage::F16 } else { Storage::F32 };
+        self.kernel("sdpa", SDPA, "y", y, f).code("STORE_Y", &store)
     }
 }
 
@@ -279,7 +311,7 @@ impl KernelSpec for SdpaQkSpec {
     const WGSL: &'static [&'static str] = &[SDPA_QK];
     fn build(&self, f: &Features) -> Kernel {
         self.attn
-            .kernel("sdpa_qk", SDPA_QK, "out", f)
+            .kernel("sdpa_qk", SDPA_QK, "out", Storage::F32, f)
             .u32("MODE", self.mode)
     }
 }
@@ -327,6 +359,7 @@ impl Plan<'_> {
             right_window: self.window.1 >= 0,
             unidirectional: self.unidirectional,
             filter: self.filter.to_bits(),
+            y16: false,
         })
     }
 
@@ -395,10 +428,18 @@ impl Plan<'_> {
             .bind(out_name, out)
     }
 
-    /// The attention output as f32, element (b, h, s, d) at the `y` strides of `shape`.
-    pub(super) fn run(&self, cx: &mut Ctx<'_>, shape: Vec<usize>, y: Strides) -> Result<GpuTensor> {
-        let spec = self.spec()?;
-        let out = cx.alloc(DType::F32, shape)?;
+    /// The attention output, element (b, h, s, d) at the `y` strides of `shape`: in `dtype` when
+    /// that is f16 and DV and the strides are even (written by the kernel), else in f32.
+    pub(super) fn run(
+        &self,
+        cx: &mut Ctx<'_>,
+        shape: Vec<usize>,
+        y: Strides,
+        dtype: DType,
+    ) -> Result<GpuTensor> {
+        let mut spec = self.spec()?;
+        spec.y16 = dtype == DType::F16 && self.dv.is_multiple_of(2) && y.iter().all(|s| s % 2 == 0);
+        let out = cx.alloc(if spec.y16 { DType::F16 } else { DType::F32 }, shape)?;
         let k = cx.gpu.kernel(&spec)?;
         let rows = (self.b * self.hq * self.s) as u64;
         cx.launch(self.bind(&k, &out, "y"), &self.params(y), rows * WG as u64)?;
@@ -455,7 +496,7 @@ pub(super) fn mask_strides(shape: &[usize], target: [usize; 3]) -> Option<[usize
 }
 
 pub(super) fn f32_out(cx: &mut Ctx<'_>, y: GpuTensor, dtype: DType) -> Result<GpuTensor> {
-    if dtype == DType::F32 {
+    if dtype == y.dtype {
         Ok(y)
     } else {
         cast_gpu(cx, &y, dtype)
@@ -684,7 +725,7 @@ impl Attention {
             scale: self.scale.unwrap_or(1.0 / (dk as f32).sqrt()),
             softcap: self.softcap,
         };
-        let y = plan.run(cx, y_shape, ys)?;
+        let y = plan.run(cx, y_shape, ys, q.dtype)?;
         let y = f32_out(cx, y, q.dtype)?;
         let mut outs = vec![Value::Gpu(y)];
         if self.wants[1] || self.wants[2] || self.wants[3] {
