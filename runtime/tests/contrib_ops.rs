@@ -408,6 +408,30 @@ fn f16_prefill_gemm_on(gpu: &Rc<Gpu>) {
     );
 }
 
+/// A float16 MatMul / Gemm of several rows stores f16 from its tiled GEMM (one dispatch) when N
+/// is even; an odd N writes f32 and casts (two). All match ONNX Runtime.
+#[test]
+fn f16_float_gemm_writes_f16_when_columns_pair_up() {
+    let gpu =
+        Rc::new(pollster::block_on(Gpu::new(None)).expect("a GPU adapter (lavapipe natively)"));
+    for name in [
+        "std_matmul_batched_n66_float16",
+        "std_matmul_m37_n130_float16",
+        "std_gemm_transa_c_float16",
+    ] {
+        assert_eq!(
+            case_dispatches(&gpu, name, 5e-3),
+            1,
+            "{name}: the GEMM stores f16 itself"
+        );
+    }
+    assert_eq!(
+        case_dispatches(&gpu, "std_matmul_n33_float16", 5e-3),
+        2,
+        "odd N: f32 GEMM + Cast"
+    );
+}
+
 /// A prompt's attention on a software adapter (three register-blocked passes) takes its query
 /// rows in chunks when their scores exceed `Gpu::attention_scratch`: three dispatches per chunk,
 /// and still ONNX Runtime's outputs (the chunk's row offset reaches the causal and sliding-window

@@ -704,6 +704,32 @@ def variadic_and_onehot(out):
     write_case(out, "std_onehot_runtime_depth", model, {"pos": pos}, F32_TOL)
 
 
+def float16_gemms(out):
+    """Float16 MatMul / Gemm with several rows (the tiled GEMM): an even N stores f16 itself (a
+    batched MatMul, a Gemm with C and alpha/beta, a transposed A), an odd N writes f32 and casts.
+    Own generator so the earlier cases stay byte-identical."""
+    rng = np.random.default_rng(9753)
+    f16 = np.float16
+    a = (rng.standard_normal((2, 3, 20, 40)) * 0.5).astype(f16)
+    b = (rng.standard_normal((3, 40, 66)) * 0.5).astype(f16)
+    save(out, "std_matmul_batched_n66_float16", helper.make_node("MatMul", ["a", "b"], ["y"]),
+         [("a", a), ("b", b)], [("y", f16)], F16_TOL)
+    a = (rng.standard_normal((37, 24)) * 0.5).astype(f16)
+    b = (rng.standard_normal((24, 130)) * 0.5).astype(f16)
+    save(out, "std_matmul_m37_n130_float16", helper.make_node("MatMul", ["a", "b"], ["y"]),
+         [("a", a), ("b", b)], [("y", f16)], F16_TOL)
+    a = (rng.standard_normal((9, 16)) * 0.5).astype(f16)
+    b = (rng.standard_normal((16, 33)) * 0.5).astype(f16)
+    save(out, "std_matmul_n33_float16", helper.make_node("MatMul", ["a", "b"], ["y"]),
+         [("a", a), ("b", b)], [("y", f16)], F16_TOL)
+    a = (rng.standard_normal((24, 7)) * 0.5).astype(f16)
+    b = (rng.standard_normal((24, 10)) * 0.5).astype(f16)
+    c = (rng.standard_normal((1, 10)) * 0.5).astype(f16)
+    save(out, "std_gemm_transa_c_float16", helper.make_node("Gemm", ["a", "b", "c"], ["y"], transA=1,
+                                                            alpha=0.75, beta=-1.5),
+         [("a", a), ("b", b), ("c", c)], [("y", f16)], F16_TOL)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="tests/fixtures/ops")
@@ -713,7 +739,7 @@ def main():
     os.makedirs(args.out)
     for gen in (matmul_nbits, gather_block_quantized, norms, gelu, rotary, gqa, standard, mha, attention, tiled, gqa_packed,
                 register_block, gqa_cache_inits, f16_odd_columns, gqa_shared_kv, rms_normalization,
-                matmul_nbits_accuracy_level, model_local_functions, variadic_and_onehot):
+                matmul_nbits_accuracy_level, model_local_functions, variadic_and_onehot, float16_gemms):
         gen(args.out)
     print(f"wrote {len(os.listdir(args.out))} cases to {args.out}")
 

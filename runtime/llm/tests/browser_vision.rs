@@ -256,3 +256,91 @@ async fn vision_encoders_match_onnx_runtime_on_webgpu() {
         failures.join("\n")
     );
 }
+
+/// The float16 package's encoder (`mobius-tiny-webgpu-int4f16-split`: its norms, GEMMs and 2-D
+/// rotaries fused in float16) on WebGPU: ONNX Runtime's float16 features within the tolerance of
+/// its vision.json (`tests/vision.rs` has the reasoning), on a case with padding and one without.
+#[wasm_bindgen_test]
+async fn float16_vision_encoder_on_webgpu() {
+    const NAME: &str = "mobius-tiny-webgpu-int4f16-split";
+    const FILES: &[(&str, &[u8])] = &[
+        file!("mobius-tiny-webgpu-int4f16-split", "genai_config.json"),
+        file!(
+            "mobius-tiny-webgpu-int4f16-split",
+            "vision_encoder/model.onnx"
+        ),
+        file!(
+            "mobius-tiny-webgpu-int4f16-split",
+            "vision_encoder/model.onnx.data"
+        ),
+        file!("mobius-tiny-webgpu-int4f16-split", "reference/vision.json"),
+        file!(
+            "mobius-tiny-webgpu-int4f16-split",
+            "reference/vision.square.pixel_values.npy"
+        ),
+        file!(
+            "mobius-tiny-webgpu-int4f16-split",
+            "reference/vision.square.pixel_position_ids.npy"
+        ),
+        file!(
+            "mobius-tiny-webgpu-int4f16-split",
+            "reference/vision.square.image_features.npy"
+        ),
+        file!(
+            "mobius-tiny-webgpu-int4f16-split",
+            "reference/vision.padded.pixel_values.npy"
+        ),
+        file!(
+            "mobius-tiny-webgpu-int4f16-split",
+            "reference/vision.padded.pixel_position_ids.npy"
+        ),
+        file!(
+            "mobius-tiny-webgpu-int4f16-split",
+            "reference/vision.padded.image_features.npy"
+        ),
+    ];
+    let gpu = Rc::new(Gpu::new(None).await.expect("a WebGPU adapter"));
+    let repo = ModelRepo::new(Rc::new(MemoryFetch(FILES)), NAME);
+    let config =
+        ModelConfig::parse_genai(get(FILES, "genai_config.json"), None, None).expect("genai");
+    let enc = VisionEncoder::load(gpu, &repo, &config, Dtype::Q4)
+        .await
+        .unwrap_or_else(|e| panic!("{NAME}: {e}"));
+    let fused = enc.session().fused();
+    let rotary = fused.iter().filter(|f| f.contains("=Rotary2D]")).count();
+    assert_eq!(rotary, 2, "{NAME}: fused groups {fused:?}");
+    let doc: Value = serde_json::from_slice(get(FILES, "reference/vision.json")).expect("json");
+    let (atol, rtol) = (
+        doc["atol"].as_f64().expect("atol"),
+        doc["rtol"].as_f64().expect("rtol"),
+    );
+    for case in doc["cases"].as_array().expect("cases") {
+        let c = case["name"].as_str().expect("name");
+        if c != "square" && c != "padded" {
+            continue;
+        }
+        let slots = case["slots"].as_u64().expect("slots") as usize;
+        let pv = npy(FILES, &format!("reference/vision.{c}.pixel_values.npy"));
+        let pos = npy(
+            FILES,
+            &format!("reference/vision.{c}.pixel_position_ids.npy"),
+        );
+        let exp = npy(FILES, &format!("reference/vision.{c}.image_features.npy"));
+        let f = enc
+            .encode(&pv.to_f32(), &pos.to_i64(), slots)
+            .await
+            .unwrap_or_else(|e| panic!("{NAME} {c}: {e}"));
+        let got = enc.read(&f).await.expect("read back");
+        assert_eq!(got.shape, exp.shape, "{NAME} {c}");
+        let mut worst = 0.0f64;
+        for (i, (g, e)) in got.to_f64().iter().zip(exp.to_f64()).enumerate() {
+            let d = (g - e).abs();
+            assert!(
+                !d.is_nan() && d <= atol + rtol * e.abs(),
+                "{NAME} {c}: index {i}: got {g}, expected {e} (atol {atol}, rtol {rtol})"
+            );
+            worst = worst.max(d);
+        }
+        console_log!("ok   {NAME} {c}: {:?}, max |diff| {worst:.2e}", got.shape);
+    }
+}

@@ -10,8 +10,9 @@
 //!
 //! One elementwise dispatch (`kernels/fuse/rotary_2d.wgsl`) computes the same. The tables are
 //! read through their broadcast against [B, S, H, D / 2] (per token, shared by the heads); at run
-//! time anything else — other shapes or ranks, non-f32 types, buffers split across bindings —
-//! runs the original nodes.
+//! time anything else — other shapes or ranks, types other than f32 or f16 throughout, buffers
+//! split across bindings — runs the original nodes. In f16 each product and the sum are rounded
+//! to f16 as the unfused `Mul` and `Add` nodes store them.
 
 use super::rewrite::{Find, claim_each};
 use super::shared_attn::broadcast_strides;
@@ -208,6 +209,7 @@ impl crate::gpu::KernelSpec for Rotary2dSpec {
             .input("s1", self.t)
             .output("y", self.y)
             .mapped("y")
+            .code("RD", super::gemv_wgsl::rd_code(self.y == Storage::F16))
     }
 }
 
@@ -224,7 +226,9 @@ impl FastPath for Rotary2d {
         let Some(vals) = vals else {
             return Ok(None);
         };
-        if vals.iter().any(|v| v.dtype() != DType::F32) {
+        // f32, or f16 throughout (rounded as the unfused Mul and Add nodes store f16).
+        let dtype = vals[0].dtype();
+        if !matches!(dtype, DType::F32 | DType::F16) || vals.iter().any(|v| v.dtype() != dtype) {
             return Ok(None);
         }
         let xs = vals[0].shape();
@@ -248,7 +252,7 @@ impl FastPath for Rotary2d {
             }
             t.push(g);
         }
-        let y = cx.alloc(DType::F32, xs.to_vec())?;
+        let y = cx.alloc(dtype, xs.to_vec())?;
         let n = y.numel();
         if n > 0 {
             let k = cx.gpu.kernel(&Rotary2dSpec {

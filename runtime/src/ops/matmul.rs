@@ -106,10 +106,31 @@ impl KernelSpec for GemmTiledSpec {
     const NAME: &'static str = "gemm_tiled";
     const WGSL: &'static [&'static str] = &[GEMM_TILED];
     fn build(&self, _: &Features) -> Kernel {
+        // f16 results (N even): each invocation's RM x 4 block into the B tile's memory (free
+        // after the last barrier of the K loop; TM x TN <= 32 x 64 floats), then word stores.
+        let (store, tile) = if self.gemm.y == Storage::F16 {
+            (
+                "Bs[(tm + 8u * i) * TN + tn + 16u * j] = r;",
+                "workgroupBarrier();
+    for (var e = tid; e < TM * TN / 2u; e = e + 128u) {
+        let r = e / (TN / 2u);
+        let c = 2u * (e % (TN / 2u));
+        let row = m0 + r;
+        let col = n0 + c;
+        if (row < M && col < N) {
+            st_y(((bi * M + row) * N + col) / 2u, Bs[r * TN + c], Bs[r * TN + c + 1u]);
+        }
+    }",
+            )
+        } else {
+            ("stf_y((bi * M + row) * N + col, r);", "")
+        };
         let kern = Kernel::new("gemm_tiled", GEMM_TILED)
             .workgroup(128)
             .u32("RM", self.rm)
-            .u32("A_LEN", 32 * 8 * self.rm);
+            .u32("A_LEN", 32 * 8 * self.rm)
+            .code("STORE", store)
+            .code("STORE_TILE", tile);
         self.gemm.operands(kern)
     }
 }
@@ -136,16 +157,21 @@ fn gemm(
     };
     let batches: usize = batch.iter().product();
     let row_tiles = m.div_ceil(8 * rm as usize);
-    // M > 1: the tiled kernel (f32 output, cast after); M == 1 (or a grid beyond the limits):
-    // one output per invocation.
+    // M > 1: the tiled kernel (f32 output, or f16 for an even N; otherwise a cast after);
+    // M == 1 (or a grid beyond the limits): one output per invocation.
     let tiled = m > 1
         && k > 0
         && n > 0
         && batches * row_tiles <= cx.gpu.limits.max_compute_workgroups_per_dimension as usize;
-    let out = cx.alloc(if tiled { DType::F32 } else { dtype }, out_shape)?;
+    let tiled_dtype = if dtype == DType::F16 && n.is_multiple_of(2) {
+        DType::F16
+    } else {
+        DType::F32
+    };
+    let out = cx.alloc(if tiled { tiled_dtype } else { dtype }, out_shape)?;
     let total = out.numel();
     if total == 0 {
-        return if tiled {
+        return if out.dtype != dtype {
             cast_gpu(cx, &out, dtype)
         } else {
             Ok(out)
@@ -212,7 +238,7 @@ fn gemm(
         &p,
         (n.div_ceil(64) as u32, (batches * row_tiles) as u32),
     )?;
-    if dtype == DType::F32 {
+    if out.dtype == dtype {
         Ok(out)
     } else {
         cast_gpu(cx, &out, dtype)

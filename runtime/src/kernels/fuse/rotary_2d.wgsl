@@ -26,5 +26,10 @@ fn compute(i: u32) -> f32 {
         cs = ld_c1(c);
         sn = ld_s1(c);
     }
-    return ld_x(i) * cs + r * sn;
+    return rd(rd(ld_x(i) * cs) + rd(r * sn));
+}
+
+// Rounds to the activation type (f16: as the unfused Mul and Add nodes store; f32: identity).
+fn rd(x: f32) -> f32 {
+    {{RD}}
 }

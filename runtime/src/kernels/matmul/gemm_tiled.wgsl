@@ -1,5 +1,6 @@
 // Batched GEMM, tiled (M > 1): y[b, m, n] = ALPHA * sum_k A[a_off(b) + m*ars + k*acs] *
-// B[b_off(b) + k*brs + n*bcs] + BETA * C[m*crs + n*ccs], f32 output (the op casts when needed).
+// B[b_off(b) + k*brs + n*bcs] + BETA * C[m*crs + n*ccs], f32 output, or f16 (N even: the tile's
+// results staged in workgroup memory, then stored a word of two columns at a time).
 // One workgroup of 128 invocations (16 along N x 8 along M) per output tile of TM = 8*RM rows by
 // TN = 64 columns of one batch entry; A [TM, TK] and B [TK, TN] tiles staged in workgroup memory
 // (k-major), each invocation accumulating an RM x 4 register block (rows tm + 8i, columns tn + 16j).
@@ -73,15 +74,14 @@ fn main(@builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid
     }
     for (var i = 0u; i < RM; i = i + 1u) {
         let row = m0 + tm + 8u * i;
-        if (row < M) {
-            for (var j = 0u; j < 4u; j = j + 1u) {
-                let col = n0 + tn + 16u * j;
-                if (col < N) {
-                    var r = {{ALPHA}} * acc[i][j];
-                    {{ADD_C}}
-                    stf_y((bi * M + row) * N + col, r);
-                }
+        for (var j = 0u; j < 4u; j = j + 1u) {
+            let col = n0 + tn + 16u * j;
+            if (row < M && col < N) {
+                var r = {{ALPHA}} * acc[i][j];
+                {{ADD_C}}
+                {{STORE}}
             }
         }
     }
+    {{STORE_TILE}}
 }
