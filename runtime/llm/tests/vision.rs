@@ -94,8 +94,8 @@ fn vision_encoders_match_onnx_runtime() {
 
 fn encoders_match_onnx_runtime(form: &str, gpu: &Rc<Gpu>) {
     // Dispatches per case of the first float32 encoder: the float16 one's fused kernels take its
-    // types, so it runs within two of them (83 before the norms', GEMMs' and the 2-D rotary's
-    // f16 forms, against 39).
+    // types, so it runs within two of them (83 against 39 before the 2-D rotary and the tiled
+    // GEMM took f16).
     let mut f32_dispatches = std::collections::HashMap::new();
     for name in PACKAGES.iter().chain(F16_PACKAGES) {
         let enc = load(gpu, name);
