@@ -150,6 +150,29 @@ fn npy(files: &[(&str, &'static [u8])], path: &str) -> HostTensor {
     gg_runtime::npy::parse(path, get(files, path)).expect("npy")
 }
 
+/// The largest |got − want|, or the first element outside `atol + rtol·|want|` (or a shape
+/// mismatch), `what` naming the reference in the message.
+fn within(
+    got: &HostTensor,
+    want: &HostTensor,
+    atol: f64,
+    rtol: f64,
+    what: &str,
+) -> Result<f64, String> {
+    if got.shape != want.shape {
+        return Err(format!("shape {:?}, {what} {:?}", got.shape, want.shape));
+    }
+    let mut worst = 0.0f64;
+    for (i, (g, e)) in got.to_f64().iter().zip(want.to_f64()).enumerate() {
+        let d = (g - e).abs();
+        if d.is_nan() || d > atol + rtol * e.abs() {
+            return Err(format!("index {i}: got {g}, {what} {e}"));
+        }
+        worst = worst.max(d);
+    }
+    Ok(worst)
+}
+
 #[wasm_bindgen_test]
 async fn vision_encoders_match_onnx_runtime_on_webgpu() {
     let gpu = Rc::new(Gpu::new(None).await.expect(
@@ -197,54 +220,20 @@ async fn vision_encoders_match_onnx_runtime_on_webgpu() {
                     continue;
                 }
             };
-            if got.shape != exp.shape {
-                failures.push(format!(
-                    "{name} {c}: shape {:?}, expected {:?}",
-                    got.shape, exp.shape
-                ));
-                continue;
-            }
-            let mut worst = 0.0f64;
-            let bad = got
-                .to_f64()
-                .iter()
-                .zip(exp.to_f64())
-                .enumerate()
-                .find_map(|(i, (g, e))| {
-                    let d = (g - e).abs();
-                    worst = worst.max(d);
-                    (d.is_nan() || d > atol + rtol * e.abs())
-                        .then(|| format!("index {i}: got {g}, expected {e}"))
-                });
             // transformers' vision tower on the same weights (`tests/vision.rs`,
             // vision_encoders_match_transformers): within 1e-4 absolute.
-            let mut worst_hf = 0.0f64;
-            let bad_hf = if got.shape == hf.shape {
-                got.to_f64()
-                    .iter()
-                    .zip(hf.to_f64())
-                    .enumerate()
-                    .find_map(|(i, (g, e))| {
-                        let d = (g - e).abs();
-                        worst_hf = worst_hf.max(d);
-                        (d.is_nan() || d > 1e-4)
-                            .then(|| format!("index {i}: got {g}, transformers {e} (atol 1e-4)"))
-                    })
-            } else {
-                Some(format!(
-                    "shape {:?}, transformers {:?}",
-                    got.shape, hf.shape
-                ))
-            };
-            match (bad, bad_hf) {
-                (None, None) => console_log!(
+            match (
+                within(&got, &exp, atol, rtol, "expected"),
+                within(&got, &hf, 1e-4, 0.0, "transformers"),
+            ) {
+                (Ok(worst), Ok(worst_hf)) => console_log!(
                     "ok   {name} {c}: {:?}, max |diff| {worst:.2e} vs ONNX Runtime, {worst_hf:.2e} vs transformers",
                     got.shape
                 ),
-                (Some(e), _) => {
-                    failures.push(format!("{name} {c}: {e} (atol {atol}, rtol {rtol})"))
+                (Err(e), _) => failures.push(format!("{name} {c}: {e} (atol {atol}, rtol {rtol})")),
+                (Ok(_), Err(e)) => {
+                    failures.push(format!("{name} {c} vs transformers: {e} (atol 1e-4)"))
                 }
-                (None, Some(e)) => failures.push(format!("{name} {c} vs transformers: {e}")),
             }
         }
     }
@@ -331,16 +320,8 @@ async fn float16_vision_encoder_on_webgpu() {
             .await
             .unwrap_or_else(|e| panic!("{NAME} {c}: {e}"));
         let got = enc.read(&f).await.expect("read back");
-        assert_eq!(got.shape, exp.shape, "{NAME} {c}");
-        let mut worst = 0.0f64;
-        for (i, (g, e)) in got.to_f64().iter().zip(exp.to_f64()).enumerate() {
-            let d = (g - e).abs();
-            assert!(
-                !d.is_nan() && d <= atol + rtol * e.abs(),
-                "{NAME} {c}: index {i}: got {g}, expected {e} (atol {atol}, rtol {rtol})"
-            );
-            worst = worst.max(d);
-        }
+        let worst = within(&got, &exp, atol, rtol, "expected")
+            .unwrap_or_else(|e| panic!("{NAME} {c}: {e} (atol {atol}, rtol {rtol})"));
         console_log!("ok   {NAME} {c}: {:?}, max |diff| {worst:.2e}", got.shape);
     }
 }

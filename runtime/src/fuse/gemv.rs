@@ -136,7 +136,7 @@ pub(super) fn host_scalar(
 
 /// A norm's scale for rows of `k`: f32, or f16 (mobius's float16 graphs keep their norms' scales
 /// in the activation type).
-fn scale_ok(k: usize) -> impl Fn(&Value) -> bool {
+pub(super) fn scale_ok(k: usize) -> impl Fn(&Value) -> bool {
     move |v: &Value| matches!(v.dtype(), DType::F32 | DType::F16) && v.numel() == k
 }
 
@@ -195,6 +195,13 @@ struct Prologue {
     g2: Option<GpuTensor>,
     /// The residual prologue's scalar (1 without one).
     scalar: f32,
+}
+
+impl Prologue {
+    /// The norm prologue's scale's storage (F32 without one: unread).
+    fn g2_storage(&self) -> Storage {
+        self.g2.as_ref().map_or(Storage::F32, GpuTensor::storage)
+    }
 }
 
 /// One weight on the GPU: its bits (a float weight's elements), scales (a float weight's
@@ -356,7 +363,7 @@ impl FusedGemv {
             f16,
             residual: self.residual_code(&pro),
             norm_eps: self.slots.norm.map(|n| n.eps.to_bits()),
-            g2: pro.g2.as_ref().map_or(Storage::F32, GpuTensor::storage),
+            g2: pro.g2_storage(),
             h: rows.h.is_some() && self.slots.residual.is_some(),
             y: rows.y.is_some() && self.slots.norm.is_some(),
         };
@@ -702,11 +709,7 @@ impl FusedGemv {
             residual: self.residual_code(&ops.prologue),
             h_out: self.slots.h_out,
             norm_eps: self.slots.norm.map(|n| n.eps.to_bits()),
-            g2: ops
-                .prologue
-                .g2
-                .as_ref()
-                .map_or(Storage::F32, GpuTensor::storage),
+            g2: ops.prologue.g2_storage(),
             weights,
             wide,
             epi,

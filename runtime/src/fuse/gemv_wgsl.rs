@@ -515,8 +515,9 @@ impl RowsPrologueSpec {
             None => body.push_str(ROWS_ROW),
         }
         if let Some(eps) = self.norm_eps {
-            // The norm reads back the h words this invocation stored, or (a skip norm, which
-            // normalises the sum before it is rounded) computes h again; else the row x.
+            // The norm reads back the h words this invocation stored, or, for an f16 skip norm
+            // (which normalises the sum before it is rounded), computes h again (in f32 the
+            // stored h is that sum); else the row x.
             let src = |l: &str| match self.residual {
                 Some(r) if r.skip && self.f16 => r.h("base + ", l),
                 Some(_) => format!("ld_h(base + {l})"),

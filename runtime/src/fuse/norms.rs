@@ -1,6 +1,7 @@
 //! The fused norms op: independent RMS norms (and their tails) in one dispatch.
 
 use super::fallback::Fallback;
+use super::gemv::scale_ok;
 use super::gemv_wgsl::{packed_store, rd_code};
 use super::rewrite::{Build, Find, Rewrite};
 use super::spec::{Tail, Unit};
@@ -225,11 +226,7 @@ impl Op for FusedNorms {
             };
             let gv = match gi {
                 Some(gi) => match inputs.get(gi).copied().flatten() {
-                    Some(gv)
-                        if matches!(gv.dtype(), DType::F32 | DType::F16) && gv.numel() == l =>
-                    {
-                        Some(gv)
-                    }
+                    Some(gv) if scale_ok(l)(gv) => Some(gv),
                     _ => return self.fallback.run(cx, inputs),
                 },
                 None => None,

@@ -74,35 +74,24 @@ impl Graphs<'_> {
         }
         // f16 activations: `Cast(float) -> norm -> Cast(float16)` (mobius's float16 exports),
         // the Casts read only on the way.
-        if let Some(c1) = self.single(x)
-            && self.cast_to(c1, 1)
-        {
-            let cx = &self.node(c1).outputs[0];
-            return self.users(cx).iter().find_map(|&sq| {
-                let p = self.spelled_rms(sq).filter(|p| p.x == *cx)?;
-                let c2 = self.single(&p.y).filter(|&c| self.cast_to(c, 10))?;
-                let mut nodes = p.nodes;
+        let c1 = self.single(x).filter(|&c| self.cast_to(c, 1));
+        let src = c1.map_or(x, |c| self.node(c).outputs[0].as_str());
+        self.users(src).iter().find_map(|&sq| {
+            let p = self.spelled_rms(sq).filter(|p| p.x == src)?;
+            let (mut nodes, mut output) = (p.nodes, p.y);
+            if let Some(c1) = c1 {
+                let c2 = self.single(&output).filter(|&c| self.cast_to(c, 10))?;
                 nodes.extend([c1, c2]);
                 nodes.sort_unstable();
-                Some(Unit {
-                    nodes,
-                    input: x.to_string(),
-                    output: self.node(c2).outputs[0].clone(),
-                    gamma: String::new(),
-                    eps: p.eps,
-                    f16: true,
-                })
-            });
-        }
-        self.users(x).iter().find_map(|&sq| {
-            let p = self.spelled_rms(sq).filter(|p| p.x == x)?;
+                output = self.node(c2).outputs[0].clone();
+            }
             Some(Unit {
-                nodes: p.nodes,
-                input: p.x,
-                output: p.y,
+                nodes,
+                input: x.to_string(),
+                output,
                 gamma: String::new(),
                 eps: p.eps,
-                f16: false,
+                f16: c1.is_some(),
             })
         })
     }

@@ -267,32 +267,29 @@ impl KernelSpec for SdpaSpec {
     const WGSL: &'static [&'static str] = &[SDPA];
     fn build(&self, f: &Features) -> Kernel {
         let nacc = self.nacc;
-        let store = if self.y16 {
-            // Each thread's dims go through workgroup memory; then each word is stored whole.
-            format!(
-                "var<workgroup> ys: array<f32, {ycap}>;
-fn store_y(yb: u32, tid: u32, o: ptr<function, array<f32, {nacc}>>) {{
-    for (var j = 0u; j < {nacc}u; j = j + 1u) {{
-        let d = tid + j * WG;
-        if (d < prm.dv) {{ ys[d] = (*o)[j]; }}
-    }}
-    workgroupBarrier();
-    for (var w = tid; w < prm.dv / 2u; w = w + WG) {{
+        // f32: each thread stores its dims. f16: they go through workgroup memory, then each
+        // word is stored whole.
+        let (decl, put, words) = if self.y16 {
+            (
+                format!("var<workgroup> ys: array<f32, {}>;\n", nacc as usize * WG),
+                "ys[d] = (*o)[j];",
+                "workgroupBarrier();
+    for (var w = tid; w < prm.dv / 2u; w = w + WG) {
         st_y(yb / 2u + w, ys[2u * w], ys[2u * w + 1u]);
-    }}
-}}",
-                ycap = nacc as usize * WG,
+    }",
             )
         } else {
-            format!(
-                "fn store_y(yb: u32, tid: u32, o: ptr<function, array<f32, {nacc}>>) {{
+            (String::new(), "stf_y(yb + d, (*o)[j]);", "")
+        };
+        let store = format!(
+            "{decl}fn store_y(yb: u32, tid: u32, o: ptr<function, array<f32, {nacc}>>) {{
     for (var j = 0u; j < {nacc}u; j = j + 1u) {{
         let d = tid + j * WG;
-        if (d < prm.dv) {{ stf_y(yb + d, (*o)[j]); }}
+        if (d < prm.dv) {{ {put} }}
     }}
+    {words}
 }}"
-            )
-        };
+        );
         let y = if self.y16 { Storage::F16 } else { Storage::F32 };
         self.kernel("sdpa", SDPA, "y", y, f).code("STORE_Y", &store)
     }
@@ -495,6 +492,7 @@ pub(super) fn mask_strides(shape: &[usize], target: [usize; 3]) -> Option<[usize
     Some(st)
 }
 
+/// The attention result `y` (f32, or already f16 when the kernel wrote it so) in `dtype`.
 pub(super) fn f32_out(cx: &mut Ctx<'_>, y: GpuTensor, dtype: DType) -> Result<GpuTensor> {
     if dtype == y.dtype {
         Ok(y)
