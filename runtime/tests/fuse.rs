@@ -427,6 +427,187 @@ fn a_host_value_read_by_several_kernels_is_uploaded_once_per_run() {
     }
 }
 
+/// A Cast of a host value runs on the host (mobius's float16 attention mask:
+/// `Cast(Where(mask, 0, -65504), float16)`, all computed from the int64 attention mask): no
+/// dispatch, the float16 value uploaded once for its reader, rounded to nearest even as ONNX
+/// Runtime's Cast rounds (both ties below are exact halfway cases).
+#[test]
+fn a_cast_of_a_host_value_stays_on_the_host() {
+    let gpu = gpu();
+    let mut g = G::default();
+    for (name, dtype) in [("mask", DType::I64), ("x", DType::F16)] {
+        g.inputs.push(ValueInfo {
+            name: name.into(),
+            elem_type: dtype.to_onnx(),
+            dims: None,
+        });
+    }
+    // 1 + 3·2^-11 rounds up to 1 + 2^-9 (even), -(1 + 2^-11) down to -1.
+    let up = g.f32s("up", vec![], vec![1.0 + 3.0 / 2048.0]);
+    let down = g.f32s("down", vec![], vec![-(1.0 + 1.0 / 2048.0)]);
+    g.node("Cast", "", &["mask"], "c", vec![attr_i("to", 9)]);
+    g.node("Where", "", &["c", &up, &down], "w", vec![]);
+    g.node("Cast", "", &["w"], "w16", vec![attr_i("to", 10)]);
+    g.node("Add", "", &["x", "w16"], "y", vec![]);
+    for out in ["w16", "y"] {
+        g.outputs.push(ValueInfo {
+            name: out.into(),
+            elem_type: DType::F16.to_onnx(),
+            dims: None,
+        });
+    }
+    let graph = g.graph();
+    // 0.5, 0.5, 2, 2 in float16
+    let x: Vec<u8> = [0x3800u16, 0x3800, 0x4000, 0x4000]
+        .iter()
+        .flat_map(|b| b.to_le_bytes())
+        .collect();
+    for fuse in [true, false] {
+        let s = session(&gpu, graph.clone(), fuse);
+        for run in 0..2 {
+            let before = gpu.counters.snapshot();
+            let outs = pollster::block_on(s.run(vec![
+                (
+                    "mask".into(),
+                    Value::Host(HostTensor::from_i64(vec![1, 4], &[1, 0, 1, 0])),
+                ),
+                (
+                    "x".into(),
+                    Value::Host(HostTensor::new(DType::F16, vec![1, 4], x.clone()).expect("f16")),
+                ),
+            ]))
+            .expect("runs");
+            let after = gpu.counters.snapshot();
+            assert!(
+                matches!(outs[0].1, Value::Host(_)),
+                "fuse {fuse}: the cast mask is a host value"
+            );
+            assert_eq!(
+                after.dispatches - before.dispatches,
+                1,
+                "fuse {fuse} run {run}: the Add only"
+            );
+            // x and the float16 mask, 8 bytes each
+            assert_eq!(
+                after.bytes_uploaded - before.bytes_uploaded,
+                16,
+                "fuse {fuse} run {run}"
+            );
+            let got = read_all(&s, outs);
+            let (hi, lo) = (1.0 + 1.0 / 512.0, -1.0);
+            assert_eq!(got[0].1, [hi, lo, hi, lo], "fuse {fuse}: the cast mask");
+            assert_eq!(
+                got[1].1,
+                [0.5 + hi, 0.5 + lo, 2.0 + hi, 2.0 + lo],
+                "fuse {fuse}"
+            );
+        }
+    }
+}
+
+/// The host Cast and the GPU one give the same bits. The ONNX node suite's Cast cases check the
+/// GPU path (a float input is uploaded when it is bound); here each cast also runs on a host
+/// value (a small initializer stays on the host), over ties, subnormals, the ends of each range
+/// and random values.
+#[test]
+fn host_and_gpu_casts_agree() {
+    let gpu = gpu();
+    let mut rng = Rng(7);
+    let mut v: Vec<f32> = vec![
+        0.0,
+        -0.0,
+        1.0 + 1.0 / 2048.0,
+        1.0 + 3.0 / 2048.0,
+        -(1.0 + 5.0 / 2048.0),
+        65504.0,
+        -65504.0,
+        65519.0,
+        6.0e-5,
+        1.0e-6,
+        -3.0e-7,
+        2.5,
+        -2.5,
+        -7.9,
+        1.0e9,
+        -2.1e9,
+    ];
+    v.extend((0..48).map(|i| rng.next() * [1.0, 100.0, 3.0e4, 1.0e-3][i % 4]));
+    let n = v.len();
+    let f32_in = HostTensor::from_f32(vec![n], &v);
+    let f16_in = HostTensor::from_f64_as(
+        DType::F16,
+        vec![n],
+        &v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
+    );
+    for (input, to) in [
+        (&f32_in, DType::F16),
+        (&f32_in, DType::I32),
+        (&f32_in, DType::Bool),
+        (&f16_in, DType::F32),
+        (&f16_in, DType::I32),
+    ] {
+        let cast = |on_gpu: bool| {
+            let mut g = G::default();
+            let mut feeds = Vec::new();
+            if on_gpu {
+                g.inputs.push(ValueInfo {
+                    name: "x".into(),
+                    elem_type: input.dtype.to_onnx(),
+                    dims: None,
+                });
+                feeds.push(("x".to_string(), Value::Host(input.clone())));
+            } else {
+                g.init("x", input.dtype, input.shape.clone(), input.data.clone());
+            }
+            g.node(
+                "Cast",
+                "",
+                &["x"],
+                "y",
+                vec![attr_i("to", to.to_onnx().into())],
+            );
+            g.outputs.push(ValueInfo {
+                name: "y".into(),
+                elem_type: to.to_onnx(),
+                dims: None,
+            });
+            let s = session(&gpu, g.graph(), false);
+            let before = gpu.counters.snapshot().dispatches;
+            let outs = pollster::block_on(s.run(feeds)).expect("runs");
+            let dispatches = gpu.counters.snapshot().dispatches - before;
+            assert_eq!(dispatches, u64::from(on_gpu), "{:?} -> {to:?}", input.dtype);
+            pollster::block_on(s.read(&outs[0].1)).expect("reads")
+        };
+        let (host, dev) = (cast(false), cast(true));
+        assert_eq!(host.dtype, to);
+        let size = to.size();
+        for (i, (h, d)) in host
+            .data
+            .chunks(size)
+            .zip(dev.data.chunks(size))
+            .enumerate()
+        {
+            // Out of an int's range the cast is undefined (ONNX): the host saturates, WGSL
+            // clamps to the nearest f32 inside the range. float16's range ends at 65504.
+            let x = HostTensor::new(
+                input.dtype,
+                vec![],
+                input.data[i * input.dtype.size()..][..input.dtype.size()].to_vec(),
+            )
+            .expect("element")
+            .to_f64()[0];
+            if to == DType::I32 && x.abs() >= 2f64.powi(31) {
+                continue;
+            }
+            assert_eq!(
+                h, d,
+                "{:?} -> {to:?} of {}: host {h:?}, GPU {d:?}",
+                input.dtype, v[i]
+            );
+        }
+    }
+}
+
 /// Two sessions recorded into one context (`Session::run_in`, as the generator records the
 /// embedding, the decoder and the sampler) submit nothing until the context is read, then submit
 /// once, and compute what separate runs compute. A context of another GPU device is refused.

@@ -279,7 +279,9 @@ fn decode_dispatches_per_layer_close_to_our_fixtures() {
 
 /// The same for the standard-Attention profile, against 10.33 and 10.60: `mobius-tiny-attn-int4`
 /// 11.33 (+9.7%; 13.67 before), `-attn-fp32-split` 11.17 (+8.1%; 15.17 before),
-/// `-e4b-attn-int4` 11.60 (+9.4%; 14.00 before). Per decode step of `-attn-int4` (68 dispatches
+/// `-e4b-attn-int4` 11.60 (+9.4%; 14.00 before), `-attn-int4f16` 11.33 (+9.7%: float16
+/// activations group as its int4 twin; 11.67 before its mask's `Cast(Where(..), float16)` ran on
+/// the host with the Where, 12.67 before `Attention` wrote float16 itself). Per decode step of `-attn-int4` (68 dispatches
 /// against our 62; 82 before) attention takes 16 where our GroupQueryAttention graph takes 13
 /// (28 before): `RotaryEmbedding` 6 (one dispatch for each layer's query and key,
 /// `Fused[2xRotaryEmbedding]`, and the KV-shared layers' lone query rotations; 10 before), the
@@ -295,6 +297,7 @@ fn attention_profile_decode_dispatches_per_layer_close_to_our_fixtures() {
         ("gemma4-tiny", "mobius-tiny-attn-int4"),
         ("gemma4-tiny", "mobius-tiny-attn-fp32-split"),
         ("gemma4-tiny-e4b", "mobius-tiny-e4b-attn-int4"),
+        ("gemma4-tiny", "mobius-tiny-attn-int4f16"),
     ]);
 }
 

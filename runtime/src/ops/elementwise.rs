@@ -194,11 +194,15 @@ impl Op for Ew {
             Out::Bool => DType::Bool,
             Out::To(d) => d,
         };
+        // A Cast of a host value stays there too (a mask built on the host from the
+        // attention mask and cast to float16, say): the value is uploaded either way, and
+        // rounding it first spares a dispatch and half the upload.
         let on_host = all_host(inputs)
             && (ins
                 .iter()
                 .any(|v| host_dtype(v.dtype()) || !v.dtype().is_float())
-                || host_dtype(out_dtype));
+                || host_dtype(out_dtype)
+                || matches!(self.out, Out::To(_)));
         if on_host || ins.iter().any(|v| v.dtype() == DType::F64) || out_dtype == DType::F64 {
             let hs: Vec<&crate::tensor::HostTensor> = ins
                 .iter()

@@ -111,15 +111,9 @@ pub fn map(
             ff(&args)
         })
         .collect();
-    if out_dtype.is_float() || out_dtype == DType::Bool {
-        Ok(HostTensor::from_f64_as(out_dtype, out, &res))
-    } else {
-        Ok(HostTensor::from_i64_as(
-            out_dtype,
-            out,
-            &res.iter().map(|&x| x as i64).collect::<Vec<_>>(),
-        ))
-    }
+    // Float to int truncates toward zero and saturates (out of range is undefined in ONNX;
+    // going through i64 would wrap an int32 result instead).
+    Ok(HostTensor::from_f64_as(out_dtype, out, &res))
 }
 
 /// Values of a 1-D (or scalar) int tensor.

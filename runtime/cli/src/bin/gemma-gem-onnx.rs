@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 use gg_runtime::model::{Graph, InitData};
 use gg_runtime::ops::Registry;
 use gg_runtime::{Gpu, HostTensor, Session, npy};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::rc::Rc;
@@ -51,10 +52,12 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
         Cmd::Adapters => {
-            for info in gg_runtime::gpu::list_adapters() {
-                println!("{info}");
-            }
-            Ok(ExitCode::SUCCESS)
+            let mut o = std::io::stdout().lock();
+            gg_runtime::gpu::list_adapters()
+                .iter()
+                .try_for_each(|info| writeln!(o, "{info}"))
+                .map(|()| ExitCode::SUCCESS)
+                .map_err(anyhow::Error::from)
         }
         Cmd::Inspect { model } => inspect(&model),
         Cmd::Run {
@@ -66,6 +69,8 @@ fn main() -> ExitCode {
     };
     match res {
         Ok(code) => code,
+        // The reader went away (`| head`): stop quietly, as a Unix filter does.
+        Err(e) if gg_cli::broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)
@@ -97,20 +102,21 @@ fn read_graph(model: &Path) -> anyhow::Result<Graph> {
 
 fn inspect(model: &Path) -> anyhow::Result<ExitCode> {
     let g = read_graph(model)?;
-    println!("model: {}", model.display());
+    let mut o = std::io::stdout().lock();
+    writeln!(o, "model: {}", model.display())?;
     let opsets: Vec<String> = g
         .opsets
         .iter()
         .map(|(d, v)| format!("{} {v}", if d.is_empty() { "ai.onnx" } else { d }))
         .collect();
-    println!("opsets: {}", opsets.join(", "));
-    println!("inputs:");
+    writeln!(o, "opsets: {}", opsets.join(", "))?;
+    writeln!(o, "inputs:")?;
     for i in &g.inputs {
-        println!("  {} {} {}", i.name, dtype_name(i.elem_type), dims(i));
+        writeln!(o, "  {} {} {}", i.name, dtype_name(i.elem_type), dims(i))?;
     }
-    println!("outputs:");
-    for o in &g.outputs {
-        println!("  {} {} {}", o.name, dtype_name(o.elem_type), dims(o));
+    writeln!(o, "outputs:")?;
+    for v in &g.outputs {
+        writeln!(o, "  {} {} {}", v.name, dtype_name(v.elem_type), dims(v))?;
     }
     let inline: usize = g
         .initializers
@@ -118,12 +124,12 @@ fn inspect(model: &Path) -> anyhow::Result<ExitCode> {
         .filter(|i| matches!(i.data, InitData::Inline(_)))
         .map(|i| i.byte_len())
         .sum();
-    println!(
+    writeln!(o, 
         "initializers: {} ({} bytes inline)",
         g.initializers.len(),
         inline
-    );
-    println!("external data:");
+    )?;
+    writeln!(o, "external data:")?;
     for f in g.external_files() {
         let (n, bytes) = g
             .initializers
@@ -134,38 +140,38 @@ fn inspect(model: &Path) -> anyhow::Result<ExitCode> {
                 } if *location == f => (n + 1, b + length),
                 _ => (n, b),
             });
-        println!("  {f} ({n} tensors, {bytes} bytes)");
+        writeln!(o, "  {f} ({n} tensors, {bytes} bytes)")?;
     }
-    println!("ops ({} nodes):", g.nodes.len());
+    writeln!(o, "ops ({} nodes):", g.nodes.len())?;
     for ((domain, op), n) in g.op_histogram() {
-        println!(
+        writeln!(o, 
             "  {n:6} {op} ({})",
             if domain.is_empty() {
                 "ai.onnx"
             } else {
                 &domain
             }
-        );
+        )?;
     }
     if g.inlined.is_empty() {
-        println!("inlined functions: none");
+        writeln!(o, "inlined functions: none")?;
     } else {
-        println!("inlined functions ({} calls):", g.inlined.len());
+        writeln!(o, "inlined functions ({} calls):", g.inlined.len())?;
         for c in &g.inlined {
             let domain = if c.domain.is_empty() {
                 "ai.onnx"
             } else {
                 &c.domain
             };
-            println!("  {} -> {domain}:{} ({} nodes)", c.node, c.op, c.nodes);
+            writeln!(o, "  {} -> {domain}:{} ({} nodes)", c.node, c.op, c.nodes)?;
         }
     }
     let bad = Registry::default().check(&g);
     for u in &bad {
-        println!("unsupported: {u}");
+        writeln!(o, "unsupported: {u}")?;
     }
     if bad.is_empty() {
-        println!("all {} nodes supported", g.nodes.len());
+        writeln!(o, "all {} nodes supported", g.nodes.len())?;
         Ok(ExitCode::SUCCESS)
     } else {
         for u in &bad {
@@ -203,16 +209,17 @@ fn run(
     let outs = pollster::block_on(session.run_host(feeds))?;
     let after = gpu.counters.snapshot();
     std::fs::create_dir_all(out).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+    let mut o = std::io::stdout().lock();
     for (name, t) in outs {
         let path = out.join(format!("{}.npy", name.replace('/', "_")));
         std::fs::write(&path, npy::to_bytes(&t))
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        println!(
+        writeln!(o, 
             "{name} {} {:?} -> {}",
             t.dtype.name(),
             t.shape,
             path.display()
-        );
+        )?;
     }
     eprintln!(
         "run: {} dispatches, {} submits, {} bytes read back, {} buffers created",

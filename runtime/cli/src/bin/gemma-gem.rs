@@ -220,6 +220,8 @@ fn main() -> ExitCode {
     };
     match res {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`| head`): stop quietly, as a Unix filter does.
+        Err(e) if gg_cli::broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             let msg = format!("{e:#}").replace('\n', " ");
             eprintln!("error: {msg}");
@@ -548,7 +550,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "decode": decode,
         "decode_in_call": call,
     });
-    println!("{}", serde_json::to_string_pretty(&doc)?);
+    writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&doc)?)?;
     Ok(())
 }
 
@@ -654,7 +656,7 @@ async fn bench_vision(args: BenchVisionArgs) -> anyhow::Result<()> {
         "submits": runs[0].submits,
         "runs_ms": runs.iter().map(|r| r.encode_s * 1e3).collect::<Vec<_>>(),
     });
-    println!("{}", serde_json::to_string_pretty(&doc)?);
+    writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&doc)?)?;
     Ok(())
 }
 

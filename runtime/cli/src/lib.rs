@@ -1,0 +1,27 @@
+//! What the two command-line tools share.
+
+/// Whether `e` comes from writing to a reader that went away (`gemma-gem bench | head`): the
+/// tools then stop quietly with success, as a Unix filter does, instead of reporting an error.
+pub fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::broken_pipe;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn only_a_broken_pipe_is_quiet() {
+        let pipe = anyhow::Error::from(Error::from(ErrorKind::BrokenPipe));
+        assert!(broken_pipe(&pipe));
+        assert!(broken_pipe(&pipe.context("writing the results")));
+        assert!(!broken_pipe(&anyhow::Error::from(Error::from(
+            ErrorKind::PermissionDenied
+        ))));
+        assert!(!broken_pipe(&anyhow::anyhow!("broken pipe")));
+    }
+}
