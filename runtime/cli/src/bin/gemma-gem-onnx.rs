@@ -124,7 +124,8 @@ fn inspect(model: &Path) -> anyhow::Result<ExitCode> {
         .filter(|i| matches!(i.data, InitData::Inline(_)))
         .map(|i| i.byte_len())
         .sum();
-    writeln!(o, 
+    writeln!(
+        o,
         "initializers: {} ({} bytes inline)",
         g.initializers.len(),
         inline
@@ -144,7 +145,8 @@ fn inspect(model: &Path) -> anyhow::Result<ExitCode> {
     }
     writeln!(o, "ops ({} nodes):", g.nodes.len())?;
     for ((domain, op), n) in g.op_histogram() {
-        writeln!(o, 
+        writeln!(
+            o,
             "  {n:6} {op} ({})",
             if domain.is_empty() {
                 "ai.onnx"
@@ -214,7 +216,8 @@ fn run(
         let path = out.join(format!("{}.npy", name.replace('/', "_")));
         std::fs::write(&path, npy::to_bytes(&t))
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        writeln!(o, 
+        writeln!(
+            o,
             "{name} {} {:?} -> {}",
             t.dtype.name(),
             t.shape,

@@ -550,7 +550,11 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "decode": decode,
         "decode_in_call": call,
     });
-    writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&doc)?)?;
+    writeln!(
+        std::io::stdout().lock(),
+        "{}",
+        serde_json::to_string_pretty(&doc)?
+    )?;
     Ok(())
 }
 
@@ -656,7 +660,11 @@ async fn bench_vision(args: BenchVisionArgs) -> anyhow::Result<()> {
         "submits": runs[0].submits,
         "runs_ms": runs.iter().map(|r| r.encode_s * 1e3).collect::<Vec<_>>(),
     });
-    writeln!(std::io::stdout().lock(), "{}", serde_json::to_string_pretty(&doc)?)?;
+    writeln!(
+        std::io::stdout().lock(),
+        "{}",
+        serde_json::to_string_pretty(&doc)?
+    )?;
     Ok(())
 }
 
