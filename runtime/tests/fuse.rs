@@ -7,6 +7,7 @@ mod common;
 use common::attr_i;
 
 use gg_runtime::model::{Graph, InitData, Initializer, Node, ValueInfo};
+use gg_runtime::ops::elementwise::HOST_CAST_MAX;
 use gg_runtime::proto;
 use gg_runtime::source::MemorySource;
 use gg_runtime::{DType, Gpu, HostTensor, Session, SessionOptions, Tuning, Value};
@@ -430,7 +431,8 @@ fn a_host_value_read_by_several_kernels_is_uploaded_once_per_run() {
 /// A Cast of a host value runs on the host (mobius's float16 attention mask:
 /// `Cast(Where(mask, 0, -65504), float16)`, all computed from the int64 attention mask): no
 /// dispatch, the float16 value uploaded once for its reader, rounded to nearest even as ONNX
-/// Runtime's Cast rounds (both ties below are exact halfway cases).
+/// Runtime's Cast rounds (both ties below are exact halfway cases); past `HOST_CAST_MAX`
+/// elements, by a kernel.
 #[test]
 fn a_cast_of_a_host_value_stays_on_the_host() {
     let gpu = gpu();
@@ -502,6 +504,45 @@ fn a_cast_of_a_host_value_stays_on_the_host() {
                 "fuse {fuse}"
             );
         }
+    }
+    // Up to HOST_CAST_MAX elements on the host; a longer mask (a long prompt's) is cast by a
+    // kernel, to the same values.
+    let mut g = G::default();
+    g.inputs.push(ValueInfo {
+        name: "mask".into(),
+        elem_type: DType::I64.to_onnx(),
+        dims: None,
+    });
+    let up = g.f32s("up", vec![], vec![1.0 + 3.0 / 2048.0]);
+    let down = g.f32s("down", vec![], vec![-65504.0]);
+    g.node("Cast", "", &["mask"], "c", vec![attr_i("to", 9)]);
+    g.node("Where", "", &["c", &up, &down], "w", vec![]);
+    g.node("Cast", "", &["w"], "w16", vec![attr_i("to", 10)]);
+    g.outputs.push(ValueInfo {
+        name: "w16".into(),
+        elem_type: DType::F16.to_onnx(),
+        dims: None,
+    });
+    let s = session(&gpu, g.graph(), true);
+    for (n, dispatches) in [(HOST_CAST_MAX, 0), (HOST_CAST_MAX + 1, 1)] {
+        let mask: Vec<i64> = (0..n as i64).map(|i| i % 3 % 2).collect();
+        let before = gpu.counters.snapshot().dispatches;
+        let outs = pollster::block_on(s.run(vec![(
+            "mask".into(),
+            Value::Host(HostTensor::from_i64(vec![1, n], &mask)),
+        )]))
+        .expect("runs");
+        assert_eq!(
+            gpu.counters.snapshot().dispatches - before,
+            dispatches,
+            "{n} elements"
+        );
+        let got = read_all(&s, outs).remove(0).1;
+        let want: Vec<f32> = mask
+            .iter()
+            .map(|&m| if m == 1 { 1.0 + 1.0 / 512.0 } else { -65504.0 })
+            .collect();
+        assert!(got == want, "{n} elements: the cast mask");
     }
 }
 

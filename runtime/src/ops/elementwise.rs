@@ -149,6 +149,10 @@ pub fn cast_gpu(cx: &mut Ctx<'_>, t: &GpuTensor, to: DType) -> Result<GpuTensor>
     ew_gpu(cx, "a", &[View::bcast(t, &shape)], &shape, to)
 }
 
+/// The most elements a Cast of a host value converts on the host (64 Ki: a decode step's mask
+/// over a context of 64K tokens); larger ones are uploaded and cast by a kernel.
+pub const HOST_CAST_MAX: usize = 1 << 16;
+
 #[derive(Clone, Copy)]
 enum Out {
     Same,
@@ -194,15 +198,18 @@ impl Op for Ew {
             Out::Bool => DType::Bool,
             Out::To(d) => d,
         };
-        // A Cast of a host value stays there too (a mask built on the host from the
-        // attention mask and cast to float16, say): the value is uploaded either way, and
-        // rounding it first spares a dispatch and half the upload.
+        // A small Cast of a host value stays there too (a decode step's mask, built on the
+        // host from the attention mask and cast to float16): the value is uploaded either way,
+        // and rounding it first spares a dispatch and half the upload. A large one (a long
+        // prompt's mask) is converted faster by the GPU than element by element here.
+        let small_cast = matches!(self.out, Out::To(_))
+            && ins[0].shape().iter().product::<usize>() <= HOST_CAST_MAX;
         let on_host = all_host(inputs)
             && (ins
                 .iter()
                 .any(|v| host_dtype(v.dtype()) || !v.dtype().is_float())
                 || host_dtype(out_dtype)
-                || matches!(self.out, Out::To(_)));
+                || small_cast);
         if on_host || ins.iter().any(|v| v.dtype() == DType::F64) || out_dtype == DType::F64 {
             let hs: Vec<&crate::tensor::HostTensor> = ins
                 .iter()
