@@ -445,11 +445,7 @@ fn a_cast_of_a_host_value_stays_on_the_host() {
         });
     }
     // 1 + 3·2^-11 rounds up to 1 + 2^-9 (even), -(1 + 2^-11) down to -1.
-    let up = g.f32s("up", vec![], vec![1.0 + 3.0 / 2048.0]);
-    let down = g.f32s("down", vec![], vec![-(1.0 + 1.0 / 2048.0)]);
-    g.node("Cast", "", &["mask"], "c", vec![attr_i("to", 9)]);
-    g.node("Where", "", &["c", &up, &down], "w", vec![]);
-    g.node("Cast", "", &["w"], "w16", vec![attr_i("to", 10)]);
+    f16_mask(&mut g, -(1.0 + 1.0 / 2048.0));
     g.node("Add", "", &["x", "w16"], "y", vec![]);
     for out in ["w16", "y"] {
         g.outputs.push(ValueInfo {
@@ -513,11 +509,7 @@ fn a_cast_of_a_host_value_stays_on_the_host() {
         elem_type: DType::I64.to_onnx(),
         dims: None,
     });
-    let up = g.f32s("up", vec![], vec![1.0 + 3.0 / 2048.0]);
-    let down = g.f32s("down", vec![], vec![-65504.0]);
-    g.node("Cast", "", &["mask"], "c", vec![attr_i("to", 9)]);
-    g.node("Where", "", &["c", &up, &down], "w", vec![]);
-    g.node("Cast", "", &["w"], "w16", vec![attr_i("to", 10)]);
+    f16_mask(&mut g, -65504.0);
     g.outputs.push(ValueInfo {
         name: "w16".into(),
         elem_type: DType::F16.to_onnx(),
@@ -544,6 +536,16 @@ fn a_cast_of_a_host_value_stays_on_the_host() {
             .collect();
         assert!(got == want, "{n} elements: the cast mask");
     }
+}
+
+/// mobius's float16 mask on the int64 input `mask`: `w16 = Cast(Where(Cast(mask, bool),
+/// 1 + 3·2^-11, down), float16)`.
+fn f16_mask(g: &mut G, down: f32) {
+    let up = g.f32s("up", vec![], vec![1.0 + 3.0 / 2048.0]);
+    let down = g.f32s("down", vec![], vec![down]);
+    g.node("Cast", "", &["mask"], "c", vec![attr_i("to", 9)]);
+    g.node("Where", "", &["c", &up, &down], "w", vec![]);
+    g.node("Cast", "", &["w"], "w16", vec![attr_i("to", 10)]);
 }
 
 /// The host Cast and the GPU one give the same bits. The ONNX node suite's Cast cases check the

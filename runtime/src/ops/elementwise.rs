@@ -202,8 +202,7 @@ impl Op for Ew {
         // host from the attention mask and cast to float16): the value is uploaded either way,
         // and rounding it first spares a dispatch and half the upload. A large one (a long
         // prompt's mask) is converted faster by the GPU than element by element here.
-        let small_cast = matches!(self.out, Out::To(_))
-            && ins[0].shape().iter().product::<usize>() <= HOST_CAST_MAX;
+        let small_cast = matches!(self.out, Out::To(_)) && ins[0].numel() <= HOST_CAST_MAX;
         let on_host = all_host(inputs)
             && (ins
                 .iter()

@@ -211,6 +211,16 @@ fn tools_of(arg: Option<&str>) -> anyhow::Result<Vec<gg_agent::ToolDefinition>> 
     }
 }
 
+/// A result document on stdout, pretty-printed (an error when the reader went away).
+fn print_json(doc: &serde_json::Value) -> anyhow::Result<()> {
+    writeln!(
+        std::io::stdout().lock(),
+        "{}",
+        serde_json::to_string_pretty(doc)?
+    )?;
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let res = match cli.cmd {
@@ -550,12 +560,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "decode": decode,
         "decode_in_call": call,
     });
-    writeln!(
-        std::io::stdout().lock(),
-        "{}",
-        serde_json::to_string_pretty(&doc)?
-    )?;
-    Ok(())
+    print_json(&doc)
 }
 
 /// `pooling_kernel_size` wherever the image processor's config has it (GenAI packages:
@@ -660,12 +665,7 @@ async fn bench_vision(args: BenchVisionArgs) -> anyhow::Result<()> {
         "submits": runs[0].submits,
         "runs_ms": runs.iter().map(|r| r.encode_s * 1e3).collect::<Vec<_>>(),
     });
-    writeln!(
-        std::io::stdout().lock(),
-        "{}",
-        serde_json::to_string_pretty(&doc)?
-    )?;
-    Ok(())
+    print_json(&doc)
 }
 
 fn round(x: f64) -> f64 {
