@@ -1,5 +1,15 @@
 //! What the two command-line tools share.
 
+/// `eprintln!` that never panics: a progress line or message to standard error, dropped when
+/// nothing reads it (`gemma-gem bench 2>&1 | head -c 0`), where `eprintln!` would panic.
+#[macro_export]
+macro_rules! note {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
 /// Whether `e` comes from writing to a reader that went away (`gemma-gem bench | head`): the
 /// tools then stop quietly with success, as a Unix filter does, instead of reporting an error.
 pub fn broken_pipe(e: &anyhow::Error) -> bool {

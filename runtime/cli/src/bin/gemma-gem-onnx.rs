@@ -72,7 +72,7 @@ fn main() -> ExitCode {
         // The reader went away (`| head`): stop quietly, as a Unix filter does.
         Err(e) if gg_cli::broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            gg_cli::note!("error: {e:#}");
             ExitCode::from(1)
         }
     }
@@ -177,7 +177,7 @@ fn inspect(model: &Path) -> anyhow::Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     } else {
         for u in &bad {
-            eprintln!("  {u}: {}", u.reason);
+            gg_cli::note!("  {u}: {}", u.reason);
         }
         Ok(ExitCode::from(3))
     }
@@ -205,7 +205,7 @@ fn run(
         adapter,
         gg_runtime::Tuning::from_env,
     ))?);
-    eprintln!("adapter: {}", gpu.adapter);
+    gg_cli::note!("adapter: {}", gpu.adapter);
     let session = pollster::block_on(Session::load_file(gpu.clone(), model))?;
     let before = gpu.counters.snapshot();
     let outs = pollster::block_on(session.run_host(feeds))?;
@@ -224,7 +224,7 @@ fn run(
             path.display()
         )?;
     }
-    eprintln!(
+    gg_cli::note!(
         "run: {} dispatches, {} submits, {} bytes read back, {} buffers created",
         after.dispatches - before.dispatches,
         after.submits - before.submits,

@@ -234,7 +234,7 @@ fn main() -> ExitCode {
         Err(e) if gg_cli::broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             let msg = format!("{e:#}").replace('\n', " ");
-            eprintln!("error: {msg}");
+            gg_cli::note!("error: {msg}");
             ExitCode::from(1)
         }
     }
@@ -335,7 +335,7 @@ async fn generate(args: GenerateArgs) -> anyhow::Result<()> {
                         model.tokenizer.special().tool_call_start.id,
                     )),
                     Err(e) => {
-                        eprintln!("warning: tool calls are not constrained: {e}");
+                        gg_cli::note!("warning: tool calls are not constrained: {e}");
                         None
                     }
                 }
@@ -412,7 +412,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         let s = t.elapsed().as_secs_f64();
         let pipelines =
             model.gpu.counters.snapshot().pipelines_compiled - before.pipelines_compiled;
-        eprintln!("gemma-gem bench: warm-up: {pipelines} pipelines compiled in {s:.2} s");
+        gg_cli::note!("gemma-gem bench: warm-up: {pipelines} pipelines compiled in {s:.2} s");
         json!({"s": s, "pipelines_compiled": pipelines})
     } else {
         Value::Null
@@ -425,7 +425,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
             p.1 = p.1.max(now.1);
         }
     };
-    let progress = |what: &str| eprintln!("gemma-gem bench: {what}");
+    let progress = |what: &str| gg_cli::note!("gemma-gem bench: {what}");
     let too_long = |positions: usize| {
         model
             .context_limit()
@@ -616,12 +616,12 @@ async fn bench_vision(args: BenchVisionArgs) -> anyhow::Result<()> {
     let encoder = VisionEncoder::load(gpu.clone(), &repo, &config, dtype).await?;
     let load_s = t0.elapsed().as_secs_f64();
     let n = args.soft_tokens;
-    eprintln!("gemma-gem bench-vision: {n} soft tokens: warm-up");
+    gg_cli::note!("gemma-gem bench-vision: {n} soft tokens: warm-up");
     bench::vision_encode(&encoder, n, pool).await?;
     let mut runs = Vec::new();
     for r in 0..args.runs {
         let run = bench::vision_encode(&encoder, n, pool).await?;
-        eprintln!(
+        gg_cli::note!(
             "gemma-gem bench-vision: {n} soft tokens ({} patch slots), run {}: {:.1} ms, {} dispatches, {} submits",
             run.slots,
             r + 1,
@@ -638,14 +638,14 @@ async fn bench_vision(args: BenchVisionArgs) -> anyhow::Result<()> {
         encoder.session().set_profiling(false);
         rows.sort_by_key(|r| std::cmp::Reverse(r.1.micros));
         for (kind, p) in rows.iter().filter(|(_, p)| p.dispatches > 0) {
-            eprintln!(
+            gg_cli::note!(
                 "  {kind:<48} {:>4} dispatches {:>9.1} ms",
                 p.dispatches,
                 p.micros as f64 / 1e3
             );
         }
         for f in encoder.session().fused() {
-            eprintln!("  fused: {f}");
+            gg_cli::note!("  fused: {f}");
         }
     }
     let mut ms: Vec<f64> = runs.iter().map(|r| r.encode_s * 1e3).collect();
@@ -675,14 +675,14 @@ fn round(x: f64) -> f64 {
 /// Prints a `--dispatch-profile` table: dispatches and wall time per kind of node, slowest first.
 fn print_profile(what: &str, rows: &[(String, gg_runtime::OpProfile)], total: u64) {
     let ms: u64 = rows.iter().map(|(_, p)| p.micros).sum();
-    eprintln!(
+    gg_cli::note!(
         "gemma-gem bench: dispatches of {what}: {total} ({:.1} ms with a wait after every node)",
         ms as f64 / 1e3
     );
     let mut rows: Vec<_> = rows.iter().filter(|(_, p)| p.dispatches > 0).collect();
     rows.sort_by_key(|(_, p)| std::cmp::Reverse(p.micros));
     for (kind, p) in rows {
-        eprintln!(
+        gg_cli::note!(
             "gemma-gem bench:   {:>5} dispatches  {:>4} nodes  {:>9.1} ms  {kind}",
             p.dispatches,
             p.runs,
