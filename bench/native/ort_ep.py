@@ -15,6 +15,13 @@ then to the last of --decode-tokens further ids, nothing in flight before.
 
 `--ep cpu`: ONNX Runtime's CPU EP (no plug-in needed), the reference the benches consult when
 the runtimes' greedy ids differ.
+`--kv-shared-windowless` (with `--ep cpu`, on a GenAI package): the CPU EP on the graph with the
+sliding window taken off every KV-shared GroupQueryAttention (a node whose past_key is another
+node's present: mobius's Gemma 4 layers that reuse an earlier layer's cache), the other layers as
+written. That is what ONNX Runtime's WebGPU kernels compute on such graphs (they keep those
+layers without a window: onnxruntime #32462, bench/repro/README.md part 2), so the benches check
+a peer's differing ids against it; `kv_shared_windows_removed` in the JSON counts the nodes
+(the script fails when there is none).
 `--model` is a folder in the onnx-community layout (embed_tokens_<dtype>.onnx +
 decoder_model_merged_<dtype>.onnx) or an ONNX Runtime GenAI package (genai_config.json: mobius's
 `embedding/` + `decoder/`, or one graph taking input_ids; one variant, --dtype ignored). On the CPU
@@ -48,7 +55,7 @@ NP = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 
 
 class Model:
-    def __init__(self, folder: str, dtype: str | None, ep: str):
+    def __init__(self, folder: str, dtype: str | None, ep: str, windowless: bool = False):
         try:
             with open(f"{folder}/genai_config.json") as f:
                 genai = json.load(f)["model"]
@@ -64,6 +71,10 @@ class Model:
             self.vocab = genai["vocab_size"]
             self.limit = genai.get("context_length")
         self.ep = ep
+        if windowless and (ep != "cpu" or genai is None):
+            raise SystemExit("ort_ep.py: --kv-shared-windowless needs --ep cpu and a GenAI package")
+        self.windowless = windowless
+        self.windows_removed = 0
         # Where the cache and the embeddings live between steps.
         self.where = "webgpu" if ep == "webgpu" else "cpu"
         self.device = None
@@ -110,21 +121,47 @@ class Model:
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if exact:
-            # MatMulNBits with accuracy_level 0 (see the module doc); external data stays next to
-            # the graph, so the model is loaded from its folder and passed as bytes.
+            # MatMulNBits with accuracy_level 0 (see the module doc). The graph alone is rewritten
+            # and passed as bytes; ONNX Runtime reads its external weights from the graph's folder
+            # (the onnx package would refuse them when hard-linked, as bench/tjs_layout.py links
+            # them, and would hold them all in Python).
+            import os
+
             import onnx
 
-            m = onnx.load(path, load_external_data=True)
+            so.add_session_config_entry(
+                "session.model_external_initializers_file_folder_path",
+                os.path.dirname(os.path.abspath(path)),
+            )
+            m = onnx.load(path, load_external_data=False)
             for n in m.graph.node:
                 if n.op_type == "MatMulNBits":
                     for a in n.attribute:
                         if a.name == "accuracy_level":
                             a.i = 0
+            if self.windowless:
+                self.windows_removed += remove_kv_shared_windows(m.graph)
             path = m.SerializeToString()
         if self.device is None:
             return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
         so.add_provider_for_devices([self.device], {})
         return ort.InferenceSession(path, sess_options=so)
+
+
+def remove_kv_shared_windows(graph) -> int:
+    """Sets local_window_size -1 on every KV-shared GroupQueryAttention of `graph` (its past_key,
+    input 3, is another node's output rather than a graph input: the source layer's present) that
+    has a window; returns how many."""
+    produced = {o for n in graph.node for o in n.output}
+    changed = 0
+    for n in graph.node:
+        if n.op_type != "GroupQueryAttention" or len(n.input) < 4 or n.input[3] not in produced:
+            continue
+        for a in n.attribute:
+            if a.name == "local_window_size" and a.i > 0:
+                a.i = -1
+                changed += 1
+    return changed
 
 
 class Generation:
@@ -202,8 +239,19 @@ def main() -> None:
         default="webgpu",
         help="cpu: ONNX Runtime's CPU EP, the reference the benches' token check falls back on",
     )
+    ap.add_argument(
+        "--kv-shared-windowless",
+        action="store_true",
+        help="with --ep cpu on a GenAI package: no sliding window on KV-shared GroupQueryAttention "
+        "layers (what ONNX Runtime's WebGPU kernels compute there)",
+    )
     a = ap.parse_args()
-    m = Model(a.model, a.dtype, a.ep)
+    m = Model(a.model, a.dtype, a.ep, a.kv_shared_windowless)
+    if a.kv_shared_windowless and m.windows_removed == 0:
+        raise SystemExit(
+            "ort_ep.py: --kv-shared-windowless: no KV-shared GroupQueryAttention with a "
+            f"local_window_size in {a.model}"
+        )
     log = lambda s: print(f"ort_ep: {s}", file=sys.stderr, flush=True)  # noqa: E731
     fits = lambda n: m.limit is None or n <= m.limit  # noqa: E731
     prefill = []
@@ -247,6 +295,7 @@ def main() -> None:
         "dtype": m.dtype,
         "load_s": m.load_s,
         "kv_on_device": a.ep == "webgpu",
+        "kv_shared_windows_removed": m.windows_removed,
         "prefill": prefill,
         "decode": decode,
     }

@@ -724,7 +724,7 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
         summary.insert(m.name.into(), model_summary);
         if args.cpu_reference {
             let dtype = doc["dtype"].as_str().unwrap_or("q4").to_string();
-            let check = cpu_reference(plan, m, &dtype).map(|r| cpu_check(&doc, &r))?;
+            let check = cpu_reference(plan, m, &dtype, false).map(|r| cpu_check(&doc, &r))?;
             if let Some(Value::Object(o)) = summary.get_mut(m.name) {
                 o.insert("ort_cpu".into(), check);
             }
@@ -745,8 +745,10 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
 
 /// The greedy ids of ONNX Runtime's CPU EP on `m` for the plan's configurations
 /// (`bench/native/ort_ep.py --ep cpu`), in the shape of [`paired::native_run`]: the referee when
-/// the runtimes' ids differ. Its Python: GEMMA_GEM_ORT_EP_PYTHON, else the repo's .venv.
-fn cpu_reference(plan: &Plan, m: &BenchModel, dtype: &str) -> Result<Value> {
+/// the runtimes' ids differ. `windowless`: on the graph without a sliding window on its KV-shared
+/// GroupQueryAttention layers (`--kv-shared-windowless`, GenAI packages only), what ONNX Runtime's
+/// WebGPU kernels compute there. Its Python: GEMMA_GEM_ORT_EP_PYTHON, else the repo's .venv.
+fn cpu_reference(plan: &Plan, m: &BenchModel, dtype: &str, windowless: bool) -> Result<Value> {
     let python = match std::env::var_os("GEMMA_GEM_ORT_EP_PYTHON") {
         Some(p) => PathBuf::from(p),
         None => crate::install::ensure_python_venv()?,
@@ -758,30 +760,55 @@ fn cpu_reference(plan: &Plan, m: &BenchModel, dtype: &str) -> Result<Value> {
             .join(",")
     };
     eprintln!(
-        "xtask: ONNX Runtime's CPU EP's greedy ids on {} (the reference)",
-        m.name
+        "xtask: ONNX Runtime's CPU EP's greedy ids on {} ({})",
+        m.name,
+        if windowless {
+            "without a window on its KV-shared layers, as ONNX Runtime's WebGPU kernels compute them"
+        } else {
+            "the reference"
+        }
     );
+    let mut cmd = Command::new(python);
+    cmd.arg(root().join("bench/native/ort_ep.py"));
+    if windowless {
+        cmd.arg("--kv-shared-windowless");
+    }
     let out = output(
-        Command::new(python)
-            .arg(root().join("bench/native/ort_ep.py"))
-            .args([
-                "--ep",
-                "cpu",
-                "--runs",
-                "1",
-                "--token-ids",
-                "--dtype",
-                dtype,
-            ])
-            .arg("--model")
-            .arg(&m.dir)
-            .args(["--prefill", &list(&plan.prefill)])
-            .args(["--decode-context", &list(&plan.decode_context)])
-            .args(["--decode-tokens", &plan.decode_tokens.to_string()])
-            .stderr(std::process::Stdio::inherit()),
+        cmd.args([
+            "--ep",
+            "cpu",
+            "--runs",
+            "1",
+            "--token-ids",
+            "--dtype",
+            dtype,
+        ])
+        .arg("--model")
+        .arg(&m.dir)
+        .args(["--prefill", &list(&plan.prefill)])
+        .args(["--decode-context", &list(&plan.decode_context)])
+        .args(["--decode-tokens", &plan.decode_tokens.to_string()])
+        .stderr(std::process::Stdio::inherit()),
     )?;
     let doc: Value = serde_json::from_str(&out).context("ort_ep.py --ep cpu printed no JSON")?;
     Ok(paired::native_run(&doc))
+}
+
+/// After the CPU reference: where an ONNX Runtime WebGPU peer's ids differ from ours and ours
+/// equal the reference, on an exporters' package, checks the peer's ids against the CPU EP on the
+/// graph without windows on its KV-shared layers ([`paired::explain_with_windowless`]). A
+/// failure to run that check is a note; the mismatch then stays unexplained (and fails the bench).
+fn explain_mismatches(plan: &Plan, m: &BenchModel, dtype: &str, summary: &mut Value) {
+    if !m.is_genai() || !paired::wants_windowless_check(summary) {
+        return;
+    }
+    match cpu_reference(plan, m, dtype, true) {
+        Ok(windowless) => paired::explain_with_windowless(summary, &windowless),
+        Err(e) => eprintln!(
+            "xtask: note: no windowless CPU reference for {}: {e:#}",
+            m.name
+        ),
+    }
 }
 
 /// Ours' greedy ids (`ours`: a `gemma-gem bench --token-ids` document) against ONNX Runtime's
@@ -873,10 +900,11 @@ fn native_pairs(
     let peer = summary["ort_webgpu_ep"].take();
     let mut out = json!({ "ort_webgpu_ep": peer });
     if out["ort_webgpu_ep"]["tokens_match"] == json!(false) {
-        match cpu_reference(plan, m, &dtype) {
+        match cpu_reference(plan, m, &dtype, false) {
             Ok(reference) => paired::annotate_with_reference(&mut out, &reference),
             Err(e) => eprintln!("xtask: note: no CPU reference for {}: {e:#}", m.name),
         }
+        explain_mismatches(plan, m, &dtype, &mut out);
     }
     let mut out = out["ort_webgpu_ep"].take();
     out["runtimes"] = summary["runtimes"].take();
@@ -1082,10 +1110,11 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
                 && mismatch
             {
                 let dtype = r["dtype"].as_str().unwrap_or("q4").to_string();
-                match cpu_reference(plan, m, &dtype) {
+                match cpu_reference(plan, m, &dtype, false) {
                     Ok(reference) => paired::annotate_with_reference(&mut summary, &reference),
                     Err(e) => eprintln!("xtask: note: no CPU reference for {name}: {e:#}"),
                 }
+                explain_mismatches(plan, m, &dtype, &mut summary);
             }
             per_model.insert(name.clone(), summary);
         }
@@ -1331,6 +1360,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if let Some(native) = doc.get("native") {
         failures.extend(paired::token_failures(&json!({ "models": native })));
     }
+    let mut notes = doc
+        .get("browser")
+        .map(paired::token_notes)
+        .unwrap_or_default();
+    if let Some(native) = doc.get("native") {
+        notes.extend(paired::token_notes(&json!({ "models": native })));
+    }
+    for n in notes {
+        eprintln!("xtask: note: {n}");
+    }
     if !failures.is_empty() {
         bail!(
             "the runtimes disagree on the greedy tokens (results kept in {}):\n  {}",
@@ -1465,6 +1504,72 @@ mod tests {
         let f = paired::token_failures(&json!({"models": {"m": {"ort_cpu": other}}}));
         assert_eq!(f.len(), 1, "{f:?}");
         assert!(parse(&["--cpu-reference"]).cpu_reference);
+    }
+
+    #[test]
+    fn windowless_reference_is_what_onnx_runtime_webgpu_computed() {
+        // onnxruntime-web 1.30 on SwiftShader (subgroups hidden) on mobius-tiny as exported, past
+        // its 8-token window: its recorded ids differed from ours and from the CPU EP's. The CPU
+        // EP without windows on the KV-shared layers gives exactly those ids; inside the window
+        // the two references agree.
+        let python = crate::install::ensure_python_venv().unwrap();
+        let recorded: Value = serde_json::from_slice(
+            &std::fs::read(root().join("bench/results/2026-12-06-082717.json")).unwrap(),
+        )
+        .unwrap();
+        let mm = &recorded["browser"]["models"]["mobius-tiny"]["ort_web"]["token_mismatches"][1];
+        assert_eq!(mm["what"], json!("decode 8 after 128"));
+        let cpu = |windowless: bool, model: &str| {
+            let mut cmd = Command::new(&python);
+            cmd.current_dir(root())
+                .arg("bench/native/ort_ep.py")
+                .args(["--ep", "cpu", "--token-ids", "--model", model])
+                .args([
+                    "--prefill",
+                    "8",
+                    "--decode-context",
+                    "128",
+                    "--decode-tokens",
+                    "8",
+                ]);
+            if windowless {
+                cmd.arg("--kv-shared-windowless");
+            }
+            let o = cmd.output().unwrap();
+            let text = String::from_utf8_lossy(&o.stderr).into_owned();
+            (
+                o.status.success(),
+                serde_json::from_slice::<Value>(&o.stdout).ok(),
+                text,
+            )
+        };
+        let model = "tests/fixtures/models/mobius-tiny-gqa-int4-split";
+        // The weights hard-linked elsewhere, as bench/tjs_layout.py links them: still readable.
+        let link = std::env::temp_dir().join(format!("gg-windowless-{}", std::process::id()));
+        let _ = std::fs::remove_file(&link);
+        std::fs::hard_link(root().join(model).join("decoder/model.onnx.data"), &link).unwrap();
+        let (ok, written, err) = cpu(false, model);
+        let _ = std::fs::remove_file(&link);
+        assert!(ok, "{err}");
+        let (ok, windowless, err) = cpu(true, model);
+        assert!(ok, "{err}");
+        let (written, windowless) = (written.unwrap(), windowless.unwrap());
+        // Layer 4 (KV-shared, window 8); layer 5 is KV-shared without a window.
+        assert_eq!(windowless["kv_shared_windows_removed"], json!(1));
+        assert_eq!(written["kv_shared_windows_removed"], json!(0));
+        assert_eq!(written["decode"][0]["ids"], mm["ours"]);
+        assert_eq!(windowless["decode"][0]["ids"], mm["peer"]);
+        assert_ne!(mm["ours"], mm["peer"]);
+        assert_eq!(
+            written["prefill"][0]["ids"],
+            windowless["prefill"][0]["ids"]
+        );
+        // Our generator's graphs have no KV-shared GroupQueryAttention: a clear refusal.
+        let (ok, _, err) = cpu(true, "tests/fixtures/models/gemma4-tiny");
+        assert!(
+            !ok && err.contains("needs --ep cpu and a GenAI package"),
+            "{err}"
+        );
     }
 
     /// bench/tjs_layout.py on the committed mobius fixture: the view runs bit-identically to the

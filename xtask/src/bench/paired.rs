@@ -486,7 +486,114 @@ pub fn annotate_with_reference(summary: &mut Value, reference: &Value) {
     }
 }
 
-/// The peers whose greedy ids differed from ours (with the first difference), over all models.
+/// The peers built on ONNX Runtime's WebGPU kernels (onnxruntime-web, transformers.js's build of
+/// it, the native plug-in EP): the ones [`explain_with_windowless`] applies to.
+pub const ORT_WEBGPU_PEERS: [&str; 4] = [
+    "ort_web",
+    "ort_web_static",
+    "transformers_js",
+    "ort_webgpu_ep",
+];
+
+/// `token_mismatch_cause` of a peer whose every differing sequence [`explain_with_windowless`]
+/// explained.
+pub const KV_SHARED_WINDOW_CAUSE: &str = "ONNX Runtime's WebGPU GroupQueryAttention applies no sliding window on KV-shared layers (onnxruntime #32462; bench/repro/README.md part 2): the peer's ids are ONNX Runtime CPU EP's on the graph without those windows, ours the CPU EP's on the graph as written";
+
+/// After [`annotate_with_reference`]: checks each differing sequence of an ONNX Runtime WebGPU
+/// peer ([`ORT_WEBGPU_PEERS`]) against `windowless` (ONNX Runtime's CPU EP on the graph with no
+/// window on its KV-shared GroupQueryAttention layers, `bench/native/ort_ep.py
+/// --kv-shared-windowless`, in the shape of [`native_run`]). A mismatch is explained
+/// (`explained_by: "kv_shared_window"`) when ours equal the reference on the graph as written and
+/// the peer's ids equal the windowless reference's: both computed their model exactly, and the
+/// models differ by that one known kernel behaviour. The peer gets `token_mismatches_explained`
+/// (every mismatch explained) and, then, `token_mismatch_cause`; `tokens_match` stays false.
+pub fn explain_with_windowless(summary: &mut Value, windowless: &Value) {
+    let refs: Map<String, Value> = ids_of(windowless)
+        .into_iter()
+        .map(|(k, v)| (k, Value::Array(v)))
+        .collect();
+    let Some(obj) = summary.as_object_mut() else {
+        return;
+    };
+    for (peer, p) in obj.iter_mut() {
+        if !ORT_WEBGPU_PEERS.contains(&peer.as_str()) {
+            continue;
+        }
+        let Some(list) = p.get_mut("token_mismatches").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        let mut all = !list.is_empty();
+        for mm in list.iter_mut() {
+            let what = mm["what"].as_str().unwrap_or("").to_string();
+            let peer_windowless = refs.get(&what).map(|r| mm["peer"] == *r);
+            if let Some(r) = refs.get(&what) {
+                mm["windowless_reference_ids"] = r.clone();
+            }
+            mm["peer_matches_windowless_reference"] = json!(peer_windowless);
+            let explained =
+                mm["ours_matches_reference"] == json!(true) && peer_windowless == Some(true);
+            if explained {
+                mm["explained_by"] = json!("kv_shared_window");
+            }
+            all &= explained;
+        }
+        p["token_mismatches_explained"] = json!(all);
+        if all {
+            p["token_mismatch_cause"] = json!(KV_SHARED_WINDOW_CAUSE);
+        }
+    }
+}
+
+/// Whether a model's summary (from [`browser_model`], after [`annotate_with_reference`]) has an
+/// ONNX Runtime WebGPU peer whose ids differ from ours where ours equal the CPU EP's: the case
+/// [`explain_with_windowless`] can explain.
+pub fn wants_windowless_check(summary: &Value) -> bool {
+    ORT_WEBGPU_PEERS.iter().any(|peer| {
+        summary
+            .get(*peer)
+            .and_then(|p| p.get("token_mismatches"))
+            .and_then(Value::as_array)
+            .is_some_and(|l| {
+                l.iter().any(|mm| {
+                    mm["ours_matches_reference"] == json!(true)
+                        && mm["peer_matches_reference"] == json!(false)
+                })
+            })
+    })
+}
+
+/// The peers whose greedy ids differed from ours for a cause [`explain_with_windowless`] proved,
+/// over all models: not failures, but said on every run.
+pub fn token_notes(browser: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, m) in browser
+        .get("models")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        for (peer, p) in m.as_object().into_iter().flatten() {
+            if p.get("tokens_match") == Some(&json!(false))
+                && p.get("token_mismatches_explained") == Some(&json!(true))
+            {
+                let n = p
+                    .get("token_mismatches")
+                    .and_then(Value::as_array)
+                    .map_or(0, Vec::len);
+                out.push(format!(
+                    "{name}: {peer}'s greedy ids differ from ours in {n} sequence(s), explained: {}",
+                    p.get("token_mismatch_cause")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The peers whose greedy ids differed from ours (with the first difference), over all models;
+/// a peer whose every mismatch is explained ([`token_notes`]) is not among them.
 pub fn token_failures(browser: &Value) -> Vec<String> {
     let mut out = Vec::new();
     for (name, m) in browser
@@ -496,7 +603,9 @@ pub fn token_failures(browser: &Value) -> Vec<String> {
         .flatten()
     {
         for (peer, p) in m.as_object().into_iter().flatten() {
-            if p.get("tokens_match") == Some(&json!(false)) {
+            if p.get("tokens_match") == Some(&json!(false))
+                && p.get("token_mismatches_explained") != Some(&json!(true))
+            {
                 let first = p
                     .get("token_mismatches")
                     .and_then(|v| v.get(0))
@@ -627,6 +736,11 @@ pub fn markdown_model(name: &str, m: &Value, software: bool) -> String {
         let pv = m.get(p.as_str()).cloned().unwrap_or(Value::Null);
         let tm = match pv.get("tokens_match") {
             Some(Value::Bool(true)) => "identical greedy ids".to_string(),
+            Some(Value::Bool(false))
+                if pv.get("token_mismatches_explained") == Some(&json!(true)) =>
+            {
+                "**greedy ids differ**, explained: ONNX Runtime's WebGPU GroupQueryAttention applies no sliding window on KV-shared layers (the peer's ids are ONNX Runtime CPU EP's without those windows, ours the CPU EP's as written; see token_mismatches), so where a sequence passes the window the two compute different models".to_string()
+            }
             Some(Value::Bool(false)) => "**greedy ids differ** (see token_mismatches)".to_string(),
             _ => "no ids compared".to_string(),
         };
@@ -906,6 +1020,68 @@ mod tests {
         );
         let f = token_failures(&json!({"models": {"tiny": s}}));
         assert!(f[0].contains("ours match ONNX Runtime's CPU EP"), "{f:?}");
+    }
+
+    #[test]
+    fn a_mismatch_is_explained_only_by_both_references() {
+        // Ours [5, 6, 7] (= the CPU EP on the graph as written); the windowless CPU EP [5, 9, 4].
+        let reference = native_run(
+            &json!({"decode": [{"context": 16, "tokens": 2, "runs": [{"tok_s": 1.0}], "ids": [5, 6, 7]}]}),
+        );
+        let windowless = native_run(
+            &json!({"decode": [{"context": 16, "tokens": 2, "runs": [{"tok_s": 1.0}], "ids": [5, 9, 4]}]}),
+        );
+        let summary = |peer: &str, ours: &[u32], theirs: &[u32]| {
+            let raw = json!({"dtype": "q4", "pairs": [
+                {"order": ["ours", peer], "runs": {"ours": run(1.0, 0.5, 1.0, ours), peer: run(1.0, 0.5, 1.0, theirs)}}
+            ]});
+            let mut s = browser_model(&raw, &[peer.to_string()]);
+            annotate_with_reference(&mut s, &reference);
+            s
+        };
+        // The peer computes the windowless graph exactly: explained, not a failure, said.
+        let mut s = summary("ort_web", &[5, 6, 7], &[5, 9, 4]);
+        assert!(wants_windowless_check(&s));
+        explain_with_windowless(&mut s, &windowless);
+        assert_eq!(s["ort_web"]["tokens_match"], json!(false));
+        assert_eq!(s["ort_web"]["token_mismatches_explained"], json!(true));
+        assert_eq!(
+            s["ort_web"]["token_mismatches"][0]["explained_by"],
+            json!("kv_shared_window")
+        );
+        let models = json!({"models": {"mobius": s.clone()}});
+        assert!(token_failures(&models).is_empty());
+        let notes = token_notes(&models);
+        assert!(
+            notes.len() == 1 && notes[0].contains("ort_web's greedy ids differ from ours in 1"),
+            "{notes:?}"
+        );
+        let md = markdown_model("mobius", &s, true);
+        assert!(md.contains("explained: ONNX Runtime's WebGPU"), "{md}");
+        // The peer's ids are neither model's: unexplained, a failure.
+        let mut s = summary("transformers_js", &[5, 6, 7], &[5, 9, 8]);
+        explain_with_windowless(&mut s, &windowless);
+        assert_eq!(
+            s["transformers_js"]["token_mismatches_explained"],
+            json!(false)
+        );
+        assert!(s["transformers_js"].get("token_mismatch_cause").is_none());
+        assert_eq!(token_failures(&json!({"models": {"m": s}})).len(), 1);
+        // Ours differ from the CPU EP: nothing to explain the peer by.
+        let mut s = summary("ort_webgpu_ep", &[5, 6, 8], &[5, 9, 4]);
+        assert!(!wants_windowless_check(&s));
+        explain_with_windowless(&mut s, &windowless);
+        assert_eq!(
+            s["ort_webgpu_ep"]["token_mismatches_explained"],
+            json!(false)
+        );
+        assert_eq!(token_failures(&json!({"models": {"m": s}})).len(), 1);
+        // A peer that is not ONNX Runtime's WebGPU kernels is never explained this way.
+        let mut s = summary("other", &[5, 6, 7], &[5, 9, 4]);
+        assert!(!wants_windowless_check(&s));
+        explain_with_windowless(&mut s, &windowless);
+        assert!(s["other"].get("token_mismatches_explained").is_none());
+        assert_eq!(token_failures(&json!({"models": {"m": s}})).len(), 1);
     }
 
     #[test]
