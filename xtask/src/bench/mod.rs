@@ -153,6 +153,14 @@ pub struct BenchArgs {
     /// Only rewrite the Markdown report of an existing results JSON (next to it) and print it.
     #[arg(long, value_name = "RESULTS.json")]
     pub render: Option<PathBuf>,
+    /// Browser only: summarise the raw record a browser run's driver wrote
+    /// (`target/bench-web/raw.json`: every pair's samples and ids, written before the summary)
+    /// instead of measuring, e.g. of a run stopped after its pairs. The other flags must be
+    /// that run's (--model, --peers, the configuration, --pairs, --accuracy-level): the record's
+    /// models, runtimes and configurations are checked against them. The token check and its
+    /// CPU references run as after a measurement; shipped sizes are not measured.
+    #[arg(long, value_name = "RAW.json")]
+    pub from_raw: Option<PathBuf>,
     /// Use this prebuilt `gemma-gem` binary instead of building it (bench/device.sh).
     #[arg(long)]
     pub gemma_gem: Option<PathBuf>,
@@ -343,6 +351,9 @@ impl BenchArgs {
             && n > 4
         {
             bail!("--accuracy-level must be 0 to 4, MatMulNBits' levels (got {n})");
+        }
+        if self.from_raw.is_some() && (self.native || self.pages || !self.browser) {
+            bail!("--from-raw summarises a browser run: give it with --browser alone");
         }
         if let Some(p) = self
             .peers
@@ -924,27 +935,30 @@ fn find_chromium() -> Result<PathBuf> {
 
 fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(Value, Value)> {
     let bench_dir = root().join("bench");
-    crate::install::ensure_npm(&bench_dir)?;
-    let tools = crate::install::install_build()?;
-    exec(cargo().args([
-        "build",
-        "--release",
-        "--target",
-        "wasm32-unknown-unknown",
-        "-p",
-        "gg-bench-wasm",
-    ]))?;
+    let measure = args.from_raw.is_none();
     let stage = target_dir().join("bench-web");
-    if stage.exists() {
-        std::fs::remove_dir_all(&stage)?;
+    if measure {
+        crate::install::ensure_npm(&bench_dir)?;
+        let tools = crate::install::install_build()?;
+        exec(cargo().args([
+            "build",
+            "--release",
+            "--target",
+            "wasm32-unknown-unknown",
+            "-p",
+            "gg-bench-wasm",
+        ]))?;
+        if stage.exists() {
+            std::fs::remove_dir_all(&stage)?;
+        }
+        crate::util::copy_dir(&bench_dir.join("web"), &stage)?;
+        exec(
+            Command::new(tools.wasm_bindgen())
+                .args(["--target", "web", "--no-typescript", "--out-dir"])
+                .arg(stage.join("pkg"))
+                .arg(target_dir().join("wasm32-unknown-unknown/release/gg_bench_wasm.wasm")),
+        )?;
     }
-    crate::util::copy_dir(&bench_dir.join("web"), &stage)?;
-    exec(
-        Command::new(tools.wasm_bindgen())
-            .args(["--target", "web", "--no-typescript", "--out-dir"])
-            .arg(stage.join("pkg"))
-            .arg(target_dir().join("wasm32-unknown-unknown/release/gg_bench_wasm.wasm")),
-    )?;
     let node_modules = bench_dir.join("node_modules");
     let tjs = node_modules.join("@huggingface/transformers");
     let mut mounts = vec![
@@ -1007,7 +1021,11 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
         dir: stage.clone(),
     });
     // Cross-origin isolated: onnxruntime-web and transformers.js may use wasm threads.
-    let _server = crate::serve::start_with(args.port, mounts, true)?;
+    let _server = if measure {
+        Some(crate::serve::start_with(args.port, mounts, true)?)
+    } else {
+        None
+    };
     let base = format!("http://127.0.0.1:{}/", args.port);
     let mut runtimes = vec!["ours".to_string()];
     runtimes.extend(args.peers.iter().cloned());
@@ -1069,18 +1087,35 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
         "models": model_cfg,
         "vision": {"url": format!("{base}vision/"), "softTokens": VISION_SOFT_TOKENS, "runs": args.runs},
     });
-    let cfg_path = stage.join("config.json");
-    let raw_path = stage.join("raw.json");
-    std::fs::write(&cfg_path, serde_json::to_string_pretty(&config)?)?;
-    exec(
-        Command::new("node")
-            .current_dir(&bench_dir)
-            .arg("run-browser.mjs")
-            .arg(&cfg_path)
-            .arg(&raw_path),
-    )?;
-    let raw: Value = serde_json::from_slice(&std::fs::read(&raw_path)?)
-        .context("the browser driver wrote no results")?;
+    let raw: Value = match &args.from_raw {
+        None => {
+            let cfg_path = stage.join("config.json");
+            let raw_path = stage.join("raw.json");
+            std::fs::write(&cfg_path, serde_json::to_string_pretty(&config)?)?;
+            exec(
+                Command::new("node")
+                    .current_dir(&bench_dir)
+                    .arg("run-browser.mjs")
+                    .arg(&cfg_path)
+                    .arg(&raw_path),
+            )?;
+            serde_json::from_slice(&std::fs::read(&raw_path)?)
+                .context("the browser driver wrote no results")?
+        }
+        Some(path) => {
+            let raw: Value = serde_json::from_slice(
+                &std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
+            )
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+            check_raw(&raw, &model_cfg, args.pairs)
+                .with_context(|| format!("{} is not a record of this run", path.display()))?;
+            eprintln!(
+                "xtask: summarising the browser record {} (nothing measured)",
+                path.display()
+            );
+            raw
+        }
+    };
     let mut per_model = Map::new();
     if let Some(ms) = raw.get("models").and_then(Value::as_object) {
         for (name, r) in ms {
@@ -1134,6 +1169,75 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
         "vision": browser_vision(raw.get("vision")),
     });
     Ok((summary, raw))
+}
+
+/// `--from-raw`: the record's models, runtimes and configurations are the ones `model_cfg` (this
+/// run's flags) describes, with no more pairs than `--pairs`; every runtime's runs carry samples.
+fn check_raw(raw: &Value, model_cfg: &[Value], pairs: usize) -> Result<()> {
+    let models = raw
+        .get("models")
+        .and_then(Value::as_object)
+        .filter(|m| !m.is_empty())
+        .context("it has no models (the browser driver's raw.json has `models`)")?;
+    for (name, r) in models {
+        let cfg = model_cfg
+            .iter()
+            .find(|c| c["name"] == name.as_str())
+            .with_context(|| format!("it measured {name}, which --model does not name"))?;
+        let want: Vec<&str> = cfg["runtimes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let list = r
+            .get("pairs")
+            .and_then(Value::as_array)
+            .filter(|l| !l.is_empty())
+            .with_context(|| format!("{name}: no pairs"))?;
+        if list.len() > pairs {
+            bail!("{name}: {} pairs, more than --pairs {pairs}", list.len());
+        }
+        let prefill: Vec<String> = cfg["prefill"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| format!("prefill {n}"))
+            .collect();
+        let decode: Vec<String> = cfg["decode"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| format!("decode {} after {}", d["tokens"], d["context"]))
+            .collect();
+        for (i, pair) in list.iter().enumerate() {
+            let runs = pair
+                .get("runs")
+                .and_then(Value::as_object)
+                .with_context(|| format!("{name}, pair {i}: no runs"))?;
+            let mut got: Vec<&str> = runs.keys().map(String::as_str).collect();
+            let mut expected = want.clone();
+            got.sort_unstable();
+            expected.sort_unstable();
+            if got != expected {
+                bail!(
+                    "{name}, pair {i}: runtimes {got:?}, but these flags measure {expected:?} (--peers)"
+                );
+            }
+            for (rt, run) in runs {
+                for (what, _) in paired::ids_of(run) {
+                    if !prefill.contains(&what) && !decode.contains(&what) {
+                        bail!(
+                            "{name}, pair {i}, {rt}: `{what}` is not in this configuration (--prefill {:?}, decodes {:?})",
+                            prefill,
+                            decode
+                        );
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn gzip_len(path: &Path) -> Result<u64> {
@@ -1304,11 +1408,18 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         let (summary, r) = run_browser(args, &plan, &models)?;
         doc.insert("browser".into(), summary);
         raw.insert("browser".into(), r);
-        match sizes(args) {
-            Ok(s) => {
-                doc.insert("sizes".into(), s);
+        if let Some(p) = &args.from_raw {
+            doc.insert(
+                "summarised_from".into(),
+                json!(format!("{} (a browser driver's raw record; --from-raw, nothing measured by this command, no shipped sizes)", p.display())),
+            );
+        } else {
+            match sizes(args) {
+                Ok(s) => {
+                    doc.insert("sizes".into(), s);
+                }
+                Err(e) => eprintln!("xtask: note: shipped sizes not measured: {e:#}"),
             }
-            Err(e) => eprintln!("xtask: note: shipped sizes not measured: {e:#}"),
         }
     }
     if args.pages || (!args.native && !args.browser) {
@@ -1680,5 +1791,56 @@ mod tests {
             parse(&[]).normalized().peers,
             ["ort_web", "ort_web_static", "transformers_js"]
         );
+        // --from-raw summarises a browser run, nothing else.
+        assert!(
+            parse(&["--browser", "--from-raw", "r.json"])
+                .check()
+                .is_ok()
+        );
+        for other in [
+            &["--from-raw", "r.json"][..],
+            &["--browser", "--native", "--from-raw", "r.json"],
+            &["--browser", "--pages", "--from-raw", "r.json"],
+        ] {
+            let e = parse(other).check().unwrap_err().to_string();
+            assert!(e.contains("--browser alone"), "{e}");
+        }
+    }
+
+    /// `--from-raw`: the record must be of the run the flags describe.
+    #[test]
+    fn a_raw_record_is_checked_against_the_flags() {
+        let cfg = [
+            json!({"name": "tiny", "prefill": [16], "decode": [{"context": 16, "tokens": 4}],
+            "runtimes": ["ours", "ort_web"]}),
+        ];
+        let run = |prefill: u64, context: u64| {
+            json!({"prefill": [{"tokens": prefill, "ids": [1]}],
+                   "decode": [{"context": context, "tokens": 4, "ids": [1, 2, 3, 4, 5]}]})
+        };
+        let raw = |runs: Value, pairs: usize| json!({"models": {"tiny": {"pairs": vec![json!({"order": ["ours"], "runs": runs}); pairs]}}});
+        let good = json!({"ours": run(16, 16), "ort_web": run(16, 16)});
+        assert!(check_raw(&raw(good.clone(), 2), &cfg, 5).is_ok());
+        let err = |r: &Value, pairs: usize| check_raw(r, &cfg, pairs).unwrap_err().to_string();
+        assert!(err(&raw(good.clone(), 2), 1).contains("more than --pairs 1"));
+        assert!(err(&json!({"models": {}}), 5).contains("no models"));
+        assert!(
+            err(&json!({"models": {"e2b": {"pairs": []}}}), 5).contains("--model does not name")
+        );
+        let e = err(&raw(json!({"ours": run(16, 16)}), 1), 5);
+        assert!(e.contains("--peers"), "{e}");
+        let e = err(
+            &raw(json!({"ours": run(16, 16), "ort_web": run(128, 16)}), 1),
+            5,
+        );
+        assert!(
+            e.contains("`prefill 128` is not in this configuration"),
+            "{e}"
+        );
+        let e = err(
+            &raw(json!({"ours": run(16, 1024), "ort_web": run(16, 16)}), 1),
+            5,
+        );
+        assert!(e.contains("`decode 4 after 1024`"), "{e}");
     }
 }

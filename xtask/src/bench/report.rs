@@ -277,6 +277,9 @@ pub fn markdown(doc: &Value) -> String {
     if let Some(note) = doc.get("note").and_then(Value::as_str) {
         s.push_str(&format!("{note}\n\n"));
     }
+    if let Some(from) = doc.get("summarised_from").and_then(Value::as_str) {
+        s.push_str(&format!("Summarised from {from}.\n\n"));
+    }
     if let Some(pages) = doc.get("pages") {
         s.push_str(&super::pages::markdown(pages));
     }
