@@ -562,74 +562,76 @@ pub fn wants_windowless_check(summary: &Value) -> bool {
     })
 }
 
-/// The peers whose greedy ids differed from ours for a cause [`explain_with_windowless`] proved,
-/// over all models: not failures, but said on every run.
-pub fn token_notes(browser: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    for (name, m) in browser
+/// Every (model, peer, summary) of `browser`'s models whose greedy ids differed from ours.
+fn differing_peers(browser: &Value) -> Vec<(&str, &str, &Value)> {
+    browser
         .get("models")
         .and_then(Value::as_object)
         .into_iter()
         .flatten()
-    {
-        for (peer, p) in m.as_object().into_iter().flatten() {
-            if p.get("tokens_match") == Some(&json!(false))
-                && p.get("token_mismatches_explained") == Some(&json!(true))
-            {
-                let n = p
-                    .get("token_mismatches")
-                    .and_then(Value::as_array)
-                    .map_or(0, Vec::len);
-                out.push(format!(
-                    "{name}: {peer}'s greedy ids differ from ours in {n} sequence(s), explained: {}",
-                    p.get("token_mismatch_cause")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                ));
-            }
-        }
-    }
-    out
+        .flat_map(|(name, m)| {
+            m.as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(_, p)| p.get("tokens_match") == Some(&json!(false)))
+                .map(move |(peer, p)| (name.as_str(), peer.as_str(), p))
+        })
+        .collect()
+}
+
+/// Whether [`explain_with_windowless`] explained every mismatch of a peer's summary.
+fn explained(p: &Value) -> bool {
+    p.get("token_mismatches_explained") == Some(&json!(true))
+}
+
+/// The peers whose greedy ids differed from ours for a cause [`explain_with_windowless`] proved,
+/// over all models: not failures, but said on every run.
+pub fn token_notes(browser: &Value) -> Vec<String> {
+    differing_peers(browser)
+        .into_iter()
+        .filter(|(_, _, p)| explained(p))
+        .map(|(name, peer, p)| {
+            let n = p
+                .get("token_mismatches")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            format!(
+                "{name}: {peer}'s greedy ids differ from ours in {n} sequence(s), explained: {}",
+                p.get("token_mismatch_cause")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+            )
+        })
+        .collect()
 }
 
 /// The peers whose greedy ids differed from ours (with the first difference), over all models;
 /// a peer whose every mismatch is explained ([`token_notes`]) is not among them.
 pub fn token_failures(browser: &Value) -> Vec<String> {
-    let mut out = Vec::new();
-    for (name, m) in browser
-        .get("models")
-        .and_then(Value::as_object)
+    differing_peers(browser)
         .into_iter()
-        .flatten()
-    {
-        for (peer, p) in m.as_object().into_iter().flatten() {
-            if p.get("tokens_match") == Some(&json!(false))
-                && p.get("token_mismatches_explained") != Some(&json!(true))
-            {
-                let first = p
-                    .get("token_mismatches")
-                    .and_then(|v| v.get(0))
-                    .map(|v| {
-                        format!(
-                            "pair {}, {}: first difference at id {}",
-                            v["pair"],
-                            v["what"].as_str().unwrap_or(""),
-                            v["first_difference"]
-                        )
-                    })
-                    .unwrap_or_default();
-                let reference = match p.get("ours_matches_reference") {
-                    Some(Value::Bool(true)) => "; ours match ONNX Runtime's CPU EP",
-                    Some(Value::Bool(false)) => "; ours differ from ONNX Runtime's CPU EP too",
-                    _ => "",
-                };
-                out.push(format!(
-                    "{name}: {peer} computed other greedy tokens than ours ({first}{reference})"
-                ));
-            }
-        }
-    }
-    out
+        .filter(|(_, _, p)| !explained(p))
+        .map(|(name, peer, p)| {
+            let first = p
+                .get("token_mismatches")
+                .and_then(|v| v.get(0))
+                .map(|v| {
+                    format!(
+                        "pair {}, {}: first difference at id {}",
+                        v["pair"],
+                        v["what"].as_str().unwrap_or(""),
+                        v["first_difference"]
+                    )
+                })
+                .unwrap_or_default();
+            let reference = match p.get("ours_matches_reference") {
+                Some(Value::Bool(true)) => "; ours match ONNX Runtime's CPU EP",
+                Some(Value::Bool(false)) => "; ours differ from ONNX Runtime's CPU EP too",
+                _ => "",
+            };
+            format!("{name}: {peer} computed other greedy tokens than ours ({first}{reference})")
+        })
+        .collect()
 }
 
 fn spread(v: &Value, unit: Unit) -> String {
@@ -736,8 +738,7 @@ pub fn markdown_model(name: &str, m: &Value, software: bool) -> String {
         let pv = m.get(p.as_str()).cloned().unwrap_or(Value::Null);
         let tm = match pv.get("tokens_match") {
             Some(Value::Bool(true)) => "identical greedy ids".to_string(),
-            Some(Value::Bool(false))
-                if pv.get("token_mismatches_explained") == Some(&json!(true)) =>
+            Some(Value::Bool(false)) if explained(&pv) =>
             {
                 "**greedy ids differ**, explained: ONNX Runtime's WebGPU GroupQueryAttention applies no sliding window on KV-shared layers (the peer's ids are ONNX Runtime CPU EP's without those windows, ours the CPU EP's as written; see token_mismatches), so where a sequence passes the window the two compute different models".to_string()
             }
