@@ -18,7 +18,8 @@
 #                - `xtask bench --native --ort-ep`, E2B-shaped, full configuration (prefill 128 and
 #                  512, 32 decode steps after 128 and after 1024), q4f16 (PAIRS, default 5) and q4
 #                  (PAIRS_Q4, default 3): ours vs `ort_webgpu_ep` in seeded shuffled pairs, the
-#                  greedy ids compared (the command fails when they differ);
+#                  greedy ids compared (a mismatch keeps that step's results and the later steps
+#                  still run; the script then exits 4 at the end, naming the step);
 #                - decode after 128 with run-ahead off / on alternating (NO_RUN_AHEAD_AB=1 skips);
 #              and writes the results (JSON + Markdown, the adapter and driver in device-env.txt)
 #              to $OUT/;
@@ -39,9 +40,11 @@
 #   q4) against the three peers, once with `--accuracy-level 0` (the token check) and once as
 #   exported (accuracy_level 4, int8 allowed: its token mismatch is expected on random weights and
 #   not fatal), then `--model mobius-tiny-webgpu-q4f16` and `mobius-e2b-bench-webgpu-q4f16` (its
-#   --ep webgpu profile, q4f16, graph capture for ort_web_static; no token mismatch fatal there), with Chromium flags that use the GPU (Vulkan through ANGLE, the GPU blocklist
-#   ignored, no software rasterizer); --require-gpu fails the run when Chromium's WebGPU adapter is
-#   SwiftShader or another fallback adapter.
+#   --ep webgpu profile, q4f16, graph capture for ort_web_static; no token mismatch fatal there),
+#   with Chromium flags that use the GPU (Vulkan through ANGLE, the GPU blocklist ignored, no
+#   software rasterizer); --require-gpu fails the run when Chromium's WebGPU adapter is
+#   SwiftShader or another fallback adapter. Every step runs even when one before it found
+#   differing greedy ids (its results are kept); the script then exits 4, naming those steps.
 #
 #   bench/device.sh check     (here) the prepared files exist, run, and fit the 64 MiB carry.
 set -euo pipefail
@@ -63,6 +66,39 @@ unpack() {
     python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$PACKED/$b.xz" "$BIN/$b"
     chmod +x "$BIN/$b"
   done
+}
+
+# A bench step: `step fatal|known:<why> <what> <command...>`. Its output goes to the terminal (and
+# is appended to $LOG when set). Any failure but a greedy-id mismatch stops the script at once. A
+# mismatch keeps the step's results (the bench writes them before its token check) and the script
+# goes on to the next step: one failed check does not cost the GPU time of the steps after it.
+# "fatal": the mismatch is recorded and `finish` exits 4 naming it; "known:<why>": a difference
+# expected for that reason, reported only.
+MISMATCHES=()
+step() {
+  local kind=$1 what=$2 out
+  shift 2
+  out=$(mktemp)
+  if ! "$@" 2>&1 | tee -a "$out" ${LOG:+"$LOG"}; then
+    if ! grep -q "the runtimes disagree on the greedy tokens" "$out"; then
+      rm -f "$out"
+      echo "bench/device.sh: $what failed" >&2
+      exit 1
+    fi
+    if [ "$kind" = fatal ]; then
+      MISMATCHES+=("$what")
+      echo "bench/device.sh: $what: the greedy ids differ (results kept); going on" >&2
+    else
+      echo "bench/device.sh: $what: the greedy ids differ (${kind#known:}); results kept" >&2
+    fi
+  fi
+  rm -f "$out"
+}
+finish() {
+  if [ "${#MISMATCHES[@]}" -gt 0 ]; then
+    printf 'bench/device.sh: the greedy ids differed in: %s\n' "${MISMATCHES[@]}" >&2
+    exit 4
+  fi
 }
 
 check() {
@@ -156,18 +192,19 @@ run | run-full)
   if [ "$mode" = run-full ]; then
     # Gemma 4 E2B's full shapes: generated here (bench/cache/gemma4-e2b-full, q4f16 only) by the
     # bench itself, then ours vs ONNX Runtime's WebGPU EP, full configuration.
-    "$BIN/xtask" bench --native --ort-ep --model e2b-full --dtype q4f16 --runs "${RUNS_FULL:-2}" \
-      --pairs "${PAIRS_FULL:-3}" --seed "${SEED:-33}" --gemma-gem "$BIN/gemma-gem" --out "$OUTDIR" \
-      ${ADAPTER:+--adapter "$ADAPTER"} "$@" 2>&1 | tee -a "$LOG"
+    step fatal "e2b-full q4f16" "$BIN/xtask" bench --native --ort-ep --model e2b-full --dtype q4f16 \
+      --runs "${RUNS_FULL:-2}" --pairs "${PAIRS_FULL:-3}" --seed "${SEED:-33}" \
+      --gemma-gem "$BIN/gemma-gem" --out "$OUTDIR" ${ADAPTER:+--adapter "$ADAPTER"} "$@"
+    finish
     exit 0
   fi
   # Extra arguments go to `xtask bench` (e.g. `--model tiny --quick` to try this script here).
   for dtype in q4f16 q4; do
     pairs=${PAIRS:-5}
     [ "$dtype" = q4 ] && pairs=${PAIRS_Q4:-3}
-    "$BIN/xtask" bench --native --ort-ep --model e2b-bench --dtype "$dtype" --runs "${RUNS:-3}" \
-      --pairs "$pairs" --seed "${SEED:-33}" --gemma-gem "$BIN/gemma-gem" --out "$OUTDIR" \
-      ${ADAPTER:+--adapter "$ADAPTER"} "$@" 2>&1 | tee -a "$LOG"
+    step fatal "e2b-bench $dtype" "$BIN/xtask" bench --native --ort-ep --model e2b-bench \
+      --dtype "$dtype" --runs "${RUNS:-3}" --pairs "$pairs" --seed "${SEED:-33}" \
+      --gemma-gem "$BIN/gemma-gem" --out "$OUTDIR" ${ADAPTER:+--adapter "$ADAPTER"} "$@"
   done
   # Run-ahead side by side (off, on, off, on): decode after 128 tokens on the E2B-shaped model,
   # each after `--warm-up` (what compiling the kernels at load costs on this GPU); JSON per run in
@@ -183,58 +220,48 @@ run | run-full)
       done
     done
   fi
+  finish
   ;;
 browser)
   shift
   args=()
   for f in "${GPU_FLAGS[@]}"; do args+=("--chromium-arg=$f"); done
-  for dtype in q4f16 q4; do
-    cargo xtask bench --browser --model e2b-bench --dtype "$dtype" --pairs "${PAIRS:-5}" \
-      --seed "${SEED:-33}" --require-gpu --no-release-build "${args[@]}" "$@"
-  done
-  # The targets' graph: the exporters' form of the same model (mobius-e2b-bench, exported with
-  # mobius in .venv-mobius on first use), f32 activations, against the three browser peers
-  # (transformers.js through the package's onnx-community view, bench/tjs_layout.py). First with every MatMulNBits at
-  # accuracy_level 0 (exact math: the peers' greedy ids must equal ours, the check that they
-  # compute the same model; a mismatch fails the script, except one the bench proves to be ONNX
-  # Runtime's WebGPU GroupQueryAttention without a window on KV-shared layers: in the decode after
-  # 1024, past E2B's 512-token window, the peers' ids must then equal ONNX Runtime's CPU EP's on
-  # the graph without those windows, and ours the CPU EP's as written), then as exported (accuracy_level 4:
-  # onnxruntime-web's int8 path where the adapter has one, the peer at its fastest). On these
-  # random weights int8 activations change the greedy ids (ONNX Runtime's CPU EP at level 4: logits
-  # off by 22.6 after 16 tokens, bench/repro/README.md), so that run's token mismatch is reported
-  # in its results and not fatal; any other failure is.
-  mobius() {
+  # Every step goes on after a greedy-id mismatch (its results kept; `step` above); a mismatch
+  # of a "fatal" step makes the script exit 4 at the end, naming it.
+  bench() {
     cargo xtask bench --browser --model "$1" --pairs "${PAIRS:-5}" \
       --seed "${SEED:-33}" --require-gpu --no-release-build "${args[@]}" "${@:2}"
   }
-  # A run whose greedy ids may differ from ours for a known reason ($1): its results are kept and
-  # the mismatch reported; any other failure stops the script.
-  tolerant() {
-    local why=$1 log
-    shift
-    log=$(mktemp)
-    if ! mobius "$@" 2>&1 | tee "$log"; then
-      grep -q "the runtimes disagree on the greedy tokens" "$log" || { rm -f "$log"; exit 1; }
-      echo "bench/device.sh: $1's greedy ids differ from ours ($why); results kept" >&2
-    fi
-    rm -f "$log"
-  }
-  mobius mobius-e2b-bench --accuracy-level 0 "$@"
-  tolerant "as exported, accuracy_level 4: int8 activations; the accuracy-level-0 run is the token check" \
-    mobius-e2b-bench "$@"
+  for dtype in q4f16 q4; do
+    step fatal "e2b-bench $dtype" bench e2b-bench --dtype "$dtype" "$@"
+  done
+  # The targets' graph: the exporters' form of the same model (mobius-e2b-bench, exported with
+  # mobius in .venv-mobius on first use), f32 activations, against the three browser peers
+  # (transformers.js through the package's onnx-community view, bench/tjs_layout.py). First with
+  # every MatMulNBits at accuracy_level 0 (exact math: the peers' greedy ids must equal ours, the
+  # check that they compute the same model; the bench itself lets through only the difference it
+  # proves to be ONNX Runtime's WebGPU GroupQueryAttention without a window on KV-shared layers:
+  # in the decode after 1024, past E2B's 512-token window, the peers' ids must then equal ONNX
+  # Runtime's CPU EP's on the graph without those windows, and ours the CPU EP's as written), then
+  # as exported (accuracy_level 4: onnxruntime-web's int8 path where the adapter has one, the peer
+  # at its fastest). On these random weights int8 activations change the greedy ids (ONNX
+  # Runtime's CPU EP at level 4: logits off by 22.6 after 16 tokens, bench/repro/README.md), so
+  # that run's token mismatch is reported, not counted.
+  step fatal "mobius-e2b-bench --accuracy-level 0" bench mobius-e2b-bench --accuracy-level 0 "$@"
+  step "known:as exported, accuracy_level 4: int8 activations; the accuracy-level-0 run is the token check" \
+    "mobius-e2b-bench as exported" bench mobius-e2b-bench "$@"
   # mobius's --ep webgpu profile in float16 (q4f16, the committed tiny package): the graph form
   # onnxruntime-web 1.31 accepts graph capture on, so ort_web_static replays a captured decode
-  # step (SwiftShader cannot run it: no shader-f16). Token mismatches are expected and not fatal:
-  # the peers compute in float16 and ours in f32, and past the tiny model's 8-token window ONNX
-  # Runtime drops the window on KV-shared layers (bench/repro/README.md part 2).
-  tolerant "float16 peers; ONNX Runtime's KV-shared window past 8 tokens" mobius-tiny-webgpu-q4f16 \
+  # step (SwiftShader cannot run it: no shader-f16). The peers compute in float16 and ours in f32,
+  # so a token mismatch is reported, not counted.
+  step "known:float16 peers" "mobius-tiny-webgpu-q4f16" bench mobius-tiny-webgpu-q4f16 \
     --accuracy-level 0 "$@"
   # The same profile at E2B's shapes (exported with mobius on first use, its per-layer table split
   # into float16 tables as for Gemma 4 E2B): graph capture on the targets' shapes. Float16
-  # rounding moves the greedy ids on these random weights, so a mismatch is not fatal.
-  tolerant "float16 peers on random E2B-shaped weights" mobius-e2b-bench-webgpu-q4f16 \
-    --accuracy-level 0 "$@"
+  # rounding moves the greedy ids on these random weights, so a mismatch is reported only.
+  step "known:float16 peers on random E2B-shaped weights" "mobius-e2b-bench-webgpu-q4f16" \
+    bench mobius-e2b-bench-webgpu-q4f16 --accuracy-level 0 "$@"
+  finish
   ;;
 *)
   echo "usage: bench/device.sh prepare   (here: build, fetch the loader and the EP wheel, check)" >&2
