@@ -1172,7 +1172,8 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
 }
 
 /// `--from-raw`: the record's models, runtimes and configurations are the ones `model_cfg` (this
-/// run's flags) describes, with no more pairs than `--pairs`; every runtime's runs carry samples.
+/// run's flags) describes (every pair has exactly the runtimes measured on that model, and every
+/// sequence of ids is of a configured prompt or decode), with no more pairs than `--pairs`.
 fn check_raw(raw: &Value, model_cfg: &[Value], pairs: usize) -> Result<()> {
     let models = raw
         .get("models")
