@@ -68,8 +68,12 @@ class Model:
             self.vocab = text["vocab_size"]
             self.limit = text.get("max_position_embeddings")
         else:
+            import positions  # bench/native/positions.py, beside this script
+
             self.vocab = genai["vocab_size"]
-            self.limit = genai.get("context_length")
+            # genai_config.json's context, or fewer: the rows of the rotary tables.
+            limits = [genai.get("context_length"), positions.limit(folder)]
+            self.limit = min((n for n in limits if n is not None), default=None)
         self.ep = ep
         if windowless and (ep != "cpu" or genai is None):
             raise SystemExit("ort_ep.py: --kv-shared-windowless needs --ep cpu and a GenAI package")

@@ -576,7 +576,7 @@ fn gqa_cases_match_with_fewer_storage_bindings() {
 
 /// GroupQueryAttention with zero new K/V tokens refuses inconsistent inputs with the reason:
 /// no shared past, key and value not both empty, more tokens than the shared past holds, a
-/// query that does not fit the past's head size.
+/// query that does not fit the past's head size, rotary tables with fewer rows than positions.
 #[test]
 fn group_query_attention_without_new_tokens_rejects_bad_inputs() {
     use gg_runtime::HostTensor;
@@ -659,6 +659,25 @@ fn group_query_attention_without_new_tokens_rejects_bad_inputs() {
         ),
     );
     assert!(e.contains("exceeds the shared past's 9 rows"), "{e}");
+    // Rotary tables shorter than the 9 positions (ONNX Runtime refuses them too); 9 rows do.
+    let short = |rows: usize| {
+        let mut f = with(
+            "cos",
+            HostTensor::from_f32(vec![rows, 16], &vec![1.0; rows * 16]),
+        );
+        for (n, v) in &mut f {
+            if n == "sin" {
+                *v = HostTensor::from_f32(vec![rows, 16], &vec![0.0; rows * 16]);
+            }
+        }
+        f
+    };
+    let e = run(&graph, short(8));
+    assert!(
+        e.contains("cos_cache has 8 rows, fewer than the 9 positions"),
+        "{e}"
+    );
+    assert_eq!(run(&graph, short(9)), "ran");
     // A query of 3 heads' width.
     let e = run(
         &graph,

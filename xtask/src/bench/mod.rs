@@ -619,6 +619,32 @@ fn text_config_u64(model: &BenchModel, key: &str) -> Option<u64> {
         .and_then(Value::as_u64)
 }
 
+/// The positions every runtime can compute on `model`: its configuration's limit, and on a GenAI
+/// package also the rows of the decoder's rotary tables (`bench/native/positions.py`; mobius
+/// may state a longer `context_length` than its tables have, and past them ONNX Runtime refuses
+/// the sequence and ours too). None: unbounded.
+fn context_limit(model: &BenchModel) -> Result<Option<usize>> {
+    let stated = text_config_u64(model, "max_position_embeddings").map(|l| l as usize);
+    if !model.is_genai() {
+        return Ok(stated);
+    }
+    let out = output(
+        Command::new(crate::install::tools_python()?)
+            .current_dir(root())
+            .arg("bench/native/positions.py")
+            .arg(&model.dir)
+            .stderr(std::process::Stdio::inherit()),
+    )
+    .with_context(|| format!("reading the rotary tables of {}", model.name))?;
+    let rows = match out.trim() {
+        "none" => None,
+        n => Some(n.parse::<usize>().with_context(|| {
+            format!("bench/native/positions.py printed {n:?} for {}", model.name)
+        })?),
+    };
+    Ok([stated, rows].into_iter().flatten().min())
+}
+
 fn layers_of(model: &BenchModel) -> Option<u64> {
     text_config_u64(model, "num_hidden_layers")
 }
@@ -1031,7 +1057,7 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
     runtimes.extend(args.peers.iter().cloned());
     let mut model_cfg = Vec::new();
     for (m, tjs_view) in models.iter().zip(&tjs_views) {
-        let limit = text_config_u64(m, "max_position_embeddings").map(|l| l as usize);
+        let limit = context_limit(m)?;
         let (prefill, decode, skipped) = plan.browser(limit);
         let genai = m.is_genai();
         let mut model_runtimes = vec!["ours".to_string()];
@@ -1806,6 +1832,20 @@ mod tests {
             let e = parse(other).check().unwrap_err().to_string();
             assert!(e.contains("--browser alone"), "{e}");
         }
+    }
+
+    /// mobius-tiny's genai_config.json states 4096 positions, its rotary tables have 1024 rows:
+    /// the bench skips what does not fit them, as for our generator's config-stated 1024.
+    #[test]
+    fn context_limits_of_both_graph_forms() {
+        let tiny = models(ModelChoice::Tiny);
+        let mobius = models(ModelChoice::MobiusTiny);
+        assert_eq!(
+            text_config_u64(&mobius[0], "max_position_embeddings"),
+            Some(4096)
+        );
+        assert_eq!(context_limit(&mobius[0]).unwrap(), Some(1024));
+        assert_eq!(context_limit(&tiny[0]).unwrap(), Some(1024));
     }
 
     /// `--from-raw`: the record must be of the run the flags describe.

@@ -179,6 +179,24 @@ impl Op for Gqa {
         } else {
             None
         };
+        // Positions 0 .. total - 1 index the caches' rows: a shorter cache would be read out of
+        // bounds (ONNX Runtime refuses it the same way: "cos_cache dimension 0 shall not be less
+        // than total_sequence_length").
+        if let Some((c, sn)) = rot {
+            let rows = c.shape.first().copied().unwrap_or(0);
+            if c.shape.len() != 2 || sn.shape != c.shape {
+                return Err(op_err(format!(
+                    "cos_cache {:?} and sin_cache {:?} must both be [max positions, rotary dim / 2]",
+                    c.shape, sn.shape
+                )));
+            }
+            if rows < t_len {
+                return Err(op_err(format!(
+                    "cos_cache has {rows} rows, fewer than the {t_len} positions of \
+                     total_sequence_length: the sequence is longer than the model's rotary tables"
+                )));
+            }
+        }
         let rot_dim = rot.map_or(0, |(c, _)| c.shape.last().copied().unwrap_or(0) * 2);
         if rot_dim > d {
             return Err(op_err(format!(
