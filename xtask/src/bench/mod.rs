@@ -1491,21 +1491,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         md_path.display()
     );
     // The peers must compute the same greedy tokens as ours, or the speeds compare other work.
-    let mut failures = doc
-        .get("browser")
-        .map(paired::token_failures)
-        .unwrap_or_default();
-    if let Some(native) = doc.get("native") {
-        failures.extend(paired::token_failures(&json!({ "models": native })));
-    }
-    let mut notes = doc
-        .get("browser")
-        .map(paired::token_notes)
-        .unwrap_or_default();
-    if let Some(native) = doc.get("native") {
-        notes.extend(paired::token_notes(&json!({ "models": native })));
-    }
-    for n in notes {
+    // A check over the browser's models and the native ones.
+    let both = |check: fn(&Value) -> Vec<String>| {
+        let mut out = doc.get("browser").map(check).unwrap_or_default();
+        if let Some(native) = doc.get("native") {
+            out.extend(check(&json!({ "models": native })));
+        }
+        out
+    };
+    let failures = both(paired::token_failures);
+    for n in both(paired::token_notes) {
         eprintln!("xtask: note: {n}");
     }
     if !failures.is_empty() {
