@@ -2478,3 +2478,58 @@ fn rotary_2d_is_one_dispatch_and_guarded() {
             .is_empty()
     );
 }
+
+/// A host index past a GPU table is an error naming it, fused (the rotary tables' one dispatch)
+/// or not (Gather's kernel), where the kernels would read zeros: positions beyond a rotary
+/// table, token ids beyond an embedding. Negative indices count from the end, as ONNX says.
+#[test]
+fn an_index_past_a_table_is_an_error() {
+    const ROWS: usize = 4096;
+    let gpu = gpu();
+    let mut g = G::default();
+    g.inputs.push(ValueInfo {
+        name: "pos".into(),
+        elem_type: DType::I64.to_onnx(),
+        dims: None,
+    });
+    let cos: Vec<f32> = (0..ROWS * 8).map(|i| i as f32).collect();
+    let sin: Vec<f32> = (0..ROWS * 8).map(|i| -(i as f32)).collect();
+    let cos = g.f32s("cos_table", vec![ROWS, 8], cos);
+    let sin = g.f32s("sin_table", vec![ROWS, 8], sin);
+    g.node("Gather", "", &[&cos, "pos"], "c", vec![]);
+    g.node("Gather", "", &[&sin, "pos"], "s", vec![]);
+    for out in ["c", "s"] {
+        g.outputs.push(ValueInfo {
+            name: out.into(),
+            elem_type: DType::F32.to_onnx(),
+            dims: None,
+        });
+    }
+    let graph = g.graph();
+    let pos = |v: &[i64]| {
+        vec![(
+            "pos".to_string(),
+            Value::Host(HostTensor::from_i64(vec![1, v.len()], v)),
+        )]
+    };
+    for fuse in [true, false] {
+        let s = session(&gpu, graph.clone(), fuse);
+        let outs = pollster::block_on(s.run(pos(&[0, 5, ROWS as i64 - 1, -1]))).expect("runs");
+        let got = read_all(&s, outs);
+        let c = &got.iter().find(|(n, _)| n == "c").expect("c").1;
+        let last = (ROWS - 1) as f32 * 8.0;
+        assert_eq!(c[8], 40.0, "fuse {fuse}: row 5");
+        assert_eq!(c[16], last, "fuse {fuse}: the last row");
+        assert_eq!(c[24], last, "fuse {fuse}: index -1 is the last row");
+        for bad in [ROWS as i64, -(ROWS as i64) - 1] {
+            let e = pollster::block_on(s.run(pos(&[0, bad, 1])))
+                .err()
+                .unwrap_or_else(|| panic!("fuse {fuse}: index {bad} ran"))
+                .to_string();
+            assert!(
+                e.contains(&format!("{bad} out of range for {ROWS} rows")),
+                "fuse {fuse}: {e}"
+            );
+        }
+    }
+}

@@ -130,6 +130,7 @@ impl FastPath for GatherScale {
             return Ok(None);
         }
         let (p, h) = (table.shape()[0], table.shape()[1]);
+        crate::ops::check_host_indices(ids, p, "index")?;
         let t = cx.to_gpu(table)?;
         if t.split.is_some() {
             return Ok(None);

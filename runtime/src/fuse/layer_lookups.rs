@@ -236,6 +236,7 @@ impl FastPath for LayerLookups {
             return Ok(None);
         }
         let (p, d) = (shape[0], shape[1]);
+        crate::ops::check_host_indices(ids, p, "index")?;
         let mut gpu_tables = Vec::with_capacity(l);
         for t in &tables {
             let g = cx.to_gpu(t)?;

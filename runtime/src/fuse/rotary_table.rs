@@ -252,6 +252,7 @@ impl FastPath for RotaryTables {
         let mut shape = pos.shape().to_vec();
         shape.push(w);
         let n = pos.numel() * w;
+        crate::ops::check_host_indices(pos, p, "position")?;
         let pos = cx.to_gpu(pos)?;
         let mut gc = Vec::new();
         for c in &caches {

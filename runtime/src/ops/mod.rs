@@ -246,6 +246,23 @@ pub fn axis(a: i64, rank: usize) -> Result<usize> {
     Ok(v as usize)
 }
 
+/// Indices into a dimension of `dim` entries, when the host holds them: each must lie in
+/// [-dim, dim) (ONNX's range, negative counting from the end), else an error naming the first
+/// outside. The GPU kernels read such an index as zeros, so a host value is checked before it
+/// goes up (token ids beyond the embedding table, positions beyond a rotary table).
+pub fn check_host_indices(v: &Value, dim: usize, what: &str) -> Result<()> {
+    let Value::Host(h) = v else {
+        return Ok(());
+    };
+    let n = dim as i64;
+    if let Some(q) = h.to_i64().into_iter().find(|&q| q < -n || q >= n) {
+        return Err(crate::error::op_err(format!(
+            "{what} {q} out of range for {dim} rows"
+        )));
+    }
+    Ok(())
+}
+
 /// A GPU tensor from an input (uploading host values).
 pub fn gpu_in(cx: &mut Ctx<'_>, inputs: &[Option<&Value>], i: usize) -> Result<GpuTensor> {
     let v = req(inputs, i)?;

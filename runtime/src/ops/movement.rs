@@ -397,6 +397,7 @@ impl Op for Gather {
             }
             return Ok(vec![Value::Host(HostTensor::new(d.dtype, shape, out)?)]);
         }
+        super::check_host_indices(idx, dim, "index")?;
         let d = cx.to_gpu(data)?;
         let i = cx.to_gpu(idx)?;
         let out = cx.alloc(d.dtype, shape)?;

@@ -634,6 +634,9 @@ impl Op for GatherBlockQuantized {
         let data_v = req(inputs, 0)?;
         let (data_shape, data_dtype) = (data_v.shape().to_vec(), data_v.dtype());
         let data_parts = parts(cx, data_v)?;
+        if let Some(&rows) = data_shape.first() {
+            super::check_host_indices(req(inputs, 1)?, rows, "index")?;
+        }
         let idx = cx.to_gpu(req(inputs, 1)?)?;
         // Scales and zero points may be split by rows across buffers too (a large table's
         // scales pass the binding limit after its data does: E2B's per-layer table, 262144 x
