@@ -72,8 +72,7 @@ class Model:
 
             self.vocab = genai["vocab_size"]
             # genai_config.json's context, or fewer: the rows of the rotary tables.
-            limits = [genai.get("context_length"), positions.limit(folder)]
-            self.limit = min((n for n in limits if n is not None), default=None)
+            self.limit = positions.limit(folder)
         self.ep = ep
         if windowless and (ep != "cpu" or genai is None):
             raise SystemExit("ort_ep.py: --kv-shared-windowless needs --ep cpu and a GenAI package")

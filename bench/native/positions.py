@@ -2,15 +2,16 @@
 """How many positions a model's decoder graph can compute: the fewest rows of a table it indexes
 by position, when that table is an initializer: the `cos_cache` of a rotary GroupQueryAttention
 (indexed by the positions it derives from the mask) and the data of a `Gather` of the
-`position_ids` input (the standard-Attention exports' rotary tables). mobius writes tables of the checkpoint's
-`max_position_embeddings` rows and may state a longer `context_length` in genai_config.json;
+`position_ids` input (the standard-Attention exports' rotary tables). mobius writes tables of
+the checkpoint's `max_position_embeddings` rows and may state a longer `context_length` in genai_config.json;
 ONNX Runtime refuses a longer sequence ("cos_cache dimension 0 shall not be less than
 total_sequence_length") and so does our runtime's GroupQueryAttention.
 
     python bench/native/positions.py MODEL_DIR
 
-prints the number, or `none` when the decoder has no such table (or the folder is no GenAI
-package: the onnx-community layout's config.json states its limit).
+prints a GenAI package's limit, the fewest of `context_length` and those rows, or `none` when
+nothing bounds it (or the folder is no GenAI package: the onnx-community layout's config.json
+states its limit). ort_ep.py and `cargo xtask bench` take their limit for such packages from here.
 """
 from __future__ import annotations
 
@@ -38,14 +39,17 @@ def table_rows(graph) -> int | None:
 
 
 def limit(folder: str) -> int | None:
-    """The table rows of a GenAI package's decoder (None otherwise)."""
+    """A GenAI package's positions: the fewest of genai_config.json's `context_length` and its
+    decoder's table rows (None when neither bounds it, or the folder is no GenAI package)."""
     try:
         with open(os.path.join(folder, "genai_config.json")) as f:
-            decoder = json.load(f)["model"]["decoder"]["filename"]
+            model = json.load(f)["model"]
     except FileNotFoundError:
         return None
-    graph = onnx.load(os.path.join(folder, decoder), load_external_data=False).graph
-    return table_rows(graph)
+    decoder = os.path.join(folder, model["decoder"]["filename"])
+    graph = onnx.load(decoder, load_external_data=False).graph
+    limits = [model.get("context_length"), table_rows(graph)]
+    return min((n for n in limits if n is not None), default=None)
 
 
 if __name__ == "__main__":

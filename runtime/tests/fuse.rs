@@ -2527,7 +2527,7 @@ fn an_index_past_a_table_is_an_error() {
                 .unwrap_or_else(|| panic!("fuse {fuse}: index {bad} ran"))
                 .to_string();
             assert!(
-                e.contains(&format!("{bad} out of range for {ROWS} rows")),
+                e.contains(&format!("{bad} out of range for a dimension of {ROWS}")),
                 "fuse {fuse}: {e}"
             );
         }

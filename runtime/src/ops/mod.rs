@@ -257,7 +257,7 @@ pub fn check_host_indices(v: &Value, dim: usize, what: &str) -> Result<()> {
     let n = dim as i64;
     if let Some(q) = h.to_i64().into_iter().find(|&q| q < -n || q >= n) {
         return Err(crate::error::op_err(format!(
-            "{what} {q} out of range for {dim} rows"
+            "{what} {q} out of range for a dimension of {dim}"
         )));
     }
     Ok(())

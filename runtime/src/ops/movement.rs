@@ -378,26 +378,26 @@ impl Op for Gather {
         shape.extend_from_slice(idx.shape());
         shape.extend_from_slice(&data.shape()[ax + 1..]);
         let inner = numel(&data.shape()[ax + 1..]);
+        // Host indices outside [-dim, dim) are an error on either path.
+        super::check_host_indices(idx, dim, "index")?;
         if let (Value::Host(d), Value::Host(i)) = (data, idx) {
             let es = d.dtype.size();
-            let ids = i.to_i64();
+            // In range (checked above); negative ones count from the end.
+            let ids: Vec<usize> = i
+                .to_i64()
+                .into_iter()
+                .map(|q| (if q < 0 { q + dim as i64 } else { q }) as usize)
+                .collect();
             let outer = numel(&d.shape[..ax]);
             let mut out = Vec::with_capacity(numel(&shape) * es);
             for o in 0..outer {
                 for &q in &ids {
-                    let q = if q < 0 { q + dim as i64 } else { q };
-                    if q < 0 || q as usize >= dim {
-                        return Err(op_err(format!(
-                            "index {q} out of range for dimension {dim}"
-                        )));
-                    }
-                    let s = ((o * dim + q as usize) * inner) * es;
+                    let s = ((o * dim + q) * inner) * es;
                     out.extend_from_slice(&d.data[s..s + inner * es]);
                 }
             }
             return Ok(vec![Value::Host(HostTensor::new(d.dtype, shape, out)?)]);
         }
-        super::check_host_indices(idx, dim, "index")?;
         let d = cx.to_gpu(data)?;
         let i = cx.to_gpu(idx)?;
         let out = cx.alloc(d.dtype, shape)?;

@@ -619,14 +619,14 @@ fn text_config_u64(model: &BenchModel, key: &str) -> Option<u64> {
         .and_then(Value::as_u64)
 }
 
-/// The positions every runtime can compute on `model`: its configuration's limit, and on a GenAI
-/// package also the rows of the decoder's rotary tables (`bench/native/positions.py`; mobius
-/// may state a longer `context_length` than its tables have, and past them ONNX Runtime refuses
-/// the sequence and ours too). None: unbounded.
+/// The positions every runtime can compute on `model`: its configuration's limit; on a GenAI
+/// package the fewest of `context_length` and the rows of the decoder's rotary tables
+/// (`bench/native/positions.py`, which ort_ep.py reads too; mobius may state a longer
+/// `context_length` than its tables have, and past them ONNX Runtime refuses the sequence and
+/// ours too). None: unbounded.
 fn context_limit(model: &BenchModel) -> Result<Option<usize>> {
-    let stated = text_config_u64(model, "max_position_embeddings").map(|l| l as usize);
     if !model.is_genai() {
-        return Ok(stated);
+        return Ok(text_config_u64(model, "max_position_embeddings").map(|l| l as usize));
     }
     let out = output(
         Command::new(crate::install::tools_python()?)
@@ -636,13 +636,12 @@ fn context_limit(model: &BenchModel) -> Result<Option<usize>> {
             .stderr(std::process::Stdio::inherit()),
     )
     .with_context(|| format!("reading the rotary tables of {}", model.name))?;
-    let rows = match out.trim() {
-        "none" => None,
-        n => Some(n.parse::<usize>().with_context(|| {
+    match out.trim() {
+        "none" => Ok(None),
+        n => Ok(Some(n.parse::<usize>().with_context(|| {
             format!("bench/native/positions.py printed {n:?} for {}", model.name)
-        })?),
-    };
-    Ok([stated, rows].into_iter().flatten().min())
+        })?)),
+    }
 }
 
 fn layers_of(model: &BenchModel) -> Option<u64> {

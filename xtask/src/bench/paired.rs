@@ -166,6 +166,14 @@ pub fn ids_of(run: &Value) -> Vec<(String, Vec<Value>)> {
     out
 }
 
+/// [`ids_of`] as a map: `prefill <n>` / `decode <t> after <c>` -> the ids (a JSON array).
+fn ids_map(run: &Value) -> Map<String, Value> {
+    ids_of(run)
+        .into_iter()
+        .map(|(k, v)| (k, Value::Array(v)))
+        .collect()
+}
+
 /// A native bench document (`gemma-gem bench --runs 1` or `bench/native/ort_ep.py`) in the
 /// shape of a browser run, for [`browser_model`]: its first run of each configuration.
 pub fn native_run(doc: &Value) -> Value {
@@ -346,10 +354,7 @@ pub fn browser_model(raw: &Value, peers: &[String]) -> Value {
             pair_ratios.insert(name, st);
         }
         for (i, a, b) in &both {
-            let theirs: Map<String, Value> = ids_of(b)
-                .into_iter()
-                .map(|(k, v)| (k, Value::Array(v)))
-                .collect();
+            let theirs = ids_map(b);
             for (what, ours) in ids_of(a) {
                 let Some(t) = theirs.get(&what).and_then(Value::as_array) else {
                     continue;
@@ -458,10 +463,7 @@ fn ours_in_call(pairs: &[Value], per_rt: &Map<String, Value>) -> Option<Value> {
 /// `reference_ids`, `ours_matches_reference`, `peer_matches_reference`; and each peer with
 /// `ours_matches_reference` over all its mismatches.
 pub fn annotate_with_reference(summary: &mut Value, reference: &Value) {
-    let refs: Map<String, Value> = ids_of(reference)
-        .into_iter()
-        .map(|(k, v)| (k, Value::Array(v)))
-        .collect();
+    let refs = ids_map(reference);
     let Some(obj) = summary.as_object_mut() else {
         return;
     };
@@ -508,10 +510,7 @@ pub const KV_SHARED_WINDOW_CAUSE: &str = "ONNX Runtime's WebGPU GroupQueryAttent
 /// models differ by that one known kernel behaviour. The peer gets `token_mismatches_explained`
 /// (every mismatch explained) and, then, `token_mismatch_cause`; `tokens_match` stays false.
 pub fn explain_with_windowless(summary: &mut Value, windowless: &Value) {
-    let refs: Map<String, Value> = ids_of(windowless)
-        .into_iter()
-        .map(|(k, v)| (k, Value::Array(v)))
-        .collect();
+    let refs = ids_map(windowless);
     let Some(obj) = summary.as_object_mut() else {
         return;
     };
@@ -524,9 +523,9 @@ pub fn explain_with_windowless(summary: &mut Value, windowless: &Value) {
         };
         let mut all = !list.is_empty();
         for mm in list.iter_mut() {
-            let what = mm["what"].as_str().unwrap_or("").to_string();
-            let peer_windowless = refs.get(&what).map(|r| mm["peer"] == *r);
-            if let Some(r) = refs.get(&what) {
+            let r = refs.get(mm["what"].as_str().unwrap_or(""));
+            let peer_windowless = r.map(|r| mm["peer"] == *r);
+            if let Some(r) = r {
                 mm["windowless_reference_ids"] = r.clone();
             }
             mm["peer_matches_windowless_reference"] = json!(peer_windowless);
