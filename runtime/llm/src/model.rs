@@ -65,6 +65,11 @@ pub struct DecoderLayout {
     /// Whether the decoder takes `position_ids` (GroupQueryAttention graphs may derive the
     /// positions from the mask instead).
     pub position_ids: bool,
+    /// The fewest rows of a table the decoder indexes by position (a rotary GroupQueryAttention's
+    /// `cos_cache`, a `Gather` of `position_ids`): positions past it cannot be computed (mobius
+    /// writes tables of the checkpoint's `max_position_embeddings` rows and may state a longer
+    /// `context_length`). None when the graph has no such table.
+    pub rotary_positions: Option<usize>,
 }
 
 fn fixed(d: &Dim) -> Option<usize> {
@@ -152,8 +157,40 @@ impl DecoderLayout {
             per_layer_inputs: has("per_layer_inputs"),
             num_logits_to_keep: has("num_logits_to_keep"),
             position_ids: has("position_ids"),
+            rotary_positions: rotary_positions(g),
         })
     }
+}
+
+/// [`DecoderLayout::rotary_positions`] of `g`: the rows of every position-indexed table, the
+/// `cos_cache` of a rotary GroupQueryAttention (indexed by the positions it derives) and the data
+/// of a `Gather` indexed by the `position_ids` input (the standard-Attention exports' rotary
+/// tables), when they are initializers.
+fn rotary_positions(g: &Graph) -> Option<usize> {
+    let rows = |name: &String| {
+        g.initializers
+            .iter()
+            .find(|i| &i.name == name)?
+            .shape
+            .first()
+            .copied()
+    };
+    g.nodes
+        .iter()
+        .filter_map(|n| match n.op_type.as_str() {
+            "GroupQueryAttention"
+                if n.attributes
+                    .iter()
+                    .any(|a| a.name() == "do_rotary" && a.i() != 0) =>
+            {
+                rows(n.inputs.get(7)?)
+            }
+            "Gather" if n.inputs.get(1).is_some_and(|i| i == "position_ids") => {
+                rows(n.inputs.first()?)
+            }
+            _ => None,
+        })
+        .min()
 }
 
 /// The embedding graph's input for image features (mobius split packages).
@@ -412,6 +449,11 @@ impl GemmaModel {
             }
         };
         let layout = DecoderLayout::from_graph(&decoder.graph)?;
+        // The context ends where the rotary tables do, if before the configured limit.
+        let mut config = config;
+        if let Some(rows) = layout.rotary_positions {
+            config.max_positions = Some(config.max_positions.map_or(rows, |m| m.min(rows)));
+        }
         let embed_empty = match &embed {
             Some(e) => embedding_extra_inputs(&e.graph)?,
             None => Vec::new(),
@@ -482,7 +524,9 @@ impl GemmaModel {
         }
     }
 
-    /// The context limit (`max_position_embeddings`), if the config states it.
+    /// The context limit: the smallest of what the configuration states (`max_position_embeddings`,
+    /// a GenAI package's `context_length` and `search.max_length`) and the rows of the decoder's
+    /// rotary tables ([`DecoderLayout::rotary_positions`]); None when nothing bounds it.
     pub fn context_limit(&self) -> Option<usize> {
         self.config.max_positions
     }

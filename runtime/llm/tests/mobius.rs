@@ -148,6 +148,22 @@ fn mobius_packages_match_onnx_runtime() {
         );
         // mobius' graphs have no num_logits_to_keep: the sampler reads the last row.
         assert!(!model.layout.num_logits_to_keep, "{name}");
+        // genai_config.json says 4096 positions; the rotary tables (GroupQueryAttention's
+        // cos_cache, or the Gather of position_ids before RotaryEmbedding) have the checkpoint's
+        // 1024 rows, so the context ends at 1024, where ONNX Runtime refuses to go on, except in
+        // the package exported with 4096-row tables (`LONG_TABLES` in gen_mobius.py).
+        let genai: Value = serde_json::from_slice(
+            &std::fs::read(fixture_dir(name).join("genai_config.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(genai["model"]["context_length"], 4096, "{name}");
+        let rows = if *name == "mobius-tiny-gqa-int4-split" {
+            4096
+        } else {
+            1024
+        };
+        assert_eq!(model.layout.rotary_positions, Some(rows), "{name}");
+        assert_eq!(model.context_limit(), Some(rows), "{name}");
         let reference = reference(name);
         let worst = logits_match(&model, name, &reference);
         greedy_equals_reference(&model, name, &reference);
@@ -442,4 +458,40 @@ fn split_package_loads_over_http() {
         .map(|_| pollster::block_on(g.next_token()).expect("step"))
         .collect();
     assert_eq!(got, want[..12].to_vec());
+}
+
+/// A prompt past the rotary tables: the package with 1024-row tables refuses it up front (ONNX
+/// Runtime would refuse it in GroupQueryAttention), the one exported with 4096-row tables computes
+/// it as ONNX Runtime does (its `long` reference prompt, checked by
+/// `mobius_packages_match_onnx_runtime`).
+#[test]
+fn a_prompt_past_the_rotary_tables_is_refused_where_they_end() {
+    let gpu = gpu();
+    let long = reference("mobius-tiny-gqa-int4-split")["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .find(|p| p["name"] == "long")
+        .map(|p| ids(&p["input_ids"]))
+        .expect("the split package's reference has the long prompt");
+    assert!(long.len() > 1024);
+    let short = load(&gpu, "mobius-tiny-gqa-int4");
+    assert_eq!(short.context_limit(), Some(1024));
+    let Err(err) = Generator::new(&short, &long, Sampling::Greedy) else {
+        panic!("a prompt past the tables was accepted");
+    };
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the prompt has {} tokens, more than the model's context of 1024",
+            long.len()
+        )
+    );
+    // the longest prompt that leaves room for a token: the prefill's token, then the step that
+    // feeds it at position 1023, the table's last row
+    let mut g = Generator::new(&short, &long[..1023], Sampling::Greedy).expect("fits");
+    pollster::block_on(g.next_token()).expect("the prefill's token");
+    pollster::block_on(g.next_token()).expect("the step at position 1023");
+    let err = pollster::block_on(g.next_token()).expect_err("no position 1024");
+    assert!(err.to_string().contains("context of 1024"), "{err}");
 }

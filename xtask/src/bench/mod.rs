@@ -1838,8 +1838,16 @@ mod tests {
             text_config_u64(&mobius[0], "max_position_embeddings"),
             Some(4096)
         );
-        assert_eq!(context_limit(&mobius[0]).unwrap(), Some(1024));
+        // exported with 4096-row rotary tables (gen_mobius.py's LONG_TABLES)
+        assert_eq!(context_limit(&mobius[0]).unwrap(), Some(4096));
         assert_eq!(context_limit(&tiny[0]).unwrap(), Some(1024));
+        // genai_config.json says 4096, the tables (a Gather of position_ids) have 1024 rows
+        let short = BenchModel {
+            name: "mobius-tiny-attn-fp32-split",
+            dir: root().join("tests/fixtures/models/mobius-tiny-attn-fp32-split"),
+            preset: None,
+        };
+        assert_eq!(context_limit(&short).unwrap(), Some(1024));
     }
 
     /// `--from-raw`: the record must be of the run the flags describe.
