@@ -146,7 +146,9 @@ const MOBIUS: &[Package] = &[
             "embedding/model.onnx",
             "embedding/model.onnx.data",
             "decoder/model.onnx",
-            "decoder/model.onnx.data"
+            "decoder/model.onnx.data",
+            // past the 1024 positions of the other packages' rotary tables (gen_mobius.py)
+            "reference/ort.long.prefill_logits.npy"
         ]
     ),
     mobius!(
