@@ -2,10 +2,11 @@
 """How many positions a model's decoder graph can compute: the fewest rows of a table it indexes
 by position, when that table is an initializer: the `cos_cache` of a rotary GroupQueryAttention
 (indexed by the positions it derives from the mask) and the data of a `Gather` of the
-`position_ids` input (the standard-Attention exports' rotary tables). mobius writes tables of
-the checkpoint's `max_position_embeddings` rows and may state a longer `context_length` in genai_config.json;
-ONNX Runtime refuses a longer sequence ("cos_cache dimension 0 shall not be less than
-total_sequence_length") and so does our runtime's GroupQueryAttention.
+`position_ids` input (the standard-Attention exports' rotary tables). gg_llm's
+`DecoderLayout::rotary_positions` reads the same and bounds its context limit by it. mobius
+writes tables of the checkpoint's `max_position_embeddings` rows and may state a longer
+`context_length` in genai_config.json; ONNX Runtime refuses a longer sequence ("cos_cache
+dimension 0 shall not be less than total_sequence_length"), and so does our runtime.
 
     python bench/native/positions.py MODEL_DIR
 
