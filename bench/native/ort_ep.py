@@ -15,6 +15,10 @@ then to the last of --decode-tokens further ids, nothing in flight before.
 
 `--ep cpu`: ONNX Runtime's CPU EP (no plug-in needed), the reference the benches consult when
 the runtimes' greedy ids differ.
+`--judge FILE` (with `--ep cpu`): no measurement; each request of FILE (`[{"context", "ids",
+"alternatives"}]`) is scored teacher-forced: the prompt ids of `context`, then the ids fed one
+by one, and at each step the CPU EP's own pick, its logit and the fed id's logit (the benches
+ask it, at the first id where two runtimes differ, which of the two it picks).
 `--kv-shared-windowless` (with `--ep cpu`, on a GenAI package): the CPU EP on the graph with the
 sliding window taken off every KV-shared GroupQueryAttention (a node whose past_key is another
 node's present: mobius's Gemma 4 layers that reuse an earlier layer's cache), the other layers as
@@ -172,6 +176,7 @@ class Generation:
         self.m = m
         self.past = 0
         self.cache = None  # OrtValues on the device after the first step
+        self.logits = None  # the last position's logits of the last step
 
     def step(self, ids: list[int]) -> int:
         m = self.m
@@ -211,7 +216,8 @@ class Generation:
         self.cache = [outs[present] for _name, present, _info in m.cache]
         self.past = total
         logits = outs["logits"].numpy()
-        return int(np.argmax(logits.reshape(-1, logits.shape[-1])[-1]))
+        self.logits = logits.reshape(-1, logits.shape[-1])[-1]
+        return int(np.argmax(self.logits))
 
 
 def timed(m: Model, context: int, tokens: int) -> tuple[float, float, list[int]]:
@@ -224,6 +230,44 @@ def timed(m: Model, context: int, tokens: int) -> tuple[float, float, list[int]]
         ids.append(g.step([ids[-1]]))
     t2 = time.perf_counter()
     return t1 - t0, t2 - t1, ids
+
+
+def judge(m: Model, requests: list[dict]) -> list[dict]:
+    """Teacher-forced scores (`--judge`): for each request `{"context": C, "ids": [...],
+    "alternatives": [{"step": k, "id": x}, ...]}`, the prompt is prompt_ids(C) and then ids[:-1]
+    fed one by one; step i's entry is `{"top", "top_logit", "logit"}`: the model's own pick after
+    prompt + ids[:i], its logit, and ids[i]'s logit there. Each alternative gets its id's logit at
+    its step. Greedy decoding picks ids[i] at step i exactly when `top == ids[i]`."""
+    out = []
+    for r in requests:
+        context, ids = int(r["context"]), [int(t) for t in r["ids"]]
+        if not ids:
+            raise SystemExit("ort_ep.py: --judge: a request has no ids")
+        if m.limit is not None and context + len(ids) > m.limit:
+            raise SystemExit(
+                f"ort_ep.py: --judge: {context} + {len(ids)} positions exceed the model's {m.limit}"
+            )
+        alts = [(int(a["step"]), int(a["id"])) for a in r.get("alternatives", [])]
+        for k, t in alts:
+            if not 0 <= k < len(ids) or not 0 <= t < m.vocab:
+                raise SystemExit(f"ort_ep.py: --judge: alternative id {t} at step {k} is out of range")
+        for t in ids:
+            if not 0 <= t < m.vocab:
+                raise SystemExit(f"ort_ep.py: --judge: id {t} is out of the vocabulary ({m.vocab})")
+        g = Generation(m)
+        steps, alt_logits = [], [None] * len(alts)
+        g.step(prompt_ids(context, m.vocab))
+        for i, t in enumerate(ids):
+            lg = g.logits
+            top = int(np.argmax(lg))
+            steps.append({"top": top, "top_logit": float(lg[top]), "logit": float(lg[t])})
+            for j, (k, a) in enumerate(alts):
+                if k == i:
+                    alt_logits[j] = float(lg[a])
+            if i + 1 < len(ids):
+                g.step([t])
+        out.append({"steps": steps, "alternatives": alt_logits})
+    return out
 
 
 def main() -> None:
@@ -248,8 +292,24 @@ def main() -> None:
         help="with --ep cpu on a GenAI package: no sliding window on KV-shared GroupQueryAttention "
         "layers (what ONNX Runtime's WebGPU kernels compute there)",
     )
+    ap.add_argument(
+        "--judge",
+        metavar="FILE",
+        help="with --ep cpu: score the id sequences of FILE teacher-forced instead of measuring "
+        "(the benches' referee at the first differing id); prints {\"judged\": [...]}",
+    )
     a = ap.parse_args()
+    if a.judge and a.ep != "cpu":
+        raise SystemExit("ort_ep.py: --judge needs --ep cpu (the reference)")
     m = Model(a.model, a.dtype, a.ep, a.kv_shared_windowless)
+    if a.judge:
+        with open(a.judge) as f:
+            requests = json.load(f)
+        if not isinstance(requests, list):
+            raise SystemExit(f"ort_ep.py: --judge: {a.judge} holds no JSON list of requests")
+        print(json.dumps({"runtime": "ort_cpu", "onnxruntime": ort.__version__,
+                          "judged": judge(m, requests)}))
+        return
     if a.kv_shared_windowless and m.windows_removed == 0:
         raise SystemExit(
             "ort_ep.py: --kv-shared-windowless: no KV-shared GroupQueryAttention with a "

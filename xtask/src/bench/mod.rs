@@ -30,7 +30,9 @@
 //!   `decode_tok_s_ratio`,
 //!   `prefill_tok_s_ratio`, `ttft_ratio` (ours / peer, medians of the per-pair ratios), `runs`,
 //!   `tokens_match` and `pair_ratios`; a peer whose greedy ids differ fails the bench after the
-//!   results are written, with ONNX Runtime's CPU EP as the referee; `ours_in_call` (ours only,
+//!   results are written, with ONNX Runtime's CPU EP as the referee (free-running, windowless
+//!   on KV-shared layers, and teacher-forced at the first difference: [`judge_mismatches`]);
+//!   `ours_in_call` (ours only,
 //!   the peers have no constraint): decode inside a constrained tool call after the shortest
 //!   decode context (`gg_llm::bench::decode_in_call` in wasm), the medians over the pairs of
 //!   `call_tok_s`, `free_tok_s` (after the call closed; null when it did not),
@@ -847,6 +849,63 @@ fn explain_mismatches(plan: &Plan, m: &BenchModel, dtype: &str, summary: &mut Va
     }
 }
 
+/// ONNX Runtime's CPU EP as the referee of every mismatch no cause explains yet: teacher-forced
+/// on ours' ids, which id does it pick at the first difference (`bench/native/ort_ep.py --judge`,
+/// [`paired::judge_requests`], [`paired::apply_judgement`]). On random weights two exact
+/// runtimes can part at a near tie; the referee says on whose side the model is there.
+fn judge_mismatches(m: &BenchModel, dtype: &str, summary: &mut Value) {
+    let requests = paired::judge_requests(summary);
+    if requests.is_empty() {
+        return;
+    }
+    match referee(m, dtype, &requests) {
+        Ok(judged) => paired::apply_judgement(summary, &requests, &judged),
+        Err(e) => eprintln!(
+            "xtask: note: no referee for {}'s differing ids: {e:#}",
+            m.name
+        ),
+    }
+}
+
+/// `bench/native/ort_ep.py --ep cpu --judge` on `requests`: one `{steps, alternatives}` each.
+fn referee(m: &BenchModel, dtype: &str, requests: &[Value]) -> Result<Vec<Value>> {
+    let python = match std::env::var_os("GEMMA_GEM_ORT_EP_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => crate::install::ensure_python_venv()?,
+    };
+    let file = target_dir().join(format!("bench-judge-{}.json", m.name));
+    std::fs::create_dir_all(target_dir())?;
+    std::fs::write(&file, serde_json::to_vec(requests)?)
+        .with_context(|| format!("writing {}", file.display()))?;
+    eprintln!(
+        "xtask: ONNX Runtime's CPU EP judging {} differing sequence(s) of {} at their first difference",
+        requests.len(),
+        m.name
+    );
+    let out = output(
+        Command::new(python)
+            .arg(root().join("bench/native/ort_ep.py"))
+            .args(["--ep", "cpu", "--dtype", dtype, "--judge"])
+            .arg(&file)
+            .arg("--model")
+            .arg(&m.dir),
+    )?;
+    let doc: Value = serde_json::from_str(&out).context("ort_ep.py --judge printed no JSON")?;
+    let judged = doc
+        .get("judged")
+        .and_then(Value::as_array)
+        .cloned()
+        .context("ort_ep.py --judge printed no `judged` list")?;
+    if judged.len() != requests.len() {
+        bail!(
+            "ort_ep.py --judge answered {} of {} requests",
+            judged.len(),
+            requests.len()
+        );
+    }
+    Ok(judged)
+}
+
 /// Ours' greedy ids (`ours`: a `gemma-gem bench --token-ids` document) against ONNX Runtime's
 /// CPU EP's (`reference`, from [`cpu_reference`]): `tokens_match` (null when no sequence exists on
 /// both sides), `token_sequences_compared`, `token_mismatches` (the first difference of each).
@@ -941,6 +1000,7 @@ fn native_pairs(
             Err(e) => eprintln!("xtask: note: no CPU reference for {}: {e:#}", m.name),
         }
         explain_mismatches(plan, m, &dtype, &mut out);
+        judge_mismatches(m, &dtype, &mut out);
     }
     let mut out = out["ort_webgpu_ep"].take();
     out["runtimes"] = summary["runtimes"].take();
@@ -1175,6 +1235,7 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
                     Err(e) => eprintln!("xtask: note: no CPU reference for {name}: {e:#}"),
                 }
                 explain_mismatches(plan, m, &dtype, &mut summary);
+                judge_mismatches(m, &dtype, &mut summary);
             }
             per_model.insert(name.clone(), summary);
         }
@@ -1848,6 +1909,76 @@ mod tests {
             preset: None,
         };
         assert_eq!(context_limit(&short).unwrap(), Some(1024));
+    }
+
+    /// `ort_ep.py --judge` on a real package: teacher-forced on the CPU EP's own greedy ids, each
+    /// step's pick is the next id; a peer that differs there is the one the referee does not pick.
+    #[test]
+    fn the_referee_scores_ids_teacher_forced() {
+        let python = crate::install::ensure_python_venv().unwrap();
+        let model = root().join("tests/fixtures/models/mobius-tiny-gqa-int4-split");
+        let o = Command::new(&python)
+            .arg(root().join("bench/native/ort_ep.py"))
+            .args(["--ep", "cpu", "--token-ids", "--prefill", ""])
+            .args(["--decode-context", "16", "--decode-tokens", "5", "--model"])
+            .arg(&model)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let greedy: Vec<u64> = doc["decode"][0]["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(greedy.len(), 6);
+        let m = BenchModel {
+            name: "mobius-tiny-gqa-int4-split",
+            dir: model,
+            preset: None,
+        };
+        let other = if greedy[3] == 1 { 2 } else { 1 };
+        let judged = referee(
+            &m,
+            "q4",
+            &[json!({"context": 16, "ids": greedy, "alternatives": [{"step": 3, "id": other}]})],
+        )
+        .unwrap();
+        let steps = judged[0]["steps"].as_array().unwrap();
+        for (st, id) in steps.iter().zip(&greedy) {
+            assert_eq!(st["top"], json!(id));
+            assert_eq!(st["top_logit"], st["logit"]);
+        }
+        assert!(
+            judged[0]["alternatives"][0].as_f64().unwrap() < steps[3]["logit"].as_f64().unwrap()
+        );
+        // A browser peer that follows the CPU EP, and ours that leave it at step 3.
+        let mut ours = greedy.clone();
+        ours[3] = other;
+        let run = |ids: &[u64]| json!({"load_s": 1.0, "decode": [{"context": 16, "tokens": 5, "tok_s": 1.0, "ids": ids}]});
+        let raw = json!({"dtype": "q4", "pairs": [{"order": ["ours", "ort_web"],
+            "runs": {"ours": run(&ours), "ort_web": run(&greedy)}}]});
+        let mut s = paired::browser_model(&raw, &["ort_web".to_string()]);
+        judge_mismatches(&m, "q4", &mut s);
+        let mm = &s["ort_web"]["token_mismatches"][0];
+        assert_eq!(mm["referee"]["picks"], json!("peer"), "{mm}");
+        assert!(mm.get("explained_by").is_none());
+        assert_eq!(
+            paired::token_failures(&json!({"models": {"m": s}})).len(),
+            1
+        );
+        // Bad requests are refused with the reason.
+        let err = referee(&m, "q4", &[json!({"context": 16, "ids": [1, 99999999]})]).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("out of the vocabulary"),
+            "{err:#}"
+        );
+        let err = referee(&m, "q4", &[json!({"context": 5000, "ids": [1]})]).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("exceed the model's 4096"),
+            "{err:#}"
+        );
     }
 
     /// `--from-raw`: the record must be of the run the flags describe.

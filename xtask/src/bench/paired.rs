@@ -521,7 +521,6 @@ pub fn explain_with_windowless(summary: &mut Value, windowless: &Value) {
         let Some(list) = p.get_mut("token_mismatches").and_then(Value::as_array_mut) else {
             continue;
         };
-        let mut all = !list.is_empty();
         for mm in list.iter_mut() {
             let r = refs.get(mm["what"].as_str().unwrap_or(""));
             let peer_windowless = r.map(|r| mm["peer"] == *r);
@@ -534,12 +533,168 @@ pub fn explain_with_windowless(summary: &mut Value, windowless: &Value) {
             if explained {
                 mm["explained_by"] = json!("kv_shared_window");
             }
-            all &= explained;
         }
-        p["token_mismatches_explained"] = json!(all);
+        settle(p);
+    }
+}
+
+/// `explained_by` of a mismatch at whose first differing id the referee (ONNX Runtime's CPU EP,
+/// teacher-forced on the common prefix: [`apply_judgement`]) picks ours' id.
+pub const REFEREE_PICKS_OURS: &str = "referee_picks_ours";
+
+/// `token_mismatch_cause` text of [`REFEREE_PICKS_OURS`].
+pub const REFEREE_CAUSE: &str = "at the first differing id, ONNX Runtime's CPU EP (exact math), fed the same prompt and the ids both runtimes had generated up to there, picks ours' id, not the peer's: the peer left the greedy path there (its logits of both ids: token_mismatches[].referee)";
+
+/// The cause text of an `explained_by` value.
+fn cause_text(cause: &str) -> &str {
+    match cause {
+        "kv_shared_window" => KV_SHARED_WINDOW_CAUSE,
+        REFEREE_PICKS_OURS => REFEREE_CAUSE,
+        other => other,
+    }
+}
+
+/// A peer's `token_mismatches_explained` (every mismatch has an `explained_by`) and, then,
+/// `token_mismatch_cause` (the causes' texts, each once).
+fn settle(p: &mut Value) {
+    let Some(list) = p.get("token_mismatches").and_then(Value::as_array) else {
+        return;
+    };
+    let mut causes: Vec<String> = Vec::new();
+    for c in list
+        .iter()
+        .filter_map(|mm| mm.get("explained_by")?.as_str())
+    {
+        if !causes.iter().any(|x| x == c) {
+            causes.push(c.to_string());
+        }
+    }
+    let all = !list.is_empty()
+        && list
+            .iter()
+            .all(|mm| mm.get("explained_by").is_some_and(Value::is_string));
+    p["token_mismatches_explained"] = json!(all);
+    if let Some(o) = p.as_object_mut() {
         if all {
-            p["token_mismatch_cause"] = json!(KV_SHARED_WINDOW_CAUSE);
+            let text: Vec<&str> = causes.iter().map(|c| cause_text(c)).collect();
+            o.insert("token_mismatch_cause".into(), json!(text.join("; ")));
+        } else {
+            o.remove("token_mismatch_cause");
         }
+    }
+}
+
+/// The prompt length of a sequence's name: `prefill <n>` -> n, `decode <t> after <c>` -> c.
+fn context_of(what: &str) -> Option<usize> {
+    match what.strip_prefix("prefill ") {
+        Some(n) => n.parse().ok(),
+        None => what.rsplit_once(" after ")?.1.parse().ok(),
+    }
+}
+
+/// The `bench/native/ort_ep.py --judge` request of a mismatch: ours' ids teacher-forced after
+/// the prompt, the peer's id at the first difference as the alternative. None when one side
+/// ended before the difference.
+fn judge_request(mm: &Value) -> Option<Value> {
+    let context = context_of(mm.get("what")?.as_str()?)?;
+    let fd = usize::try_from(mm.get("first_difference")?.as_u64()?).ok()?;
+    let ours = mm.get("ours")?.as_array()?;
+    let peer = mm.get("peer")?.as_array()?;
+    if fd >= ours.len() || fd >= peer.len() {
+        return None;
+    }
+    Some(json!({"context": context, "ids": ours, "alternatives": [{"step": fd, "id": peer[fd]}]}))
+}
+
+/// The distinct `--judge` requests of every mismatch of `summary` (one model's, after
+/// [`explain_with_windowless`]) that no cause explains yet.
+pub fn judge_requests(summary: &Value) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for p in summary.as_object().into_iter().flat_map(|o| o.values()) {
+        let list = p.get("token_mismatches").and_then(Value::as_array);
+        for mm in list.into_iter().flatten() {
+            if mm.get("explained_by").is_some() {
+                continue;
+            }
+            if let Some(r) = judge_request(mm)
+                && !out.contains(&r)
+            {
+                out.push(r);
+            }
+        }
+    }
+    out
+}
+
+/// Annotates each unexplained mismatch with the referee's scores (`judged[i]` answers
+/// `requests[i]`, from `ort_ep.py --judge`): `referee` = `{picks: "ours" | "peer" | "neither",
+/// top, top_logit, ours_id, ours_logit, peer_id, peer_logit}` at the first differing id, and over
+/// ours' whole sequence `ours_ids_picked` / `ours_ids_scored` (steps where ours' id is the CPU
+/// EP's own pick) with `largest_gap_elsewhere` (its top logit minus ours' id's logit where not).
+/// `picks: "ours"` explains the mismatch ([`REFEREE_PICKS_OURS`]); the peers are [`settle`]d.
+pub fn apply_judgement(summary: &mut Value, requests: &[Value], judged: &[Value]) {
+    let Some(obj) = summary.as_object_mut() else {
+        return;
+    };
+    for (_, p) in obj.iter_mut() {
+        let Some(list) = p.get_mut("token_mismatches").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for mm in list.iter_mut() {
+            if mm.get("explained_by").is_some() {
+                continue;
+            }
+            let Some(req) = judge_request(mm) else {
+                continue;
+            };
+            let Some(j) = requests
+                .iter()
+                .position(|r| *r == req)
+                .and_then(|i| judged.get(i))
+            else {
+                continue;
+            };
+            let steps = j.get("steps").and_then(Value::as_array);
+            let fd = req["alternatives"][0]["step"].as_u64().unwrap_or(0) as usize;
+            let ids = req["ids"].as_array();
+            let (Some(steps), Some(ids)) = (steps, ids) else {
+                continue;
+            };
+            let Some(at) = steps.get(fd) else {
+                continue;
+            };
+            let (ours_id, peer_id) = (&ids[fd], &req["alternatives"][0]["id"]);
+            let picks = if at["top"] == *ours_id {
+                "ours"
+            } else if at["top"] == *peer_id {
+                "peer"
+            } else {
+                "neither"
+            };
+            let mut picked = 0;
+            let mut gap: Option<f64> = None;
+            for (i, st) in steps.iter().enumerate() {
+                if i != fd && ids.get(i).is_some_and(|t| st["top"] != *t) {
+                    let g = st["top_logit"].as_f64().unwrap_or(0.0)
+                        - st["logit"].as_f64().unwrap_or(0.0);
+                    gap = Some(gap.map_or(g, |x: f64| x.max(g)));
+                } else if ids.get(i).is_some_and(|t| st["top"] == *t) {
+                    picked += 1;
+                }
+            }
+            mm["referee"] = json!({
+                "what": "ONNX Runtime's CPU EP (bench/native/ort_ep.py --judge), fed the prompt and ours' ids teacher-forced",
+                "picks": picks, "top": at["top"], "top_logit": at["top_logit"],
+                "ours_id": ours_id, "ours_logit": at["logit"],
+                "peer_id": peer_id, "peer_logit": j["alternatives"][0],
+                "ours_ids_picked": picked, "ours_ids_scored": steps.len(),
+                "largest_gap_elsewhere": gap,
+            });
+            if picks == "ours" {
+                mm["explained_by"] = json!(REFEREE_PICKS_OURS);
+            }
+        }
+        settle(p);
     }
 }
 
@@ -578,7 +733,8 @@ fn differing_peers(browser: &Value) -> Vec<(&str, &str, &Value)> {
         .collect()
 }
 
-/// Whether [`explain_with_windowless`] explained every mismatch of a peer's summary.
+/// Whether a cause ([`explain_with_windowless`], [`apply_judgement`]) explained every mismatch of
+/// a peer's summary.
 fn explained(p: &Value) -> bool {
     p.get("token_mismatches_explained") == Some(&json!(true))
 }
@@ -628,9 +784,57 @@ pub fn token_failures(browser: &Value) -> Vec<String> {
                 Some(Value::Bool(false)) => "; ours differ from ONNX Runtime's CPU EP too",
                 _ => "",
             };
-            format!("{name}: {peer} computed other greedy tokens than ours ({first}{reference})")
+            let referee = p
+                .get("token_mismatches")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|mm| mm.get("explained_by").is_none())
+                .and_then(|mm| mm.get("referee")?.get("picks")?.as_str())
+                .map(|w| match w {
+                    "peer" => "; at the first difference the CPU EP, teacher-forced, picks the peer's id",
+                    _ => "; at the first difference the CPU EP, teacher-forced, picks neither id",
+                })
+                .unwrap_or("");
+            format!("{name}: {peer} computed other greedy tokens than ours ({first}{reference}{referee})")
         })
         .collect()
+}
+
+/// One mismatch's referee verdict ([`apply_judgement`]) in words, for the Markdown and the
+/// failure messages.
+fn referee_line(mm: &Value) -> Option<String> {
+    let r = mm.get("referee")?;
+    let f = |k: &str| {
+        r.get(k)
+            .and_then(Value::as_f64)
+            .map_or("?".into(), |x| format!("{x:.4}"))
+    };
+    let picks = match r["picks"].as_str() {
+        Some("ours") => "picks ours'".to_string(),
+        Some("peer") => "picks the peer's".to_string(),
+        _ => format!(
+            "picks neither: its own pick is {} (logit {})",
+            r["top"],
+            f("top_logit")
+        ),
+    };
+    let elsewhere = match r.get("largest_gap_elsewhere").and_then(Value::as_f64) {
+        Some(g) => format!("; elsewhere its own pick leads ours' id by at most {g:.4}"),
+        None => String::new(),
+    };
+    Some(format!(
+        "pair {}, {}, first difference at id {}: ours {} (logit {}), the peer's {} (logit {}); ONNX Runtime's CPU EP, fed the prompt and the common ids, {picks}; ours' ids are its own pick at {} of {} steps{elsewhere}",
+        mm["pair"],
+        mm["what"].as_str().unwrap_or(""),
+        mm["first_difference"],
+        r["ours_id"],
+        f("ours_logit"),
+        r["peer_id"],
+        f("peer_logit"),
+        r["ours_ids_picked"],
+        r["ours_ids_scored"],
+    ))
 }
 
 fn spread(v: &Value, unit: Unit) -> String {
@@ -737,10 +941,12 @@ pub fn markdown_model(name: &str, m: &Value, software: bool) -> String {
         let pv = m.get(p.as_str()).cloned().unwrap_or(Value::Null);
         let tm = match pv.get("tokens_match") {
             Some(Value::Bool(true)) => "identical greedy ids".to_string(),
-            Some(Value::Bool(false)) if explained(&pv) =>
-            {
-                "**greedy ids differ**, explained: ONNX Runtime's WebGPU GroupQueryAttention applies no sliding window on KV-shared layers (the peer's ids are ONNX Runtime CPU EP's without those windows, ours the CPU EP's as written; see token_mismatches), so where a sequence passes the window the two compute different models".to_string()
-            }
+            Some(Value::Bool(false)) if explained(&pv) => format!(
+                "**greedy ids differ**, explained: {} (see token_mismatches)",
+                pv.get("token_mismatch_cause")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+            ),
             Some(Value::Bool(false)) => "**greedy ids differ** (see token_mismatches)".to_string(),
             _ => "no ids compared".to_string(),
         };
@@ -749,6 +955,12 @@ pub fn markdown_model(name: &str, m: &Value, software: bool) -> String {
             pv.get("runs").unwrap_or(&Value::Null),
             pv.get("token_sequences_compared").unwrap_or(&Value::Null)
         ));
+        let list = pv.get("token_mismatches").and_then(Value::as_array);
+        for mm in list.into_iter().flatten() {
+            if let Some(line) = referee_line(mm) {
+                s.push_str(&format!("  - {line}\n"));
+            }
+        }
     }
     for r in &rts {
         for e in m
@@ -1142,5 +1354,77 @@ mod tests {
         let f = token_failures(&json!({"models": {"tiny": s}}));
         assert_eq!(f.len(), 1);
         assert!(f[0].contains("transformers_js"), "{f:?}");
+    }
+
+    /// A judged mismatch of peer `peer`: ours [5, 6, 7, 8], the peer [5, 6, 9, 4]; the referee's
+    /// pick at the first difference (step 2) is `top`, and at step 3 it leads ours' 8 by 0.25.
+    fn judged(peer: &str, top: u32) -> Value {
+        let raw = json!({"dtype": "q4", "pairs": [
+            {"order": ["ours", peer], "runs": {"ours": run(1.0, 0.5, 1.0, &[5, 6, 7, 8]), peer: run(1.0, 0.5, 1.0, &[5, 6, 9, 4])}}
+        ]});
+        let mut s = browser_model(&raw, &[peer.to_string()]);
+        let requests = judge_requests(&s);
+        assert_eq!(
+            requests,
+            vec![
+                json!({"context": 16, "ids": [5, 6, 7, 8], "alternatives": [{"step": 2, "id": 9}]})
+            ]
+        );
+        let step = |top: u32, top_logit: f64, logit: f64| json!({"top": top, "top_logit": top_logit, "logit": logit});
+        let answer = json!({"steps": [step(5, 3.0, 3.0), step(6, 2.0, 2.0),
+                                      step(top, 1.5, if top == 7 { 1.5 } else { 1.2 }), step(3, 1.0, 0.75)],
+                            "alternatives": [if top == 9 { 1.5 } else { 1.4 }]});
+        apply_judgement(&mut s, &requests, &[answer]);
+        s
+    }
+
+    #[test]
+    fn the_referee_settles_a_mismatch_only_where_it_picks_ours() {
+        assert_eq!(context_of("decode 32 after 128"), Some(128));
+        assert_eq!(context_of("prefill 512"), Some(512));
+        assert_eq!(context_of("something else"), None);
+        // It picks ours' 7: explained, said, not a failure.
+        let s = judged("ort_web", 7);
+        let mm = &s["ort_web"]["token_mismatches"][0];
+        assert_eq!(mm["explained_by"], json!(REFEREE_PICKS_OURS));
+        assert_eq!(mm["referee"]["picks"], json!("ours"));
+        assert_eq!(mm["referee"]["peer_logit"], json!(1.4));
+        // Steps 0, 1 and 2 are its own picks; step 3 is not, by 0.25.
+        assert_eq!(mm["referee"]["ours_ids_picked"], json!(3));
+        assert_eq!(mm["referee"]["ours_ids_scored"], json!(4));
+        assert_eq!(mm["referee"]["largest_gap_elsewhere"], json!(0.25));
+        assert_eq!(s["ort_web"]["tokens_match"], json!(false));
+        assert_eq!(s["ort_web"]["token_mismatches_explained"], json!(true));
+        assert_eq!(s["ort_web"]["token_mismatch_cause"], json!(REFEREE_CAUSE));
+        let models = json!({"models": {"m": s.clone()}});
+        assert!(token_failures(&models).is_empty());
+        assert_eq!(token_notes(&models).len(), 1);
+        let md = markdown_model("m", &s, true);
+        assert!(
+            md.contains("picks ours'; ours' ids are its own pick at 3 of 4 steps"),
+            "{md}"
+        );
+        // Already explained: nothing more to judge.
+        assert!(judge_requests(&s).is_empty());
+        // It picks the peer's 9, or a third id: a failure that says so.
+        for (top, words) in [(9, "picks the peer's id"), (11, "picks neither id")] {
+            let s = judged("transformers_js", top);
+            assert_eq!(
+                s["transformers_js"]["token_mismatches_explained"],
+                json!(false)
+            );
+            assert!(s["transformers_js"].get("token_mismatch_cause").is_none());
+            let f = token_failures(&json!({"models": {"m": s.clone()}}));
+            assert!(f.len() == 1 && f[0].contains(words), "{f:?}");
+            assert!(token_notes(&json!({"models": {"m": s}})).is_empty());
+        }
+        // No answer for a request (the referee failed): the mismatch stays unexplained.
+        let raw = json!({"dtype": "q4", "pairs": [
+            {"order": ["ours", "ort_web"], "runs": {"ours": run(1.0, 0.5, 1.0, &[5, 6]), "ort_web": run(1.0, 0.5, 1.0, &[5, 9])}}
+        ]});
+        let mut s = browser_model(&raw, &["ort_web".to_string()]);
+        apply_judgement(&mut s, &[], &[]);
+        assert!(s["ort_web"]["token_mismatches"][0].get("referee").is_none());
+        assert_eq!(token_failures(&json!({"models": {"m": s}})).len(), 1);
     }
 }
