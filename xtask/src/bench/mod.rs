@@ -763,8 +763,14 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
         if args.cpu_reference {
             let dtype = doc["dtype"].as_str().unwrap_or("q4").to_string();
             let check = cpu_reference(plan, m, &dtype, false).map(|r| cpu_check(&doc, &r))?;
+            // A difference gets the CPU EP's logits of both ids there (teacher-forced on ours'):
+            // how near a tie it was. Still a failure: here the CPU EP is the other side.
+            let mut judged = json!({ "ort_cpu": check });
+            if judged["ort_cpu"]["tokens_match"] == json!(false) {
+                judge_mismatches(m, &dtype, &mut judged);
+            }
             if let Some(Value::Object(o)) = summary.get_mut(m.name) {
-                o.insert("ort_cpu".into(), check);
+                o.insert("ort_cpu".into(), judged["ort_cpu"].take());
             }
         }
         raw[m.name] = doc;
@@ -1967,6 +1973,18 @@ mod tests {
         assert_eq!(
             paired::token_failures(&json!({"models": {"m": s}})).len(),
             1
+        );
+        // `--cpu-reference` natively: the CPU EP is the other side; its logits are recorded.
+        let doc = |ids: &[u64]| json!({"decode": [{"context": 16, "tokens": 5, "runs": [{"tok_s": 1.0}], "ids": ids}]});
+        let mut c = json!({"ort_cpu": cpu_check(&doc(&ours), &paired::native_run(&doc(&greedy)))});
+        judge_mismatches(&m, "q4", &mut c);
+        let r = &c["ort_cpu"]["token_mismatches"][0]["referee"];
+        assert_eq!(r["picks"], json!("peer"), "{c}");
+        assert!(r["peer_logit"].as_f64().unwrap() > r["ours_logit"].as_f64().unwrap());
+        let f = paired::token_failures(&json!({"models": {"m": c}}));
+        assert!(
+            f.len() == 1 && f[0].contains("picks the peer's id"),
+            "{f:?}"
         );
         // Bad requests are refused with the reason.
         let err = referee(&m, "q4", &[json!({"context": 16, "ids": [1, 99999999]})]).unwrap_err();
