@@ -45,6 +45,7 @@ pub mod error;
 pub mod generate;
 pub mod image;
 pub mod images;
+pub mod last_row;
 pub mod merge;
 pub mod model;
 pub mod sampler;

@@ -244,12 +244,15 @@ pub fn embedding_extra_inputs(g: &Graph) -> Result<Vec<EmptyInput>> {
 
 /// Loads one graph of the repository (`path` repository-relative) into a session, its weights
 /// streamed from the files next to it; in the onnx-community layout the external data it reads
-/// must be the chunks `config.json` lists for it.
+/// must be the chunks `config.json` lists for it. `decoder`: the text decoder, whose logits are
+/// cut to the last position where it has no `num_logits_to_keep`
+/// ([`crate::last_row::keep_last_logits_row`]).
 pub(crate) async fn load_session(
     gpu: &Rc<Gpu>,
     repo: &ModelRepo,
     config: &ModelConfig,
     path: &str,
+    decoder: bool,
 ) -> Result<Session> {
     let (dir, file) = path.rsplit_once('/').unwrap_or(("", path));
     let source = repo.subdir(dir);
@@ -259,8 +262,11 @@ pub(crate) async fn load_session(
             path: format!("{}/{path}", repo.name().trim_end_matches('/')),
             message: e.to_string(),
         })?;
-    let graph = Graph::decode(&bytes, file)?;
+    let mut graph = Graph::decode(&bytes, file)?;
     drop(bytes);
+    if decoder {
+        crate::last_row::keep_last_logits_row(&mut graph);
+    }
     if let Some(n) = config.chunks_of(file) {
         let listed: Vec<String> = external_chunk_names(file, n).collect();
         if let Some(extra) = graph
@@ -421,7 +427,7 @@ impl GemmaModel {
             .dtype
             .filter(|_| !genai_package)
             .unwrap_or_else(|| Dtype::for_adapter(gpu.has_shader_f16));
-        let mut load = async |path: &str| -> Result<Session> {
+        let mut load = async |path: &str, decoder: bool| -> Result<Session> {
             // a GenAI package's graphs are all model.onnx: name them by their path
             let file = path.rsplit_once('/').map_or(path, |(_, f)| f);
             progress(LoadStage::Session(if genai_package {
@@ -429,23 +435,30 @@ impl GemmaModel {
             } else {
                 file.to_string()
             }));
-            load_session(&gpu, repo, &config, path).await
+            load_session(&gpu, repo, &config, path, decoder).await
         };
         let (embed, decoder) = match &config.package {
             Package::OnnxCommunity => {
-                let embed = load(&format!("onnx/{}", ModelConfig::onnx_file(EMBED, dtype))).await?;
-                let decoder =
-                    load(&format!("onnx/{}", ModelConfig::onnx_file(DECODER, dtype))).await?;
+                let embed = load(
+                    &format!("onnx/{}", ModelConfig::onnx_file(EMBED, dtype)),
+                    false,
+                )
+                .await?;
+                let decoder = load(
+                    &format!("onnx/{}", ModelConfig::onnx_file(DECODER, dtype)),
+                    true,
+                )
+                .await?;
                 (Some(embed), decoder)
             }
             Package::Genai {
                 decoder, embedding, ..
             } => {
                 let embed = match embedding {
-                    Some(e) => Some(load(e).await?),
+                    Some(e) => Some(load(e, false).await?),
                     None => None,
                 };
-                (embed, load(decoder).await?)
+                (embed, load(decoder, true).await?)
             }
         };
         let layout = DecoderLayout::from_graph(&decoder.graph)?;

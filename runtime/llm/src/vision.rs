@@ -172,7 +172,7 @@ impl VisionEncoder {
             )
         })?;
         progress(LoadStage::Session(path.clone()));
-        let session = load_session(&gpu, repo, config, &path).await?;
+        let session = load_session(&gpu, repo, config, &path, false).await?;
         let encoder = Self::from_session(session)?;
         progress(LoadStage::Ready);
         Ok(encoder)

@@ -495,3 +495,43 @@ fn a_prompt_past_the_rotary_tables_is_refused_where_they_end() {
     let err = pollster::block_on(g.next_token()).expect_err("no position 1024");
     assert!(err.to_string().contains("context of 1024"), "{err}");
 }
+
+/// A long prompt on a decoder without `num_logits_to_keep` computes the logits of its last
+/// position only (`gg_llm::last_row`, applied where the decoder is loaded): not 1043 rows of
+/// logits for the `long` prompt (at Gemma 4's vocabulary, 1043 × 262144 float32: 1.1 GB, more
+/// than SwiftShader could allocate for the E2B-shaped package), and the greedy tokens are still
+/// ONNX Runtime's.
+#[test]
+fn a_long_prompt_computes_the_logits_of_its_last_position_only() {
+    let name = "mobius-tiny-gqa-int4-split";
+    let model = load(&gpu(), name);
+    let logits = model
+        .decoder
+        .graph
+        .outputs
+        .iter()
+        .find(|o| o.name == "logits")
+        .expect("logits");
+    assert_eq!(logits.dims.as_ref().expect("dims")[1].to_string(), "1");
+    assert!(
+        model
+            .decoder
+            .graph
+            .nodes
+            .iter()
+            .any(|n| n.op_type == "Slice" && n.name.starts_with("gg.last_row"))
+    );
+    let long = reference(name)["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .find(|p| p["name"] == "long")
+        .cloned()
+        .expect("the long prompt");
+    let want = ids(&long["greedy_tokens"]);
+    let mut g = Generator::new(&model, &ids(&long["input_ids"]), Sampling::Greedy).expect("gen");
+    let got: Vec<u32> = (0..8)
+        .map(|_| pollster::block_on(g.next_token()).expect("step"))
+        .collect();
+    assert_eq!(got, want[..8].to_vec());
+}
