@@ -787,16 +787,22 @@ fn run_native(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(V
     Ok((Value::Object(summary), raw))
 }
 
+/// The Python that runs ONNX Runtime's CPU EP for the references: GEMMA_GEM_ORT_EP_PYTHON, else
+/// the repo's .venv.
+fn reference_python() -> Result<PathBuf> {
+    match std::env::var_os("GEMMA_GEM_ORT_EP_PYTHON") {
+        Some(p) => Ok(PathBuf::from(p)),
+        None => crate::install::ensure_python_venv(),
+    }
+}
+
 /// The greedy ids of ONNX Runtime's CPU EP on `m` for the plan's configurations
 /// (`bench/native/ort_ep.py --ep cpu`), in the shape of [`paired::native_run`]: the referee when
 /// the runtimes' ids differ. `windowless`: on the graph without a sliding window on its KV-shared
 /// GroupQueryAttention layers (`--kv-shared-windowless`, GenAI packages only), what ONNX Runtime's
 /// WebGPU kernels compute there. Its Python: GEMMA_GEM_ORT_EP_PYTHON, else the repo's .venv.
 fn cpu_reference(plan: &Plan, m: &BenchModel, dtype: &str, windowless: bool) -> Result<Value> {
-    let python = match std::env::var_os("GEMMA_GEM_ORT_EP_PYTHON") {
-        Some(p) => PathBuf::from(p),
-        None => crate::install::ensure_python_venv()?,
-    };
+    let python = reference_python()?;
     let list = |v: &[usize]| {
         v.iter()
             .map(ToString::to_string)
@@ -875,10 +881,7 @@ fn judge_mismatches(m: &BenchModel, dtype: &str, summary: &mut Value) {
 
 /// `bench/native/ort_ep.py --ep cpu --judge` on `requests`: one `{steps, alternatives}` each.
 fn referee(m: &BenchModel, dtype: &str, requests: &[Value]) -> Result<Vec<Value>> {
-    let python = match std::env::var_os("GEMMA_GEM_ORT_EP_PYTHON") {
-        Some(p) => PathBuf::from(p),
-        None => crate::install::ensure_python_venv()?,
-    };
+    let python = reference_python()?;
     let file = target_dir().join(format!("bench-judge-{}.json", m.name));
     std::fs::create_dir_all(target_dir())?;
     std::fs::write(&file, serde_json::to_vec(requests)?)

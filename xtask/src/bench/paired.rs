@@ -673,13 +673,13 @@ pub fn apply_judgement(summary: &mut Value, requests: &[Value], judged: &[Value]
             };
             let mut picked = 0;
             let mut gap: Option<f64> = None;
-            for (i, st) in steps.iter().enumerate() {
-                if i != fd && ids.get(i).is_some_and(|t| st["top"] != *t) {
+            for (st, id) in steps.iter().zip(ids) {
+                if st["top"] == *id {
+                    picked += 1;
+                } else if !std::ptr::eq(st, at) {
                     let g = st["top_logit"].as_f64().unwrap_or(0.0)
                         - st["logit"].as_f64().unwrap_or(0.0);
                     gap = Some(gap.map_or(g, |x: f64| x.max(g)));
-                } else if ids.get(i).is_some_and(|t| st["top"] == *t) {
-                    picked += 1;
                 }
             }
             mm["referee"] = json!({
