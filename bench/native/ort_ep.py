@@ -24,8 +24,9 @@ sliding window taken off every KV-shared GroupQueryAttention (a node whose past_
 node's present: mobius's Gemma 4 layers that reuse an earlier layer's cache), the other layers as
 written. That is what ONNX Runtime's WebGPU kernels compute on such graphs (they keep those
 layers without a window: onnxruntime #32462, bench/repro/README.md part 2), so the benches check
-a peer's differing ids against it; `kv_shared_windows_removed` in the JSON counts the nodes
-(the script fails when there is none).
+a peer's differing ids against it, free-running and, with `--judge`, teacher-forced on the
+peer's ids; `kv_shared_windows_removed` in the JSON counts the nodes (the script fails when there
+is none, with `--judge` too).
 `--model` is a folder in the onnx-community layout (embed_tokens_<dtype>.onnx +
 decoder_model_merged_<dtype>.onnx) or an ONNX Runtime GenAI package (genai_config.json: mobius's
 `embedding/` + `decoder/`, or one graph taking input_ids; one variant, --dtype ignored). On the CPU
@@ -302,6 +303,11 @@ def main() -> None:
     if a.judge and a.ep != "cpu":
         raise SystemExit("ort_ep.py: --judge needs --ep cpu (the reference)")
     m = Model(a.model, a.dtype, a.ep, a.kv_shared_windowless)
+    if a.kv_shared_windowless and m.windows_removed == 0:
+        raise SystemExit(
+            "ort_ep.py: --kv-shared-windowless: no KV-shared GroupQueryAttention with a "
+            f"local_window_size in {a.model}"
+        )
     if a.judge:
         with open(a.judge) as f:
             requests = json.load(f)
@@ -310,11 +316,6 @@ def main() -> None:
         print(json.dumps({"runtime": "ort_cpu", "onnxruntime": ort.__version__,
                           "judged": judge(m, requests)}))
         return
-    if a.kv_shared_windowless and m.windows_removed == 0:
-        raise SystemExit(
-            "ort_ep.py: --kv-shared-windowless: no KV-shared GroupQueryAttention with a "
-            f"local_window_size in {a.model}"
-        )
     log = lambda s: print(f"ort_ep: {s}", file=sys.stderr, flush=True)  # noqa: E731
     fits = lambda n: m.limit is None or n <= m.limit  # noqa: E731
     prefill = []

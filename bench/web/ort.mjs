@@ -184,6 +184,13 @@ export async function load(model, dtype, verbose = false, variant = 'ort_web', c
   return h;
 }
 
+/** The greedy id from `logits` (a GPU tensor, released either way), or null unread. */
+async function logitsOf(logits, read) {
+  if (read) return argmax(logits);
+  logits.dispose();
+  return null;
+}
+
 async function argmax(t) {
   const d = await t.getData(true); // download, then release the GPU buffer
   const n = t.dims[t.dims.length - 1];
@@ -271,8 +278,9 @@ class Gen {
     this.cache = h.cache.map((c) => new ort.Tensor(c.type, c.type === 'float16' ? new Uint16Array(0) : new Float32Array(0), [1, c.heads, 0, c.dim]));
   }
 
-  /** Runs the sessions on `ids` and returns the greedy next id. */
-  async step(ids) {
+  /** Runs the sessions on `ids` and returns the greedy next id (`read` false: the logits are
+   * released unread and null is returned). */
+  async step(ids, read = true) {
     const { h } = this;
     const s = ids.length;
     const total = this.past + s;
@@ -297,8 +305,7 @@ class Gen {
     for (const t of this.cache) t.dispose();
     this.cache = h.cache.map((c) => out[c.present]);
     this.past = total;
-    const id = await argmax(out.logits);
-    return id;
+    return logitsOf(out.logits, read);
   }
 
   dispose() {
@@ -314,7 +321,7 @@ class StaticGen {
     this.past = 0;
   }
 
-  async step(ids) {
+  async step(ids, read = true) {
     const { h } = this;
     const total = this.past + ids.length;
     if (total > h.capacity) throw new Error(`ort_web_static: ${total} tokens over the fixed cache's ${h.capacity} rows`);
@@ -332,7 +339,7 @@ class StaticGen {
     const out = await h.decoder.run(feeds, fetches);
     for (const t of Object.values(emb)) t.dispose();
     this.past = total;
-    return argmax(out.logits);
+    return logitsOf(out.logits, read);
   }
 
   dispose() {}
@@ -361,8 +368,9 @@ const CAPTURE_INPUTS = new Set(['inputs_embeds', 'per_layer_inputs', 'attention_
  * and the logits land in a bound buffer that is copied out and read. The first decode step of the
  * session captures the graph, later ones replay it. */
 class CapturedGen extends StaticGen {
-  async step(ids) {
-    if (this.past === 0) return super.step(ids);
+  async step(ids, read = true) {
+    // The prompt, or a part of it (`fill`), on the uncaptured session.
+    if (this.past === 0 || ids.length !== 1 || !read) return super.step(ids, read);
     const { h } = this;
     const F = h.fixed;
     const total = this.past + ids.length;
@@ -384,9 +392,9 @@ class CapturedGen extends StaticGen {
     await h.captured.run(F.run.feeds, F.run.fetches);
     for (const t of Object.values(emb)) t.dispose();
     this.past = total;
-    const read = device.createCommandEncoder();
-    read.copyBufferToBuffer(F.logits.buffer, 0, F.staging, 0, F.staging.size);
-    device.queue.submit([read.finish()]);
+    const copy = device.createCommandEncoder();
+    copy.copyBufferToBuffer(F.logits.buffer, 0, F.staging, 0, F.staging.size);
+    device.queue.submit([copy.finish()]);
     await F.staging.mapAsync(GPUMapMode.READ);
     const bytes = F.staging.getMappedRange().slice(0);
     F.staging.unmap();
@@ -396,13 +404,33 @@ class CapturedGen extends StaticGen {
   }
 }
 
-/** A generation on `ids`, stepped by the bench page: first() is the prompt's step, next() one
- * decode step; each resolves to the greedy id once it is on the CPU. */
-export function generation(h, ids) {
+/** The prompt `ids` as the decoder's steps: one, or, with `fill` > 0 and a decoder that computes
+ * the logits of every position (no num_logits_to_keep, as mobius's exports), consecutive parts of
+ * at most `fill` tokens. */
+export function promptSteps(h, ids, fill = 0) {
+  if (!(fill > 0) || h.inputs.has('num_logits_to_keep') || ids.length <= fill) return [ids];
+  const steps = [];
+  for (let i = 0; i < ids.length; i += fill) steps.push(ids.slice(i, i + fill));
+  return steps;
+}
+
+/** A generation on `ids`, stepped by the bench page: first() is the prompt's step(s), next() one
+ * decode step; each resolves to the greedy id once it is on the CPU. `fill` (the decode
+ * configurations' context): the prompt in parts of at most `fill` tokens where the decoder
+ * computes every position's logits (`promptSteps`): a 1024-token prompt through mobius's decoder
+ * asks for 1024 x vocab float32 logits (1 GiB at 262144), which onnxruntime-web could not
+ * allocate on SwiftShader; only the last part's logits are read. The decode clock starts after
+ * first() either way. */
+export function generation(h, ids, fill = 0) {
   const g = h.variant !== 'ort_web_static' ? new Gen(h) : h.captured ? new CapturedGen(h) : new StaticGen(h);
+  const steps = promptSteps(h, ids, fill);
   let id = null;
   return {
-    first: async () => (id = await g.step(ids)),
+    promptSteps: steps.length,
+    first: async () => {
+      for (const part of steps.slice(0, -1)) await g.step(part, false);
+      return (id = await g.step(steps.at(-1)));
+    },
     next: async () => (id = await g.step([id])),
     dispose: () => g.dispose(),
   };

@@ -193,6 +193,7 @@ impl BenchModel {
         let g = Generator::new(self.model, &ids, Sampling::Greedy).map_err(js_err)?;
         Ok(BenchGeneration {
             generator: Rc::new(RefCell::new(Some(g))),
+            mark: std::cell::Cell::new(None),
         })
     }
 }
@@ -202,6 +203,8 @@ impl BenchModel {
 pub struct BenchGeneration {
     /// Taken out while a step runs (steps are awaited one at a time).
     generator: Rc<RefCell<Option<Generator<'static>>>>,
+    /// The statistics when the decode clock started ([`BenchGeneration::mark`]).
+    mark: std::cell::Cell<Option<gg_llm::GenerationStats>>,
 }
 
 impl BenchGeneration {
@@ -237,24 +240,38 @@ impl BenchGeneration {
         self.step(!last)
     }
 
-    /// The work counters per decoded token so far (JSON): dispatches, submits, bytes read back
-    /// and uploaded, buffers and bind groups created, host recording milliseconds.
+    /// Marks where the decode clock starts: [`BenchGeneration::counters`] then counts the decode
+    /// steps after this call only (the bench page's untimed step comes before it).
+    pub fn mark(&self) -> Result<(), JsValue> {
+        let cell = self.generator.borrow();
+        let g = cell
+            .as_ref()
+            .ok_or_else(|| js_err("a step of this generation is running"))?;
+        self.mark.set(Some(g.stats()));
+        Ok(())
+    }
+
+    /// The work counters per decoded token (JSON) since [`BenchGeneration::mark`], else since
+    /// the prompt: dispatches, submits, bytes read back and uploaded, buffers and bind groups
+    /// created, host recording milliseconds.
     pub fn counters(&self) -> Result<String, JsValue> {
         let cell = self.generator.borrow();
         let g = cell
             .as_ref()
             .ok_or_else(|| js_err("a step of this generation is running"))?;
         let s = g.stats();
-        let per = |v: u64| v as f64 / s.decode_tokens.max(1) as f64;
+        let m = self.mark.get().unwrap_or_default();
+        let tokens = s.decode_tokens - m.decode_tokens;
+        let per = |v: u64, from: u64| (v - from) as f64 / tokens.max(1) as f64;
         Ok(serde_json::json!({
-            "decode_tokens": s.decode_tokens,
-            "dispatches_per_token": per(s.decode_dispatches),
-            "submits_per_token": per(s.decode_submits),
-            "bytes_read_back_per_token": per(s.decode_bytes_read_back),
-            "buffers_created_per_token": per(s.decode_buffers_created),
-            "bytes_uploaded_per_token": per(s.decode_bytes_uploaded),
-            "bind_groups_created_per_token": per(s.decode_bind_groups_created),
-            "record_ms_per_token": s.record_ms_per_token(),
+            "decode_tokens": tokens,
+            "dispatches_per_token": per(s.decode_dispatches, m.decode_dispatches),
+            "submits_per_token": per(s.decode_submits, m.decode_submits),
+            "bytes_read_back_per_token": per(s.decode_bytes_read_back, m.decode_bytes_read_back),
+            "buffers_created_per_token": per(s.decode_buffers_created, m.decode_buffers_created),
+            "bytes_uploaded_per_token": per(s.decode_bytes_uploaded, m.decode_bytes_uploaded),
+            "bind_groups_created_per_token": per(s.decode_bind_groups_created, m.decode_bind_groups_created),
+            "record_ms_per_token": if tokens == 0 { 0.0 } else { (s.decode_record_s - m.decode_record_s) * 1000.0 / tokens as f64 },
         })
         .to_string())
     }

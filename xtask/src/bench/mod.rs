@@ -279,11 +279,11 @@ impl Plan {
             .iter()
             .map(|&c| (c, self.decode_tokens))
             .filter(|&(c, t)| {
-                let ok = fits(c + t + 1);
+                let n = c + UNTIMED_DECODE_STEPS + t + 1;
+                let ok = fits(n);
                 if !ok {
                     skipped.push(format!(
-                        "decode {t} after {c}: {} tokens over the model's context",
-                        c + t + 1
+                        "decode {t} after {c}: {n} tokens over the model's context"
                     ));
                 }
                 ok
@@ -296,14 +296,18 @@ impl Plan {
 /// The runtimes of the browser bench: ours first, then the peers asked for.
 pub const BROWSER_PEERS: [&str; 3] = ["ort_web", "ort_web_static", "transformers_js"];
 
+/// The decode steps the bench page runs between the first token and the decode clock
+/// (`DECODE_UNTIMED_STEPS` in bench/web/bench.mjs: the same number).
+pub const UNTIMED_DECODE_STEPS: usize = 1;
+
 /// The rows of `ort_web_static`'s fixed KV cache for a model's configuration: the longest
-/// sequence any measured generation reaches (a prompt, a decode context plus its steps, the
-/// warm-up's 8 + 2).
+/// sequence any measured generation reaches (a prompt, a decode context plus its untimed and
+/// timed steps, the warm-up's 8 + 2).
 pub fn static_capacity(prefill: &[usize], decode: &[(usize, usize)]) -> usize {
     prefill
         .iter()
         .copied()
-        .chain(decode.iter().map(|&(c, t)| c + t))
+        .chain(decode.iter().map(|&(c, t)| c + UNTIMED_DECODE_STEPS + t))
         .chain([10])
         .max()
         .unwrap_or(10)
@@ -844,6 +848,24 @@ fn cpu_reference(plan: &Plan, m: &BenchModel, dtype: &str, windowless: bool) -> 
     Ok(paired::native_run(&doc))
 }
 
+/// The decode steps the bench page ran between the first token and the decode clock in one
+/// model's browser record (`untimed_steps` of its decode entries, bench/web/bench.mjs; records
+/// from before it have none: 0). Its decode ids hold 1 + that + `decode_tokens` ids.
+fn untimed_steps(raw_model: &Value) -> usize {
+    raw_model
+        .get("pairs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p.get("runs")?.as_object())
+        .flat_map(|runs| runs.values())
+        .filter_map(|r| r.get("decode")?.as_array())
+        .flatten()
+        .filter_map(|d| d.get("untimed_steps")?.as_u64())
+        .max()
+        .unwrap_or(0) as usize
+}
+
 /// After the CPU reference: where an ONNX Runtime WebGPU peer's ids differ from ours and ours
 /// equal the reference, on an exporters' package, checks the peer's ids against the CPU EP on the
 /// graph without windows on its KV-shared layers ([`paired::explain_with_windowless`]). A
@@ -864,41 +886,84 @@ fn explain_mismatches(plan: &Plan, m: &BenchModel, dtype: &str, summary: &mut Va
 /// ONNX Runtime's CPU EP as the referee of every mismatch no cause explains yet: teacher-forced
 /// on ours' ids, which id does it pick at the first difference (`bench/native/ort_ep.py --judge`,
 /// [`paired::judge_requests`], [`paired::apply_judgement`]). On random weights two exact
-/// runtimes can part at a near tie; the referee says on whose side the model is there.
+/// runtimes can part at a near tie; the referee says on whose side the model is there. On an
+/// exporters' package, where it picks ours' id against an ONNX Runtime WebGPU peer's, the peer's
+/// ids are judged the same way on the graph without windows on its KV-shared layers
+/// ([`paired::apply_windowless_judgement`]): picking the peer's id there, it names the cause.
 fn judge_mismatches(m: &BenchModel, dtype: &str, summary: &mut Value) {
     let requests = paired::judge_requests(summary);
     if requests.is_empty() {
         return;
     }
-    match referee(m, dtype, &requests) {
+    match referee(m, dtype, &requests, false) {
         Ok(judged) => paired::apply_judgement(summary, &requests, &judged),
+        Err(e) => {
+            eprintln!(
+                "xtask: note: no referee for {}'s differing ids: {e:#}",
+                m.name
+            );
+            return;
+        }
+    }
+    if !m.is_genai() {
+        return;
+    }
+    let requests = paired::windowless_judge_requests(summary);
+    if requests.is_empty() {
+        return;
+    }
+    match referee(m, dtype, &requests, true) {
+        Ok(judged) => paired::apply_windowless_judgement(summary, &requests, &judged),
         Err(e) => eprintln!(
-            "xtask: note: no referee for {}'s differing ids: {e:#}",
+            "xtask: note: no windowless referee for {}'s differing ids: {e:#}",
             m.name
         ),
     }
 }
 
-/// `bench/native/ort_ep.py --ep cpu --judge` on `requests`: one `{steps, alternatives}` each.
-fn referee(m: &BenchModel, dtype: &str, requests: &[Value]) -> Result<Vec<Value>> {
+/// `bench/native/ort_ep.py --ep cpu --judge` on `requests` (`windowless`: with
+/// `--kv-shared-windowless`): one `{steps, alternatives}` each.
+fn referee(
+    m: &BenchModel,
+    dtype: &str,
+    requests: &[Value],
+    windowless: bool,
+) -> Result<Vec<Value>> {
     let python = reference_python()?;
-    let file = target_dir().join(format!("bench-judge-{}.json", m.name));
+    // One file per call: two referees (tests, or benches side by side) never share one.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let file = target_dir().join(format!(
+        "bench-judge-{}{}-{}-{}.json",
+        m.name,
+        if windowless { "-windowless" } else { "" },
+        std::process::id(),
+        CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(target_dir())?;
     std::fs::write(&file, serde_json::to_vec(requests)?)
         .with_context(|| format!("writing {}", file.display()))?;
     eprintln!(
-        "xtask: ONNX Runtime's CPU EP judging {} differing sequence(s) of {} at their first difference",
+        "xtask: ONNX Runtime's CPU EP{} judging {} differing sequence(s) of {} at their first difference",
+        if windowless {
+            " without windows on the KV-shared layers"
+        } else {
+            ""
+        },
         requests.len(),
         m.name
     );
-    let out = output(
-        Command::new(python)
-            .arg(root().join("bench/native/ort_ep.py"))
-            .args(["--ep", "cpu", "--dtype", dtype, "--judge"])
-            .arg(&file)
-            .arg("--model")
-            .arg(&m.dir),
-    )?;
+    let mut cmd = Command::new(python);
+    cmd.arg(root().join("bench/native/ort_ep.py"))
+        .args(["--ep", "cpu", "--dtype", dtype, "--judge"])
+        .arg(&file)
+        .arg("--model")
+        .arg(&m.dir);
+    if windowless {
+        cmd.arg("--kv-shared-windowless");
+    }
+    let out = output(&mut cmd);
+    let _ = std::fs::remove_file(&file);
+    let out = out?;
     let doc: Value = serde_json::from_str(&out).context("ort_ep.py --judge printed no JSON")?;
     let judged = doc
         .get("judged")
@@ -1239,6 +1304,11 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
                 && mismatch
             {
                 let dtype = r["dtype"].as_str().unwrap_or("q4").to_string();
+                // The references generate the ids the page did: its untimed steps too.
+                let plan = &Plan {
+                    decode_tokens: plan.decode_tokens + untimed_steps(r),
+                    ..plan.clone()
+                };
                 match cpu_reference(plan, m, &dtype, false) {
                     Ok(reference) => paired::annotate_with_reference(&mut summary, &reference),
                     Err(e) => eprintln!("xtask: note: no CPU reference for {name}: {e:#}"),
@@ -1258,7 +1328,7 @@ fn run_browser(args: &BenchArgs, plan: &Plan, models: &[BenchModel]) -> Result<(
         "config": {"prefill": plan.prefill, "decode_context": plan.decode_context, "decode_tokens": plan.decode_tokens,
                    "pairs": args.pairs, "seed": raw.get("seed"), "runtimes": runtimes,
                    "order": "per pair every runtime once, a fresh page each, in an order shuffled by a PRNG seeded with `seed`",
-                   "clock": "performance.now() in the bench page around the same awaited calls for every runtime; decode timed from the first token on the CPU (nothing of ours in flight) to the last"},
+                   "clock": "performance.now() in the bench page around the same awaited calls for every runtime; after the first token on the CPU one untimed decode step (its id on the CPU, nothing of ours in flight after it), then decode timed from there to the last token on the CPU"},
         "ort_web_static": {"what": "onnxruntime-web with a fixed-capacity KV cache bound in place (each past and its present one preallocated GPU tensor: GroupQueryAttention's shared buffer) and graph capture (enableGraphCapture; the prompt uncaptured, decode steps with fixed shapes and buffers)", "runs_on": "GenAI packages (the exporters' form) only", "not_run": peer_not_run("ort_web_static", false)},
         "models": per_model,
         "vision": browser_vision(raw.get("vision")),
@@ -1849,7 +1919,8 @@ mod tests {
         );
         // The fixed cache holds the longest generation: prompts, contexts plus their steps.
         assert_eq!(static_capacity(&[128, 512], &[(128, 32)]), 512);
-        assert_eq!(static_capacity(&[16], &[(16, 4)]), 20);
+        assert_eq!(static_capacity(&[16], &[(16, 4)]), 21);
+        assert_eq!(static_capacity(&[16], &[(1024, 32)]), 1057);
         assert_eq!(static_capacity(&[4], &[(2, 2)]), 10);
     }
 
@@ -1952,6 +2023,7 @@ mod tests {
             &m,
             "q4",
             &[json!({"context": 16, "ids": greedy, "alternatives": [{"step": 3, "id": other}]})],
+            false,
         )
         .unwrap();
         let steps = judged[0]["steps"].as_array().unwrap();
@@ -1990,16 +2062,127 @@ mod tests {
             "{f:?}"
         );
         // Bad requests are refused with the reason.
-        let err = referee(&m, "q4", &[json!({"context": 16, "ids": [1, 99999999]})]).unwrap_err();
+        let err = referee(
+            &m,
+            "q4",
+            &[json!({"context": 16, "ids": [1, 99999999]})],
+            false,
+        )
+        .unwrap_err();
         assert!(
             format!("{err:#}").contains("out of the vocabulary"),
             "{err:#}"
         );
-        let err = referee(&m, "q4", &[json!({"context": 5000, "ids": [1]})]).unwrap_err();
+        let err = referee(&m, "q4", &[json!({"context": 5000, "ids": [1]})], false).unwrap_err();
         assert!(
             format!("{err:#}").contains("exceed the model's 4096"),
             "{err:#}"
         );
+    }
+
+    #[test]
+    fn the_windowless_referee_names_the_kv_shared_window() {
+        let python = crate::install::ensure_python_venv().unwrap();
+        let model = root().join("tests/fixtures/models/mobius-tiny-gqa-int4-split");
+        let greedy = |windowless: bool, context: u64| -> Vec<u64> {
+            let mut cmd = Command::new(&python);
+            cmd.arg(root().join("bench/native/ort_ep.py"))
+                .args(["--ep", "cpu", "--token-ids", "--prefill", ""])
+                .args(["--decode-context", &context.to_string()])
+                .args(["--decode-tokens", "4", "--model"])
+                .arg(&model);
+            if windowless {
+                cmd.arg("--kv-shared-windowless");
+            }
+            let o = cmd.output().unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+            doc["decode"][0]["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect()
+        };
+        let m = BenchModel {
+            name: "mobius-tiny-gqa-int4-split",
+            dir: model.clone(),
+            preset: None,
+        };
+        let summary = |context: u64, ours: &[u64], peer: &[u64]| {
+            let run = |ids: &[u64]| json!({"load_s": 1.0, "decode": [{"context": context, "tokens": 4, "tok_s": 1.0, "ids": ids}]});
+            let raw = json!({"dtype": "q4", "pairs": [{"order": ["ours", "ort_web"],
+                "runs": {"ours": run(ours), "ort_web": run(peer)}}]});
+            let mut s = paired::browser_model(&raw, &["ort_web".to_string()]);
+            judge_mismatches(&m, "q4", &mut s);
+            s
+        };
+        // Past the 8-token window: ours compute the graph as written, the peer the graph without
+        // windows on the KV-shared layers (as ONNX Runtime's WebGPU kernels do).
+        let (ours, peer) = (greedy(false, 16), greedy(true, 16));
+        assert_ne!(ours, peer);
+        let s = summary(16, &ours, &peer);
+        let mm = &s["ort_web"]["token_mismatches"][0];
+        assert_eq!(mm["referee"]["picks"], json!("ours"), "{mm}");
+        let w = &mm["windowless_referee"];
+        assert_eq!(w["picks"], json!("peer"), "{mm}");
+        assert_eq!(w["peer_ids_picked"], json!(5), "{mm}");
+        assert!(w["peer_logit"].as_f64().unwrap() > w["ours_logit"].as_f64().unwrap());
+        assert_eq!(mm["explained_by"], json!("kv_shared_window"));
+        let models = json!({"models": {"m": s.clone()}});
+        assert!(paired::token_failures(&models).is_empty());
+        let notes = paired::token_notes(&models);
+        assert!(
+            notes.len() == 1 && notes[0].contains("without those windows"),
+            "{notes:?}"
+        );
+        assert!(paired::markdown_model("m", &s, true).contains(
+            "without windows on the KV-shared layers, fed the peer's ids, it picks the peer's"
+        ),);
+        // Inside the window the two graphs are one model: a peer that leaves the greedy path there
+        // is the referee's case, not the window's.
+        let ours = greedy(false, 2);
+        let mut peer = ours.clone();
+        peer[2] = if ours[2] == 1 { 2 } else { 1 };
+        let s = summary(2, &ours, &peer);
+        let mm = &s["ort_web"]["token_mismatches"][0];
+        assert_eq!(mm["windowless_referee"]["picks"], json!("ours"), "{mm}");
+        assert_eq!(mm["explained_by"], json!(paired::REFEREE_PICKS_OURS));
+        // A graph with no KV-shared window to take off: the windowless referee refuses it.
+        let err = referee(
+            &BenchModel {
+                name: "mobius-tiny-gqa-int4-split",
+                dir: root().join("tests/fixtures/models/mobius-tiny-attn-int4"),
+                preset: None,
+            },
+            "q4",
+            &[json!({"context": 4, "ids": [1]})],
+            true,
+        );
+        assert!(
+            err.as_ref()
+                .is_err_and(|e| format!("{e:#}").contains("no KV-shared GroupQueryAttention")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn the_references_generate_the_pages_untimed_steps_too() {
+        let run = |untimed: Option<u64>| {
+            let mut d = json!({"context": 16, "tokens": 4, "ids": [1, 2, 3, 4, 5, 6]});
+            if let Some(n) = untimed {
+                d["untimed_steps"] = json!(n);
+            }
+            json!({"decode": [d]})
+        };
+        let rec = |runs: Value| json!({"pairs": [{"order": ["ours"], "runs": runs}]});
+        assert_eq!(
+            untimed_steps(&rec(json!({"ours": run(Some(1)), "ort_web": run(Some(1))}))),
+            1
+        );
+        // A record from before the untimed step, or a failed run: none.
+        assert_eq!(untimed_steps(&rec(json!({"ours": run(None)}))), 0);
+        assert_eq!(untimed_steps(&rec(json!({"ours": {"error": "boom"}}))), 0);
     }
 
     /// `--from-raw`: the record must be of the run the flags describe.

@@ -283,6 +283,34 @@ pub fn browser_model(raw: &Value, peers: &[String]) -> Value {
         {
             m.insert("graph_capture".into(), g);
         }
+        // onnxruntime-web on a decoder without num_logits_to_keep fills a decode configuration's
+        // context in parts (bench.mjs PEER_CONTEXT_FILL): the most steps any pair took, per
+        // context, where more than one.
+        let mut steps = Map::new();
+        for p in &pairs {
+            let decode = run_of(p, rt).and_then(|r| r.get("decode").cloned());
+            for d in decode
+                .as_ref()
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let (Some(c), Some(n)) = (
+                    d.get("context").and_then(Value::as_u64),
+                    d.get("prompt_steps").and_then(Value::as_u64),
+                ) else {
+                    continue;
+                };
+                let e = steps.entry(c.to_string()).or_insert(json!(0));
+                if n > 1 && n > e.as_u64().unwrap_or(0) {
+                    *e = json!(n);
+                }
+            }
+        }
+        steps.retain(|_, v| v.as_u64().unwrap_or(0) > 1);
+        if !steps.is_empty() {
+            m.insert("context_prompt_steps".into(), Value::Object(steps));
+        }
         if rt == "ours" {
             // Our work counters per decoded token (shortest context), medians over the pairs.
             let mut counters = Map::new();
@@ -499,7 +527,7 @@ pub const ORT_WEBGPU_PEERS: [&str; 4] = [
 
 /// `token_mismatch_cause` of a peer whose every differing sequence [`explain_with_windowless`]
 /// explained.
-pub const KV_SHARED_WINDOW_CAUSE: &str = "ONNX Runtime's WebGPU GroupQueryAttention applies no sliding window on KV-shared layers (onnxruntime #32462; bench/repro/README.md part 2): the peer's ids are ONNX Runtime CPU EP's on the graph without those windows, ours the CPU EP's on the graph as written";
+pub const KV_SHARED_WINDOW_CAUSE: &str = "ONNX Runtime's WebGPU GroupQueryAttention applies no sliding window on KV-shared layers (onnxruntime #32462; bench/repro/README.md part 2): the peer's ids are ONNX Runtime CPU EP's on the graph without those windows, ours the CPU EP's on the graph as written (free-running, or teacher-forced at the first difference: token_mismatches[].windowless_referee)";
 
 /// After [`annotate_with_reference`]: checks each differing sequence of an ONNX Runtime WebGPU
 /// peer ([`ORT_WEBGPU_PEERS`]) against `windowless` (ONNX Runtime's CPU EP on the graph with no
@@ -654,44 +682,161 @@ pub fn apply_judgement(summary: &mut Value, requests: &[Value], judged: &[Value]
             else {
                 continue;
             };
-            let steps = j.get("steps").and_then(Value::as_array);
-            let fd = req["alternatives"][0]["step"].as_u64().unwrap_or(0) as usize;
-            let ids = req["ids"].as_array();
-            let (Some(steps), Some(ids)) = (steps, ids) else {
+            let Some(v) = Verdict::of(&req, j) else {
                 continue;
             };
-            let Some(at) = steps.get(fd) else {
-                continue;
-            };
-            let (ours_id, peer_id) = (&ids[fd], &req["alternatives"][0]["id"]);
-            let picks = if at["top"] == *ours_id {
-                "ours"
-            } else if at["top"] == *peer_id {
-                "peer"
-            } else {
-                "neither"
-            };
-            let mut picked = 0;
-            let mut gap: Option<f64> = None;
-            for (st, id) in steps.iter().zip(ids) {
-                if st["top"] == *id {
-                    picked += 1;
-                } else if !std::ptr::eq(st, at) {
-                    let g = st["top_logit"].as_f64().unwrap_or(0.0)
-                        - st["logit"].as_f64().unwrap_or(0.0);
-                    gap = Some(gap.map_or(g, |x: f64| x.max(g)));
-                }
-            }
+            let picks = v.picks("ours", "peer");
             mm["referee"] = json!({
                 "what": "ONNX Runtime's CPU EP (bench/native/ort_ep.py --judge), fed the prompt and ours' ids teacher-forced",
-                "picks": picks, "top": at["top"], "top_logit": at["top_logit"],
-                "ours_id": ours_id, "ours_logit": at["logit"],
-                "peer_id": peer_id, "peer_logit": j["alternatives"][0],
-                "ours_ids_picked": picked, "ours_ids_scored": steps.len(),
-                "largest_gap_elsewhere": gap,
+                "picks": picks, "top": v.at["top"], "top_logit": v.at["top_logit"],
+                "ours_id": v.fed, "ours_logit": v.at["logit"],
+                "peer_id": v.other, "peer_logit": j["alternatives"][0],
+                "ours_ids_picked": v.picked, "ours_ids_scored": v.scored,
+                "largest_gap_elsewhere": v.gap,
             });
             if picks == "ours" {
                 mm["explained_by"] = json!(REFEREE_PICKS_OURS);
+            }
+        }
+        settle(p);
+    }
+}
+
+/// One `ort_ep.py --judge` answer read against its request: the step `at` of the first
+/// difference, the id fed there (`fed`) and the alternative (`other`), how many of the fed ids
+/// are the CPU EP's own pick (`picked` of `scored`) and by how much its pick led the fed id at
+/// most elsewhere (`gap`).
+struct Verdict<'a> {
+    at: &'a Value,
+    fed: &'a Value,
+    other: &'a Value,
+    picked: usize,
+    scored: usize,
+    gap: Option<f64>,
+}
+
+impl<'a> Verdict<'a> {
+    fn of(req: &'a Value, judged: &'a Value) -> Option<Self> {
+        let steps = judged.get("steps")?.as_array()?;
+        let ids = req.get("ids")?.as_array()?;
+        let fd = usize::try_from(req["alternatives"][0]["step"].as_u64()?).ok()?;
+        let at = steps.get(fd)?;
+        let mut picked = 0;
+        let mut gap: Option<f64> = None;
+        for (st, id) in steps.iter().zip(ids) {
+            if st["top"] == *id {
+                picked += 1;
+            } else if !std::ptr::eq(st, at) {
+                let g =
+                    st["top_logit"].as_f64().unwrap_or(0.0) - st["logit"].as_f64().unwrap_or(0.0);
+                gap = Some(gap.map_or(g, |x: f64| x.max(g)));
+            }
+        }
+        Some(Verdict {
+            at,
+            fed: ids.get(fd)?,
+            other: &req["alternatives"][0]["id"],
+            picked,
+            scored: steps.len(),
+            gap,
+        })
+    }
+
+    /// `fed` where the CPU EP's pick at the first difference is the fed id, `other` where it is
+    /// the alternative, else "neither".
+    fn picks(&self, fed: &'static str, other: &'static str) -> &'static str {
+        if self.at["top"] == *self.fed {
+            fed
+        } else if self.at["top"] == *self.other {
+            other
+        } else {
+            "neither"
+        }
+    }
+}
+
+/// The `ort_ep.py --judge --kv-shared-windowless` request of a mismatch: the peer's ids
+/// teacher-forced after the prompt, ours' id at the first difference as the alternative.
+fn windowless_judge_request(mm: &Value) -> Option<Value> {
+    let r = judge_request(mm)?;
+    let fd = r["alternatives"][0]["step"].as_u64()? as usize;
+    Some(json!({"context": r["context"], "ids": mm.get("peer")?,
+                "alternatives": [{"step": fd, "id": mm.get("ours")?.get(fd)?}]}))
+}
+
+/// Whether a mismatch is one [`apply_windowless_judgement`] may settle: an ONNX Runtime WebGPU
+/// peer's ([`ORT_WEBGPU_PEERS`]) whose first differing id the referee on the graph as written
+/// gave to ours ([`REFEREE_PICKS_OURS`]).
+fn wants_windowless_judgement(peer: &str, mm: &Value) -> bool {
+    ORT_WEBGPU_PEERS.contains(&peer) && mm["explained_by"] == json!(REFEREE_PICKS_OURS)
+}
+
+/// After [`apply_judgement`], on an exporters' package: the distinct `--judge
+/// --kv-shared-windowless` requests of the mismatches [`wants_windowless_judgement`] names.
+/// A free-running windowless CPU EP ([`explain_with_windowless`]) is no proof at E2B's shapes,
+/// where its own near ties part it from both runtimes after a few ids; teacher-forced, it says
+/// whose id the windowless model picks where the two runtimes part.
+pub fn windowless_judge_requests(summary: &Value) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for (peer, p) in summary.as_object().into_iter().flatten() {
+        let list = p.get("token_mismatches").and_then(Value::as_array);
+        for mm in list.into_iter().flatten() {
+            if !wants_windowless_judgement(peer, mm) {
+                continue;
+            }
+            if let Some(r) = windowless_judge_request(mm)
+                && !out.contains(&r)
+            {
+                out.push(r);
+            }
+        }
+    }
+    out
+}
+
+/// Annotates each mismatch of [`windowless_judge_requests`] with the windowless referee's scores
+/// (`windowless_referee`: `{picks: "peer" | "ours" | "neither", top, top_logit, peer_id,
+/// peer_logit, ours_id, ours_logit, peer_ids_picked, peer_ids_scored, largest_gap_elsewhere}`,
+/// fed the peer's ids). Where the CPU EP on the graph as written picks ours' id and on the graph
+/// without windows on its KV-shared layers the peer's, the two runtimes computed those two models
+/// and the cause is the known kernel behaviour: `explained_by: "kv_shared_window"` (instead of
+/// [`REFEREE_PICKS_OURS`]). The peers are [`settle`]d.
+pub fn apply_windowless_judgement(summary: &mut Value, requests: &[Value], judged: &[Value]) {
+    let Some(obj) = summary.as_object_mut() else {
+        return;
+    };
+    for (peer, p) in obj.iter_mut() {
+        let Some(list) = p.get_mut("token_mismatches").and_then(Value::as_array_mut) else {
+            continue;
+        };
+        for mm in list.iter_mut() {
+            if !wants_windowless_judgement(peer, mm) {
+                continue;
+            }
+            let Some(req) = windowless_judge_request(mm) else {
+                continue;
+            };
+            let Some(j) = requests
+                .iter()
+                .position(|r| *r == req)
+                .and_then(|i| judged.get(i))
+            else {
+                continue;
+            };
+            let Some(v) = Verdict::of(&req, j) else {
+                continue;
+            };
+            let picks = v.picks("peer", "ours");
+            mm["windowless_referee"] = json!({
+                "what": "ONNX Runtime's CPU EP without windows on the KV-shared layers (bench/native/ort_ep.py --judge --kv-shared-windowless), fed the prompt and the peer's ids teacher-forced",
+                "picks": picks, "top": v.at["top"], "top_logit": v.at["top_logit"],
+                "peer_id": v.fed, "peer_logit": v.at["logit"],
+                "ours_id": v.other, "ours_logit": j["alternatives"][0],
+                "peer_ids_picked": v.picked, "peer_ids_scored": v.scored,
+                "largest_gap_elsewhere": v.gap,
+            });
+            if picks == "peer" {
+                mm["explained_by"] = json!("kv_shared_window");
             }
         }
         settle(p);
@@ -823,8 +968,27 @@ fn referee_line(mm: &Value) -> Option<String> {
         Some(g) => format!("; elsewhere its own pick leads ours' id by at most {g:.4}"),
         None => String::new(),
     };
+    let windowless = mm.get("windowless_referee").map_or(String::new(), |w| {
+        let g = |k: &str| {
+            w.get(k)
+                .and_then(Value::as_f64)
+                .map_or("?".into(), |x| format!("{x:.4}"))
+        };
+        let picks = match w["picks"].as_str() {
+            Some("peer") => "the peer's".to_string(),
+            Some("ours") => "ours'".to_string(),
+            _ => format!("neither: {} (logit {})", w["top"], g("top_logit")),
+        };
+        format!(
+            "; without windows on the KV-shared layers, fed the peer's ids, it picks {picks} (the peer's logit {}, ours' {}), and the peer's ids are its own pick at {} of {} steps",
+            g("peer_logit"),
+            g("ours_logit"),
+            w["peer_ids_picked"],
+            w["peer_ids_scored"],
+        )
+    });
     Some(format!(
-        "pair {}, {}, first difference at id {}: ours {} (logit {}), the peer's {} (logit {}); ONNX Runtime's CPU EP, fed the prompt and the common ids, {picks}; ours' ids are its own pick at {} of {} steps{elsewhere}",
+        "pair {}, {}, first difference at id {}: ours {} (logit {}), the peer's {} (logit {}); ONNX Runtime's CPU EP, fed the prompt and the common ids, {picks}; ours' ids are its own pick at {} of {} steps{elsewhere}{windowless}",
         mm["pair"],
         mm["what"].as_str().unwrap_or(""),
         mm["first_difference"],
@@ -1024,6 +1188,24 @@ pub fn markdown_model(name: &str, m: &Value, software: bool) -> String {
             "- ort_web_static: fixed cache of {rows} rows bound in place, {line}.\n"
         ));
     }
+    for (rt, r) in m
+        .get("runtimes")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
+        let Some(steps) = r.get("context_prompt_steps").and_then(Value::as_object) else {
+            continue;
+        };
+        let each: Vec<String> = steps
+            .iter()
+            .map(|(c, n)| format!("{c} in {n} steps"))
+            .collect();
+        s.push_str(&format!(
+            "- {rt}: the decode context filled in parts (its decoder computes every position's logits): {}; the decode clock starts after the context either way.\n",
+            each.join(", ")
+        ));
+    }
     if let Some(pl) = m.get("ort_web_placement") {
         s.push_str(&format!(
             "- onnxruntime-web node placement: {}; nodes on the CPU: {}\n",
@@ -1109,6 +1291,37 @@ mod tests {
                         "decode_tok_s": (ids.len() - 1) as f64 / decode_s, "ids": ids,
                         "counters": {"dispatches_per_token": 62.0}}]
         })
+    }
+
+    #[test]
+    fn a_context_filled_in_parts_is_reported_and_leaves_the_ratios_alone() {
+        let parts = |steps: u64| {
+            let mut r = run(2.0, 1.0, 4.0, &[5, 6, 7]);
+            r["decode"][0]["prompt_steps"] = json!(steps);
+            r
+        };
+        let mut ours = run(1.0, 0.5, 1.0, &[5, 6, 7]);
+        ours["decode"][0]["prompt_steps"] = json!(1);
+        let raw = json!({"dtype": "q4", "pairs": [
+            {"order": ["ours", "ort_web"], "runs": {"ours": ours.clone(), "ort_web": parts(4)}},
+            {"order": ["ort_web", "ours"], "runs": {"ours": ours, "ort_web": parts(1)}},
+        ]});
+        let s = browser_model(&raw, &["ort_web".to_string()]);
+        assert_eq!(
+            s["runtimes"]["ort_web"]["context_prompt_steps"],
+            json!({"16": 4})
+        );
+        assert!(s["runtimes"]["ours"].get("context_prompt_steps").is_none());
+        // Not a metric: no ratio of it, the decode ratio as without it.
+        let p = s["ort_web"].as_object().unwrap();
+        assert!(p.keys().all(|k| !k.contains("prompt_steps")), "{p:?}");
+        assert_eq!(s["ort_web"]["decode_tok_s_ratio"], json!(4.0));
+        let md = markdown_model("m", &s, true);
+        assert!(
+            md.contains("- ort_web: the decode context filled in parts (its decoder computes every position's logits): 16 in 4 steps;"),
+            "{md}"
+        );
+        assert!(!md.contains("- ours: the decode context"), "{md}");
     }
 
     #[test]
@@ -1418,6 +1631,8 @@ mod tests {
             assert!(f.len() == 1 && f[0].contains(words), "{f:?}");
             assert!(token_notes(&json!({"models": {"m": s}})).is_empty());
         }
+        // An as-written verdict other than ours' id asks no windowless question.
+        assert!(windowless_judge_requests(&judged("ort_web", 9)).is_empty());
         // No answer for a request (the referee failed): the mismatch stays unexplained.
         let raw = json!({"dtype": "q4", "pairs": [
             {"order": ["ours", "ort_web"], "runs": {"ours": run(1.0, 0.5, 1.0, &[5, 6]), "ort_web": run(1.0, 0.5, 1.0, &[5, 9])}}
@@ -1426,5 +1641,64 @@ mod tests {
         apply_judgement(&mut s, &[], &[]);
         assert!(s["ort_web"]["token_mismatches"][0].get("referee").is_none());
         assert_eq!(token_failures(&json!({"models": {"m": s}})).len(), 1);
+    }
+
+    #[test]
+    fn the_windowless_referee_moves_the_cause_only_where_it_picks_the_peers_id() {
+        // As written the CPU EP picks ours' 7 at step 2; the peer's ids are [5, 6, 9, 4].
+        let windowless = |peer: &str, top: u32| {
+            let mut s = judged(peer, 7);
+            let requests = windowless_judge_requests(&s);
+            if peer == "ort_cpu" {
+                assert!(requests.is_empty(), "{requests:?}");
+                return s;
+            }
+            assert_eq!(
+                requests,
+                vec![
+                    json!({"context": 16, "ids": [5, 6, 9, 4], "alternatives": [{"step": 2, "id": 7}]})
+                ]
+            );
+            let step = |top: u32, top_logit: f64, logit: f64| json!({"top": top, "top_logit": top_logit, "logit": logit});
+            let answer = json!({"steps": [step(5, 3.0, 3.0), step(6, 2.0, 2.0),
+                                          step(top, 2.5, if top == 9 { 2.5 } else { 1.0 }), step(4, 1.0, 1.0)],
+                                "alternatives": [if top == 7 { 2.5 } else { 0.5 }]});
+            apply_windowless_judgement(&mut s, &requests, &[answer]);
+            s
+        };
+        let s = windowless("ort_web_static", 9);
+        let mm = &s["ort_web_static"]["token_mismatches"][0];
+        assert_eq!(mm["explained_by"], json!("kv_shared_window"));
+        let w = &mm["windowless_referee"];
+        assert_eq!(w["picks"], json!("peer"));
+        assert_eq!(
+            (w["peer_logit"].clone(), w["ours_logit"].clone()),
+            (json!(2.5), json!(0.5))
+        );
+        assert_eq!(
+            (w["peer_ids_picked"].clone(), w["peer_ids_scored"].clone()),
+            (json!(4), json!(4))
+        );
+        assert_eq!(
+            s["ort_web_static"]["token_mismatch_cause"],
+            json!(KV_SHARED_WINDOW_CAUSE)
+        );
+        let md = markdown_model("m", &s, true);
+        assert!(md.contains("picks ours'; ours' ids are its own pick at 3 of 4 steps; elsewhere its own pick leads ours' id by at most 0.2500; without windows on the KV-shared layers, fed the peer's ids, it picks the peer's (the peer's logit 2.5000, ours' 0.5000), and the peer's ids are its own pick at 4 of 4 steps"), "{md}");
+        // It picks ours' id, or a third: the as-written verdict stands.
+        for (top, picks) in [(7, "ours"), (11, "neither")] {
+            let s = windowless("ort_web", top);
+            let mm = &s["ort_web"]["token_mismatches"][0];
+            assert_eq!(mm["windowless_referee"]["picks"], json!(picks));
+            assert_eq!(mm["explained_by"], json!(REFEREE_PICKS_OURS));
+            assert_eq!(s["ort_web"]["token_mismatch_cause"], json!(REFEREE_CAUSE));
+        }
+        // Not an ONNX Runtime WebGPU peer (the native CPU reference): nothing asked.
+        let s = windowless("ort_cpu", 9);
+        assert!(
+            s["ort_cpu"]["token_mismatches"][0]
+                .get("windowless_referee")
+                .is_none()
+        );
     }
 }
