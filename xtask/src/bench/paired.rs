@@ -637,14 +637,25 @@ fn judge_request(mm: &Value) -> Option<Value> {
 /// The distinct `--judge` requests of every mismatch of `summary` (one model's, after
 /// [`explain_with_windowless`]) that no cause explains yet.
 pub fn judge_requests(summary: &Value) -> Vec<Value> {
+    requests_of(summary, unexplained, judge_request)
+}
+
+/// Whether a mismatch has no cause yet (what [`apply_judgement`] judges).
+fn unexplained(_peer: &str, mm: &Value) -> bool {
+    mm.get("explained_by").is_none()
+}
+
+/// The distinct requests `make` writes for the mismatches `wanted` names (peer, mismatch).
+fn requests_of(
+    summary: &Value,
+    wanted: fn(&str, &Value) -> bool,
+    make: fn(&Value) -> Option<Value>,
+) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::new();
-    for p in summary.as_object().into_iter().flat_map(|o| o.values()) {
+    for (peer, p) in summary.as_object().into_iter().flatten() {
         let list = p.get("token_mismatches").and_then(Value::as_array);
-        for mm in list.into_iter().flatten() {
-            if mm.get("explained_by").is_some() {
-                continue;
-            }
-            if let Some(r) = judge_request(mm)
+        for mm in list.into_iter().flatten().filter(|mm| wanted(peer, mm)) {
+            if let Some(r) = make(mm)
                 && !out.contains(&r)
             {
                 out.push(r);
@@ -654,25 +665,26 @@ pub fn judge_requests(summary: &Value) -> Vec<Value> {
     out
 }
 
-/// Annotates each unexplained mismatch with the referee's scores (`judged[i]` answers
-/// `requests[i]`, from `ort_ep.py --judge`): `referee` = `{picks: "ours" | "peer" | "neither",
-/// top, top_logit, ours_id, ours_logit, peer_id, peer_logit}` at the first differing id, and over
-/// ours' whole sequence `ours_ids_picked` / `ours_ids_scored` (steps where ours' id is the CPU
-/// EP's own pick) with `largest_gap_elsewhere` (its top logit minus ours' id's logit where not).
-/// `picks: "ours"` explains the mismatch ([`REFEREE_PICKS_OURS`]); the peers are [`settle`]d.
-pub fn apply_judgement(summary: &mut Value, requests: &[Value], judged: &[Value]) {
+/// For each mismatch `wanted` names whose request (`make`) has an answer (`judged[i]` answers
+/// `requests[i]`) that reads as a [`Verdict`]: `mark(mismatch, verdict, answer)`; then every peer
+/// is [`settle`]d.
+fn judge_each(
+    summary: &mut Value,
+    requests: &[Value],
+    judged: &[Value],
+    wanted: fn(&str, &Value) -> bool,
+    make: fn(&Value) -> Option<Value>,
+    mark: impl Fn(&mut Value, &Verdict<'_>, &Value),
+) {
     let Some(obj) = summary.as_object_mut() else {
         return;
     };
-    for (_, p) in obj.iter_mut() {
+    for (peer, p) in obj.iter_mut() {
         let Some(list) = p.get_mut("token_mismatches").and_then(Value::as_array_mut) else {
             continue;
         };
-        for mm in list.iter_mut() {
-            if mm.get("explained_by").is_some() {
-                continue;
-            }
-            let Some(req) = judge_request(mm) else {
+        for mm in list.iter_mut().filter(|mm| wanted(peer, mm)) {
+            let Some(req) = make(mm) else {
                 continue;
             };
             let Some(j) = requests
@@ -682,9 +694,28 @@ pub fn apply_judgement(summary: &mut Value, requests: &[Value], judged: &[Value]
             else {
                 continue;
             };
-            let Some(v) = Verdict::of(&req, j) else {
-                continue;
-            };
+            if let Some(v) = Verdict::of(&req, j) {
+                mark(mm, &v, j);
+            }
+        }
+        settle(p);
+    }
+}
+
+/// Annotates each unexplained mismatch with the referee's scores (`judged[i]` answers
+/// `requests[i]`, from `ort_ep.py --judge`): `referee` = `{picks: "ours" | "peer" | "neither",
+/// top, top_logit, ours_id, ours_logit, peer_id, peer_logit}` at the first differing id, and over
+/// ours' whole sequence `ours_ids_picked` / `ours_ids_scored` (steps where ours' id is the CPU
+/// EP's own pick) with `largest_gap_elsewhere` (its top logit minus ours' id's logit where not).
+/// `picks: "ours"` explains the mismatch ([`REFEREE_PICKS_OURS`]); the peers are [`settle`]d.
+pub fn apply_judgement(summary: &mut Value, requests: &[Value], judged: &[Value]) {
+    judge_each(
+        summary,
+        requests,
+        judged,
+        unexplained,
+        judge_request,
+        |mm, v, j| {
             let picks = v.picks("ours", "peer");
             mm["referee"] = json!({
                 "what": "ONNX Runtime's CPU EP (bench/native/ort_ep.py --judge), fed the prompt and ours' ids teacher-forced",
@@ -697,9 +728,8 @@ pub fn apply_judgement(summary: &mut Value, requests: &[Value], judged: &[Value]
             if picks == "ours" {
                 mm["explained_by"] = json!(REFEREE_PICKS_OURS);
             }
-        }
-        settle(p);
-    }
+        },
+    );
 }
 
 /// One `ort_ep.py --judge` answer read against its request: the step `at` of the first
@@ -777,21 +807,11 @@ fn wants_windowless_judgement(peer: &str, mm: &Value) -> bool {
 /// where its own near ties part it from both runtimes after a few ids; teacher-forced, it says
 /// whose id the windowless model picks where the two runtimes part.
 pub fn windowless_judge_requests(summary: &Value) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::new();
-    for (peer, p) in summary.as_object().into_iter().flatten() {
-        let list = p.get("token_mismatches").and_then(Value::as_array);
-        for mm in list.into_iter().flatten() {
-            if !wants_windowless_judgement(peer, mm) {
-                continue;
-            }
-            if let Some(r) = windowless_judge_request(mm)
-                && !out.contains(&r)
-            {
-                out.push(r);
-            }
-        }
-    }
-    out
+    requests_of(
+        summary,
+        wants_windowless_judgement,
+        windowless_judge_request,
+    )
 }
 
 /// Annotates each mismatch of [`windowless_judge_requests`] with the windowless referee's scores
@@ -802,30 +822,13 @@ pub fn windowless_judge_requests(summary: &Value) -> Vec<Value> {
 /// and the cause is the known kernel behaviour: `explained_by: "kv_shared_window"` (instead of
 /// [`REFEREE_PICKS_OURS`]). The peers are [`settle`]d.
 pub fn apply_windowless_judgement(summary: &mut Value, requests: &[Value], judged: &[Value]) {
-    let Some(obj) = summary.as_object_mut() else {
-        return;
-    };
-    for (peer, p) in obj.iter_mut() {
-        let Some(list) = p.get_mut("token_mismatches").and_then(Value::as_array_mut) else {
-            continue;
-        };
-        for mm in list.iter_mut() {
-            if !wants_windowless_judgement(peer, mm) {
-                continue;
-            }
-            let Some(req) = windowless_judge_request(mm) else {
-                continue;
-            };
-            let Some(j) = requests
-                .iter()
-                .position(|r| *r == req)
-                .and_then(|i| judged.get(i))
-            else {
-                continue;
-            };
-            let Some(v) = Verdict::of(&req, j) else {
-                continue;
-            };
+    judge_each(
+        summary,
+        requests,
+        judged,
+        wants_windowless_judgement,
+        windowless_judge_request,
+        |mm, v, j| {
             let picks = v.picks("peer", "ours");
             mm["windowless_referee"] = json!({
                 "what": "ONNX Runtime's CPU EP without windows on the KV-shared layers (bench/native/ort_ep.py --judge --kv-shared-windowless), fed the prompt and the peer's ids teacher-forced",
@@ -838,9 +841,8 @@ pub fn apply_windowless_judgement(summary: &mut Value, requests: &[Value], judge
             if picks == "peer" {
                 mm["explained_by"] = json!("kv_shared_window");
             }
-        }
-        settle(p);
-    }
+        },
+    );
 }
 
 /// Whether a model's summary (from [`browser_model`], after [`annotate_with_reference`]) has an
