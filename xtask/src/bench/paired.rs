@@ -4,7 +4,8 @@
 //!
 //! Raw input (`bench/run-browser.mjs`, one model): `{dtype, pairs: [{order, runs: {<runtime>:
 //! {load_s, peak_heap_bytes, settings, prefill: [{tokens, cold_ttft_s, ttft_s, prefill_tok_s,
-//! ids}], decode: [{context, tokens, ttft_s, decode_s, decode_tok_s, ids, counters?}],
+//! ids}], decode: [{context, tokens, ttft_s, decode_s, decode_tok_s, untimed_steps?, ids,
+//! prompt_steps?, counters?}],
 //! in_call?: {context, call_tokens, call_s, call_tok_s, free_tokens, free_s, free_tok_s,
 //! mask_ms_per_token, bytes_uploaded_per_token} or {error}} or {error}}}], ort_web_placement}`
 //! (`in_call`: ours only, decode inside a constrained tool call).
