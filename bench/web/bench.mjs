@@ -98,9 +98,9 @@ export const DECODE_UNTIMED_STEPS = 1; // xtask bench UNTIMED_DECODE_STEPS: the 
  * transformers.js, its own loop reporting a timestamp per token. `fill`: onnxruntime-web's
  * context in parts (PEER_CONTEXT_FILL), 0 for one step. */
 async function timed(runtime, handle, ids, decodeTokens, fill = 0) {
+  const untimed = decodeTokens > 0 ? DECODE_UNTIMED_STEPS : 0;
   if (runtime === 'transformers_js') {
     const tjs = await import('./tjs.mjs');
-    const untimed = decodeTokens > 0 ? DECODE_UNTIMED_STEPS : 0;
     const want = 1 + untimed + decodeTokens;
     const r = await tjs.run(handle, ids, want);
     if (r.stamps.length !== want) {
@@ -115,7 +115,6 @@ async function timed(runtime, handle, ids, decodeTokens, fill = 0) {
     const out = [await g.first()];
     const ttft = performance.now();
     // Untimed, leaving nothing in flight (ours' `last`: no run-ahead).
-    const untimed = decodeTokens > 0 ? DECODE_UNTIMED_STEPS : 0;
     for (let i = 0; i < untimed; i++) out.push(await g.next(true));
     if (runtime === 'ours' && decodeTokens > 0) g.mark(); // counters: the timed steps only
     const t1 = performance.now();

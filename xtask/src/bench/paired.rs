@@ -302,13 +302,14 @@ pub fn browser_model(raw: &Value, peers: &[String]) -> Value {
                 ) else {
                     continue;
                 };
-                let e = steps.entry(c.to_string()).or_insert(json!(0));
-                if n > 1 && n > e.as_u64().unwrap_or(0) {
+                let e = steps.entry(c.to_string()).or_insert(json!(1));
+                if n > e.as_u64().unwrap_or(1) {
                     *e = json!(n);
                 }
             }
         }
-        steps.retain(|_, v| v.as_u64().unwrap_or(0) > 1);
+        // Contexts filled in one step everywhere are not listed.
+        steps.retain(|_, v| v.as_u64() != Some(1));
         if !steps.is_empty() {
             m.insert("context_prompt_steps".into(), Value::Object(steps));
         }
