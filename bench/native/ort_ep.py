@@ -26,7 +26,10 @@ written. That is what ONNX Runtime's WebGPU kernels compute on such graphs (they
 layers without a window: onnxruntime #32462, bench/repro/README.md part 2), so the benches check
 a peer's differing ids against it, free-running and, with `--judge`, teacher-forced on the
 peer's ids; `kv_shared_windows_removed` in the JSON counts the nodes (the script fails when there
-is none, with `--judge` too).
+is none, with `--judge` too). With `--judge`, a request whose alternatives all lie inside the
+smallest of those windows (context + step <= window: no query row up to there has a key outside
+it, so the two graphs compute the same logits) is answered `{"inside_kv_shared_window": W}`
+without running it.
 `--model` is a folder in the onnx-community layout (embed_tokens_<dtype>.onnx +
 decoder_model_merged_<dtype>.onnx) or an ONNX Runtime GenAI package (genai_config.json: mobius's
 `embedding/` + `decoder/`, or one graph taking input_ids; one variant, --dtype ignored). On the CPU
@@ -83,6 +86,7 @@ class Model:
             raise SystemExit("ort_ep.py: --kv-shared-windowless needs --ep cpu and a GenAI package")
         self.windowless = windowless
         self.windows_removed = 0
+        self.smallest_window = None  # of the windows removed
         # Where the cache and the embeddings live between steps.
         self.where = "webgpu" if ep == "webgpu" else "cpu"
         self.device = None
@@ -148,7 +152,10 @@ class Model:
                         if a.name == "accuracy_level":
                             a.i = 0
             if self.windowless:
-                self.windows_removed += remove_kv_shared_windows(m.graph)
+                removed = remove_kv_shared_windows(m.graph)
+                self.windows_removed += len(removed)
+                if removed:
+                    self.smallest_window = min(removed + [self.smallest_window or removed[0]])
             path = m.SerializeToString()
         if self.device is None:
             return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
@@ -156,20 +163,20 @@ class Model:
         return ort.InferenceSession(path, sess_options=so)
 
 
-def remove_kv_shared_windows(graph) -> int:
+def remove_kv_shared_windows(graph) -> list[int]:
     """Sets local_window_size -1 on every KV-shared GroupQueryAttention of `graph` (its past_key,
     input 3, is another node's output rather than a graph input: the source layer's present) that
-    has a window; returns how many."""
+    has a window; returns the windows taken off, one per node."""
     produced = {o for n in graph.node for o in n.output}
-    changed = 0
+    removed = []
     for n in graph.node:
         if n.op_type != "GroupQueryAttention" or len(n.input) < 4 or n.input[3] not in produced:
             continue
         for a in n.attribute:
             if a.name == "local_window_size" and a.i > 0:
+                removed.append(a.i)
                 a.i = -1
-                changed += 1
-    return changed
+    return removed
 
 
 class Generation:
@@ -238,7 +245,12 @@ def judge(m: Model, requests: list[dict]) -> list[dict]:
     "alternatives": [{"step": k, "id": x}, ...]}`, the prompt is prompt_ids(C) and then ids[:-1]
     fed one by one; step i's entry is `{"top", "top_logit", "logit"}`: the model's own pick after
     prompt + ids[:i], its logit, and ids[i]'s logit there. Each alternative gets its id's logit at
-    its step. Greedy decoding picks ids[i] at step i exactly when `top == ids[i]`."""
+    its step. Greedy decoding picks ids[i] at step i exactly when `top == ids[i]`.
+
+    Windowless (`--kv-shared-windowless`): a request with alternatives, all at steps k with
+    context + k <= the smallest window removed, is answered `{"inside_kv_shared_window": W}`
+    unrun: up to there the last query row sits at position context + k - 1 < W and sees keys from
+    position - W + 1 <= 0, so no window cuts anything and the two graphs are one model."""
     out = []
     for r in requests:
         context, ids = int(r["context"]), [int(t) for t in r["ids"]]
@@ -255,6 +267,10 @@ def judge(m: Model, requests: list[dict]) -> list[dict]:
         for t in ids:
             if not 0 <= t < m.vocab:
                 raise SystemExit(f"ort_ep.py: --judge: id {t} is out of the vocabulary ({m.vocab})")
+        w = m.smallest_window if m.windowless else None
+        if w is not None and alts and all(context + k <= w for k, _ in alts):
+            out.append({"inside_kv_shared_window": w})
+            continue
         g = Generation(m)
         steps, alt_logits = [], [None] * len(alts)
         g.step(prompt_ids(context, m.vocab))

@@ -2140,14 +2140,32 @@ mod tests {
             "without windows on the KV-shared layers, fed the peer's ids, it picks the peer's"
         ),);
         // Inside the window the two graphs are one model: a peer that leaves the greedy path there
-        // is the referee's case, not the window's.
+        // is the referee's case, not the window's, and the script answers without running it.
         let ours = greedy(false, 2);
         let mut peer = ours.clone();
         peer[2] = if ours[2] == 1 { 2 } else { 1 };
         let s = summary(2, &ours, &peer);
         let mm = &s["ort_web"]["token_mismatches"][0];
-        assert_eq!(mm["windowless_referee"]["picks"], json!("ours"), "{mm}");
+        assert_eq!(mm["referee"]["picks"], json!("ours"), "{mm}");
+        assert_eq!(
+            mm["windowless_referee"],
+            json!({"inside_kv_shared_window": 8}),
+            "{mm}"
+        );
         assert_eq!(mm["explained_by"], json!(paired::REFEREE_PICKS_OURS));
+        // At the window's last position (context 2 + step 6 = 8) still unrun; one further it is
+        // run, step by step.
+        let judged = |step: u64| {
+            let req = json!({"context": 2, "ids": [5, 6, 7, 8, 9, 10, 11, 12],
+                             "alternatives": [{"step": step, "id": 3}]});
+            referee(&m, "q4", &[req], true).unwrap()
+        };
+        assert_eq!(judged(6), vec![json!({"inside_kv_shared_window": 8})]);
+        assert!(
+            judged(7)[0]["steps"]
+                .as_array()
+                .is_some_and(|s| s.len() == 8)
+        );
         // A graph with no KV-shared window to take off: the windowless referee refuses it.
         let err = referee(
             &BenchModel {

@@ -676,7 +676,7 @@ fn judge_each(
     judged: &[Value],
     wanted: fn(&str, &Value) -> bool,
     make: fn(&Value) -> Option<Value>,
-    mark: impl Fn(&mut Value, &Verdict<'_>, &Value),
+    mark: impl Fn(&mut Value, Option<&Verdict<'_>>, &Value),
 ) {
     let Some(obj) = summary.as_object_mut() else {
         return;
@@ -696,9 +696,7 @@ fn judge_each(
             else {
                 continue;
             };
-            if let Some(v) = Verdict::of(&req, j) {
-                mark(mm, &v, j);
-            }
+            mark(mm, Verdict::of(&req, j).as_ref(), j);
         }
         settle(p);
     }
@@ -718,6 +716,9 @@ pub fn apply_judgement(summary: &mut Value, requests: &[Value], judged: &[Value]
         unexplained,
         judge_request,
         |mm, v, j| {
+            let Some(v) = v else {
+                return;
+            };
             let picks = v.picks("ours", "peer");
             mm["referee"] = json!({
                 "what": "ONNX Runtime's CPU EP (bench/native/ort_ep.py --judge), fed the prompt and ours' ids teacher-forced",
@@ -822,7 +823,9 @@ pub fn windowless_judge_requests(summary: &Value) -> Vec<Value> {
 /// fed the peer's ids). Where the CPU EP on the graph as written picks ours' id and on the graph
 /// without windows on its KV-shared layers the peer's, the two runtimes computed those two models
 /// and the cause is the known kernel behaviour: `explained_by: "kv_shared_window"` (instead of
-/// [`REFEREE_PICKS_OURS`]). The peers are [`settle`]d.
+/// [`REFEREE_PICKS_OURS`]). A first difference inside the smallest KV-shared window is not run
+/// (the two graphs are one model there): `windowless_referee: {inside_kv_shared_window: W}`, the
+/// referee's verdict kept. The peers are [`settle`]d.
 pub fn apply_windowless_judgement(summary: &mut Value, requests: &[Value], judged: &[Value]) {
     judge_each(
         summary,
@@ -831,6 +834,14 @@ pub fn apply_windowless_judgement(summary: &mut Value, requests: &[Value], judge
         wants_windowless_judgement,
         windowless_judge_request,
         |mm, v, j| {
+            let Some(v) = v else {
+                // Not run: the first difference lies inside every KV-shared window, where the
+                // graph without them is the graph as written, so the referee's verdict stands.
+                if let Some(w) = j.get("inside_kv_shared_window").and_then(Value::as_u64) {
+                    mm["windowless_referee"] = json!({"inside_kv_shared_window": w});
+                }
+                return;
+            };
             let picks = v.picks("peer", "ours");
             mm["windowless_referee"] = json!({
                 "what": "ONNX Runtime's CPU EP without windows on the KV-shared layers (bench/native/ort_ep.py --judge --kv-shared-windowless), fed the prompt and the peer's ids teacher-forced",
@@ -973,6 +984,9 @@ fn referee_line(mm: &Value) -> Option<String> {
         None => String::new(),
     };
     let windowless = mm.get("windowless_referee").map_or(String::new(), |w| {
+        if let Some(n) = w.get("inside_kv_shared_window") {
+            return format!("; that is inside every KV-shared layer's window ({n} tokens), where the graph without those windows is the same model");
+        }
         let g = |k: &str| {
             w.get(k)
                 .and_then(Value::as_f64)
@@ -1697,6 +1711,22 @@ mod tests {
             assert_eq!(mm["explained_by"], json!(REFEREE_PICKS_OURS));
             assert_eq!(s["ort_web"]["token_mismatch_cause"], json!(REFEREE_CAUSE));
         }
+        // Answered unrun, inside every KV-shared window: the verdict stands and the line says why.
+        let mut s = judged("ort_web", 7);
+        let requests = windowless_judge_requests(&s);
+        apply_windowless_judgement(
+            &mut s,
+            &requests,
+            &[json!({"inside_kv_shared_window": 512})],
+        );
+        let mm = &s["ort_web"]["token_mismatches"][0];
+        assert_eq!(
+            mm["windowless_referee"],
+            json!({"inside_kv_shared_window": 512})
+        );
+        assert_eq!(mm["explained_by"], json!(REFEREE_PICKS_OURS));
+        let md = markdown_model("m", &s, true);
+        assert!(md.contains("at most 0.2500; that is inside every KV-shared layer's window (512 tokens), where the graph without those windows is the same model"), "{md}");
         // Not an ONNX Runtime WebGPU peer (the native CPU reference): nothing asked.
         let s = windowless("ort_cpu", 9);
         assert!(
