@@ -85,8 +85,7 @@ class Model:
         if windowless and (ep != "cpu" or genai is None):
             raise SystemExit("ort_ep.py: --kv-shared-windowless needs --ep cpu and a GenAI package")
         self.windowless = windowless
-        self.windows_removed = 0
-        self.smallest_window = None  # of the windows removed
+        self.windows_removed: list[int] = []  # the KV-shared windows taken off, one per node
         # Where the cache and the embeddings live between steps.
         self.where = "webgpu" if ep == "webgpu" else "cpu"
         self.device = None
@@ -152,10 +151,7 @@ class Model:
                         if a.name == "accuracy_level":
                             a.i = 0
             if self.windowless:
-                removed = remove_kv_shared_windows(m.graph)
-                self.windows_removed += len(removed)
-                if removed:
-                    self.smallest_window = min(removed + [self.smallest_window or removed[0]])
+                self.windows_removed += remove_kv_shared_windows(m.graph)
             path = m.SerializeToString()
         if self.device is None:
             return ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
@@ -267,7 +263,7 @@ def judge(m: Model, requests: list[dict]) -> list[dict]:
         for t in ids:
             if not 0 <= t < m.vocab:
                 raise SystemExit(f"ort_ep.py: --judge: id {t} is out of the vocabulary ({m.vocab})")
-        w = m.smallest_window if m.windowless else None
+        w = min(m.windows_removed, default=None)
         if w is not None and alts and all(context + k <= w for k, _ in alts):
             out.append({"inside_kv_shared_window": w})
             continue
@@ -319,7 +315,7 @@ def main() -> None:
     if a.judge and a.ep != "cpu":
         raise SystemExit("ort_ep.py: --judge needs --ep cpu (the reference)")
     m = Model(a.model, a.dtype, a.ep, a.kv_shared_windowless)
-    if a.kv_shared_windowless and m.windows_removed == 0:
+    if a.kv_shared_windowless and not m.windows_removed:
         raise SystemExit(
             "ort_ep.py: --kv-shared-windowless: no KV-shared GroupQueryAttention with a "
             f"local_window_size in {a.model}"
@@ -375,7 +371,7 @@ def main() -> None:
         "dtype": m.dtype,
         "load_s": m.load_s,
         "kv_on_device": a.ep == "webgpu",
-        "kv_shared_windows_removed": m.windows_removed,
+        "kv_shared_windows_removed": len(m.windows_removed),
         "prefill": prefill,
         "decode": decode,
     }

@@ -17,12 +17,13 @@ SEQ positions of the P (SEQ = P: the prompt; SEQ = 1: a decode step).
 import argparse
 import json
 import os
+import sys
 
 import numpy as np
-import onnx
 import onnxruntime as ort
-from onnx import TensorProto as T
-from onnx import helper
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "upstream"))
+from gqa_webgpu import feeds as make_feeds, graph, numpy_attention  # noqa: E402  (the same node and reference)
 
 
 def main():
@@ -40,50 +41,18 @@ def main():
         raise SystemExit("--shared P needs P >= --seq")
     kv = 0 if a.shared else s  # rows of the new key/value
     total = a.shared or s
-    node = helper.make_node(
-        "GroupQueryAttention",
-        ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length"],
-        ["output", "present_key", "present_value"],
-        domain="com.microsoft", num_heads=n, kv_num_heads=1, local_window_size=a.window, scale=1.0)
-    f = lambda name, shape: helper.make_tensor_value_info(name, T.FLOAT, shape)
-    g = helper.make_graph(
-        [node], "gqa",
-        [f("query", [1, s, n * d]), f("key", [1, kv, d]), f("value", [1, kv, d]), f("past_key", [1, 1, total - kv, d]),
-         f("past_value", [1, 1, total - kv, d]), helper.make_tensor_value_info("seqlens_k", T.INT32, [1]),
-         helper.make_tensor_value_info("total_sequence_length", T.INT32, [])],
-        [f("output", None), f("present_key", None), f("present_value", None)])
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)])
-    m.ir_version = 10
+    model = graph(s, kv, total, a.window, d, heads=n)
     os.makedirs(os.path.join(a.out, "cpu"), exist_ok=True)
-    onnx.save(m, os.path.join(a.out, "model.onnx"))
+    with open(os.path.join(a.out, "model.onnx"), "wb") as f:
+        f.write(model)
 
-    rng = np.random.default_rng(a.seed)
-    feeds = {
-        "query": rng.standard_normal((1, s, n * d), np.float32),
-        "key": rng.standard_normal((1, kv, d), np.float32),
-        "value": rng.standard_normal((1, kv, d), np.float32),
-        "past_key": rng.standard_normal((1, 1, total - kv, d), np.float32),
-        "past_value": rng.standard_normal((1, 1, total - kv, d), np.float32),
-        "seqlens_k": np.array([total - 1], np.int32),
-        "total_sequence_length": np.array(total, np.int32),
-    }
+    feeds = make_feeds(s, kv, total, d, heads=n, seed=a.seed)
     sess = ort.InferenceSession(os.path.join(a.out, "model.onnx"), providers=["CPUExecutionProvider"])
     names = [o.name for o in sess.get_outputs()]
     res = dict(zip(names, sess.run(None, feeds)))
 
     # The same in numpy: causal (and windowed) softmax attention, every query head on the one key head.
-    q = feeds["query"][0].reshape(s, n, d)
-    # All keys: the past's rows, then the new ones; query row r sits at position total - s + r.
-    k = np.concatenate([feeds["past_key"][0, 0], feeds["key"][0]])
-    v = np.concatenate([feeds["past_value"][0, 0], feeds["value"][0]])
-    want = np.zeros((s, n, d), np.float32)
-    for r in range(s):
-        pos = total - s + r
-        lo = 0 if a.window < 0 else max(0, pos - a.window + 1)
-        for h in range(n):
-            sc = q[r, h] @ k[lo:pos + 1].T
-            p = np.exp(sc - sc.max())
-            want[r, h] = (p / p.sum()) @ v[lo:pos + 1]
+    want = numpy_attention(feeds, s, total, a.window)
     err = np.abs(want.reshape(1, s, n * d) - res["output"]).max()
     assert err < 1e-4, f"the CPU EP and numpy differ by {err}"
 

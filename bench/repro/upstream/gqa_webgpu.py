@@ -25,22 +25,23 @@ from importlib.metadata import version
 import numpy as np
 import onnx
 import onnxruntime as ort
-import onnxruntime_ep_webgpu as webgpu_ep
 from onnx import TensorProto as T
 from onnx import helper
 
 
-def graph(rows, kv_rows, total, window, head):
+def graph(rows, kv_rows, total, window, head, heads=1):
+    """The node's model (serialized): `heads` query heads of size `head` on one key/value head,
+    `rows` query rows, `kv_rows` new key/value rows, a past of total - kv_rows."""
     node = helper.make_node(
         "GroupQueryAttention",
         ["query", "key", "value", "past_key", "past_value", "seqlens_k", "total_sequence_length"],
         ["output", "present_key", "present_value"],
-        domain="com.microsoft", num_heads=1, kv_num_heads=1, local_window_size=window, scale=1.0)
+        domain="com.microsoft", num_heads=heads, kv_num_heads=1, local_window_size=window, scale=1.0)
     f = lambda name, shape: helper.make_tensor_value_info(name, T.FLOAT, shape)
     past = total - kv_rows
     g = helper.make_graph(
         [node], "gqa",
-        [f("query", [1, rows, head]), f("key", [1, kv_rows, head]), f("value", [1, kv_rows, head]),
+        [f("query", [1, rows, heads * head]), f("key", [1, kv_rows, head]), f("value", [1, kv_rows, head]),
          f("past_key", [1, 1, past, head]), f("past_value", [1, 1, past, head]),
          helper.make_tensor_value_info("seqlens_k", T.INT32, [1]),
          helper.make_tensor_value_info("total_sequence_length", T.INT32, [])],
@@ -50,11 +51,11 @@ def graph(rows, kv_rows, total, window, head):
     return m.SerializeToString()
 
 
-def feeds(rows, kv_rows, total, head, seed=0):
+def feeds(rows, kv_rows, total, head, heads=1, seed=0):
     rng = np.random.default_rng(seed)
     past = total - kv_rows
     return {
-        "query": rng.standard_normal((1, rows, head), np.float32),
+        "query": rng.standard_normal((1, rows, heads * head), np.float32),
         "key": rng.standard_normal((1, kv_rows, head), np.float32),
         "value": rng.standard_normal((1, kv_rows, head), np.float32),
         "past_key": rng.standard_normal((1, 1, past, head), np.float32),
@@ -65,21 +66,26 @@ def feeds(rows, kv_rows, total, head, seed=0):
 
 
 def numpy_attention(x, rows, total, window):
-    """Query row r sits at position total - rows + r and sees the keys from
-    position - window + 1 (window < 0: from 0) to position."""
+    """[rows, heads * head]: query row r sits at position total - rows + r and sees the keys from
+    position - window + 1 (window < 0: from 0) to position; every query head on the one key head."""
     k = np.concatenate([x["past_key"][0, 0], x["key"][0]]).astype(np.float64)
     v = np.concatenate([x["past_value"][0, 0], x["value"][0]]).astype(np.float64)
-    out = np.zeros((rows, k.shape[1]))
+    d = k.shape[1]
+    q = x["query"][0].astype(np.float64).reshape(rows, -1, d)
+    out = np.zeros(q.shape)
     for r in range(rows):
         pos = total - rows + r
         lo = 0 if window < 0 else max(0, pos - window + 1)
-        s = x["query"][0, r].astype(np.float64) @ k[lo:pos + 1].T
-        p = np.exp(s - s.max())
-        out[r] = (p / p.sum()) @ v[lo:pos + 1]
-    return out
+        for h in range(q.shape[1]):
+            s = q[r, h] @ k[lo:pos + 1].T
+            p = np.exp(s - s.max())
+            out[r, h] = (p / p.sum()) @ v[lo:pos + 1]
+    return out.reshape(rows, -1)
 
 
 def webgpu_device():
+    import onnxruntime_ep_webgpu as webgpu_ep  # here: make_gqa.py reuses this file without it
+
     ort.register_execution_provider_library("webgpu", webgpu_ep.get_library_path())
     devices = [d for d in ort.get_ep_devices() if d.ep_name == webgpu_ep.get_ep_name()]
     if not devices:
