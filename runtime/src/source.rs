@@ -134,30 +134,19 @@ struct FileStream {
 impl ByteStream for FileStream {
     fn next_chunk(&mut self) -> LocalBoxFuture<'_, Result<Option<Vec<u8>>>> {
         use std::io::Read;
-        let mut buf = vec![0u8; self.chunk];
-        let mut filled = 0;
-        let res = loop {
-            match self.file.read(&mut buf[filled..]) {
-                Ok(0) => break Ok(()),
-                Ok(n) => {
-                    filled += n;
-                    if filled == buf.len() {
-                        break Ok(());
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => {
-                    break Err(Error::Io {
-                        path: self.path.clone(),
-                        source: e,
-                    });
-                }
-            }
-        };
-        buf.truncate(filled);
+        // read_to_end fills the reserved capacity without zeroing it first, and retries
+        // interrupted reads
+        let mut buf = Vec::with_capacity(self.chunk);
+        let res = (&mut self.file)
+            .take(self.chunk as u64)
+            .read_to_end(&mut buf)
+            .map_err(|source| Error::Io {
+                path: self.path.clone(),
+                source,
+            });
         Box::pin(async move {
             res?;
-            Ok((filled > 0).then_some(buf))
+            Ok((!buf.is_empty()).then_some(buf))
         })
     }
 }

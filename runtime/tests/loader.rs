@@ -108,6 +108,35 @@ fn gpu() -> Rc<Gpu> {
 }
 
 #[test]
+fn every_chunk_size_delivers_the_same_weights() {
+    // the weights start 3 bytes into the file: words split across chunks of every phase,
+    // chunks shorter than a word, and the whole file in one chunk
+    let (w, data) = weights();
+    let gpu = gpu();
+    let x: Vec<f32> = (0..N).map(|i| (i % 11) as f32 * 0.5).collect();
+    for chunk in [1, 2, 3, 4, 5, 6, 9, 4096] {
+        let mut src = MemorySource::new().with_chunk(chunk);
+        src.insert("m.onnx", model(3));
+        src.insert("w.bin", data.clone());
+        let session = pollster::block_on(Session::load(gpu.clone(), &src, "m.onnx"))
+            .unwrap_or_else(|e| panic!("chunk {chunk}: {e}"));
+        let out = pollster::block_on(session.run_host(vec![(
+            "X".to_string(),
+            HostTensor::from_f32(vec![1, N], &x),
+        )]))
+        .unwrap_or_else(|e| panic!("chunk {chunk}: {e}"));
+        let got = out[0].1.to_f32();
+        for (i, g) in got.iter().enumerate() {
+            let want = (x[i] + w[i]) * 0.5;
+            assert!(
+                (g - want).abs() <= 1e-6,
+                "chunk {chunk}, index {i}: got {g} expected {want}"
+            );
+        }
+    }
+}
+
+#[test]
 fn streams_external_data_in_unaligned_chunks_and_reuses_buffers() {
     let (w, data) = weights();
     let mut src = MemorySource::new().with_chunk(7);

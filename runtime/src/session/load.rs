@@ -288,6 +288,7 @@ impl Session {
         let mut pos = 0u64; // file offset of chunk[0]
         let mut chunk: Vec<u8> = Vec::new();
         let mut since_flush = 0u64;
+        let mut in_flight: Option<wgpu::SubmissionIndex> = None;
         for s in list {
             let ext_err = |reason: String| Error::ExternalData {
                 tensor: s.init.name.clone(),
@@ -332,21 +333,43 @@ impl Session {
                 match &gpu {
                     None => host_bytes.extend_from_slice(piece),
                     Some(parts) => {
-                        carry.extend_from_slice(piece);
-                        let aligned = carry.len() / 4 * 4;
-                        if aligned > 0 {
-                            let at = written + take as u64 - carry.len() as u64;
-                            write_parts(&self.gpu.queue, parts, at, &carry[..aligned]);
-                            self.gpu.count_upload(aligned as u64);
-                            since_flush += aligned as u64;
-                            carry.drain(..aligned);
+                        // Writes go to 4-byte-aligned offsets in whole words: the chunk's bytes
+                        // are written from where they are; only the few bytes of a word split
+                        // across chunks wait in `carry`.
+                        let mut piece = piece;
+                        let before = written - carry.len() as u64; // bytes of the tensor written so far
+                        let mut at = before;
+                        if !carry.is_empty() {
+                            let need = (4 - carry.len()).min(piece.len());
+                            carry.extend_from_slice(&piece[..need]);
+                            piece = &piece[need..];
+                            if carry.len() == 4 {
+                                write_parts(&self.gpu.queue, parts, at, &carry);
+                                at += 4;
+                                carry.clear();
+                            }
                         }
+                        if carry.is_empty() {
+                            let aligned = piece.len() / 4 * 4;
+                            if aligned > 0 {
+                                write_parts(&self.gpu.queue, parts, at, &piece[..aligned]);
+                            }
+                            carry.extend_from_slice(&piece[aligned..]);
+                        }
+                        let sent = written + take as u64 - carry.len() as u64 - before;
+                        self.gpu.count_upload(sent);
+                        since_flush += sent;
                     }
                 }
                 written += take as u64;
                 if since_flush >= UPLOAD_FLUSH_BYTES {
-                    self.gpu.queue.submit(std::iter::empty());
-                    self.gpu.poll_wait();
+                    // Keep one flush in flight: wait for the one before, so that reading the
+                    // next bytes overlaps the copy of these (staging memory stays within two
+                    // flushes).
+                    let submitted = self.gpu.queue.submit(std::iter::empty());
+                    if let Some(previous) = in_flight.replace(submitted) {
+                        self.gpu.poll_until(Some(previous));
+                    }
                     since_flush = 0;
                 }
             }

@@ -13,7 +13,7 @@
 //! offers tools to the model; its calls are then sampled under the tools' grammar unless
 //! `--no-constrain` is given.
 use clap::{Args, Parser, Subcommand};
-use gg_llm::{Dtype, GemmaModel, LoadOptions, ModelRepo, Sampling, TextOptions};
+use gg_llm::{Dtype, GemmaModel, LoadOptions, LoadStage, ModelRepo, Sampling, TextOptions};
 use std::io::Write;
 use std::process::ExitCode;
 use std::rc::Rc;
@@ -403,8 +403,28 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
     );
     let repo = ModelRepo::open(&args.model)?;
     let t0 = std::time::Instant::now();
-    let model = GemmaModel::load(gpu, &repo, &LoadOptions { dtype: args.dtype }).await?;
+    // where the load's time goes: each stage from its start to the next one's
+    let mut stages: Vec<(String, f64)> = Vec::new();
+    let model = GemmaModel::load_with_progress(
+        gpu,
+        &repo,
+        &LoadOptions { dtype: args.dtype },
+        &mut |stage| {
+            let name = match stage {
+                LoadStage::TextFiles => "text files".to_string(),
+                LoadStage::Session(path) => path,
+                LoadStage::Ready => "ready".to_string(),
+            };
+            stages.push((name, t0.elapsed().as_secs_f64()));
+        },
+    )
+    .await?;
     let load_s = t0.elapsed().as_secs_f64();
+    let load_stages: Vec<Value> = stages
+        .iter()
+        .zip(stages.iter().skip(1).map(|(_, t)| *t).chain([load_s]))
+        .map(|((name, start), end)| json!({"stage": name, "s": end - start}))
+        .collect();
     let warm_up = if args.warm_up {
         let before = model.gpu.counters.snapshot();
         let t = std::time::Instant::now();
@@ -552,6 +572,7 @@ async fn bench(args: BenchArgs) -> anyhow::Result<()> {
         "adapter": model.gpu.adapter,
         "dtype": model.dtype.name(),
         "load_s": load_s,
+        "load_stages": load_stages,
         "warm_up": warm_up,
         "run_ahead": args.run_ahead.choice().unwrap_or(model.gpu.tuning.submits_overlap),
         "gpu_memory_after_load": memory(after_load),
