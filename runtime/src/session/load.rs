@@ -16,7 +16,8 @@ use std::rc::Rc;
 /// Initializers up to this size stay on the host (shape constants, scalars); they are uploaded
 /// when a GPU kernel needs them.
 const HOST_CONST_BYTES: usize = 4096;
-/// Submit queued weight uploads after this many bytes so staging memory stays bounded.
+/// Submit queued weight uploads after this many bytes, waiting for the flush before each (so
+/// staging memory stays within two flushes while the reads overlap the copies).
 const UPLOAD_FLUSH_BYTES: u64 = 64 << 20;
 
 struct Streamed<'a> {
